@@ -1,0 +1,16 @@
+.PHONY: dev test crds install-test-tools
+
+# Local control plane + AWS emulators + `blockwork run` + examples, until Ctrl-C.
+dev:
+	scripts/dev
+
+# Every test (installs the pinned test tools first).
+test:
+	scripts/test
+
+# Regenerate config/crd/ from the Rust types.
+crds:
+	cargo run -q -p blockwork -- crds --output-dir config/crd
+
+install-test-tools:
+	scripts/install-test-tools

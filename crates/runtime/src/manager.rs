@@ -1,0 +1,148 @@
+//! The trait an operator implements for its external resource: the calls to its own API, and
+//! nothing about Kubernetes (seed 003's ResourceManager).
+
+use std::fmt;
+use std::future::Future;
+use std::time::Duration;
+
+use kube::api::DynamicObject;
+use kube::core::NamespaceResourceScope;
+use kube::core::object::{HasSpec, HasStatus};
+use kube::{Client, Resource};
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+
+use crate::backoff::RequeuePolicy;
+use crate::outcome::{DeleteOutcome, ExternalError, MutateOutcome, VerifyOutcome};
+use crate::policy::{DeletionPolicy, DriftPolicy};
+use crate::status::{ManagedStatus, ReconcileState};
+
+/// What each call is given.
+#[derive(Debug)]
+pub struct Request<'a, K> {
+    pub object: &'a K,
+    /// The custom resources this object depends on, all Ready, in the order `dependencies` named them.
+    pub dependencies: &'a [DynamicObject],
+    /// Derived from the object's UID: the same for every attempt to create this object, so a
+    /// create repeated after a crash finds or returns the resource the first attempt made.
+    pub idempotency_token: &'a str,
+    /// The spec as JSON when it was last applied to the external resource, for managers that
+    /// cannot read back every field they set.
+    pub last_applied_spec: Option<&'a str>,
+}
+
+/// A custom resource this object waits for: it is reconciled only while each is Ready.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct DependencyRef {
+    pub api_version: String,
+    pub kind: String,
+    pub name: String,
+    /// `None`: the dependent object's own namespace (or a cluster-scoped kind).
+    pub namespace: Option<String>,
+}
+
+impl fmt::Display for DependencyRef {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match &self.namespace {
+            Some(namespace) => write!(f, "{} {}/{}", self.kind, namespace, self.name),
+            None => write!(f, "{} {}", self.kind, self.name),
+        }
+    }
+}
+
+/// An external resource managed by create/read/update/delete calls.
+///
+/// Contract: every call may run again after a crash at any point. `create` must not make a
+/// second resource when called again with the same idempotency token (use the API's token, or
+/// tag the resource with it and look it up in `verify`). `delete` of a missing resource
+/// succeeds (or returns an error of class `NotFound`).
+pub trait ExternalResource: Send + Sync + 'static {
+    type Object: Resource<DynamicType = (), Scope = NamespaceResourceScope>
+        + HasSpec<Spec: Serialize>
+        + HasStatus<Status = ManagedStatus<Self::Observation>>
+        + Clone
+        + fmt::Debug
+        + Serialize
+        + DeserializeOwned
+        + Send
+        + Sync
+        + 'static;
+    /// The operator's own status fields (e.g. the ARN), kept in status beside the runtime's and
+    /// handed back to every call.
+    type Observation: Clone + fmt::Debug + Default + PartialEq + Serialize + DeserializeOwned + Send + Sync + 'static;
+
+    fn verify(
+        &self,
+        request: &Request<'_, Self::Object>,
+        observation: &mut Self::Observation,
+    ) -> impl Future<Output = VerifyOutcome> + Send;
+    fn create(
+        &self,
+        request: &Request<'_, Self::Object>,
+        observation: &mut Self::Observation,
+    ) -> impl Future<Output = MutateOutcome> + Send;
+    fn update(
+        &self,
+        request: &Request<'_, Self::Object>,
+        observation: &mut Self::Observation,
+    ) -> impl Future<Output = MutateOutcome> + Send;
+    fn delete(
+        &self,
+        request: &Request<'_, Self::Object>,
+        observation: &mut Self::Observation,
+    ) -> impl Future<Output = DeleteOutcome> + Send;
+
+    /// Follow-up Kubernetes work once the resource is ready (e.g. publish a Secret). Runs on
+    /// every reconcile that ends in `Succeeded`, so it must be idempotent.
+    fn on_success(
+        &self,
+        _request: &Request<'_, Self::Object>,
+        _observation: &Self::Observation,
+        _client: &Client,
+    ) -> impl Future<Output = Result<(), ExternalError>> + Send {
+        async { Ok(()) }
+    }
+
+    /// Custom resources that must be Ready before this object is reconciled.
+    fn dependencies(&self, _object: &Self::Object) -> Vec<DependencyRef> {
+        Vec::new()
+    }
+
+    /// How long to wait before looking again in each state.
+    fn requeue_policy(&self, state: ReconcileState) -> RequeuePolicy {
+        default_requeue_policy(state)
+    }
+
+    /// Backoff after a failed call (attempts count within a state).
+    fn error_backoff(&self) -> RequeuePolicy {
+        RequeuePolicy::exponential(Duration::from_secs(5), Duration::from_secs(300))
+    }
+
+    /// The shortest wait after the API throttled us.
+    fn throttle_floor(&self) -> Duration {
+        Duration::from_secs(60)
+    }
+
+    /// Used when the object has no deletion-policy annotation. Operators of resources whose
+    /// deletion is dangerous return `Orphan`.
+    fn default_deletion_policy(&self) -> DeletionPolicy {
+        DeletionPolicy::Delete
+    }
+
+    fn default_drift_policy(&self) -> DriftPolicy {
+        DriftPolicy::Enforce
+    }
+}
+
+/// Seed 000's intervals: quick while things move, hourly once ready, five minutes when failed.
+pub fn default_requeue_policy(state: ReconcileState) -> RequeuePolicy {
+    let secs = Duration::from_secs;
+    match state {
+        ReconcileState::Pending => RequeuePolicy::exponential(secs(30), secs(300)),
+        ReconcileState::Creating | ReconcileState::Updating | ReconcileState::Recreating => RequeuePolicy::exponential(secs(1), secs(60)),
+        ReconcileState::Verifying => RequeuePolicy::exponential(secs(15), secs(300)),
+        ReconcileState::Terminating => RequeuePolicy::exponential(secs(10), secs(300)),
+        ReconcileState::Succeeded => RequeuePolicy::fixed(secs(3600)),
+        ReconcileState::Failed => RequeuePolicy::fixed(secs(300)),
+    }
+}

@@ -1,0 +1,699 @@
+//! The generic reconcile loop: Kubernetes on one side, an [`ExternalResource`] on the other.
+//!
+//! Each reconcile writes the object at most once (a finalizer patch or a status apply), handles
+//! deletion before anything else, and records enough in status (state, create-pending marker,
+//! last applied spec) to be safe to crash at any line.
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant};
+
+use futures::StreamExt;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use kube::api::{ApiResource, DynamicObject, GroupVersionKind, Patch, PatchParams};
+use kube::core::object::{HasSpec, HasStatus};
+use kube::runtime::controller::{Action, Config as RunConfig, Controller};
+use kube::runtime::events::{Event, EventType, Recorder, Reporter};
+use kube::runtime::reflector::{self, ObjectRef};
+use kube::runtime::utils::Predicate;
+use kube::runtime::{WatchStreamExt, predicates, watcher};
+use kube::{Api, Client, Resource, ResourceExt};
+use serde_json::json;
+use sha2::{Digest, Sha256};
+use tracing::{debug, info, warn};
+
+use crate::backoff::RequeuePolicy;
+use crate::machine::{self, DeletePlan, Next, Plan};
+use crate::manager::{DependencyRef, ExternalResource, Request};
+use crate::metrics::RuntimeMetrics;
+use crate::outcome::{DeleteOutcome, ErrorClass, ExternalError, MutateOutcome, Operation, VerifyOutcome};
+use crate::policy::{DriftPolicy, Policies};
+use crate::status::{CreatePending, ManagedStatus, READY, ReconcileState, SYNCED, condition, set_condition};
+
+/// Names one controller: metric label, event reporter, finalizer and field manager.
+#[derive(Clone, Debug)]
+pub struct ControllerConfig {
+    /// Short name, e.g. `cert`.
+    pub name: &'static str,
+    /// e.g. `acm.blockwork.dev/finalizer`.
+    pub finalizer: String,
+    /// The server-side-apply field manager for status.
+    pub field_manager: String,
+}
+
+impl ControllerConfig {
+    pub fn new(name: &'static str, group: &str) -> Self {
+        Self { name, finalizer: format!("{group}/finalizer"), field_manager: format!("blockwork-{name}") }
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("object has no {0}")]
+    MissingMetadata(&'static str),
+    #[error("Kubernetes API request failed: {0}")]
+    Kube(#[from] kube::Error),
+    #[error("cannot serialize the object: {0}")]
+    Serialize(#[from] serde_json::Error),
+}
+
+impl Error {
+    /// A bounded label for metrics.
+    pub fn category(&self) -> &'static str {
+        match self {
+            Self::MissingMetadata(_) => "invalid_object",
+            Self::Kube(kube::Error::Api(status)) if status.code == 409 => "conflict",
+            Self::Kube(_) => "kubernetes",
+            Self::Serialize(_) => "serialization",
+        }
+    }
+}
+
+/// Everything a reconcile needs, shared by all reconciles of one controller.
+pub struct Context<M: ExternalResource> {
+    pub client: Client,
+    pub manager: M,
+    pub config: ControllerConfig,
+    pub metrics: Arc<RuntimeMetrics>,
+    recorder: Recorder,
+    /// Attempts made in the current state per object UID: the backoff exponent. Kept in memory
+    /// on purpose: persisting it would cost a write per wait, and a restart merely resets it.
+    attempts: Mutex<HashMap<String, (ReconcileState, u32)>>,
+    api_resources: Mutex<HashMap<(String, String), ApiResource>>,
+}
+
+impl<M: ExternalResource> Context<M> {
+    pub fn new(client: Client, manager: M, config: ControllerConfig, metrics: Arc<RuntimeMetrics>) -> Arc<Self> {
+        let instance = std::env::var("POD_NAME").ok().or_else(|| std::env::var("HOSTNAME").ok());
+        let reporter = Reporter { controller: config.field_manager.clone(), instance };
+        Arc::new(Self {
+            recorder: Recorder::new(client.clone(), reporter),
+            client,
+            manager,
+            config,
+            metrics,
+            attempts: Mutex::default(),
+            api_resources: Mutex::default(),
+        })
+    }
+
+    /// Counts an attempt in `state`; the count restarts when the state changes.
+    fn next_attempt(&self, uid: &str, state: ReconcileState) -> u32 {
+        let mut attempts = self.attempts.lock().unwrap_or_else(PoisonError::into_inner);
+        let entry = attempts.entry(uid.to_owned()).or_insert((state, 0));
+        if entry.0 == state {
+            entry.1 = entry.1.saturating_add(1);
+        } else {
+            *entry = (state, 1);
+        }
+        entry.1 - 1
+    }
+
+    fn forget(&self, uid: &str) {
+        self.attempts.lock().unwrap_or_else(PoisonError::into_inner).remove(uid);
+        self.metrics.object_state(self.config.name, uid, None);
+    }
+
+    async fn timed<T>(&self, operation: Operation, call: impl Future<Output = T>, result_of: impl Fn(&T) -> &'static str) -> T {
+        let started = Instant::now();
+        let output = call.await;
+        self.metrics.external_call(self.config.name, &operation.to_string(), result_of(&output), started.elapsed());
+        output
+    }
+}
+
+/// Runs the controller for `M` over the objects `api` sees, until `shutdown` completes.
+pub async fn run<M: ExternalResource>(
+    api: Api<M::Object>,
+    context: Arc<Context<M>>,
+    concurrency: u16,
+    shutdown: impl Future<Output = ()> + Send + Sync + 'static,
+) {
+    let (reader, writer) = reflector::store();
+    // Our own status writes must not trigger reconciles (the requeue decides when to look
+    // again), but spec, annotation (policies, pause) and finalizer changes must.
+    let triggers = watcher(api, watcher::Config::default().any_semantic())
+        .default_backoff()
+        .modify(|object| object.managed_fields_mut().clear())
+        .reflect(writer)
+        .applied_objects()
+        .predicate_filter(
+            (predicates::generation as fn(&M::Object) -> Option<u64>)
+                .combine(predicates::annotations as fn(&M::Object) -> Option<u64>)
+                .combine(predicates::finalizers as fn(&M::Object) -> Option<u64>),
+            Default::default(),
+        );
+    let name = context.config.name;
+    Controller::for_stream(triggers, reader)
+        .with_config(RunConfig::default().concurrency(concurrency))
+        .graceful_shutdown_on(shutdown)
+        .run(reconcile::<M>, error_policy::<M>, context)
+        .for_each(|result| async move {
+            match result {
+                Ok((object, _)) => debug!(controller = name, %object, "reconciled"),
+                Err(error) => warn!(controller = name, %error, "reconcile failed"),
+            }
+        })
+        .await;
+}
+
+/// One reconcile of one object. Public so tests can drive it directly.
+pub async fn reconcile<M: ExternalResource>(object: Arc<M::Object>, context: Arc<Context<M>>) -> Result<Action, Error> {
+    let started = Instant::now();
+    let result = reconcile_object(object.as_ref(), &context).await;
+    let label = match &result {
+        Ok(_) => "success",
+        Err(error) => error.category(),
+    };
+    context.metrics.reconciled(context.config.name, label, started.elapsed());
+    result
+}
+
+fn error_policy<M: ExternalResource>(object: Arc<M::Object>, error: &Error, context: Arc<Context<M>>) -> Action {
+    warn!(controller = context.config.name, object = %ObjectRef::from_obj(&*object), %error, "reconcile error");
+    let uid = object.uid().unwrap_or_default();
+    let state = object.status().map(ManagedStatus::state).unwrap_or_default();
+    let attempt = context.next_attempt(&uid, state);
+    let backoff = RequeuePolicy::exponential(Duration::from_millis(500), Duration::from_secs(300));
+    Action::requeue(backoff.delay(attempt, &mut rand::rng()))
+}
+
+/// Where one reconcile ends: the status to write and when to look again.
+struct Settled {
+    state: ReconcileState,
+    message: Option<String>,
+    ready: Option<(bool, String, String)>,
+    synced: (bool, String, String),
+    marker: Marker,
+    last_applied: Option<String>,
+    drift_detected: Option<bool>,
+    requeue: Requeue,
+    warning: Option<(String, String)>,
+}
+
+enum Marker {
+    Keep,
+    Set(String),
+    Clear,
+}
+
+enum Requeue {
+    Soon,
+    InState,
+    AfterError(ErrorClass),
+}
+
+impl Settled {
+    fn new(state: ReconcileState) -> Self {
+        Self {
+            state,
+            message: None,
+            ready: None,
+            synced: (true, "ReconcileSuccess".to_owned(), String::new()),
+            marker: Marker::Keep,
+            last_applied: None,
+            drift_detected: None,
+            requeue: Requeue::InState,
+            warning: None,
+        }
+    }
+
+    fn waiting(state: ReconcileState, reason: &str, message: String) -> Self {
+        Self { ready: Some((false, reason.to_owned(), message.clone())), message: Some(message), ..Self::new(state) }
+    }
+
+    fn failed(reason: &str, message: String) -> Self {
+        Self {
+            ready: Some((false, reason.to_owned(), message.clone())),
+            synced: (false, reason.to_owned(), message.clone()),
+            warning: Some((reason.to_owned(), message.clone())),
+            message: Some(message),
+            marker: Marker::Clear,
+            ..Self::new(ReconcileState::Failed)
+        }
+    }
+
+    /// A failed call: terminal errors fail the object, others keep `state` and back off.
+    fn error(state: ReconcileState, error: ExternalError) -> Self {
+        if error.class == ErrorClass::Terminal {
+            return Self::failed(&error.reason, error.message);
+        }
+        Self {
+            synced: (false, error.reason.clone(), error.message.clone()),
+            warning: Some((error.reason, error.message.clone())),
+            message: Some(error.message),
+            requeue: Requeue::AfterError(error.class),
+            ..Self::new(state)
+        }
+    }
+}
+
+async fn reconcile_object<M: ExternalResource>(object: &M::Object, context: &Context<M>) -> Result<Action, Error> {
+    let uid = object.uid().ok_or(Error::MissingMetadata("uid"))?;
+    let namespace = object.namespace().ok_or(Error::MissingMetadata("namespace"))?;
+    let api: Api<M::Object> = Api::namespaced(context.client.clone(), &namespace);
+    let current = object.status().cloned().unwrap_or_default();
+    let manager = &context.manager;
+
+    let policies = match Policies::from_annotations(object.annotations(), manager.default_deletion_policy(), manager.default_drift_policy())
+    {
+        Ok(policies) => policies,
+        Err(invalid) => {
+            // Acting on a misspelt policy could delete what the user meant to keep: stop, say why.
+            let settled = Settled { synced: (false, "InvalidAnnotation".to_owned(), invalid.to_string()), ..Settled::new(current.state()) };
+            write_status(object, &api, context, &current, settled, None).await?;
+            return Ok(Action::await_change());
+        }
+    };
+    if policies.paused {
+        let message = format!("reconciling is paused by the annotation {}", crate::policy::PAUSED_ANNOTATION);
+        let settled = Settled { synced: (false, "ReconcilePaused".to_owned(), message), ..Settled::new(current.state()) };
+        write_status(object, &api, context, &current, settled, None).await?;
+        return Ok(Action::await_change());
+    }
+    if object.meta().deletion_timestamp.is_some() {
+        return finalize(object, &api, context, &current, &policies, &uid).await;
+    }
+    if !object.finalizers().iter().any(|f| *f == context.config.finalizer) {
+        add_finalizer(object, &api, &context.config.finalizer).await?;
+        // The finalizer change comes back as a watch event and triggers the next step.
+        return Ok(Action::await_change());
+    }
+
+    let dependencies = match resolve_dependencies(object, context, &namespace).await? {
+        Ok(dependencies) => dependencies,
+        Err(waiting_for) => {
+            let settled = Settled::waiting(ReconcileState::Pending, "DependenciesNotReady", waiting_for);
+            return write_status(object, &api, context, &current, settled, Some(&uid)).await;
+        }
+    };
+
+    let token = idempotency_token(&uid);
+    let spec = serde_json::to_string(object.spec())?;
+    let request =
+        Request { object, dependencies: &dependencies, idempotency_token: &token, last_applied_spec: current.last_applied_spec.as_deref() };
+    let spec_changed = current.last_applied_spec.as_deref() != Some(spec.as_str());
+    let mut observation = current.observation.clone();
+    let state = current.state();
+
+    let verified = context.timed(Operation::Verify, manager.verify(&request, &mut observation), verify_label).await;
+    let plan = machine::plan(state, verified, &policies, spec_changed);
+    debug!(controller = context.config.name, object = %ObjectRef::from_obj(object), ?state, ?plan, "planned");
+
+    let mut settled = match plan {
+        Plan::Wait { state, reason, message } => Settled::waiting(state, reason, message),
+        Plan::Ready => Settled { last_applied: Some(spec.clone()), ..ready() },
+        Plan::MarkCreating => mark_creating(&token),
+        Plan::Create => {
+            let outcome = context.timed(Operation::Create, manager.create(&request, &mut observation), mutate_label).await;
+            settle_next(machine::after_create(outcome), &token, &spec, true)
+        }
+        Plan::Update { .. } => {
+            let outcome = context.timed(Operation::Update, manager.update(&request, &mut observation), mutate_label).await;
+            settle_next(machine::after_update(outcome), &token, &spec, false)
+        }
+        Plan::Recreate { .. } => {
+            let outcome = context.timed(Operation::Delete, manager.delete(&request, &mut observation), delete_label).await;
+            match machine::after_recreate_delete(outcome) {
+                Next::To(state) => Settled::waiting(state, "Recreating", "waiting for the old external resource to be deleted".to_owned()),
+                other => settle_next(other, &token, &spec, false),
+            }
+        }
+        Plan::Drift { policy, message } => drifted(state, policy, message),
+        Plan::Fail { reason, message } => Settled::failed(reason, message),
+        Plan::Error(error) => Settled::error(state, error),
+    };
+
+    if settled.state == ReconcileState::Succeeded {
+        let hook = context.timed(Operation::SuccessHook, manager.on_success(&request, &observation, &context.client), |r| match r {
+            Ok(()) => "success",
+            Err(e) => e.class.as_str(),
+        });
+        if let Err(error) = hook.await {
+            settled.synced = (false, "SuccessHookFailed".to_owned(), error.message.clone());
+            settled.warning = Some(("SuccessHookFailed".to_owned(), error.message));
+            settled.requeue = Requeue::AfterError(error.class);
+        }
+    }
+
+    let mut next = current.clone();
+    next.observation = observation;
+    if let Some(last_applied) = settled.last_applied.take() {
+        next.last_applied_spec = Some(last_applied);
+    }
+    write_status_from(object, &api, context, &current, next, settled, Some(&uid)).await
+}
+
+fn ready() -> Settled {
+    Settled {
+        ready: Some((true, "Available".to_owned(), "the external resource is ready".to_owned())),
+        drift_detected: Some(false),
+        ..Settled::new(ReconcileState::Succeeded)
+    }
+}
+
+fn mark_creating(token: &str) -> Settled {
+    Settled {
+        marker: Marker::Set(token.to_owned()),
+        requeue: Requeue::Soon,
+        ..Settled::waiting(ReconcileState::Creating, "Creating", "creating the external resource".to_owned())
+    }
+}
+
+fn settle_next(next: Next, token: &str, spec: &str, creating: bool) -> Settled {
+    match next {
+        Next::To(ReconcileState::Succeeded) => Settled { marker: Marker::Clear, last_applied: Some(spec.to_owned()), ..ready() },
+        Next::To(state) => Settled {
+            marker: Marker::Clear,
+            last_applied: Some(spec.to_owned()),
+            ..Settled::waiting(state, "Verifying", "waiting for the external resource to become ready".to_owned())
+        },
+        Next::MarkCreating => mark_creating(token),
+        // A failed create keeps its marker (unless terminal): the retry reuses the token.
+        Next::Error { retry_in, error } => {
+            let mut settled = Settled::error(retry_in, error);
+            if creating && settled.state == ReconcileState::Creating {
+                settled.marker = Marker::Keep;
+            }
+            settled
+        }
+    }
+}
+
+fn drifted(state: ReconcileState, policy: DriftPolicy, difference: String) -> Settled {
+    let message = format!("the external resource drifted from the spec: {difference} (drift-policy {policy})");
+    let synced = match policy {
+        DriftPolicy::Report => (false, "DriftDetected".to_owned(), message.clone()),
+        DriftPolicy::Enforce | DriftPolicy::Suspend => (true, "DriftIgnored".to_owned(), message.clone()),
+    };
+    Settled { synced, drift_detected: Some(true), message: Some(message), ..Settled::new(state) }
+}
+
+/// Deletion comes before everything else, and ends with the finalizer removed in every case
+/// but an external delete that failed (the status then says how to release the object).
+async fn finalize<M: ExternalResource>(
+    object: &M::Object,
+    api: &Api<M::Object>,
+    context: &Context<M>,
+    current: &ManagedStatus<M::Observation>,
+    policies: &Policies,
+    uid: &str,
+) -> Result<Action, Error> {
+    let finalizer = &context.config.finalizer;
+    if !object.finalizers().iter().any(|f| f == finalizer) {
+        return Ok(Action::await_change());
+    }
+    if !policies.deletes_external_resource() {
+        info!(controller = context.config.name, object = %ObjectRef::from_obj(object), "orphaning the external resource");
+        return release(object, api, context, uid, "Orphaned", "the external resource was kept (deletion policy Orphan)").await;
+    }
+    let token = idempotency_token(uid);
+    let request = Request { object, dependencies: &[], idempotency_token: &token, last_applied_spec: current.last_applied_spec.as_deref() };
+    let mut observation = current.observation.clone();
+    let manager = &context.manager;
+    let verified = context.timed(Operation::Verify, manager.verify(&request, &mut observation), verify_label).await;
+    let plan = match machine::plan_delete(verified) {
+        DeletePlan::Delete => {
+            let outcome = context.timed(Operation::Delete, manager.delete(&request, &mut observation), delete_label).await;
+            machine::after_delete(outcome)
+        }
+        other => other,
+    };
+    let settled = match plan {
+        DeletePlan::Release => return release(object, api, context, uid, "Deleted", "the external resource was deleted").await,
+        DeletePlan::Delete | DeletePlan::Wait => {
+            Settled::waiting(ReconcileState::Terminating, "Deleting", "waiting for the external resource to be deleted".to_owned())
+        }
+        DeletePlan::Error(error) => {
+            let message = format!(
+                "deleting the external resource failed: {}; to delete the object and keep the external resource, annotate it {}=Orphan",
+                error.message,
+                crate::policy::DELETION_POLICY_ANNOTATION
+            );
+            let class = if error.class == ErrorClass::Terminal { ErrorClass::Retryable } else { error.class };
+            let mut settled = Settled::error(ReconcileState::Terminating, ExternalError::new(class, error.reason, message));
+            if error.class == ErrorClass::Terminal {
+                settled.requeue = Requeue::InState;
+            }
+            settled
+        }
+    };
+    let mut next = current.clone();
+    next.observation = observation;
+    write_status_from(object, api, context, current, next, settled, Some(uid)).await
+}
+
+async fn release<M: ExternalResource>(
+    object: &M::Object,
+    api: &Api<M::Object>,
+    context: &Context<M>,
+    uid: &str,
+    reason: &str,
+    note: &str,
+) -> Result<Action, Error> {
+    remove_finalizer(object, api, &context.config.finalizer).await?;
+    publish(context, object, EventType::Normal, reason, note).await;
+    context.forget(uid);
+    Ok(Action::await_change())
+}
+
+async fn write_status<M: ExternalResource>(
+    object: &M::Object,
+    api: &Api<M::Object>,
+    context: &Context<M>,
+    current: &ManagedStatus<M::Observation>,
+    settled: Settled,
+    uid: Option<&str>,
+) -> Result<Action, Error> {
+    write_status_from(object, api, context, current, current.clone(), settled, uid).await
+}
+
+/// Applies `settled` to `next`, writes the status if it changed (the reconcile's one write),
+/// publishes events, and returns when to look again.
+async fn write_status_from<M: ExternalResource>(
+    object: &M::Object,
+    api: &Api<M::Object>,
+    context: &Context<M>,
+    current: &ManagedStatus<M::Observation>,
+    mut next: ManagedStatus<M::Observation>,
+    settled: Settled,
+    uid: Option<&str>,
+) -> Result<Action, Error> {
+    let generation = object.meta().generation;
+    next.state = Some(settled.state);
+    next.message = settled.message.clone();
+    next.observed_generation = generation;
+    match &settled.marker {
+        Marker::Keep => {}
+        Marker::Set(token) => next.create_pending = Some(CreatePending { token: token.clone(), since: Time(jiff::Timestamp::now()) }),
+        Marker::Clear => next.create_pending = None,
+    }
+    if let Some(drift) = settled.drift_detected {
+        next.drift_detected = drift.then_some(true);
+    }
+    if let Some((status, reason, message)) = &settled.ready {
+        set_condition(&mut next.conditions, condition(READY, *status, reason, message, generation));
+    } else if next.condition(READY).is_none() {
+        set_condition(&mut next.conditions, condition(READY, false, settled.state.as_str(), "", generation));
+    }
+    let (synced, reason, message) = &settled.synced;
+    set_condition(&mut next.conditions, condition(SYNCED, *synced, reason, message, generation));
+    keep_marker_time(current, &mut next);
+
+    if next != *current {
+        let mut patch = json!({
+            "apiVersion": M::Object::api_version(&()),
+            "kind": M::Object::kind(&()),
+            "status": next,
+        });
+        // A precondition on the resourceVersion we read: a status computed from a stale copy
+        // is rejected (409) instead of overwriting a newer one.
+        if let Some(version) = object.resource_version() {
+            patch["metadata"] = json!({ "resourceVersion": version });
+        }
+        let params = PatchParams::apply(&context.config.field_manager).force();
+        api.patch_status(&object.name_any(), &params, &Patch::Apply(&patch)).await?;
+    }
+
+    let previous_state = current.state;
+    if previous_state != Some(settled.state) {
+        let note = settled.message.clone().unwrap_or_else(|| format!("state is now {}", settled.state));
+        let kind = if settled.state == ReconcileState::Failed { EventType::Warning } else { EventType::Normal };
+        publish(context, object, kind, settled.state.as_str(), &note).await;
+    }
+    if let Some((reason, note)) = &settled.warning
+        && settled.state != ReconcileState::Failed
+    {
+        publish(context, object, EventType::Warning, reason, note).await;
+    }
+
+    let Some(uid) = uid else {
+        return Ok(Action::await_change());
+    };
+    context.metrics.object_state(context.config.name, uid, Some(settled.state));
+    let attempt = context.next_attempt(uid, settled.state);
+    let manager = &context.manager;
+    let rng = &mut rand::rng();
+    let delay = match settled.requeue {
+        Requeue::Soon => Duration::from_millis(200),
+        Requeue::InState => manager.requeue_policy(settled.state).delay(attempt, rng),
+        Requeue::AfterError(ErrorClass::Throttled) => manager.error_backoff().delay(attempt, rng).max(manager.throttle_floor()),
+        Requeue::AfterError(_) => manager.error_backoff().delay(attempt, rng),
+    };
+    Ok(Action::requeue(delay))
+}
+
+/// The marker's timestamp is when it was first written, not when it was last re-set.
+fn keep_marker_time<O>(current: &ManagedStatus<O>, next: &mut ManagedStatus<O>) {
+    if let (Some(old), Some(new)) = (&current.create_pending, &mut next.create_pending)
+        && old.token == new.token
+    {
+        new.since = old.since.clone();
+    }
+}
+
+async fn publish<M: ExternalResource>(context: &Context<M>, object: &M::Object, type_: EventType, reason: &str, note: &str) {
+    let event = Event {
+        type_,
+        reason: reason.to_owned(),
+        note: Some(note.chars().take(1024).collect()),
+        action: "Reconcile".to_owned(),
+        secondary: None,
+    };
+    if let Err(error) = context.recorder.publish(&event, &object.object_ref(&())).await {
+        warn!(controller = context.config.name, %error, "could not publish event");
+    }
+}
+
+async fn add_finalizer<K: Resource<DynamicType = ()> + Clone + serde::de::DeserializeOwned + std::fmt::Debug>(
+    object: &K,
+    api: &Api<K>,
+    finalizer: &str,
+) -> Result<(), Error> {
+    // The `test` operations make a concurrent change to the list fail instead of being lost.
+    let patch = if object.finalizers().is_empty() {
+        json!([
+            { "op": "test", "path": "/metadata/finalizers", "value": null },
+            { "op": "add", "path": "/metadata/finalizers", "value": [finalizer] },
+        ])
+    } else {
+        json!([
+            { "op": "test", "path": "/metadata/finalizers", "value": object.finalizers() },
+            { "op": "add", "path": "/metadata/finalizers/-", "value": finalizer },
+        ])
+    };
+    let patch: json_patch::Patch = serde_json::from_value(patch)?;
+    api.patch(&object.name_any(), &PatchParams::default(), &Patch::<()>::Json(patch)).await?;
+    Ok(())
+}
+
+async fn remove_finalizer<K: Resource<DynamicType = ()> + Clone + serde::de::DeserializeOwned + std::fmt::Debug>(
+    object: &K,
+    api: &Api<K>,
+    finalizer: &str,
+) -> Result<(), Error> {
+    let Some(index) = object.finalizers().iter().position(|f| f == finalizer) else {
+        return Ok(());
+    };
+    let path = format!("/metadata/finalizers/{index}");
+    let patch: json_patch::Patch = serde_json::from_value(json!([
+        { "op": "test", "path": path, "value": finalizer },
+        { "op": "remove", "path": path },
+    ]))?;
+    match api.patch(&object.name_any(), &PatchParams::default(), &Patch::<()>::Json(patch)).await {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(status)) if status.code == 404 => Ok(()),
+        Err(error) => Err(error.into()),
+    }
+}
+
+/// `Ok(Ok(objects))` when every dependency is Ready, `Ok(Err(message))` when waiting.
+async fn resolve_dependencies<M: ExternalResource>(
+    object: &M::Object,
+    context: &Context<M>,
+    namespace: &str,
+) -> Result<Result<Vec<DynamicObject>, String>, Error> {
+    let mut resolved = Vec::new();
+    for dependency in context.manager.dependencies(object) {
+        let Some(resource) = api_resource(context, &dependency).await? else {
+            return Ok(Err(format!("waiting for {dependency}: its kind is not served by the API server")));
+        };
+        let api: Api<DynamicObject> =
+            Api::namespaced_with(context.client.clone(), dependency.namespace.as_deref().unwrap_or(namespace), &resource);
+        match api.get_opt(&dependency.name).await? {
+            None => return Ok(Err(format!("waiting for {dependency}: not found"))),
+            Some(found) if !is_ready(&found) => return Ok(Err(format!("waiting for {dependency} to be Ready"))),
+            Some(found) => resolved.push(found),
+        }
+    }
+    Ok(Ok(resolved))
+}
+
+async fn api_resource<M: ExternalResource>(context: &Context<M>, dependency: &DependencyRef) -> Result<Option<ApiResource>, Error> {
+    let key = (dependency.api_version.clone(), dependency.kind.clone());
+    if let Some(found) = context.api_resources.lock().unwrap_or_else(PoisonError::into_inner).get(&key) {
+        return Ok(Some(found.clone()));
+    }
+    let (group, version) = match dependency.api_version.split_once('/') {
+        Some((group, version)) => (group, version),
+        None => ("", dependency.api_version.as_str()),
+    };
+    let gvk = GroupVersionKind::gvk(group, version, &dependency.kind);
+    match kube::discovery::pinned_kind(&context.client, &gvk).await {
+        Ok((resource, _)) => {
+            context.api_resources.lock().unwrap_or_else(PoisonError::into_inner).insert(key, resource.clone());
+            Ok(Some(resource))
+        }
+        Err(kube::Error::Api(status)) if status.code == 404 => Ok(None),
+        Err(kube::Error::Discovery(_)) => Ok(None),
+        Err(error) => Err(error.into()),
+    }
+}
+
+fn is_ready(object: &DynamicObject) -> bool {
+    object.data["status"]["conditions"]
+        .as_array()
+        .is_some_and(|conditions| conditions.iter().any(|c| c["type"] == READY && c["status"] == "True"))
+}
+
+/// 32 hex characters from the UID: fits ACM's IdempotencyToken (`\w{1,32}`) and similar fields.
+pub fn idempotency_token(uid: &str) -> String {
+    let digest = Sha256::digest(uid.as_bytes());
+    hex::encode(&digest[..16])
+}
+
+fn verify_label(outcome: &VerifyOutcome) -> &'static str {
+    match outcome {
+        VerifyOutcome::Error(e) => e.class.as_str(),
+        _ => "success",
+    }
+}
+
+fn mutate_label(outcome: &MutateOutcome) -> &'static str {
+    match outcome {
+        MutateOutcome::Error(e) => e.class.as_str(),
+        _ => "success",
+    }
+}
+
+fn delete_label(outcome: &DeleteOutcome) -> &'static str {
+    match outcome {
+        DeleteOutcome::Error(e) => e.class.as_str(),
+        _ => "success",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn idempotency_token_is_stable_and_fits_acm() {
+        let token = idempotency_token("6b1c9a40-2f4e-4c55-9b7e-0d0f7d1c2a11");
+        assert_eq!(token, idempotency_token("6b1c9a40-2f4e-4c55-9b7e-0d0f7d1c2a11"));
+        assert_eq!(token.len(), 32);
+        assert!(token.chars().all(|c| c.is_ascii_alphanumeric()));
+        assert_ne!(token, idempotency_token("another-uid"));
+    }
+}

@@ -1,0 +1,176 @@
+//! The part of an object's status the runtime owns, and the conditions it sets.
+
+use std::fmt;
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+/// Where an object is in its lifecycle (seed 003's reconcile states).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
+pub enum ReconcileState {
+    /// Not created yet, or waiting for dependencies.
+    #[default]
+    Pending,
+    /// About to create the external resource (the create-pending marker is set).
+    Creating,
+    /// An update was accepted or is being retried.
+    Updating,
+    /// Waiting for the external resource to become ready.
+    Verifying,
+    /// Ready for use.
+    Succeeded,
+    /// Being deleted so it can be created again.
+    Recreating,
+    /// Needs a person; retried on a long interval and whenever the spec changes.
+    Failed,
+    /// The object is being deleted and so is the external resource.
+    Terminating,
+}
+
+impl ReconcileState {
+    pub const ALL: [Self; 8] = [
+        Self::Pending,
+        Self::Creating,
+        Self::Updating,
+        Self::Verifying,
+        Self::Succeeded,
+        Self::Recreating,
+        Self::Failed,
+        Self::Terminating,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Pending => "Pending",
+            Self::Creating => "Creating",
+            Self::Updating => "Updating",
+            Self::Verifying => "Verifying",
+            Self::Succeeded => "Succeeded",
+            Self::Recreating => "Recreating",
+            Self::Failed => "Failed",
+            Self::Terminating => "Terminating",
+        }
+    }
+}
+
+impl fmt::Display for ReconcileState {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// Written before the create call and cleared with its result, so a crash in between is
+/// recognised: the next attempt observes first, and creates again only with the same token.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct CreatePending {
+    /// The idempotency token the create call uses (derived from the object's UID).
+    pub token: String,
+    /// When the marker was written.
+    pub since: Time,
+}
+
+/// The status of a managed object: the runtime's fields, and the operator's own observation
+/// (`O`) flattened beside them.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ManagedStatus<O> {
+    /// Lifecycle state: Pending, Creating, Updating, Verifying, Succeeded, Recreating, Failed or Terminating.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub state: Option<ReconcileState>,
+    /// A human-readable explanation of the state: what it waits for, or what went wrong.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+    /// The metadata.generation this status describes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+    /// Standard conditions: Ready (the external resource is usable) and Synced (the last
+    /// reconcile reached the external API and the resource matches the spec).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub conditions: Vec<Condition>,
+    /// The spec, as JSON, last applied to the external resource by a successful create or update.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_applied_spec: Option<String>,
+    /// Set while a create call may be in flight; see the runtime's crash-safety notes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub create_pending: Option<CreatePending>,
+    /// True when the external resource was seen to differ from the last applied spec.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub drift_detected: Option<bool>,
+    #[serde(flatten)]
+    pub observation: O,
+}
+
+impl<O> ManagedStatus<O> {
+    pub fn state(&self) -> ReconcileState {
+        self.state.unwrap_or_default()
+    }
+
+    pub fn condition(&self, type_: &str) -> Option<&Condition> {
+        self.conditions.iter().find(|c| c.type_ == type_)
+    }
+}
+
+pub const READY: &str = "Ready";
+pub const SYNCED: &str = "Synced";
+
+/// Sets a condition, keeping its lastTransitionTime when the status does not change.
+pub fn set_condition(conditions: &mut Vec<Condition>, mut condition: Condition) {
+    match conditions.iter_mut().find(|c| c.type_ == condition.type_) {
+        Some(existing) => {
+            if existing.status == condition.status {
+                condition.last_transition_time = existing.last_transition_time.clone();
+            }
+            *existing = condition;
+        }
+        None => conditions.push(condition),
+    }
+}
+
+pub fn condition(type_: &str, status: bool, reason: &str, message: &str, generation: Option<i64>) -> Condition {
+    Condition {
+        type_: type_.to_owned(),
+        status: if status { "True" } else { "False" }.to_owned(),
+        reason: reason.to_owned(),
+        message: message.to_owned(),
+        observed_generation: generation,
+        last_transition_time: Time(jiff::Timestamp::now()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn unchanged_condition_status_keeps_transition_time() {
+        let mut conditions = vec![condition(READY, false, "Creating", "a", Some(1))];
+        let first = conditions[0].last_transition_time.clone();
+        std::thread::sleep(std::time::Duration::from_millis(2));
+        set_condition(&mut conditions, condition(READY, false, "Verifying", "b", Some(1)));
+        assert_eq!(conditions[0].last_transition_time, first);
+        assert_eq!(conditions[0].reason, "Verifying");
+    }
+
+    #[test]
+    fn changed_condition_status_moves_transition_time() {
+        let mut conditions = vec![condition(READY, false, "Creating", "a", Some(1))];
+        let first = conditions[0].last_transition_time.clone();
+        std::thread::sleep(std::time::Duration::from_millis(2));
+        set_condition(&mut conditions, condition(READY, true, "Available", "b", Some(1)));
+        assert_ne!(conditions[0].last_transition_time, first);
+        assert_eq!(conditions.len(), 1);
+    }
+
+    #[test]
+    fn unset_fields_are_omitted_so_server_side_apply_removes_them() {
+        #[derive(Clone, Debug, Default, PartialEq, Serialize)]
+        struct Observation {
+            #[serde(skip_serializing_if = "Option::is_none")]
+            id: Option<String>,
+        }
+        let status = ManagedStatus { state: Some(ReconcileState::Pending), ..ManagedStatus::<Observation>::default() };
+        assert_eq!(serde_json::to_value(&status).expect("serializes"), serde_json::json!({"state": "Pending"}));
+    }
+}

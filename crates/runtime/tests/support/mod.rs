@@ -1,0 +1,359 @@
+//! A test-only external resource, `Widget`, whose backend lets each test choose every outcome:
+//! synchronous or asynchronous, each error class, a crash after create.
+
+#![allow(dead_code, clippy::unwrap_used, clippy::panic)]
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use blockwork_runtime::policy::DeletionPolicy;
+use blockwork_runtime::{
+    Context, ControllerConfig, DeleteOutcome, DependencyRef, ExternalError, ExternalResource, ManagedStatus, MutateOutcome, ReconcileState,
+    Request, RequeuePolicy, RuntimeMetrics, VerifyOutcome,
+};
+use blockwork_testenv::control_plane::{ControlPlane, control_plane};
+use kube::api::{Api, PostParams};
+use kube::{Client, CustomResource, CustomResourceExt, ResourceExt};
+use prometheus_client::registry::Registry;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+use tokio::task::JoinHandle;
+
+pub const GROUP: &str = "testing.blockwork.dev";
+
+#[derive(CustomResource, Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[kube(group = "testing.blockwork.dev", version = "v1alpha1", kind = "Widget", namespaced, status = "WidgetStatus")]
+#[kube(printcolumn = r#"{"name":"State","type":"string","jsonPath":".status.state"}"#)]
+#[serde(rename_all = "camelCase")]
+pub struct WidgetSpec {
+    pub size: i32,
+    /// Names of Widgets in the same namespace this one waits for.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub depends_on: Vec<String>,
+}
+
+pub type WidgetStatus = ManagedStatus<WidgetObservation>;
+
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct WidgetObservation {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub external_id: Option<String>,
+}
+
+/// One widget in the fake cloud, keyed by idempotency token.
+#[derive(Clone, Debug, PartialEq)]
+pub struct CloudWidget {
+    pub id: String,
+    pub size: i32,
+    pub ready: bool,
+    pub deleting: bool,
+}
+
+#[derive(Clone, Debug)]
+pub enum Script {
+    Fail(ExternalError),
+    /// Accept the call, finish only when the test calls `complete`.
+    Async,
+    /// Create the widget, then never return: the test kills the controller here.
+    HangAfterCreate,
+}
+
+#[derive(Default)]
+struct Cloud {
+    widgets: HashMap<String, CloudWidget>,
+    scripts: HashMap<&'static str, VecDeque<Script>>,
+    calls: HashMap<&'static str, usize>,
+    next_id: u32,
+}
+
+/// The backend, shared between the manager and the test.
+#[derive(Clone, Default)]
+pub struct Backend(Arc<Mutex<Cloud>>);
+
+impl Backend {
+    pub fn script(&self, operation: &'static str, script: Script) {
+        self.0.lock().unwrap().scripts.entry(operation).or_default().push_back(script);
+    }
+    pub fn calls(&self, operation: &'static str) -> usize {
+        self.0.lock().unwrap().calls.get(operation).copied().unwrap_or(0)
+    }
+    pub fn widgets(&self) -> Vec<CloudWidget> {
+        self.0.lock().unwrap().widgets.values().cloned().collect()
+    }
+    pub fn widget(&self, token: &str) -> Option<CloudWidget> {
+        self.0.lock().unwrap().widgets.get(token).cloned()
+    }
+    /// Finishes asynchronous creates, updates and deletes.
+    pub fn complete(&self) {
+        let mut cloud = self.0.lock().unwrap();
+        cloud.widgets.retain(|_, w| !w.deleting);
+        for widget in cloud.widgets.values_mut() {
+            widget.ready = true;
+        }
+    }
+    /// Changes a widget behind the operator's back.
+    pub fn tamper(&self, token: &str, size: i32) {
+        if let Some(widget) = self.0.lock().unwrap().widgets.get_mut(token) {
+            widget.size = size;
+        }
+    }
+    pub fn remove(&self, token: &str) {
+        self.0.lock().unwrap().widgets.remove(token);
+    }
+    fn next(&self, operation: &'static str) -> Option<Script> {
+        let mut cloud = self.0.lock().unwrap();
+        *cloud.calls.entry(operation).or_default() += 1;
+        cloud.scripts.get_mut(operation).and_then(VecDeque::pop_front)
+    }
+}
+
+pub struct WidgetManager {
+    pub backend: Backend,
+    pub default_deletion: DeletionPolicy,
+}
+
+impl ExternalResource for WidgetManager {
+    type Object = Widget;
+    type Observation = WidgetObservation;
+
+    async fn verify(&self, request: &Request<'_, Widget>, _observation: &mut WidgetObservation) -> VerifyOutcome {
+        if let Some(Script::Fail(error)) = self.backend.next("verify") {
+            return VerifyOutcome::Error(error);
+        }
+        match self.backend.widget(request.idempotency_token) {
+            None => VerifyOutcome::Missing,
+            Some(w) if w.deleting => VerifyOutcome::Deleting,
+            Some(w) if !w.ready => VerifyOutcome::InProgress("the widget is being built".into()),
+            Some(w) if w.size != request.object.spec.size => {
+                VerifyOutcome::UpdateRequired(format!("size is {} instead of {}", w.size, request.object.spec.size))
+            }
+            Some(_) => VerifyOutcome::Ready,
+        }
+    }
+
+    async fn create(&self, request: &Request<'_, Widget>, observation: &mut WidgetObservation) -> MutateOutcome {
+        let script = self.backend.next("create");
+        if let Some(Script::Fail(error)) = script {
+            return MutateOutcome::Error(error);
+        }
+        let ready = !matches!(script, Some(Script::Async));
+        let id = {
+            let mut cloud = self.backend.0.lock().unwrap();
+            cloud.next_id += 1;
+            let id = format!("w-{}", cloud.next_id);
+            // Idempotent on the token, as the contract demands.
+            let widget = cloud.widgets.entry(request.idempotency_token.to_owned()).or_insert(CloudWidget {
+                id,
+                size: request.object.spec.size,
+                ready,
+                deleting: false,
+            });
+            widget.id.clone()
+        };
+        if matches!(script, Some(Script::HangAfterCreate)) {
+            std::future::pending::<()>().await;
+        }
+        observation.external_id = Some(id);
+        if ready { MutateOutcome::Succeeded } else { MutateOutcome::AwaitingVerification }
+    }
+
+    async fn update(&self, request: &Request<'_, Widget>, _observation: &mut WidgetObservation) -> MutateOutcome {
+        let script = self.backend.next("update");
+        if let Some(Script::Fail(error)) = script {
+            return MutateOutcome::Error(error);
+        }
+        let ready = !matches!(script, Some(Script::Async));
+        let mut cloud = self.backend.0.lock().unwrap();
+        match cloud.widgets.get_mut(request.idempotency_token) {
+            Some(widget) => {
+                widget.size = request.object.spec.size;
+                widget.ready = ready;
+                if ready { MutateOutcome::Succeeded } else { MutateOutcome::AwaitingVerification }
+            }
+            None => MutateOutcome::Error(ExternalError::not_found("NotFound", "no such widget")),
+        }
+    }
+
+    async fn delete(&self, request: &Request<'_, Widget>, _observation: &mut WidgetObservation) -> DeleteOutcome {
+        let script = self.backend.next("delete");
+        if let Some(Script::Fail(error)) = script {
+            return DeleteOutcome::Error(error);
+        }
+        let mut cloud = self.backend.0.lock().unwrap();
+        if matches!(script, Some(Script::Async)) {
+            return match cloud.widgets.get_mut(request.idempotency_token) {
+                Some(widget) => {
+                    widget.deleting = true;
+                    DeleteOutcome::AwaitingVerification
+                }
+                None => DeleteOutcome::Error(ExternalError::not_found("NotFound", "no such widget")),
+            };
+        }
+        match cloud.widgets.remove(request.idempotency_token) {
+            Some(_) => DeleteOutcome::Succeeded,
+            None => DeleteOutcome::Error(ExternalError::not_found("NotFound", "no such widget")),
+        }
+    }
+
+    fn dependencies(&self, object: &Widget) -> Vec<DependencyRef> {
+        object
+            .spec
+            .depends_on
+            .iter()
+            .map(|name| DependencyRef {
+                api_version: format!("{GROUP}/v1alpha1"),
+                kind: "Widget".into(),
+                name: name.clone(),
+                namespace: None,
+            })
+            .collect()
+    }
+
+    fn requeue_policy(&self, state: ReconcileState) -> RequeuePolicy {
+        match state {
+            ReconcileState::Succeeded | ReconcileState::Failed => RequeuePolicy::fixed(Duration::from_millis(500)),
+            _ => RequeuePolicy::exponential(Duration::from_millis(100), Duration::from_millis(400)),
+        }
+    }
+
+    fn error_backoff(&self) -> RequeuePolicy {
+        RequeuePolicy::exponential(Duration::from_millis(100), Duration::from_millis(400))
+    }
+
+    fn throttle_floor(&self) -> Duration {
+        Duration::from_millis(300)
+    }
+
+    fn default_deletion_policy(&self) -> DeletionPolicy {
+        self.default_deletion
+    }
+}
+
+/// A namespace, a client and a Widget controller watching only that namespace.
+pub struct Harness {
+    pub client: Client,
+    pub namespace: String,
+    pub backend: Backend,
+    pub registry: Registry,
+    controller: Option<JoinHandle<()>>,
+    plane: &'static ControlPlane,
+}
+
+impl Harness {
+    pub async fn start(prefix: &str) -> Self {
+        Self::start_with(prefix, DeletionPolicy::Delete).await
+    }
+
+    pub async fn start_with(prefix: &str, default_deletion: DeletionPolicy) -> Self {
+        let plane = control_plane().await.expect("control plane starts");
+        plane.install_crds(&[Widget::crd()]).await.expect("Widget CRD installs");
+        let namespace = plane.namespace(prefix).await.expect("namespace is created");
+        let mut harness = Self {
+            client: plane.client(),
+            namespace,
+            backend: Backend::default(),
+            registry: Registry::with_prefix("blockwork"),
+            controller: None,
+            plane,
+        };
+        harness.start_controller(default_deletion);
+        harness
+    }
+
+    /// Starts a controller (again): a new process, as far as the object is concerned.
+    pub fn start_controller(&mut self, default_deletion: DeletionPolicy) {
+        let metrics = RuntimeMetrics::register(&mut self.registry);
+        let manager = WidgetManager { backend: self.backend.clone(), default_deletion };
+        let client = self.plane.client();
+        let context = Context::new(client.clone(), manager, ControllerConfig::new("widget", GROUP), metrics);
+        let api: Api<Widget> = Api::namespaced(client, &self.namespace);
+        self.controller = Some(tokio::spawn(blockwork_runtime::run(api, context, 4, std::future::pending())));
+    }
+
+    /// Kills the controller wherever it is, as a crash would.
+    pub fn crash_controller(&mut self) {
+        if let Some(handle) = self.controller.take() {
+            handle.abort();
+        }
+    }
+
+    pub fn api(&self) -> Api<Widget> {
+        Api::namespaced(self.client.clone(), &self.namespace)
+    }
+
+    pub async fn create(&self, widget: Widget) -> Widget {
+        self.api().create(&PostParams::default(), &widget).await.expect("widget is created")
+    }
+
+    /// Polls until `check` holds for the widget, or fails the test with the last status seen.
+    pub async fn wait_for(&self, name: &str, what: &str, check: impl Fn(&Widget) -> bool) -> Widget {
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+        loop {
+            let widget = self.api().get_opt(name).await.expect("get widget");
+            if let Some(widget) = widget {
+                if check(&widget) {
+                    return widget;
+                }
+                if tokio::time::Instant::now() > deadline {
+                    panic!("timed out waiting for {name} to be {what}; last status: {:#?}", widget.status);
+                }
+            } else if tokio::time::Instant::now() > deadline {
+                panic!("timed out waiting for {name} to be {what}; it does not exist");
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    pub async fn wait_for_state(&self, name: &str, state: ReconcileState) -> Widget {
+        self.wait_for(name, state.as_str(), |w| {
+            w.status.as_ref().map(ManagedStatus::state) == Some(state) && w.status.as_ref().and_then(|s| s.state).is_some()
+        })
+        .await
+    }
+
+    pub async fn wait_gone(&self, name: &str) {
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+        while self.api().get_opt(name).await.expect("get widget").is_some() {
+            assert!(tokio::time::Instant::now() < deadline, "timed out waiting for {name} to be deleted");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    /// Reason of the Kubernetes events about `name`.
+    pub async fn event_reasons(&self, name: &str) -> Vec<String> {
+        let events: Api<k8s_openapi::api::events::v1::Event> = Api::namespaced(self.client.clone(), &self.namespace);
+        let list = events.list(&Default::default()).await.expect("list events");
+        list.items
+            .into_iter()
+            .filter(|e| e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(name))
+            .filter_map(|e| e.reason)
+            .collect()
+    }
+}
+
+impl Drop for Harness {
+    fn drop(&mut self) {
+        self.crash_controller();
+    }
+}
+
+pub fn widget(name: &str, size: i32) -> Widget {
+    let mut widget = Widget::new(name, WidgetSpec { size, depends_on: Vec::new() });
+    widget.metadata.annotations = Some(Default::default());
+    widget
+}
+
+pub fn with_annotation(mut widget: Widget, key: &str, value: &str) -> Widget {
+    widget.annotations_mut().insert(key.to_owned(), value.to_owned());
+    widget
+}
+
+pub fn condition(widget: &Widget, type_: &str) -> Option<(String, String)> {
+    widget.status.as_ref()?.condition(type_).map(|c| (c.status.clone(), c.reason.clone()))
+}
+
+pub fn token(widget: &Widget) -> String {
+    blockwork_runtime::idempotency_token(&widget.uid().expect("created widgets have a uid"))
+}

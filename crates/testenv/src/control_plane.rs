@@ -1,0 +1,236 @@
+//! A real kube-apiserver and etcd on loopback, shared by the tests of one test binary.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::Namespace;
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::api::{Api, ObjectMeta, Patch, PatchParams, PostParams};
+use kube::config::{KubeConfigOptions, Kubeconfig};
+use kube::runtime::wait::{await_condition, conditions};
+use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, Issuer, KeyPair, SanType};
+use tokio::sync::OnceCell;
+
+pub use crate::process::Error;
+use crate::process::{Process, accepts, wait_until};
+use crate::tools::{free_port, tool};
+
+const ADMIN_TOKEN: &str = "blockwork-testenv-admin";
+const READY_TIMEOUT: Duration = Duration::from_secs(90);
+
+/// etcd and kube-apiserver, their files, and how to reach them.
+#[derive(Debug)]
+pub struct ControlPlane {
+    config: kube::Config,
+    kubeconfig: PathBuf,
+    dir: PathBuf,
+    etcd: Process,
+    apiserver: Process,
+}
+
+static CONTROL_PLANE: OnceCell<ControlPlane> = OnceCell::const_new();
+
+/// The control plane shared by all tests of this test binary; started on first use.
+pub async fn control_plane() -> Result<&'static ControlPlane, Error> {
+    CONTROL_PLANE.get_or_try_init(ControlPlane::start).await
+}
+
+impl ControlPlane {
+    async fn start() -> Result<Self, Error> {
+        let dir = std::env::temp_dir().join(format!("blockwork-testenv-{}", std::process::id()));
+        std::fs::create_dir_all(&dir)?;
+
+        let etcd_port = free_port()?;
+        let peer_port = free_port()?;
+        let etcd = Process::start(
+            "etcd",
+            &tool("etcd")?,
+            &[
+                format!("--data-dir={}", dir.join("etcd").display()),
+                format!("--listen-client-urls=http://127.0.0.1:{etcd_port}"),
+                format!("--advertise-client-urls=http://127.0.0.1:{etcd_port}"),
+                format!("--listen-peer-urls=http://127.0.0.1:{peer_port}"),
+                format!("--initial-advertise-peer-urls=http://127.0.0.1:{peer_port}"),
+                format!("--initial-cluster=default=http://127.0.0.1:{peer_port}"),
+                "--unsafe-no-fsync".into(),
+                "--log-level=warn".into(),
+            ],
+            &[("ETCD_UNSUPPORTED_ARCH", String::new())],
+            &dir,
+        )?;
+        wait_until(&etcd, READY_TIMEOUT, || accepts(etcd_port)).await?;
+
+        let pki = Pki::generate()?;
+        let file = |name: &str, contents: &str| -> Result<PathBuf, Error> {
+            let path = dir.join(name);
+            std::fs::write(&path, contents)?;
+            Ok(path)
+        };
+        let ca = file("ca.crt", &pki.ca_pem)?;
+        let serving_cert = file("apiserver.crt", &pki.serving_cert_pem)?;
+        let serving_key = file("apiserver.key", &pki.serving_key_pem)?;
+        let sa_key = file("service-account.key", &pki.service_account_key_pem)?;
+        let sa_public_key = file("service-account.pub", &pki.service_account_public_key_pem)?;
+        let tokens = file("tokens.csv", &format!("{ADMIN_TOKEN},admin,admin,\"system:masters\"\n"))?;
+
+        let port = free_port()?;
+        let apiserver = Process::start(
+            "kube-apiserver",
+            &tool("kube-apiserver")?,
+            &[
+                format!("--etcd-servers=http://127.0.0.1:{etcd_port}"),
+                "--bind-address=127.0.0.1".into(),
+                format!("--secure-port={port}"),
+                format!("--tls-cert-file={}", serving_cert.display()),
+                format!("--tls-private-key-file={}", serving_key.display()),
+                format!("--client-ca-file={}", ca.display()),
+                format!("--token-auth-file={}", tokens.display()),
+                "--authorization-mode=RBAC".into(),
+                "--service-account-issuer=https://127.0.0.1".into(),
+                format!("--service-account-key-file={}", sa_public_key.display()),
+                format!("--service-account-signing-key-file={}", sa_key.display()),
+                "--service-cluster-ip-range=10.0.0.0/24".into(),
+                "--disable-admission-plugins=ServiceAccount".into(),
+                "--endpoint-reconciler-type=none".into(),
+                "--allow-privileged=true".into(),
+                "--v=1".into(),
+            ],
+            &[],
+            &dir,
+        )?;
+
+        let kubeconfig = file("kubeconfig", &kubeconfig_yaml(port, &pki.ca_pem))?;
+        let config = Kubeconfig::read_from(&kubeconfig).map_err(|e| Error::Setup(format!("kubeconfig: {e}")))?;
+        let config = kube::Config::from_custom_kubeconfig(config, &KubeConfigOptions::default())
+            .await
+            .map_err(|e| Error::Setup(format!("kubeconfig: {e}")))?;
+        let client = kube::Client::try_from(config.clone()).map_err(|e| Error::Setup(format!("client: {e}")))?;
+        wait_until(&apiserver, READY_TIMEOUT, || {
+            let client = client.clone();
+            async move {
+                let request = http::Request::get("/readyz").body(Vec::new());
+                match request {
+                    Ok(request) => client.request_text(request).await.is_ok_and(|body| body.trim() == "ok"),
+                    Err(_) => false,
+                }
+            }
+        })
+        .await?;
+        Ok(Self { config, kubeconfig, dir, etcd, apiserver })
+    }
+
+    /// A new client for the calling test's tokio runtime (a client's connection pool belongs to
+    /// the runtime that made it, so clients are not shared between tests).
+    pub fn client(&self) -> kube::Client {
+        kube::Client::try_from(self.config.clone()).unwrap_or_else(|e| unreachable_config(&e))
+    }
+
+    pub fn kube_config(&self) -> kube::Config {
+        self.config.clone()
+    }
+
+    /// A kubeconfig with an admin token, for kubectl and child processes.
+    pub fn kubeconfig_path(&self) -> &Path {
+        &self.kubeconfig
+    }
+
+    /// Where the control plane keeps its files and logs.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// The process ids of etcd and kube-apiserver.
+    pub fn pids(&self) -> (u32, u32) {
+        (self.etcd.pid(), self.apiserver.pid())
+    }
+
+    /// Server-side-applies CRDs and waits until each is Established. Idempotent.
+    pub async fn install_crds(&self, crds: &[CustomResourceDefinition]) -> Result<(), Error> {
+        let api: Api<CustomResourceDefinition> = Api::all(self.client());
+        let params = PatchParams::apply("blockwork-testenv").force();
+        for crd in crds {
+            let name = crd.metadata.name.clone().ok_or_else(|| Error::Setup("a CRD without a name".into()))?;
+            api.patch(&name, &params, &Patch::Apply(crd)).await.map_err(|e| Error::Setup(format!("applying CRD {name}: {e}")))?;
+            let established = await_condition(api.clone(), &name, conditions::is_crd_established());
+            tokio::time::timeout(Duration::from_secs(30), established)
+                .await
+                .map_err(|_| Error::Setup(format!("CRD {name} was not Established within 30 s")))?
+                .map_err(|e| Error::Setup(format!("waiting for CRD {name}: {e}")))?;
+        }
+        Ok(())
+    }
+
+    /// A new namespace named `<prefix>-<random>`.
+    pub async fn namespace(&self, prefix: &str) -> Result<String, Error> {
+        let mut clean: String =
+            prefix.to_ascii_lowercase().chars().map(|c| if c.is_ascii_alphanumeric() { c } else { '-' }).take(40).collect();
+        clean = clean.trim_matches('-').to_owned();
+        if clean.is_empty() {
+            clean = "test".into();
+        }
+        let name = format!("{clean}-{}", &uuid::Uuid::new_v4().simple().to_string()[..8]);
+        let namespace = Namespace { metadata: ObjectMeta { name: Some(name.clone()), ..ObjectMeta::default() }, ..Namespace::default() };
+        Api::<Namespace>::all(self.client())
+            .create(&PostParams::default(), &namespace)
+            .await
+            .map_err(|e| Error::Setup(format!("creating namespace {name}: {e}")))?;
+        Ok(name)
+    }
+}
+
+fn unreachable_config(error: &kube::Error) -> kube::Client {
+    // The same configuration built a client during start-up, so this cannot fail; if it ever
+    // does, the test cannot go on.
+    #[allow(clippy::panic)]
+    {
+        panic!("the test control plane's client configuration stopped working: {error}")
+    }
+}
+
+fn kubeconfig_yaml(port: u16, ca_pem: &str) -> String {
+    use base64::Engine as _;
+    use std::fmt::Write as _;
+    let ca = base64::engine::general_purpose::STANDARD.encode(ca_pem);
+    let mut yaml = String::new();
+    let _ = write!(
+        yaml,
+        "apiVersion: v1\nkind: Config\nclusters:\n- name: testenv\n  cluster:\n    server: https://127.0.0.1:{port}\n    certificate-authority-data: {ca}\nusers:\n- name: admin\n  user:\n    token: {ADMIN_TOKEN}\ncontexts:\n- name: testenv\n  context:\n    cluster: testenv\n    user: admin\n    namespace: default\ncurrent-context: testenv\n"
+    );
+    yaml
+}
+
+/// A CA, a serving certificate for 127.0.0.1 signed by it, and a service-account signing key.
+struct Pki {
+    ca_pem: String,
+    serving_cert_pem: String,
+    serving_key_pem: String,
+    service_account_key_pem: String,
+    service_account_public_key_pem: String,
+}
+
+impl Pki {
+    fn generate() -> Result<Self, Error> {
+        let tls = |e: rcgen::Error| Error::Setup(format!("generating test certificates: {e}"));
+        let ca_key = KeyPair::generate().map_err(tls)?;
+        let mut ca_params = CertificateParams::new(Vec::<String>::new()).map_err(tls)?;
+        ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+        ca_params.distinguished_name.push(DnType::CommonName, "blockwork-testenv-ca");
+        let ca_cert = ca_params.self_signed(&ca_key).map_err(tls)?;
+        let issuer = Issuer::new(ca_params, ca_key);
+
+        let serving_key = KeyPair::generate().map_err(tls)?;
+        let mut serving = CertificateParams::new(vec!["localhost".to_owned()]).map_err(tls)?;
+        serving.subject_alt_names.push(SanType::IpAddress(std::net::IpAddr::V4(std::net::Ipv4Addr::LOCALHOST)));
+        serving.distinguished_name.push(DnType::CommonName, "kube-apiserver");
+        let serving_cert = serving.signed_by(&serving_key, &issuer).map_err(tls)?;
+
+        let service_account_key = KeyPair::generate().map_err(tls)?;
+        Ok(Self {
+            ca_pem: ca_cert.pem(),
+            serving_cert_pem: serving_cert.pem(),
+            serving_key_pem: serving_key.serialize_pem(),
+            service_account_key_pem: service_account_key.serialize_pem(),
+            service_account_public_key_pem: service_account_key.public_key_pem(),
+        })
+    }
+}

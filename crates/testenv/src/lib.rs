@@ -1,0 +1,18 @@
+//! Blockwork's test environment, in the spirit of controller-runtime's envtest: real upstream
+//! processes on loopback, started once per test binary and killed when it exits.
+//!
+//! - [`control_plane`]: a real kube-apiserver and etcd, Blockwork's CRDs installed, one
+//!   namespace per test.
+//! - [`emulators`]: the moto AWS emulator (ACM, Route53, STS, CloudFront) and MiniStack (the
+//!   CloudFront tenant APIs moto lacks).
+//! - [`fault_proxy`]: an HTTP proxy between the AWS SDK and an emulator that answers chosen
+//!   calls with real AWS errors, latency or PENDING changes.
+//!
+//! The binaries come from `scripts/install-test-tools`, found in `$BLOCKWORK_TOOLS_DIR`
+//! (default `~/.cache/blockwork-tools`).
+
+pub mod control_plane;
+pub mod emulators;
+pub mod fault_proxy;
+mod process;
+mod tools;
