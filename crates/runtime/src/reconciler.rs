@@ -275,7 +275,7 @@ async fn reconcile_object<M: ExternalResource>(object: &M::Object, context: &Con
     if object.meta().deletion_timestamp.is_some() {
         return finalize(object, &api, context, &current, &policies, &uid).await;
     }
-    if !object.finalizers().iter().any(|f| *f == context.config.finalizer) {
+    if !object.finalizers().contains(&context.config.finalizer) {
         add_finalizer(object, &api, &context.config.finalizer).await?;
         // The finalizer change comes back as a watch event and triggers the next step.
         return Ok(Action::await_change());

@@ -369,3 +369,37 @@ async fn metrics_count_reconciles_external_calls_and_states() {
     assert!(text.contains(r#"blockwork_external_calls_total{controller="widget",operation="create",result="success"} 1"#), "{text}");
     assert!(text.contains(r#"blockwork_managed_objects{controller="widget",state="Succeeded"} 1"#), "{text}");
 }
+
+#[tokio::test]
+async fn resource_that_needs_recreating_is_deleted_and_created_again() {
+    let h = Harness::start("recreate").await;
+    let created = h.create(widget("a", 1)).await;
+    h.wait_for_state("a", ReconcileState::Succeeded).await;
+    let first_id = h.backend.widget(&token(&created)).unwrap().id;
+    h.backend.script("delete", Script::Async);
+    h.backend.break_widget(&token(&created));
+    h.wait_for_state("a", ReconcileState::Recreating).await;
+    h.backend.complete();
+    let w = h
+        .wait_for("a", "Succeeded with a new widget", |w| {
+            w.status
+                .as_ref()
+                .is_some_and(|s| s.state() == ReconcileState::Succeeded && s.observation.external_id.as_deref() != Some(first_id.as_str()))
+        })
+        .await;
+    let replacement = h.backend.widget(&token(&w)).unwrap();
+    assert_ne!(replacement.id, first_id);
+    assert!(!replacement.broken);
+    assert_eq!(h.backend.widgets().len(), 1);
+}
+
+#[tokio::test]
+async fn success_hook_runs_after_create_and_its_failure_is_retried() {
+    let h = Harness::start("hook").await;
+    h.backend.script("hook", Script::Fail(ExternalError::retryable("SecretWriteFailed", "could not publish the widget's secret")));
+    h.create(widget("a", 1)).await;
+    let w = h.wait_for("a", "SuccessHookFailed", |w| condition(w, "Synced").map(|c| c.1) == Some("SuccessHookFailed".into())).await;
+    assert_eq!(w.status.as_ref().unwrap().state(), ReconcileState::Succeeded, "the resource itself is ready");
+    h.wait_for("a", "Synced again", |w| condition(w, "Synced") == Some(("True".into(), "ReconcileSuccess".into()))).await;
+    assert!(h.backend.calls("hook") >= 2);
+}

@@ -49,6 +49,8 @@ pub struct CloudWidget {
     pub size: i32,
     pub ready: bool,
     pub deleting: bool,
+    /// Changed in a way only delete and create can fix.
+    pub broken: bool,
 }
 
 #[derive(Clone, Debug)]
@@ -99,6 +101,12 @@ impl Backend {
             widget.size = size;
         }
     }
+    /// Breaks a widget so that only a recreate repairs it.
+    pub fn break_widget(&self, token: &str) {
+        if let Some(widget) = self.0.lock().unwrap().widgets.get_mut(token) {
+            widget.broken = true;
+        }
+    }
     pub fn remove(&self, token: &str) {
         self.0.lock().unwrap().widgets.remove(token);
     }
@@ -126,6 +134,7 @@ impl ExternalResource for WidgetManager {
             None => VerifyOutcome::Missing,
             Some(w) if w.deleting => VerifyOutcome::Deleting,
             Some(w) if !w.ready => VerifyOutcome::InProgress("the widget is being built".into()),
+            Some(w) if w.broken => VerifyOutcome::RecreateRequired("the widget is broken".into()),
             Some(w) if w.size != request.object.spec.size => {
                 VerifyOutcome::UpdateRequired(format!("size is {} instead of {}", w.size, request.object.spec.size))
             }
@@ -149,6 +158,7 @@ impl ExternalResource for WidgetManager {
                 size: request.object.spec.size,
                 ready,
                 deleting: false,
+                broken: false,
             });
             widget.id.clone()
         };
@@ -194,6 +204,18 @@ impl ExternalResource for WidgetManager {
         match cloud.widgets.remove(request.idempotency_token) {
             Some(_) => DeleteOutcome::Succeeded,
             None => DeleteOutcome::Error(ExternalError::not_found("NotFound", "no such widget")),
+        }
+    }
+
+    async fn on_success(
+        &self,
+        _request: &Request<'_, Widget>,
+        _observation: &WidgetObservation,
+        _client: &Client,
+    ) -> Result<(), ExternalError> {
+        match self.backend.next("hook") {
+            Some(Script::Fail(error)) => Err(error),
+            _ => Ok(()),
         }
     }
 
