@@ -1,1 +1,82 @@
-//! TODO
+//! AWS emulators on loopback, one of each per test binary: moto (ACM, Route53, STS,
+//! CloudFront distributions) and MiniStack (the CloudFront tenant APIs moto answers with 404).
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use tokio::sync::OnceCell;
+
+pub use crate::process::Error;
+use crate::process::{Process, accepts, wait_until};
+use crate::tools::{free_port, tool};
+
+/// Seconds moto keeps a certificate in PENDING_VALIDATION before issuing it.
+pub const MOTO_ACM_VALIDATION_WAIT_SECONDS: u64 = 1;
+/// The account moto and MiniStack pretend to be.
+pub const ACCOUNT_ID: &str = "123456789012";
+
+#[derive(Debug)]
+pub struct Emulator {
+    port: u16,
+    process: Process,
+}
+
+static MOTO: OnceCell<Emulator> = OnceCell::const_new();
+static MINISTACK: OnceCell<Emulator> = OnceCell::const_new();
+
+/// The moto server shared by the tests of this binary.
+pub async fn moto() -> Result<&'static Emulator, Error> {
+    MOTO.get_or_try_init(|| async {
+        let port = free_port()?;
+        let process = Process::start(
+            "moto",
+            &tool("moto_server")?,
+            &["-H".into(), "127.0.0.1".into(), "-p".into(), port.to_string()],
+            &[("MOTO_ACM_VALIDATION_WAIT", MOTO_ACM_VALIDATION_WAIT_SECONDS.to_string()), ("MOTO_ACCOUNT_ID", ACCOUNT_ID.to_owned())],
+            &log_dir()?,
+        )?;
+        wait_until(&process, Duration::from_secs(60), || accepts(port)).await?;
+        Ok(Emulator { port, process })
+    })
+    .await
+}
+
+/// The MiniStack server shared by the tests of this binary.
+pub async fn ministack() -> Result<&'static Emulator, Error> {
+    MINISTACK
+        .get_or_try_init(|| async {
+            let port = free_port()?;
+            let process = Process::start(
+                "ministack",
+                &tool("ministack")?,
+                &[],
+                &[
+                    ("GATEWAY_PORT", port.to_string()),
+                    ("BIND_HOST", "127.0.0.1".to_owned()),
+                    ("MINISTACK_ACCOUNT_ID", ACCOUNT_ID.to_owned()),
+                    ("LOG_LEVEL", "WARNING".to_owned()),
+                ],
+                &log_dir()?,
+            )?;
+            wait_until(&process, Duration::from_secs(60), || accepts(port)).await?;
+            Ok(Emulator { port, process })
+        })
+        .await
+}
+
+impl Emulator {
+    /// e.g. `http://127.0.0.1:40123`: the SDK's endpoint override, or a fault proxy's upstream.
+    pub fn endpoint(&self) -> String {
+        format!("http://127.0.0.1:{}", self.port)
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.process.pid()
+    }
+}
+
+fn log_dir() -> Result<PathBuf, Error> {
+    let dir = std::env::temp_dir().join(format!("blockwork-testenv-{}", std::process::id()));
+    std::fs::create_dir_all(&dir)?;
+    Ok(dir)
+}

@@ -1,1 +1,325 @@
-//! TODO
+//! An HTTP proxy between the AWS SDK and an emulator that answers chosen calls with real AWS
+//! errors (in each protocol's wire format, so the SDK parses the code), adds latency, or turns
+//! Route53 changes PENDING. It counts the calls of each operation.
+
+use std::collections::HashMap;
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full};
+use hyper::body::Incoming;
+use hyper::service::service_fn;
+use hyper::{Request, Response, StatusCode};
+use hyper_util::client::legacy::Client;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use tokio::net::TcpListener;
+use tokio::task::JoinHandle;
+
+pub use crate::process::Error;
+
+/// Which calls a fault applies to.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Operation {
+    /// An AWS operation name, e.g. `RequestCertificate`, `ChangeResourceRecordSets`.
+    Named(String),
+    Any,
+}
+
+impl Operation {
+    pub fn named(name: &str) -> Self {
+        Self::Named(name.to_owned())
+    }
+
+    fn matches(&self, name: &str) -> bool {
+        match self {
+            Self::Named(n) => n == name,
+            Self::Any => true,
+        }
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Fault {
+    /// The service's throttling error (`ThrottlingException` in JSON, `Throttling` in XML).
+    Throttling,
+    /// A 5xx with the service's internal-error body.
+    ServerError(u16),
+    /// `AccessDeniedException` / `AccessDenied`.
+    AccessDenied,
+    /// ACM's `ResourceInUseException`.
+    ResourceInUse,
+    /// Route53's `PriorRequestNotComplete`.
+    PriorRequestNotComplete,
+    /// Wait, then forward.
+    Latency(Duration),
+    /// Forward, then report Route53 change status `PENDING` instead of `INSYNC`.
+    PendingChange,
+    /// Any error code and message.
+    Custom { status: u16, code: String, message: String },
+}
+
+#[derive(Default)]
+struct State {
+    faults: Vec<(Operation, Fault, usize)>,
+    calls: HashMap<String, usize>,
+}
+
+/// Stops serving when dropped.
+pub struct FaultProxy {
+    address: SocketAddr,
+    state: Arc<Mutex<State>>,
+    server: JoinHandle<()>,
+}
+
+impl Drop for FaultProxy {
+    fn drop(&mut self) {
+        self.server.abort();
+    }
+}
+
+impl FaultProxy {
+    /// Starts a proxy to `upstream` (e.g. an [`Emulator`](crate::emulators::Emulator)'s
+    /// endpoint) on the current tokio runtime.
+    pub async fn start(upstream: &str) -> Result<Self, Error> {
+        let listener = TcpListener::bind("127.0.0.1:0").await?;
+        let address = listener.local_addr()?;
+        let state = Arc::new(Mutex::new(State::default()));
+        let upstream: Arc<str> = Arc::from(upstream.trim_end_matches('/'));
+        let client: Client<HttpConnector, Full<Bytes>> = Client::builder(TokioExecutor::new()).build_http();
+        let shared = Arc::clone(&state);
+        let server = tokio::spawn(async move {
+            loop {
+                let Ok((stream, _)) = listener.accept().await else { continue };
+                let (state, upstream, client) = (Arc::clone(&shared), Arc::clone(&upstream), client.clone());
+                tokio::spawn(async move {
+                    let service = service_fn(move |request| {
+                        let (state, upstream, client) = (Arc::clone(&state), Arc::clone(&upstream), client.clone());
+                        async move { Ok::<_, Infallible>(handle(request, &state, &upstream, &client).await) }
+                    });
+                    let _ = hyper::server::conn::http1::Builder::new().serve_connection(TokioIo::new(stream), service).await;
+                });
+            }
+        });
+        Ok(Self { address, state, server })
+    }
+
+    /// The SDK's endpoint override.
+    pub fn endpoint(&self) -> String {
+        format!("http://{}", self.address)
+    }
+
+    /// Answers the next `times` calls matching `operation` with `fault`. Faults apply in the
+    /// order they were injected.
+    pub fn inject(&self, operation: Operation, fault: Fault, times: usize) {
+        self.lock().faults.push((operation, fault, times));
+    }
+
+    /// How many requests of `operation` arrived (faulted or forwarded).
+    pub fn calls(&self, operation: &str) -> usize {
+        self.lock().calls.get(operation).copied().unwrap_or(0)
+    }
+
+    /// Every operation seen, with its count.
+    pub fn all_calls(&self) -> HashMap<String, usize> {
+        self.lock().calls.clone()
+    }
+
+    pub fn clear(&self) {
+        *self.lock() = State::default();
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Protocol {
+    /// awsJson 1.1 (ACM).
+    Json,
+    /// restXml (Route53, CloudFront).
+    RestXml,
+    /// awsQuery (STS).
+    Query,
+}
+
+async fn handle(
+    request: Request<Incoming>,
+    state: &Mutex<State>,
+    upstream: &str,
+    client: &Client<HttpConnector, Full<Bytes>>,
+) -> Response<Full<Bytes>> {
+    let (parts, body) = request.into_parts();
+    let body = match body.collect().await {
+        Ok(collected) => collected.to_bytes(),
+        Err(e) => return plain(StatusCode::BAD_REQUEST, &format!("fault proxy: reading the request: {e}")),
+    };
+    let (protocol, operation) = identify(&parts, &body);
+    let fault = {
+        let mut state = state.lock().unwrap_or_else(PoisonError::into_inner);
+        *state.calls.entry(operation.clone()).or_default() += 1;
+        let found = state.faults.iter_mut().find(|(op, _, left)| *left > 0 && op.matches(&operation));
+        found.map(|(_, fault, left)| {
+            *left -= 1;
+            fault.clone()
+        })
+    };
+    match fault {
+        Some(Fault::Latency(delay)) => {
+            tokio::time::sleep(delay).await;
+            forward(parts, body, upstream, client, false).await
+        }
+        Some(Fault::PendingChange) => forward(parts, body, upstream, client, true).await,
+        Some(fault) => error_response(protocol, &fault),
+        None => forward(parts, body, upstream, client, false).await,
+    }
+}
+
+async fn forward(
+    parts: http::request::Parts,
+    body: Bytes,
+    upstream: &str,
+    client: &Client<HttpConnector, Full<Bytes>>,
+    pending: bool,
+) -> Response<Full<Bytes>> {
+    let path = parts.uri.path_and_query().map_or("/", |p| p.as_str());
+    let mut builder = Request::builder().method(parts.method).uri(format!("{upstream}{path}"));
+    for (name, value) in &parts.headers {
+        builder = builder.header(name, value);
+    }
+    let request = match builder.body(Full::new(body)) {
+        Ok(request) => request,
+        Err(e) => return plain(StatusCode::BAD_GATEWAY, &format!("fault proxy: {e}")),
+    };
+    let response = match client.request(request).await {
+        Ok(response) => response,
+        Err(e) => return plain(StatusCode::BAD_GATEWAY, &format!("fault proxy: upstream unreachable: {e}")),
+    };
+    let (mut parts, body) = response.into_parts();
+    let mut body = match body.collect().await {
+        Ok(collected) => collected.to_bytes(),
+        Err(e) => return plain(StatusCode::BAD_GATEWAY, &format!("fault proxy: reading the response: {e}")),
+    };
+    if pending {
+        let text = String::from_utf8_lossy(&body).replace("<Status>INSYNC</Status>", "<Status>PENDING</Status>");
+        body = Bytes::from(text);
+        parts.headers.remove(http::header::CONTENT_LENGTH);
+    }
+    Response::from_parts(parts, Full::new(body))
+}
+
+/// The protocol and the AWS operation name of a request.
+fn identify(parts: &http::request::Parts, body: &[u8]) -> (Protocol, String) {
+    if let Some(target) = parts.headers.get("x-amz-target").and_then(|v| v.to_str().ok()) {
+        return (Protocol::Json, target.rsplit('.').next().unwrap_or(target).to_owned());
+    }
+    let path = parts.uri.path();
+    let method = parts.method.as_str();
+    if let Some(rest) = path.strip_prefix("/2013-04-01/") {
+        return (Protocol::RestXml, route53_operation(method, rest));
+    }
+    if let Some(rest) = path.strip_prefix("/2020-05-31/") {
+        return (Protocol::RestXml, cloudfront_operation(method, rest));
+    }
+    let form = String::from_utf8_lossy(body);
+    let action = form.split('&').find_map(|pair| pair.strip_prefix("Action=")).map(str::to_owned);
+    let action = action.or_else(|| parts.uri.query().and_then(|q| q.split('&').find_map(|p| p.strip_prefix("Action=")).map(str::to_owned)));
+    (Protocol::Query, action.unwrap_or_else(|| format!("{method} {path}")))
+}
+
+fn route53_operation(method: &str, rest: &str) -> String {
+    let segments: Vec<&str> = rest.trim_end_matches('/').split('/').collect();
+    let name = match (method, segments.as_slice()) {
+        ("POST", ["hostedzone", _, "rrset"]) => "ChangeResourceRecordSets",
+        ("GET", ["hostedzone", _, "rrset"]) => "ListResourceRecordSets",
+        ("GET", ["change", _]) => "GetChange",
+        ("POST", ["hostedzone"]) => "CreateHostedZone",
+        ("GET", ["hostedzone"]) => "ListHostedZones",
+        ("GET", ["hostedzone", _]) => "GetHostedZone",
+        ("DELETE", ["hostedzone", _]) => "DeleteHostedZone",
+        ("GET", ["hostedzonesbyname"]) => "ListHostedZonesByName",
+        _ => return format!("Route53 {method} {rest}"),
+    };
+    name.to_owned()
+}
+
+fn cloudfront_operation(method: &str, rest: &str) -> String {
+    let segments: Vec<&str> = rest.trim_end_matches('/').split('/').collect();
+    let name = match (method, segments.as_slice()) {
+        ("POST", ["distribution-tenant"]) => "CreateDistributionTenant",
+        ("GET", ["distribution-tenant", _]) => "GetDistributionTenant",
+        ("PUT", ["distribution-tenant", _]) => "UpdateDistributionTenant",
+        ("DELETE", ["distribution-tenant", _]) => "DeleteDistributionTenant",
+        ("POST", ["distribution-tenants"]) => "ListDistributionTenants",
+        ("POST", ["connection-group"]) => "CreateConnectionGroup",
+        ("GET", ["connection-group", _]) => "GetConnectionGroup",
+        ("PUT", ["connection-group", _]) => "UpdateConnectionGroup",
+        ("DELETE", ["connection-group", _]) => "DeleteConnectionGroup",
+        ("POST", ["connection-groups"]) => "ListConnectionGroups",
+        ("GET", ["managed-certificate", _]) => "GetManagedCertificateDetails",
+        ("GET", ["distribution", _]) => "GetDistribution",
+        ("GET", ["distribution", _, "config"]) => "GetDistributionConfig",
+        _ => return format!("CloudFront {method} {rest}"),
+    };
+    name.to_owned()
+}
+
+fn error_response(protocol: Protocol, fault: &Fault) -> Response<Full<Bytes>> {
+    let (status, json_code, xml_code, message) = match fault {
+        Fault::Throttling => (400, "ThrottlingException", "Throttling", "Rate exceeded"),
+        Fault::ServerError(status) => {
+            let code = if *status == 503 { "ServiceUnavailable" } else { "InternalFailure" };
+            (*status, code, code, "We encountered an internal error. Please try again.")
+        }
+        Fault::AccessDenied => (
+            if protocol == Protocol::Json { 400 } else { 403 },
+            "AccessDeniedException",
+            "AccessDenied",
+            "User: arn:aws:iam::123456789012:user/operator is not authorized to perform this action",
+        ),
+        Fault::ResourceInUse => (400, "ResourceInUseException", "ResourceInUse", "The certificate is in use by another AWS resource"),
+        Fault::PriorRequestNotComplete => (
+            400,
+            "PriorRequestNotComplete",
+            "PriorRequestNotComplete",
+            "The request was rejected because Route 53 was still processing a prior request.",
+        ),
+        Fault::Custom { status, code, message } => (*status, code.as_str(), code.as_str(), message.as_str()),
+        Fault::Latency(_) | Fault::PendingChange => (500, "InternalFailure", "InternalFailure", "fault proxy: not an error fault"),
+    };
+    let status = StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+    let request_id = uuid::Uuid::new_v4().to_string();
+    let (content_type, body) = match protocol {
+        Protocol::Json => ("application/x-amz-json-1.1", serde_json::json!({"__type": json_code, "message": message}).to_string()),
+        Protocol::RestXml | Protocol::Query => (
+            "text/xml",
+            format!(
+                "<?xml version=\"1.0\"?>\n<ErrorResponse><Error><Type>{}</Type><Code>{xml_code}</Code><Message>{}</Message></Error><RequestId>{request_id}</RequestId></ErrorResponse>",
+                if status.is_server_error() { "Receiver" } else { "Sender" },
+                escape_xml(message)
+            ),
+        ),
+    };
+    let mut response = Response::new(Full::new(Bytes::from(body)));
+    *response.status_mut() = status;
+    let headers = response.headers_mut();
+    headers.insert(http::header::CONTENT_TYPE, http::HeaderValue::from_static(content_type));
+    if let Ok(value) = http::HeaderValue::from_str(&request_id) {
+        headers.insert("x-amzn-requestid", value);
+    }
+    response
+}
+
+fn escape_xml(text: &str) -> String {
+    text.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;")
+}
+
+fn plain(status: StatusCode, message: &str) -> Response<Full<Bytes>> {
+    let mut response = Response::new(Full::new(Bytes::from(message.to_owned())));
+    *response.status_mut() = status;
+    response
+}
