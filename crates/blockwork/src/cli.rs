@@ -1,0 +1,137 @@
+//! Command line.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+
+/// Blockwork: Kubernetes operators that turn platform runbooks into custom resources.
+#[derive(Debug, Parser)]
+#[command(name = "blockwork", version, about)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Print the CustomResourceDefinitions of every controller as multi-document YAML.
+    Crds(CrdsArgs),
+    /// Run the controllers.
+    Run(Box<RunArgs>),
+}
+
+#[derive(Debug, Args)]
+pub struct CrdsArgs {
+    /// Write one `<crd name>.yaml` per CRD into this directory instead of printing them.
+    #[arg(long, value_name = "DIR")]
+    pub output_dir: Option<PathBuf>,
+}
+
+#[derive(Debug, Args)]
+pub struct RunArgs {
+    /// Controllers to run, comma separated [default (also when empty): all registered controllers].
+    #[arg(long, env = "BLOCKWORK_CONTROLLERS", value_delimiter = ',', value_name = "NAMES")]
+    pub controllers: Option<Vec<String>>,
+
+    /// Namespaces to watch, comma separated [default: all namespaces].
+    #[arg(long, env = "BLOCKWORK_NAMESPACES", value_delimiter = ',', value_name = "NAMESPACES")]
+    pub namespaces: Vec<String>,
+
+    /// Run the controllers only while holding the leader-election Lease.
+    #[arg(long, env = "BLOCKWORK_LEADER_ELECT")]
+    pub leader_elect: bool,
+
+    /// Namespace of the leader-election Lease [default: the pod's namespace, read from the
+    /// service account, else `default`].
+    #[arg(long, env = "BLOCKWORK_LEADER_ELECTION_NAMESPACE", value_name = "NAMESPACE")]
+    pub leader_election_namespace: Option<String>,
+
+    /// Name of the leader-election Lease.
+    #[arg(long, env = "BLOCKWORK_LEADER_ELECTION_ID", default_value = "blockwork-leader", value_name = "NAME")]
+    pub leader_election_id: String,
+
+    /// Address of the metrics server (`/metrics`); `0` disables it.
+    #[arg(long, env = "BLOCKWORK_METRICS_BIND_ADDRESS", default_value = "0.0.0.0:8080", value_parser = parse_bind_address, value_name = "ADDR")]
+    pub metrics_bind_address: BindAddress,
+
+    /// Address of the health probe server (`/healthz`, `/readyz`); `0` disables it.
+    #[arg(long, env = "BLOCKWORK_HEALTH_PROBE_BIND_ADDRESS", default_value = "0.0.0.0:8081", value_parser = parse_bind_address, value_name = "ADDR")]
+    pub health_probe_bind_address: BindAddress,
+
+    /// Most reconciles each controller runs at once.
+    #[arg(long, env = "BLOCKWORK_MAX_CONCURRENT_RECONCILES", default_value_t = 3, value_parser = clap::value_parser!(u16).range(1..), value_name = "N")]
+    pub max_concurrent_reconciles: u16,
+
+    /// Log format.
+    #[arg(long, env = "BLOCKWORK_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
+    pub log_format: LogFormat,
+
+    /// Log filter, in `tracing_subscriber::EnvFilter` syntax (e.g. `info,blockwork=debug`).
+    #[arg(long, env = "RUST_LOG", default_value = "info", value_name = "FILTER")]
+    pub log_level: String,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum LogFormat {
+    Json,
+    Text,
+}
+
+/// Where a server listens, if at all.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BindAddress {
+    Disabled,
+    At(SocketAddr),
+}
+
+fn parse_bind_address(s: &str) -> Result<BindAddress, String> {
+    if s == "0" {
+        return Ok(BindAddress::Disabled);
+    }
+    s.parse().map(BindAddress::At).map_err(|e| format!("expected `host:port` or `0`: {e}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    #[test]
+    fn cli_is_consistent() {
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn bind_addresses() {
+        assert_eq!(parse_bind_address("0"), Ok(BindAddress::Disabled));
+        assert_eq!(parse_bind_address("127.0.0.1:9"), Ok(BindAddress::At(SocketAddr::from(([127, 0, 0, 1], 9)))));
+        assert!(parse_bind_address("localhost").is_err());
+    }
+
+    #[test]
+    fn run_defaults() {
+        let cli = Cli::try_parse_from(["blockwork", "run"]).expect("parses");
+        let Command::Run(args) = cli.command else { unreachable!("run") };
+        assert_eq!(args.controllers, None);
+        assert!(args.namespaces.is_empty());
+        assert!(!args.leader_elect);
+        assert_eq!(args.leader_election_id, "blockwork-leader");
+        assert_eq!(args.max_concurrent_reconciles, 3);
+        assert_eq!(args.metrics_bind_address, BindAddress::At(SocketAddr::from(([0, 0, 0, 0], 8080))));
+        assert_eq!(args.health_probe_bind_address, BindAddress::At(SocketAddr::from(([0, 0, 0, 0], 8081))));
+    }
+
+    #[test]
+    fn lists_are_comma_separated() {
+        let cli = Cli::try_parse_from(["blockwork", "run", "--controllers", "a,b", "--namespaces", "x,y"]).expect("parses");
+        let Command::Run(args) = cli.command else { unreachable!("run") };
+        assert_eq!(args.controllers, Some(vec!["a".to_owned(), "b".to_owned()]));
+        assert_eq!(args.namespaces, ["x", "y"]);
+    }
+
+    #[test]
+    fn zero_concurrent_reconciles_is_rejected() {
+        assert!(Cli::try_parse_from(["blockwork", "run", "--max-concurrent-reconciles", "0"]).is_err());
+    }
+}

@@ -1,0 +1,58 @@
+//! The `blockwork` binary: `blockwork crds` prints the CRDs, `blockwork run` runs the
+//! controllers.
+
+use std::process::ExitCode;
+
+use blockwork::cli::{Cli, Command};
+use blockwork::{controllers, crds, run, telemetry};
+use clap::{CommandFactory as _, Parser as _};
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match cli.command {
+        Command::Crds(args) => report(crds::run(&controllers::registered(), args.output_dir.as_deref())),
+        Command::Run(args) => {
+            let selected = match controllers::select(controllers::registered(), args.controllers.as_deref()) {
+                Ok(selected) => selected,
+                Err(message) => usage_error("run", format!("invalid value for '--controllers': {message}")),
+            };
+            if let Err(e) = telemetry::init(args.log_format, &args.log_level) {
+                return report(Err(e));
+            }
+            let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+                Ok(runtime) => runtime,
+                Err(e) => return report(Err(anyhow::Error::new(e).context("starting the async runtime"))),
+            };
+            let result = runtime.block_on(run::run(*args, selected));
+            // Don't wait for tasks that ignore the shutdown (e.g. a hung request).
+            runtime.shutdown_background();
+            match result {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(e) => {
+                    tracing::error!(error = telemetry::error_chain(&e), "exiting");
+                    ExitCode::FAILURE
+                }
+            }
+        }
+    }
+}
+
+/// Exits like clap does on a bad argument: message, usage of `subcommand`, exit code 2.
+fn usage_error(subcommand: &str, message: String) -> ! {
+    let mut command = Cli::command();
+    command.build();
+    match command.find_subcommand_mut(subcommand) {
+        Some(sub) => sub.error(clap::error::ErrorKind::InvalidValue, message).exit(),
+        None => command.error(clap::error::ErrorKind::InvalidValue, message).exit(),
+    }
+}
+
+fn report(result: anyhow::Result<()>) -> ExitCode {
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {}", telemetry::error_chain(&e));
+            ExitCode::FAILURE
+        }
+    }
+}

@@ -1,0 +1,344 @@
+//! `blockwork run`: the controllers, the health and metrics servers and leader election, in one
+//! process.
+//!
+//! Start-up: bind the servers (the health server answers `/healthz` from here on), build the
+//! client, then either start the controllers or, with `--leader-elect`, become ready as a standby
+//! and start them once this process holds the Lease.
+//!
+//! Shutdown, on the first SIGINT or SIGTERM: readiness ends, the controllers are told to stop and
+//! drain (for at most [`DRAIN_TIMEOUT`]), the Lease is released, the servers stop, and the
+//! process exits 0. A second signal exits at once. A controller that stops on its own stops the
+//! process the same way, with exit code 1. Losing the Lease exits at once with exit code 1.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{Context as _, bail};
+use blockwork_runtime::RuntimeMetrics;
+use kube::Client;
+use prometheus_client::registry::Registry;
+use tokio::signal::unix::{SignalKind, signal};
+use tokio::sync::watch;
+use tokio::task::{JoinHandle, JoinSet};
+use tracing::{error, info, warn};
+
+use crate::cli::{BindAddress, RunArgs};
+use crate::controllers::{Controller, ControllerContext, ControllerMetrics, Namespaces};
+use crate::leader::{self, Elector, LeadershipLost, Role};
+use crate::server::{self, Status};
+use crate::shutdown::{self, Shutdown, ShutdownTrigger};
+use crate::telemetry;
+
+/// How long the controllers get to finish their reconciles after shutdown is requested; below
+/// Kubernetes' default `terminationGracePeriodSeconds` of 30.
+pub const DRAIN_TIMEOUT: Duration = Duration::from_secs(25);
+
+const SERVICE_ACCOUNT_NAMESPACE: &str = "/var/run/secrets/kubernetes.io/serviceaccount/namespace";
+
+/// Runs `controllers` (already selected) until shutdown. `Ok` after a clean shutdown.
+pub async fn run(args: RunArgs, controllers: Vec<Controller>) -> anyhow::Result<()> {
+    let (trigger, shutdown) = shutdown::channel();
+    let signals = Signals::install()?;
+    tokio::spawn(signals.forward(trigger));
+    let (controllers_trigger, controllers_shutdown) = shutdown::channel();
+
+    let elector = args.leader_elect.then(|| Elector {
+        namespace: args.leader_election_namespace.clone().unwrap_or_else(pod_namespace),
+        lease_name: args.leader_election_id.clone(),
+        identity: leader::identity(),
+    });
+
+    let mut registry = Registry::with_prefix("blockwork");
+    let status = Status::new(elector.as_ref().map(|e| e.identity.clone()), &mut registry);
+    let runtime_metrics = RuntimeMetrics::register(&mut registry);
+    let metrics: Vec<ControllerMetrics> =
+        controllers.iter().map(|c| (c.register_metrics)(registry.sub_registry_with_prefix(c.name))).collect();
+
+    let (servers_trigger, servers_stop) = shutdown::channel();
+    let servers = Servers::start(&args, Arc::clone(&status), Arc::new(registry), &servers_stop).await?;
+
+    let client = Client::try_default().await.context("building the Kubernetes client")?;
+    let names: Vec<_> = controllers.iter().map(|c| c.name).collect();
+    let namespaces = Namespaces::from_list(args.namespaces.clone());
+    info!(controllers = ?names, ?namespaces, leader_elect = args.leader_elect, "starting");
+
+    let mut election = match elector {
+        Some(elector) => Some(Election::start(elector).await?),
+        None => None,
+    };
+
+    // Standby until this process leads (at once without leader election).
+    if let Some(election) = election.as_mut() {
+        let leading = election.wait_for_leadership(&status, &shutdown).await;
+        if !leading {
+            info!("shutting down before acquiring leadership");
+            status.set_stopping();
+            controllers_trigger.trigger();
+            election.finish().await;
+            servers.stop(servers_trigger).await;
+            return Ok(());
+        }
+    }
+
+    status.set_leader(true);
+    let context = ControllerContext {
+        client,
+        namespaces,
+        max_concurrent_reconciles: args.max_concurrent_reconciles,
+        shutdown: controllers_shutdown,
+        runtime_metrics,
+        metrics: Arc::new(()),
+    };
+    let mut running = Running::start(&controllers, metrics, &context);
+    status.set_ready();
+    info!(controllers = ?names, "controllers started");
+
+    // Until shutdown, a controller stopping, or the Lease lost.
+    let failure = tokio::select! {
+        () = shutdown.wait() => None,
+        stopped = running.next_stopped() => Some(stopped),
+        lost = lost(election.as_mut()) => fail_stop(&lost),
+    };
+    status.set_stopping();
+    controllers_trigger.trigger();
+    if let Some(stopped) = &failure {
+        error!(error = telemetry::error_chain(stopped), "a controller stopped; shutting down");
+    } else {
+        info!("shutting down: draining the controllers");
+    }
+
+    // Keep holding (and renewing) the Lease while draining, so no other leader starts meanwhile.
+    let drained = tokio::select! {
+        drained = tokio::time::timeout(DRAIN_TIMEOUT, running.drain()) => drained.is_ok(),
+        lost = lost(election.as_mut()) => fail_stop(&lost),
+    };
+    if !drained {
+        // Don't release the Lease: the reconciles still running could overlap the next leader's.
+        error!(timeout = ?DRAIN_TIMEOUT, "controllers did not stop in time; exiting without releasing the Lease");
+        bail!("controllers did not stop within {DRAIN_TIMEOUT:?}");
+    }
+    if let Some(election) = election.as_mut() {
+        election.finish().await;
+    }
+    servers.stop(servers_trigger).await;
+    match failure {
+        Some(stopped) => Err(stopped),
+        None => {
+            info!("shut down cleanly");
+            Ok(())
+        }
+    }
+}
+
+/// The pod's namespace, or `default` outside a pod.
+fn pod_namespace() -> String {
+    std::fs::read_to_string(SERVICE_ACCOUNT_NAMESPACE)
+        .ok()
+        .map(|ns| ns.trim().to_owned())
+        .filter(|ns| !ns.is_empty())
+        .unwrap_or_else(|| "default".to_owned())
+}
+
+/// Exits at once: fail-stop on lost leadership.
+fn fail_stop(lost: &LeadershipLost) -> ! {
+    error!(error = %lost, "lost leadership; exiting without waiting for in-flight reconciles");
+    std::process::exit(1)
+}
+
+/// Completes when leadership is lost; never without leader election.
+async fn lost(election: Option<&mut Election>) -> LeadershipLost {
+    match election {
+        Some(election) => election.lost().await,
+        None => std::future::pending().await,
+    }
+}
+
+/// SIGINT and SIGTERM, handled once for the whole process.
+struct Signals {
+    interrupt: tokio::signal::unix::Signal,
+    terminate: tokio::signal::unix::Signal,
+}
+
+impl Signals {
+    fn install() -> anyhow::Result<Self> {
+        Ok(Self {
+            interrupt: signal(SignalKind::interrupt()).context("installing the SIGINT handler")?,
+            terminate: signal(SignalKind::terminate()).context("installing the SIGTERM handler")?,
+        })
+    }
+
+    async fn next(&mut self) -> &'static str {
+        tokio::select! {
+            _ = self.interrupt.recv() => "SIGINT",
+            _ = self.terminate.recv() => "SIGTERM",
+        }
+    }
+
+    /// First signal: graceful shutdown. Second: exit at once.
+    async fn forward(mut self, trigger: ShutdownTrigger) {
+        let name = self.next().await;
+        info!(signal = name, "shutdown requested");
+        trigger.trigger();
+        let name = self.next().await;
+        warn!(signal = name, "second signal; exiting at once");
+        std::process::exit(1);
+    }
+}
+
+struct Servers {
+    tasks: Vec<JoinHandle<anyhow::Result<()>>>,
+}
+
+impl Servers {
+    /// Binds both servers before serving either, so a taken port fails start-up.
+    async fn start(args: &RunArgs, status: Arc<Status>, registry: Arc<Registry>, stop: &Shutdown) -> anyhow::Result<Self> {
+        let health = match args.health_probe_bind_address {
+            BindAddress::At(addr) => Some(server::bind(addr, "health probe").await?),
+            BindAddress::Disabled => None,
+        };
+        let metrics = match args.metrics_bind_address {
+            BindAddress::At(addr) => Some(server::bind(addr, "metrics").await?),
+            BindAddress::Disabled => None,
+        };
+        let mut tasks = Vec::new();
+        if let Some(listener) = health {
+            tasks.push(server::spawn(listener, server::health_router(status), stop.clone(), "health probe"));
+        }
+        if let Some(listener) = metrics {
+            tasks.push(server::spawn(listener, server::metrics_router(registry), stop.clone(), "metrics"));
+        }
+        Ok(Self { tasks })
+    }
+
+    async fn stop(self, trigger: ShutdownTrigger) {
+        trigger.trigger();
+        for task in self.tasks {
+            match task.await {
+                Ok(Ok(())) => {}
+                Ok(Err(e)) => warn!(error = telemetry::error_chain(&e), "server failed"),
+                Err(e) => warn!(error = %e, "server task failed"),
+            }
+        }
+    }
+}
+
+/// The leader-election task.
+struct Election {
+    role: watch::Receiver<Role>,
+    /// Stops the task (which releases the Lease).
+    stop: ShutdownTrigger,
+    /// `None` once the task ended.
+    task: Option<JoinHandle<Result<(), LeadershipLost>>>,
+    lease: (String, String),
+}
+
+impl Election {
+    async fn start(elector: Elector) -> anyhow::Result<Self> {
+        let client = leader::client().await?;
+        let (role_tx, role) = watch::channel(Role::Starting);
+        let (stop, stop_rx) = shutdown::channel();
+        let lease = (elector.namespace.clone(), elector.lease_name.clone());
+        let task = tokio::spawn(elector.run(client, role_tx, stop_rx));
+        Ok(Self { role, stop, task: Some(task), lease })
+    }
+
+    /// Waits until this process leads (`true`) or shutdown is requested (`false`); ready as a
+    /// standby meanwhile.
+    async fn wait_for_leadership(&mut self, status: &Status, shutdown: &Shutdown) -> bool {
+        loop {
+            match *self.role.borrow_and_update() {
+                Role::Starting => {}
+                Role::Standby => status.set_ready(),
+                Role::Leader => return true,
+            }
+            tokio::select! {
+                biased;
+                () = shutdown.wait() => return false,
+                lost = task_lost(&mut self.task, &self.lease) => fail_stop(&lost),
+                changed = self.role.changed() => {
+                    if changed.is_err() {
+                        // The task ended; `lost()` reports why on the next turn.
+                        continue;
+                    }
+                }
+            }
+        }
+    }
+
+    /// Completes when the task ends by losing leadership (or panicking).
+    async fn lost(&mut self) -> LeadershipLost {
+        task_lost(&mut self.task, &self.lease).await
+    }
+
+    /// Stops the task, which releases the Lease if held.
+    async fn finish(&mut self) {
+        self.stop.trigger();
+        if let Some(task) = self.task.take() {
+            match task.await {
+                Ok(Ok(())) => {}
+                Ok(Err(lost)) => warn!(error = %lost, "leadership lost while shutting down"),
+                Err(e) => warn!(error = %e, "the leader-election task failed"),
+            }
+        }
+    }
+}
+
+async fn task_lost(task: &mut Option<JoinHandle<Result<(), LeadershipLost>>>, lease: &(String, String)) -> LeadershipLost {
+    let Some(handle) = task.as_mut() else { return std::future::pending().await };
+    let result = handle.await;
+    *task = None;
+    let (namespace, name) = lease.clone();
+    match result {
+        Err(e) => LeadershipLost { namespace, name, reason: format!("the leader-election task failed: {e}") },
+        Ok(Ok(())) => LeadershipLost { namespace, name, reason: "the leader-election task stopped".to_owned() },
+        Ok(Err(lost)) => lost,
+    }
+}
+
+/// The controller tasks.
+struct Running {
+    tasks: JoinSet<anyhow::Result<()>>,
+    names: HashMap<tokio::task::Id, &'static str>,
+}
+
+impl Running {
+    fn start(controllers: &[Controller], metrics: Vec<ControllerMetrics>, context: &ControllerContext) -> Self {
+        let mut tasks = JoinSet::new();
+        let mut names = HashMap::new();
+        for (controller, metrics) in controllers.iter().zip(metrics) {
+            let context = ControllerContext { metrics, ..context.clone() };
+            let handle = tasks.spawn((controller.run)(context));
+            names.insert(handle.id(), controller.name);
+        }
+        Self { tasks, names }
+    }
+
+    /// Completes when a controller stops, with why; never if none runs.
+    async fn next_stopped(&mut self) -> anyhow::Error {
+        let Some(result) = self.tasks.join_next_with_id().await else { return std::future::pending().await };
+        let (name, result) = self.outcome(result);
+        match result {
+            Ok(()) => anyhow::anyhow!("controller `{name}` stopped before shutdown was requested"),
+            Err(e) => e.context(format!("controller `{name}` failed")),
+        }
+    }
+
+    /// Waits for every controller to stop.
+    async fn drain(&mut self) {
+        while let Some(result) = self.tasks.join_next_with_id().await {
+            match self.outcome(result) {
+                (name, Ok(())) => info!(controller = name, "controller stopped"),
+                (name, Err(e)) => warn!(controller = name, error = telemetry::error_chain(&e), "controller failed while stopping"),
+            }
+        }
+    }
+
+    fn outcome(&self, result: Result<(tokio::task::Id, anyhow::Result<()>), tokio::task::JoinError>) -> (&'static str, anyhow::Result<()>) {
+        let name = |id| self.names.get(&id).copied().unwrap_or("?");
+        match result {
+            Ok((id, result)) => (name(id), result),
+            Err(e) => (name(e.id()), Err(anyhow::anyhow!("panicked: {e}"))),
+        }
+    }
+}

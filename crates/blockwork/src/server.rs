@@ -1,0 +1,155 @@
+//! The health probe server (`/healthz`, `/readyz`) and the metrics server (`/metrics`).
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU8, Ordering};
+
+use anyhow::Context as _;
+use axum::Router;
+use axum::extract::State;
+use axum::http::{StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::registry::Registry;
+use tokio::net::TcpListener;
+use tokio::task::JoinHandle;
+
+use crate::shutdown::Shutdown;
+
+pub const OPENMETRICS_CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+
+const STARTING: u8 = 0;
+const READY: u8 = 1;
+const STOPPING: u8 = 2;
+
+/// What the probes report.
+///
+/// Readiness means "this process is serving": it comes once the controllers are started or,
+/// with leader election, once this process is a candidate for the Lease. A replica that is not
+/// the leader is therefore ready too: it is a hot standby (and will serve the webhooks that run
+/// on every replica); `/readyz` says `leader: false` in its body so a person can tell the
+/// replicas apart. Readiness ends when shutdown starts.
+#[derive(Debug)]
+pub struct Status {
+    phase: AtomicU8,
+    /// `None` without leader election.
+    identity: Option<String>,
+    leader: Gauge,
+}
+
+impl Status {
+    /// Registers `leader` (1 while this process runs the controllers) in `registry`.
+    pub fn new(identity: Option<String>, registry: &mut Registry) -> Arc<Self> {
+        let leader = Gauge::default();
+        registry.register(
+            "leader",
+            "1 while this process holds the leader-election Lease (always, without leader election)",
+            leader.clone(),
+        );
+        Arc::new(Self { phase: AtomicU8::new(STARTING), identity, leader })
+    }
+
+    pub fn set_ready(&self) {
+        // Never go back from stopping to ready.
+        let _ = self.phase.compare_exchange(STARTING, READY, Ordering::AcqRel, Ordering::Acquire);
+    }
+
+    pub fn set_stopping(&self) {
+        self.phase.store(STOPPING, Ordering::Release);
+    }
+
+    pub fn set_leader(&self, leader: bool) {
+        self.leader.set(i64::from(leader));
+    }
+
+    fn readyz(&self) -> (StatusCode, String) {
+        let mut body = match self.phase.load(Ordering::Acquire) {
+            READY => return (StatusCode::OK, format!("ok\n{}", self.leadership())),
+            STARTING => "starting\n".to_owned(),
+            _ => "shutting down\n".to_owned(),
+        };
+        body.push_str(&self.leadership());
+        (StatusCode::SERVICE_UNAVAILABLE, body)
+    }
+
+    fn leadership(&self) -> String {
+        match &self.identity {
+            Some(identity) => format!("leader: {}\nidentity: {identity}\n", self.leader.get() == 1),
+            None => "leader: true\nleader election: disabled\n".to_owned(),
+        }
+    }
+}
+
+pub fn health_router(status: Arc<Status>) -> Router {
+    Router::new()
+        .route("/healthz", get(|| async { "ok\n" }))
+        .route("/readyz", get(|State(status): State<Arc<Status>>| async move { status.readyz() }))
+        .with_state(status)
+}
+
+pub fn metrics_router(registry: Arc<Registry>) -> Router {
+    Router::new().route("/metrics", get(metrics)).with_state(registry)
+}
+
+async fn metrics(State(registry): State<Arc<Registry>>) -> Response {
+    let mut body = String::new();
+    match prometheus_client::encoding::text::encode(&mut body, &registry) {
+        Ok(()) => ([(header::CONTENT_TYPE, OPENMETRICS_CONTENT_TYPE)], body).into_response(),
+        Err(e) => (StatusCode::INTERNAL_SERVER_ERROR, format!("encoding metrics: {e}\n")).into_response(),
+    }
+}
+
+pub async fn bind(addr: SocketAddr, what: &str) -> anyhow::Result<TcpListener> {
+    TcpListener::bind(addr).await.with_context(|| format!("binding the {what} server to {addr}"))
+}
+
+/// Serves `router` on `listener` until `shutdown` fires, then finishes the open requests.
+pub fn spawn(listener: TcpListener, router: Router, shutdown: Shutdown, what: &'static str) -> JoinHandle<anyhow::Result<()>> {
+    tokio::spawn(async move {
+        let addr = listener.local_addr().ok();
+        tracing::info!(server = what, ?addr, "serving");
+        axum::serve(listener, router).with_graceful_shutdown(shutdown.wait_owned()).await.with_context(|| format!("{what} server"))
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn readiness_follows_the_phase_and_reports_leadership() {
+        let mut registry = Registry::default();
+        let status = Status::new(Some("me".to_owned()), &mut registry);
+        assert_eq!(status.readyz().0, StatusCode::SERVICE_UNAVAILABLE);
+        status.set_ready();
+        assert_eq!(status.readyz(), (StatusCode::OK, "ok\nleader: false\nidentity: me\n".to_owned()));
+        status.set_leader(true);
+        assert_eq!(status.readyz(), (StatusCode::OK, "ok\nleader: true\nidentity: me\n".to_owned()));
+        status.set_stopping();
+        status.set_ready();
+        assert_eq!(status.readyz().0, StatusCode::SERVICE_UNAVAILABLE);
+    }
+
+    #[test]
+    fn without_leader_election_readiness_says_so() {
+        let status = Status::new(None, &mut Registry::default());
+        status.set_ready();
+        assert_eq!(status.readyz(), (StatusCode::OK, "ok\nleader: true\nleader election: disabled\n".to_owned()));
+    }
+
+    #[tokio::test]
+    async fn metrics_are_openmetrics_text() {
+        let mut registry = Registry::with_prefix("blockwork");
+        let status = Status::new(None, &mut registry);
+        status.set_leader(true);
+        let response = metrics(State(Arc::new(registry))).await;
+        assert_eq!(response.status(), StatusCode::OK);
+        let content_type = response.headers().get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).map(str::to_owned);
+        assert_eq!(content_type.as_deref(), Some(OPENMETRICS_CONTENT_TYPE));
+        let body = axum::body::to_bytes(response.into_body(), 1 << 20).await.expect("body");
+        let body = String::from_utf8(body.to_vec()).expect("utf-8");
+        assert!(body.contains("blockwork_leader 1\n"), "{body}");
+        assert!(body.ends_with("# EOF\n"), "{body}");
+    }
+}

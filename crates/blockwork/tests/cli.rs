@@ -1,0 +1,312 @@
+#![allow(clippy::unwrap_used, clippy::panic)]
+//! The `blockwork` binary, run as a process: its command line, and `blockwork run` against a
+//! real kube-apiserver (from `blockwork-testenv`).
+
+use std::path::{Path, PathBuf};
+use std::process::{ExitStatus, Output, Stdio};
+use std::time::Duration;
+
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
+use kube::api::{Patch, PatchParams};
+use kube::{Api, Client};
+use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+use tokio::time::{Instant, sleep};
+
+const BIN: &str = env!("CARGO_BIN_EXE_blockwork");
+const LEASE: &str = "blockwork-leader";
+
+fn blockwork(args: &[&str]) -> Output {
+    std::process::Command::new(BIN).args(args).output().unwrap()
+}
+
+fn stdout(output: &Output) -> String {
+    String::from_utf8_lossy(&output.stdout).into_owned()
+}
+
+fn stderr(output: &Output) -> String {
+    String::from_utf8_lossy(&output.stderr).into_owned()
+}
+
+#[test]
+fn help_lists_the_subcommands() {
+    let output = blockwork(&["--help"]);
+    assert!(output.status.success(), "{}", stderr(&output));
+    let help = stdout(&output);
+    for command in ["crds", "run"] {
+        assert!(help.lines().any(|l| l.trim_start().starts_with(command)), "`{command}` missing from:\n{help}");
+    }
+}
+
+#[test]
+fn run_help_lists_every_flag() {
+    let output = blockwork(&["run", "--help"]);
+    assert!(output.status.success(), "{}", stderr(&output));
+    let help = stdout(&output);
+    for flag in [
+        "--controllers",
+        "--namespaces",
+        "--leader-elect",
+        "--leader-election-namespace",
+        "--leader-election-id",
+        "--metrics-bind-address",
+        "--health-probe-bind-address",
+        "--max-concurrent-reconciles",
+        "--log-format",
+        "--log-level",
+    ] {
+        assert!(help.contains(&format!("{flag} ")) || help.contains(&format!("{flag}\n")), "{flag} missing from:\n{help}");
+    }
+    for default in ["blockwork-leader", "0.0.0.0:8080", "0.0.0.0:8081", "[default: 3]", "RUST_LOG"] {
+        assert!(help.contains(default), "{default} missing from:\n{help}");
+    }
+}
+
+#[test]
+fn unknown_controllers_are_named_in_the_error() {
+    let output = blockwork(&["run", "--controllers", "nosuch"]);
+    assert_eq!(output.status.code(), Some(2), "{}", stderr(&output));
+    let message = stderr(&output);
+    assert!(message.contains("nosuch"), "{message}");
+    assert!(message.contains("valid controllers"), "{message}");
+}
+
+#[test]
+fn zero_concurrent_reconciles_is_rejected() {
+    let output = blockwork(&["run", "--max-concurrent-reconciles", "0"]);
+    assert_eq!(output.status.code(), Some(2), "{}", stderr(&output));
+    assert!(stderr(&output).contains("--max-concurrent-reconciles"), "{}", stderr(&output));
+}
+
+#[test]
+fn crds_prints_every_crd() {
+    // No operator is registered yet: nothing to print, and that is a success.
+    let output = blockwork(&["crds"]);
+    assert!(output.status.success(), "{}", stderr(&output));
+    assert_eq!(stdout(&output), "");
+
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("crd");
+    let output = blockwork(&["crds", "--output-dir", out.to_str().unwrap()]);
+    assert!(output.status.success(), "{}", stderr(&output));
+    assert_eq!(std::fs::read_dir(&out).unwrap().count(), 0);
+}
+
+/// `blockwork run` serves its probes and metrics, takes the Lease, and shuts down cleanly on
+/// SIGINT, releasing the Lease.
+#[tokio::test]
+async fn run_against_a_real_apiserver() {
+    let (client, kubeconfig, namespace) = cluster("blockwork-run").await;
+    let mut instance = Instance::start(&kubeconfig, &namespace);
+
+    let readyz = instance.wait_ready().await;
+    assert!(readyz.starts_with("ok\n"), "{readyz}");
+    let healthz = instance.get(instance.health, "/healthz").await;
+    assert_eq!((healthz.status, healthz.body.as_str()), (200, "ok\n"), "{}", instance.logs());
+    let metrics = instance.get(instance.metrics, "/metrics").await;
+    assert_eq!(metrics.status, 200);
+    assert_eq!(metrics.header("content-type"), Some("application/openmetrics-text; version=1.0.0; charset=utf-8"));
+    assert!(metrics.body.ends_with("# EOF\n"), "{}", metrics.body);
+    assert!(metrics.body.contains("# TYPE blockwork_leader gauge"), "{}", metrics.body);
+
+    let leases: Api<Lease> = Api::namespaced(client, &namespace);
+    let holder = wait_for_holder(&leases, Duration::from_secs(30), |h| h.is_some()).await.unwrap();
+    assert_eq!(Some(holder.as_str()), instance.identity().await.as_deref(), "{}", instance.logs());
+    let readyz = instance.get(instance.health, "/readyz").await;
+    assert!(readyz.body.contains("leader: true"), "{}", readyz.body);
+
+    instance.interrupt();
+    let status = instance.wait_exit(Duration::from_secs(10)).await;
+    assert_eq!(status.code(), Some(0), "{}", instance.logs());
+    let spec = leases.get(LEASE).await.unwrap().spec.unwrap_or_default();
+    assert_eq!(spec.holder_identity, None, "the Lease is released on a clean shutdown");
+}
+
+/// Two instances on one Lease: exactly one leads, the other is a ready standby that takes over
+/// when the leader stops.
+#[tokio::test]
+async fn one_of_two_instances_leads() {
+    let (client, kubeconfig, namespace) = cluster("blockwork-election").await;
+    let mut a = Instance::start(&kubeconfig, &namespace);
+    let mut b = Instance::start(&kubeconfig, &namespace);
+    a.wait_ready().await;
+    b.wait_ready().await;
+    let (id_a, id_b) = (a.identity().await.unwrap(), b.identity().await.unwrap());
+    assert_ne!(id_a, id_b);
+
+    let leases: Api<Lease> = Api::namespaced(client, &namespace);
+    let holder = wait_for_holder(&leases, Duration::from_secs(30), |h| h.is_some()).await.unwrap();
+    assert!(holder == id_a || holder == id_b, "holder {holder} is neither {id_a} nor {id_b}");
+    let (mut leader, mut standby) = if holder == id_a { (a, b) } else { (b, a) };
+    assert!(leader.get(leader.health, "/readyz").await.body.contains("leader: true"));
+    let standby_ready = standby.get(standby.health, "/readyz").await;
+    assert_eq!(standby_ready.status, 200, "a standby is ready");
+    assert!(standby_ready.body.contains("leader: false"), "{}", standby_ready.body);
+
+    // The leader releases the Lease on SIGINT; the standby notices within a retry period (2 s),
+    // not only when the Lease would have expired (15 s).
+    leader.interrupt();
+    assert_eq!(leader.wait_exit(Duration::from_secs(10)).await.code(), Some(0), "{}", leader.logs());
+    let standby_id = standby.identity().await.unwrap();
+    let holder = wait_for_holder(&leases, Duration::from_secs(8), |h| h == Some(standby_id.as_str())).await;
+    assert_eq!(holder.as_deref(), Some(standby_id.as_str()), "{}", standby.logs());
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while !standby.get(standby.health, "/readyz").await.body.contains("leader: true") {
+        assert!(Instant::now() < deadline, "{}", standby.logs());
+        sleep(Duration::from_millis(200)).await;
+    }
+
+    standby.interrupt();
+    assert_eq!(standby.wait_exit(Duration::from_secs(10)).await.code(), Some(0), "{}", standby.logs());
+}
+
+/// Fail-stop: a leader whose Lease is taken over exits non-zero, without waiting for shutdown.
+#[tokio::test]
+async fn losing_the_lease_stops_the_process() {
+    let (client, kubeconfig, namespace) = cluster("blockwork-failstop").await;
+    let mut instance = Instance::start(&kubeconfig, &namespace);
+    instance.wait_ready().await;
+    let leases: Api<Lease> = Api::namespaced(client, &namespace);
+    let id = instance.identity().await.unwrap();
+    assert_eq!(wait_for_holder(&leases, Duration::from_secs(30), |h| h == Some(id.as_str())).await, Some(id));
+
+    let now = MicroTime(k8s_openapi::jiff::Timestamp::now());
+    let steal =
+        serde_json::json!({"spec": {"holderIdentity": "intruder", "acquireTime": now, "renewTime": now, "leaseDurationSeconds": 15}});
+    leases.patch(LEASE, &PatchParams::default(), &Patch::Merge(&steal)).await.unwrap();
+
+    // The watchdog checks at most 7 s after the last renewal; the next renewal also notices.
+    let status = instance.wait_exit(Duration::from_secs(15)).await;
+    assert_eq!(status.code(), Some(1), "{}", instance.logs());
+    assert!(instance.logs().contains("lost leadership"), "{}", instance.logs());
+}
+
+/// A client, a kubeconfig for the binary, and a fresh namespace.
+async fn cluster(prefix: &str) -> (Client, PathBuf, String) {
+    let control_plane = blockwork_testenv::control_plane::control_plane().await.unwrap();
+    let namespace = control_plane.namespace(prefix).await.unwrap();
+    (control_plane.client(), control_plane.kubeconfig_path().to_path_buf(), namespace)
+}
+
+/// Polls the Lease's holder until `want` accepts it or `timeout` passes; returns the last holder
+/// seen.
+async fn wait_for_holder(leases: &Api<Lease>, timeout: Duration, want: impl Fn(Option<&str>) -> bool) -> Option<String> {
+    let deadline = Instant::now() + timeout;
+    loop {
+        let holder = match leases.get_opt(LEASE).await.unwrap() {
+            Some(lease) => lease.spec.and_then(|s| s.holder_identity),
+            None => None,
+        };
+        if want(holder.as_deref()) || Instant::now() > deadline {
+            return holder;
+        }
+        sleep(Duration::from_millis(250)).await;
+    }
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+/// A `blockwork run --leader-elect` process, killed on drop.
+struct Instance {
+    child: tokio::process::Child,
+    health: u16,
+    metrics: u16,
+    log: PathBuf,
+    _dir: tempfile::TempDir,
+}
+
+struct Response {
+    status: u16,
+    headers: Vec<(String, String)>,
+    body: String,
+}
+
+impl Response {
+    fn header(&self, name: &str) -> Option<&str> {
+        self.headers.iter().find(|(n, _)| n.eq_ignore_ascii_case(name)).map(|(_, v)| v.as_str())
+    }
+}
+
+impl Instance {
+    fn start(kubeconfig: &Path, namespace: &str) -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let log = dir.path().join("blockwork.log");
+        let (health, metrics) = (free_port(), free_port());
+        let child = tokio::process::Command::new(BIN)
+            .args(["run", "--leader-elect", "--leader-election-namespace", namespace])
+            .args(["--metrics-bind-address", &format!("127.0.0.1:{metrics}")])
+            .args(["--health-probe-bind-address", &format!("127.0.0.1:{health}")])
+            .args(["--log-level", "info,blockwork=debug"])
+            .env("KUBECONFIG", kubeconfig)
+            .stdin(Stdio::null())
+            .stdout(std::fs::File::create(dir.path().join("stdout")).unwrap())
+            .stderr(std::fs::File::create(&log).unwrap())
+            .kill_on_drop(true)
+            .spawn()
+            .unwrap();
+        Self { child, health, metrics, log, _dir: dir }
+    }
+
+    fn logs(&self) -> String {
+        format!("--- blockwork log ---\n{}", std::fs::read_to_string(&self.log).unwrap_or_default())
+    }
+
+    /// GET over plain HTTP/1.1.
+    async fn get(&self, port: u16, path: &str) -> Response {
+        match self.try_get(port, path).await {
+            Ok(response) => response,
+            Err(e) => panic!("GET 127.0.0.1:{port}{path}: {e}\n{}", self.logs()),
+        }
+    }
+
+    async fn try_get(&self, port: u16, path: &str) -> std::io::Result<Response> {
+        let mut stream = tokio::net::TcpStream::connect(("127.0.0.1", port)).await?;
+        stream.write_all(format!("GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n").as_bytes()).await?;
+        let mut raw = String::new();
+        tokio::time::timeout(Duration::from_secs(5), stream.read_to_string(&mut raw)).await??;
+        let (head, body) = raw.split_once("\r\n\r\n").unwrap_or((raw.as_str(), ""));
+        let mut lines = head.lines();
+        let status = lines.next().and_then(|l| l.split_whitespace().nth(1)).and_then(|s| s.parse().ok()).unwrap_or(0);
+        let headers = lines.filter_map(|l| l.split_once(':')).map(|(n, v)| (n.trim().to_owned(), v.trim().to_owned())).collect();
+        Ok(Response { status, headers, body: body.to_owned() })
+    }
+
+    /// Waits up to 60 s for `/readyz` to answer 200; returns its body.
+    async fn wait_ready(&mut self) -> String {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            if let Ok(response) = self.try_get(self.health, "/readyz").await
+                && response.status == 200
+            {
+                return response.body;
+            }
+            if let Some(status) = self.child.try_wait().unwrap() {
+                panic!("blockwork exited with {status} before becoming ready\n{}", self.logs());
+            }
+            assert!(Instant::now() < deadline, "not ready after 60 s\n{}", self.logs());
+            sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    /// The leader-election identity `/readyz` reports.
+    async fn identity(&self) -> Option<String> {
+        let body = self.get(self.health, "/readyz").await.body;
+        body.lines().find_map(|l| l.strip_prefix("identity: ")).map(str::to_owned)
+    }
+
+    /// SIGINT, without `unsafe`.
+    fn interrupt(&self) {
+        let pid = self.child.id().unwrap();
+        let status = std::process::Command::new("kill").args(["-INT", &pid.to_string()]).status().unwrap();
+        assert!(status.success());
+    }
+
+    async fn wait_exit(&mut self, timeout: Duration) -> ExitStatus {
+        match tokio::time::timeout(timeout, self.child.wait()).await {
+            Ok(status) => status.unwrap(),
+            Err(_) => panic!("still running after {timeout:?}\n{}", self.logs()),
+        }
+    }
+}
