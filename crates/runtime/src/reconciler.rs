@@ -481,7 +481,7 @@ async fn write_status_from<M: ExternalResource>(
     uid: Option<&str>,
 ) -> Result<Action, Error> {
     let generation = object.meta().generation;
-    next.state = Some(settled.state);
+    next.reconcile_state = Some(settled.state);
     next.message = settled.message.clone();
     next.observed_generation = generation;
     match &settled.marker {
@@ -516,7 +516,7 @@ async fn write_status_from<M: ExternalResource>(
         api.patch_status(&object.name_any(), &params, &Patch::Apply(&patch)).await?;
     }
 
-    let previous_state = current.state;
+    let previous_state = current.reconcile_state;
     if previous_state != Some(settled.state) {
         let note = settled.message.clone().unwrap_or_else(|| format!("state is now {}", settled.state));
         let kind = if settled.state == ReconcileState::Failed { EventType::Warning } else { EventType::Normal };

@@ -76,9 +76,10 @@ pub struct CreatePending {
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct ManagedStatus<O> {
-    /// Lifecycle state: Pending, Creating, Updating, Verifying, Succeeded, Recreating, Failed or Terminating.
+    /// Where the runtime's state machine is: Pending, Creating, Updating, Verifying, Succeeded,
+    /// Recreating, Failed or Terminating. (Operators may show their own `state` beside it.)
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub state: Option<ReconcileState>,
+    pub reconcile_state: Option<ReconcileState>,
     /// A human-readable explanation of the state: what it waits for, or what went wrong.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub message: Option<String>,
@@ -104,7 +105,7 @@ pub struct ManagedStatus<O> {
 
 impl<O> ManagedStatus<O> {
     pub fn state(&self) -> ReconcileState {
-        self.state.unwrap_or_default()
+        self.reconcile_state.unwrap_or_default()
     }
 
     pub fn condition(&self, type_: &str) -> Option<&Condition> {
@@ -170,7 +171,7 @@ mod tests {
             #[serde(skip_serializing_if = "Option::is_none")]
             id: Option<String>,
         }
-        let status = ManagedStatus { state: Some(ReconcileState::Pending), ..ManagedStatus::<Observation>::default() };
-        assert_eq!(serde_json::to_value(&status).expect("serializes"), serde_json::json!({"state": "Pending"}));
+        let status = ManagedStatus { reconcile_state: Some(ReconcileState::Pending), ..ManagedStatus::<Observation>::default() };
+        assert_eq!(serde_json::to_value(&status).expect("serializes"), serde_json::json!({"reconcileState": "Pending"}));
     }
 }

@@ -72,7 +72,7 @@ async fn crash_between_create_and_status_write_makes_no_duplicate() {
     h.crash_controller();
     let w = h.api().get("a").await.unwrap();
     let status = w.status.as_ref().unwrap();
-    assert_eq!(status.state, Some(ReconcileState::Creating), "the crash left the object mid-create");
+    assert_eq!(status.reconcile_state, Some(ReconcileState::Creating), "the crash left the object mid-create");
     assert_eq!(status.create_pending.as_ref().map(|m| m.token.clone()), Some(token(&created)));
 
     h.start_controller(DeletionPolicy::Delete);

@@ -24,7 +24,7 @@ pub const GROUP: &str = "testing.blockwork.dev";
 
 #[derive(CustomResource, Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[kube(group = "testing.blockwork.dev", version = "v1alpha1", kind = "Widget", namespaced, status = "WidgetStatus")]
-#[kube(printcolumn = r#"{"name":"State","type":"string","jsonPath":".status.state"}"#)]
+#[kube(printcolumn = r#"{"name":"State","type":"string","jsonPath":".status.reconcileState"}"#)]
 #[serde(rename_all = "camelCase")]
 pub struct WidgetSpec {
     pub size: i32,
@@ -330,7 +330,7 @@ impl Harness {
 
     pub async fn wait_for_state(&self, name: &str, state: ReconcileState) -> Widget {
         self.wait_for(name, state.as_str(), |w| {
-            w.status.as_ref().map(ManagedStatus::state) == Some(state) && w.status.as_ref().and_then(|s| s.state).is_some()
+            w.status.as_ref().map(ManagedStatus::state) == Some(state) && w.status.as_ref().and_then(|s| s.reconcile_state).is_some()
         })
         .await
     }
