@@ -214,6 +214,8 @@ struct Instance {
     health: u16,
     metrics: u16,
     log: PathBuf,
+    kubeconfig: PathBuf,
+    namespace: String,
     _dir: tempfile::TempDir,
 }
 
@@ -246,7 +248,7 @@ impl Instance {
             .kill_on_drop(true)
             .spawn()
             .unwrap();
-        Self { child, health, metrics, log, _dir: dir }
+        Self { child, health, metrics, log, kubeconfig: kubeconfig.to_owned(), namespace: namespace.to_owned(), _dir: dir }
     }
 
     fn logs(&self) -> String {
@@ -283,6 +285,11 @@ impl Instance {
                 return response.body;
             }
             if let Some(status) = self.child.try_wait().unwrap() {
+                // A port picked as free can be taken by a parallel test before we bind it.
+                if self.logs().contains("Address already in use") {
+                    *self = Self::start(&self.kubeconfig.clone(), &self.namespace.clone());
+                    continue;
+                }
                 panic!("blockwork exited with {status} before becoming ready\n{}", self.logs());
             }
             assert!(Instant::now() < deadline, "not ready after 60 s\n{}", self.logs());

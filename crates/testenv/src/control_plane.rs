@@ -12,7 +12,7 @@ use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, Issuer, KeyPair, 
 use tokio::sync::OnceCell;
 
 pub use crate::process::Error;
-use crate::process::{Process, accepts, wait_until};
+use crate::process::{Process, accepts, retry_on_port_clash, wait_until};
 use crate::tools::{free_port, tool};
 
 const ADMIN_TOKEN: &str = "blockwork-testenv-admin";
@@ -32,7 +32,7 @@ static CONTROL_PLANE: OnceCell<ControlPlane> = OnceCell::const_new();
 
 /// The control plane shared by all tests of this test binary; started on first use.
 pub async fn control_plane() -> Result<&'static ControlPlane, Error> {
-    CONTROL_PLANE.get_or_try_init(ControlPlane::start).await
+    CONTROL_PLANE.get_or_try_init(|| retry_on_port_clash(ControlPlane::start)).await
 }
 
 impl ControlPlane {

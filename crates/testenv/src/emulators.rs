@@ -7,7 +7,7 @@ use std::time::Duration;
 use tokio::sync::OnceCell;
 
 pub use crate::process::Error;
-use crate::process::{Process, accepts, wait_until};
+use crate::process::{Process, accepts, retry_on_port_clash, wait_until};
 use crate::tools::{free_port, tool};
 
 /// Seconds moto keeps a certificate in PENDING_VALIDATION before issuing it.
@@ -26,17 +26,19 @@ static MINISTACK: OnceCell<Emulator> = OnceCell::const_new();
 
 /// The moto server shared by the tests of this binary.
 pub async fn moto() -> Result<&'static Emulator, Error> {
-    MOTO.get_or_try_init(|| async {
-        let port = free_port()?;
-        let process = Process::start(
-            "moto",
-            &tool("moto_server")?,
-            &["-H".into(), "127.0.0.1".into(), "-p".into(), port.to_string()],
-            &[("MOTO_ACM_VALIDATION_WAIT", MOTO_ACM_VALIDATION_WAIT_SECONDS.to_string()), ("MOTO_ACCOUNT_ID", ACCOUNT_ID.to_owned())],
-            &log_dir()?,
-        )?;
-        wait_until(&process, Duration::from_secs(60), || accepts(port)).await?;
-        Ok(Emulator { port, process })
+    MOTO.get_or_try_init(|| {
+        retry_on_port_clash(|| async {
+            let port = free_port()?;
+            let process = Process::start(
+                "moto",
+                &tool("moto_server")?,
+                &["-H".into(), "127.0.0.1".into(), "-p".into(), port.to_string()],
+                &[("MOTO_ACM_VALIDATION_WAIT", MOTO_ACM_VALIDATION_WAIT_SECONDS.to_string()), ("MOTO_ACCOUNT_ID", ACCOUNT_ID.to_owned())],
+                &log_dir()?,
+            )?;
+            wait_until(&process, Duration::from_secs(60), || accepts(port)).await?;
+            Ok(Emulator { port, process })
+        })
     })
     .await
 }
@@ -44,22 +46,24 @@ pub async fn moto() -> Result<&'static Emulator, Error> {
 /// The MiniStack server shared by the tests of this binary.
 pub async fn ministack() -> Result<&'static Emulator, Error> {
     MINISTACK
-        .get_or_try_init(|| async {
-            let port = free_port()?;
-            let process = Process::start(
-                "ministack",
-                &tool("ministack")?,
-                &[],
-                &[
-                    ("GATEWAY_PORT", port.to_string()),
-                    ("BIND_HOST", "127.0.0.1".to_owned()),
-                    ("MINISTACK_ACCOUNT_ID", ACCOUNT_ID.to_owned()),
-                    ("LOG_LEVEL", "WARNING".to_owned()),
-                ],
-                &log_dir()?,
-            )?;
-            wait_until(&process, Duration::from_secs(60), || accepts(port)).await?;
-            Ok(Emulator { port, process })
+        .get_or_try_init(|| {
+            retry_on_port_clash(|| async {
+                let port = free_port()?;
+                let process = Process::start(
+                    "ministack",
+                    &tool("ministack")?,
+                    &[],
+                    &[
+                        ("GATEWAY_PORT", port.to_string()),
+                        ("BIND_HOST", "127.0.0.1".to_owned()),
+                        ("MINISTACK_ACCOUNT_ID", ACCOUNT_ID.to_owned()),
+                        ("LOG_LEVEL", "WARNING".to_owned()),
+                    ],
+                    &log_dir()?,
+                )?;
+                wait_until(&process, Duration::from_secs(60), || accepts(port)).await?;
+                Ok(Emulator { port, process })
+            })
         })
         .await
 }

@@ -118,3 +118,21 @@ where
 pub(crate) async fn accepts(port: u16) -> bool {
     tokio::net::TcpStream::connect(("127.0.0.1", port)).await.is_ok()
 }
+
+/// Runs `start` again (with new free ports) when what it started could not bind its port: a
+/// port picked as free can be taken by a parallel process before the child binds it.
+pub(crate) async fn retry_on_port_clash<T, F, Fut>(mut start: F) -> Result<T, Error>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<T, Error>>,
+{
+    let mut attempts = 0;
+    loop {
+        match start().await {
+            Err(Error::Exited { tail, .. }) if attempts < 3 && tail.to_ascii_lowercase().contains("address already in use") => {
+                attempts += 1
+            }
+            other => return other,
+        }
+    }
+}
