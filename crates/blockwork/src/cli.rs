@@ -17,8 +17,27 @@ pub struct Cli {
 pub enum Command {
     /// Print the CustomResourceDefinitions of every controller as multi-document YAML.
     Crds(CrdsArgs),
+    /// Print the least-privilege RBAC (ClusterRole, leader-election Role, bindings) of the
+    /// selected controllers as multi-document YAML.
+    Rbac(RbacArgs),
     /// Run the controllers.
     Run(Box<RunArgs>),
+}
+
+#[derive(Debug, Args)]
+pub struct RbacArgs {
+    /// Controllers to grant, comma separated [default: all registered controllers].
+    #[arg(long, value_delimiter = ',', value_name = "NAMES")]
+    pub controllers: Option<Vec<String>>,
+    /// Name of the ClusterRole and prefix of the other objects.
+    #[arg(long, default_value = "blockwork")]
+    pub name: String,
+    /// Namespace the operator runs in (its ServiceAccount and leader-election Lease).
+    #[arg(long, default_value = "blockwork-system")]
+    pub namespace: String,
+    /// The operator's ServiceAccount.
+    #[arg(long, default_value = "blockwork")]
+    pub service_account: String,
 }
 
 #[derive(Debug, Args)]

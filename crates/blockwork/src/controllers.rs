@@ -10,6 +10,7 @@ use anyhow::Context as _;
 use blockwork_runtime::RuntimeMetrics;
 use futures::future::BoxFuture;
 use k8s_openapi::NamespaceResourceScope;
+use k8s_openapi::api::rbac::v1::PolicyRule;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::{Api, Client, Resource};
 use prometheus_client::registry::Registry;
@@ -25,6 +26,7 @@ pub use crate::shutdown::Shutdown;
 /// Controller {
 ///     name: "cert",
 ///     crds: || vec![Certificate::crd()],
+///     rbac: cert::rbac,
 ///     register_metrics: no_metrics,
 ///     run: |ctx| Box::pin(cert::run(ctx)),
 /// }
@@ -40,6 +42,10 @@ pub struct Controller {
     pub name: &'static str,
     /// The CRDs whose root types this controller owns (`kube::CustomResourceExt::crd()`).
     pub crds: fn() -> Vec<CustomResourceDefinition>,
+    /// The cluster permissions the controller needs, kept beside its code; `blockwork rbac`
+    /// turns them into a ClusterRole. Leases and events, which every controller of the process
+    /// shares, come from [`crate::rbac`].
+    pub rbac: fn() -> Vec<PolicyRule>,
     /// Registers the controller's own metrics (beyond [`ControllerContext::runtime_metrics`]) in
     /// its sub-registry (prefix `blockwork_<name>`), before the metrics server starts. What it
     /// returns reaches `run` as [`ControllerContext::metrics`]; [`no_metrics`] if there are none.
@@ -170,7 +176,7 @@ mod tests {
     use super::*;
 
     fn fake(name: &'static str) -> Controller {
-        Controller { name, crds: Vec::new, register_metrics: no_metrics, run: |_| Box::pin(async { Ok(()) }) }
+        Controller { name, crds: Vec::new, rbac: Vec::new, register_metrics: no_metrics, run: |_| Box::pin(async { Ok(()) }) }
     }
 
     fn names(controllers: &[Controller]) -> Vec<&'static str> {

@@ -1,5 +1,5 @@
 //! Blockwork's single binary, `blockwork`: `blockwork crds` prints the CRDs of every controller,
-//! `blockwork run` runs the controllers with health and metrics servers and leader election.
+//! `blockwork rbac` prints their least-privilege RBAC, `blockwork run` runs the controllers with health and metrics servers and leader election.
 //!
 //! Operators plug in through [`controllers::registered`].
 
@@ -7,6 +7,7 @@ pub mod cli;
 pub mod controllers;
 pub mod crds;
 pub mod leader;
+pub mod rbac;
 pub mod run;
 pub mod server;
 pub mod shutdown;

@@ -4,13 +4,21 @@
 use std::process::ExitCode;
 
 use blockwork::cli::{Cli, Command};
-use blockwork::{controllers, crds, run, telemetry};
+use blockwork::{controllers, crds, rbac, run, telemetry};
 use clap::{CommandFactory as _, Parser as _};
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
         Command::Crds(args) => report(crds::run(&controllers::registered(), args.output_dir.as_deref())),
+        Command::Rbac(args) => {
+            let selected = match controllers::select(controllers::registered(), args.controllers.as_deref()) {
+                Ok(selected) => selected,
+                Err(message) => usage_error("rbac", format!("invalid value for '--controllers': {message}")),
+            };
+            let identity = rbac::Identity { name: args.name, namespace: args.namespace, service_account: args.service_account };
+            report(rbac::manifests(&selected, &identity).map(|yaml| print!("{yaml}")))
+        }
         Command::Run(args) => {
             let selected = match controllers::select(controllers::registered(), args.controllers.as_deref()) {
                 Ok(selected) => selected,

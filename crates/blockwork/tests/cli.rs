@@ -317,3 +317,65 @@ impl Instance {
         }
     }
 }
+
+/// `blockwork run` works under exactly the RBAC `blockwork rbac` generates, and that RBAC grants
+/// no more than it must.
+#[tokio::test]
+async fn run_needs_no_more_than_the_generated_rbac() {
+    let (client, admin_kubeconfig, namespace) = cluster("blockwork-rbac").await;
+    let kubectl = |args: &[&str], stdin: Option<&str>| {
+        let mut child = std::process::Command::new(kubectl_path())
+            .args(args)
+            .env("KUBECONFIG", &admin_kubeconfig)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        if let Some(input) = stdin {
+            std::io::Write::write_all(&mut child.stdin.take().unwrap(), input.as_bytes()).unwrap();
+        }
+        drop(child.stdin.take());
+        let output = child.wait_with_output().unwrap();
+        assert!(output.status.success(), "kubectl {args:?}: {}", stderr(&output));
+        stdout(&output)
+    };
+    kubectl(&["create", "serviceaccount", "blockwork", "-n", &namespace], None);
+    let rbac = blockwork(&["rbac", "--name", &namespace, "--namespace", &namespace, "--service-account", "blockwork"]);
+    assert!(rbac.status.success(), "{}", stderr(&rbac));
+    kubectl(&["apply", "-f", "-"], Some(&stdout(&rbac)));
+    let token = kubectl(&["create", "token", "blockwork", "-n", &namespace], None);
+
+    let admin = std::fs::read_to_string(&admin_kubeconfig).unwrap();
+    let admin_token = admin.lines().find_map(|l| l.trim().strip_prefix("token: ")).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let kubeconfig = dir.path().join("kubeconfig");
+    std::fs::write(&kubeconfig, admin.replace(admin_token, token.trim())).unwrap();
+
+    let can_i = |verb: &str, resource: &str| {
+        let output = std::process::Command::new(kubectl_path())
+            .args(["auth", "can-i", verb, resource, "-n", &namespace])
+            .env("KUBECONFIG", &kubeconfig)
+            .output()
+            .unwrap();
+        stdout(&output).trim() == "yes"
+    };
+    assert!(can_i("create", "leases.coordination.k8s.io"));
+    assert!(!can_i("list", "secrets"), "the generated RBAC must not grant what no controller needs");
+
+    let mut instance = Instance::start(&kubeconfig, &namespace);
+    instance.wait_ready().await;
+    let leases: Api<Lease> = Api::namespaced(client, &namespace);
+    let holder = wait_for_holder(&leases, Duration::from_secs(30), |h| h.is_some()).await;
+    assert_eq!(holder, instance.identity().await, "{}", instance.logs());
+    instance.interrupt();
+    assert_eq!(instance.wait_exit(Duration::from_secs(10)).await.code(), Some(0), "{}", instance.logs());
+}
+
+/// The kubectl that `scripts/install-test-tools` built.
+fn kubectl_path() -> PathBuf {
+    let tools = std::env::var("BLOCKWORK_TOOLS_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|_| PathBuf::from(std::env::var("HOME").unwrap()).join(".cache/blockwork-tools"));
+    tools.join("bin/kubectl")
+}
