@@ -13,6 +13,7 @@ pub mod metrics;
 pub mod outcome;
 pub mod policy;
 pub mod reconciler;
+pub mod shutdown;
 pub mod status;
 
 pub use backoff::RequeuePolicy;
