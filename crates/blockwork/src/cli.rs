@@ -22,6 +22,17 @@ pub enum Command {
     Rbac(RbacArgs),
     /// Run the controllers.
     Run(Box<RunArgs>),
+    /// For uninstalling: remove Blockwork's finalizers from every object of the selected
+    /// controllers' CRDs, so the CRDs and namespaces can be deleted. Stop the operator first;
+    /// external resources are left as they are.
+    RemoveFinalizers(RemoveFinalizersArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct RemoveFinalizersArgs {
+    /// Controllers whose objects to release, comma separated [default: all registered controllers].
+    #[arg(long, value_delimiter = ',', value_name = "NAMES")]
+    pub controllers: Option<Vec<String>>,
 }
 
 #[derive(Debug, Args)]
@@ -47,7 +58,7 @@ pub struct CrdsArgs {
     pub output_dir: Option<PathBuf>,
 }
 
-#[derive(Debug, Args)]
+#[derive(Clone, Debug, Args)]
 pub struct RunArgs {
     /// Controllers to run, comma separated [default (also when empty): all registered controllers].
     #[arg(long, env = "BLOCKWORK_CONTROLLERS", value_delimiter = ',', value_name = "NAMES")]
@@ -78,6 +89,15 @@ pub struct RunArgs {
     #[arg(long, env = "BLOCKWORK_HEALTH_PROBE_BIND_ADDRESS", default_value = "0.0.0.0:8081", value_parser = parse_bind_address, value_name = "ADDR")]
     pub health_probe_bind_address: BindAddress,
 
+    /// Address of the HTTPS server for the controllers' webhooks (CRD conversion); `0` disables it.
+    #[arg(long, env = "BLOCKWORK_WEBHOOK_BIND_ADDRESS", default_value = "0.0.0.0:9443", value_parser = parse_bind_address, value_name = "ADDR")]
+    pub webhook_bind_address: BindAddress,
+
+    /// Directory with the webhook server's `tls.crt` and `tls.key` (e.g. a cert-manager Secret
+    /// mount) [default: a self-signed certificate, for development only].
+    #[arg(long, env = "BLOCKWORK_WEBHOOK_CERT_DIR", value_name = "DIR")]
+    pub webhook_cert_dir: Option<PathBuf>,
+
     /// Most reconciles each controller runs at once.
     #[arg(long, env = "BLOCKWORK_MAX_CONCURRENT_RECONCILES", default_value_t = 3, value_parser = clap::value_parser!(u16).range(1..), value_name = "N")]
     pub max_concurrent_reconciles: u16,
@@ -89,6 +109,9 @@ pub struct RunArgs {
     /// Log filter, in `tracing_subscriber::EnvFilter` syntax (e.g. `info,blockwork=debug`).
     #[arg(long, env = "RUST_LOG", default_value = "info", value_name = "FILTER")]
     pub log_level: String,
+
+    #[command(flatten, next_help_heading = "Key rotator (controller `rotator`)")]
+    pub rotator: blockwork_rotator::RotatorArgs,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]

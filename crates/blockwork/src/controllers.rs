@@ -1,7 +1,7 @@
 //! The controllers this binary can run, and what each gets when it starts.
 //!
-//! Every operator adds one [`Controller`] entry to [`registered`]; `blockwork crds` and
-//! `blockwork run` find it there. No operator exists yet, so the list is empty.
+//! Every operator adds one [`Controller`] entry to [`registered`]; `blockwork crds`,
+//! `blockwork rbac` and `blockwork run` find it there.
 
 use std::any::Any;
 use std::sync::Arc;
@@ -16,6 +16,7 @@ use kube::{Api, Client, Resource};
 use prometheus_client::registry::Registry;
 use serde::de::DeserializeOwned;
 
+pub use crate::cli::RunArgs;
 pub use crate::shutdown::Shutdown;
 
 /// One controller of the process.
@@ -27,6 +28,7 @@ pub use crate::shutdown::Shutdown;
 ///     name: "cert",
 ///     crds: || vec![Certificate::crd()],
 ///     rbac: cert::rbac,
+///     webhooks: no_webhooks,
 ///     register_metrics: no_metrics,
 ///     run: |ctx| Box::pin(cert::run(ctx)),
 /// }
@@ -46,6 +48,9 @@ pub struct Controller {
     /// turns them into a ClusterRole. Leases and events, which every controller of the process
     /// shares, come from [`crate::rbac`].
     pub rbac: fn() -> Vec<PolicyRule>,
+    /// Routes for the webhook server (CRD conversion, admission), served by every replica,
+    /// leader or not; [`no_webhooks`] if there are none.
+    pub webhooks: fn() -> axum::Router,
     /// Registers the controller's own metrics (beyond [`ControllerContext::runtime_metrics`]) in
     /// its sub-registry (prefix `blockwork_<name>`), before the metrics server starts. What it
     /// returns reaches `run` as [`ControllerContext::metrics`]; [`no_metrics`] if there are none.
@@ -64,6 +69,11 @@ impl std::fmt::Debug for Controller {
 /// Whatever a controller's `register_metrics` returned; see [`ControllerContext::metrics`].
 pub type ControllerMetrics = Arc<dyn Any + Send + Sync>;
 
+/// `webhooks` for a controller without webhooks.
+pub fn no_webhooks() -> axum::Router {
+    axum::Router::new()
+}
+
 /// `register_metrics` for a controller without metrics of its own.
 pub fn no_metrics(_: &mut Registry) -> ControllerMetrics {
     Arc::new(())
@@ -71,7 +81,62 @@ pub fn no_metrics(_: &mut Registry) -> ControllerMetrics {
 
 /// Every controller of Blockwork. Each operator adds its entry here.
 pub fn registered() -> Vec<Controller> {
-    vec![]
+    vec![
+        Controller {
+            name: "cache",
+            crds: || vec![blockwork_cache::crd::crd()],
+            rbac: blockwork_cache::rbac,
+            webhooks: blockwork_cache::conversion::router,
+            register_metrics: no_metrics,
+            run: |ctx| Box::pin(run_cache(ctx)),
+        },
+        Controller {
+            name: "rotator",
+            crds: Vec::new,
+            rbac: blockwork_rotator::rbac,
+            webhooks: no_webhooks,
+            register_metrics: |registry| blockwork_rotator::Metrics::register(registry),
+            run: |ctx| Box::pin(run_rotator(ctx)),
+        },
+    ]
+}
+
+async fn run_rotator(ctx: ControllerContext) -> anyhow::Result<()> {
+    let metrics = ctx.metrics::<blockwork_rotator::Metrics>()?;
+    let config = rotator_config(&ctx.args.rotator, &ctx.namespaces, ctx.max_concurrent_reconciles)?;
+    blockwork_rotator::run(ctx.client, config, metrics, ctx.shutdown.wait_owned()).await?;
+    Ok(())
+}
+
+/// The rotator's own namespaces (`ROTATOR_NAMESPACES`, as the original operator reads them) win
+/// over the process's `--namespaces`.
+fn rotator_config(
+    args: &blockwork_rotator::RotatorArgs,
+    namespaces: &Namespaces,
+    concurrency: u16,
+) -> anyhow::Result<blockwork_rotator::Config> {
+    let global = match namespaces {
+        Namespaces::All => Vec::new(),
+        Namespaces::Only(namespaces) => namespaces.clone(),
+    };
+    Ok(blockwork_rotator::Config::new(args, &global, concurrency)?)
+}
+
+async fn run_cache(ctx: ControllerContext) -> anyhow::Result<()> {
+    let context = blockwork_cache::controller::Context::new(ctx.client.clone());
+    let scopes: Vec<Option<String>> = match &ctx.namespaces {
+        Namespaces::All => vec![None],
+        Namespaces::Only(namespaces) => namespaces.iter().cloned().map(Some).collect(),
+    };
+    let runs = scopes.into_iter().map(|namespace| {
+        let api = match &namespace {
+            Some(ns) => Api::namespaced(ctx.client.clone(), ns),
+            None => Api::all(ctx.client.clone()),
+        };
+        blockwork_cache::controller::run(context.clone(), api, namespace, ctx.max_concurrent_reconciles, ctx.shutdown.wait_owned())
+    });
+    futures::future::join_all(runs).await;
+    Ok(())
 }
 
 /// The names of the [`registered`] controllers, in order.
@@ -148,6 +213,8 @@ pub struct ControllerContext {
     pub runtime_metrics: Arc<RuntimeMetrics>,
     /// What the controller's `register_metrics` returned.
     pub metrics: ControllerMetrics,
+    /// The command line, for the controller's own flags (flattened into [`RunArgs`]).
+    pub args: Arc<RunArgs>,
 }
 
 impl ControllerContext {
@@ -176,7 +243,14 @@ mod tests {
     use super::*;
 
     fn fake(name: &'static str) -> Controller {
-        Controller { name, crds: Vec::new, rbac: Vec::new, register_metrics: no_metrics, run: |_| Box::pin(async { Ok(()) }) }
+        Controller {
+            name,
+            crds: Vec::new,
+            rbac: Vec::new,
+            webhooks: no_webhooks,
+            register_metrics: no_metrics,
+            run: |_| Box::pin(async { Ok(()) }),
+        }
     }
 
     fn names(controllers: &[Controller]) -> Vec<&'static str> {
@@ -220,6 +294,20 @@ mod tests {
         let metrics: ControllerMetrics = Arc::new(7_u32);
         assert_eq!(*downcast_metrics::<u32>(&metrics).expect("u32"), 7);
         assert!(downcast_metrics::<String>(&metrics).is_err());
+    }
+
+    fn rotator_namespaces(argv: &[&str]) -> Option<Vec<String>> {
+        use clap::Parser as _;
+        let cli = crate::cli::Cli::try_parse_from(argv).expect("parses");
+        let crate::cli::Command::Run(args) = cli.command else { unreachable!("run") };
+        rotator_config(&args.rotator, &Namespaces::from_list(args.namespaces.clone()), 1).expect("valid").namespaces
+    }
+
+    #[test]
+    fn the_rotator_follows_namespaces_unless_it_has_its_own() {
+        assert_eq!(rotator_namespaces(&["blockwork", "run"]), None, "all namespaces");
+        assert_eq!(rotator_namespaces(&["blockwork", "run", "--namespaces", "a,b"]), Some(vec!["a".to_owned(), "b".to_owned()]));
+        assert_eq!(rotator_namespaces(&["blockwork", "run", "--namespaces", "a", "--rotator-namespaces", "c"]), Some(vec!["c".to_owned()]));
     }
 
     #[test]

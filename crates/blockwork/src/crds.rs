@@ -76,7 +76,14 @@ mod tests {
     }
 
     fn controller(name: &'static str, crds: fn() -> Vec<CustomResourceDefinition>) -> Controller {
-        Controller { name, crds, rbac: Vec::new, register_metrics: no_metrics, run: |_| Box::pin(async { Ok(()) }) }
+        Controller {
+            name,
+            crds,
+            rbac: Vec::new,
+            webhooks: crate::controllers::no_webhooks,
+            register_metrics: no_metrics,
+            run: |_| Box::pin(async { Ok(()) }),
+        }
     }
 
     #[test]

@@ -1,11 +1,14 @@
 //! Blockwork's single binary, `blockwork`: `blockwork crds` prints the CRDs of every controller,
-//! `blockwork rbac` prints their least-privilege RBAC, `blockwork run` runs the controllers with health and metrics servers and leader election.
+//! `blockwork rbac` prints their least-privilege RBAC, `blockwork run` runs the controllers with
+//! health and metrics servers and leader election, `blockwork remove-finalizers` releases their
+//! objects for uninstalling.
 //!
 //! Operators plug in through [`controllers::registered`].
 
 pub mod cli;
 pub mod controllers;
 pub mod crds;
+pub mod finalizers;
 pub mod leader;
 pub mod rbac;
 pub mod run;

@@ -1,10 +1,11 @@
-//! The `blockwork` binary: `blockwork crds` prints the CRDs, `blockwork run` runs the
-//! controllers.
+//! The `blockwork` binary: `blockwork crds` prints the CRDs, `blockwork rbac` the RBAC,
+//! `blockwork run` runs the controllers, `blockwork remove-finalizers` releases their objects.
 
 use std::process::ExitCode;
 
+use anyhow::Context as _;
 use blockwork::cli::{Cli, Command};
-use blockwork::{controllers, crds, rbac, run, telemetry};
+use blockwork::{controllers, crds, finalizers, rbac, run, telemetry};
 use clap::{CommandFactory as _, Parser as _};
 
 fn main() -> ExitCode {
@@ -18,6 +19,22 @@ fn main() -> ExitCode {
             };
             let identity = rbac::Identity { name: args.name, namespace: args.namespace, service_account: args.service_account };
             report(rbac::manifests(&selected, &identity).map(|yaml| print!("{yaml}")))
+        }
+        Command::RemoveFinalizers(args) => {
+            let selected = match controllers::select(controllers::registered(), args.controllers.as_deref()) {
+                Ok(selected) => selected,
+                Err(message) => usage_error("remove-finalizers", format!("invalid value for '--controllers': {message}")),
+            };
+            let released = async {
+                let client = kube::Client::try_default().await.context("building the Kubernetes client")?;
+                finalizers::remove_all(&client, &selected).await
+            };
+            let result = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .context("starting the async runtime")
+                .and_then(|runtime| runtime.block_on(released));
+            report(result.map(|released| println!("released {released} object(s)")))
         }
         Command::Run(args) => {
             let selected = match controllers::select(controllers::registered(), args.controllers.as_deref()) {

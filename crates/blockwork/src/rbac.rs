@@ -113,7 +113,14 @@ mod tests {
     use crate::controllers::no_metrics;
 
     fn controller(rbac: fn() -> Vec<PolicyRule>) -> Controller {
-        Controller { name: "x", crds: Vec::new, rbac, register_metrics: no_metrics, run: |_| Box::pin(async { Ok(()) }) }
+        Controller {
+            name: "x",
+            crds: Vec::new,
+            rbac,
+            webhooks: crate::controllers::no_webhooks,
+            register_metrics: no_metrics,
+            run: |_| Box::pin(async { Ok(()) }),
+        }
     }
 
     #[test]

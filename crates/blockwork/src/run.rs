@@ -56,9 +56,10 @@ pub async fn run(args: RunArgs, controllers: Vec<Controller>) -> anyhow::Result<
         controllers.iter().map(|c| (c.register_metrics)(registry.sub_registry_with_prefix(c.name))).collect();
 
     let (servers_trigger, servers_stop) = shutdown::channel();
-    let servers = Servers::start(&args, Arc::clone(&status), Arc::new(registry), &servers_stop).await?;
+    let servers = Servers::start(&args, &controllers, Arc::clone(&status), Arc::new(registry), &servers_stop).await?;
 
     let client = Client::try_default().await.context("building the Kubernetes client")?;
+    require_crds(&client, &controllers).await?;
     let names: Vec<_> = controllers.iter().map(|c| c.name).collect();
     let namespaces = Namespaces::from_list(args.namespaces.clone());
     info!(controllers = ?names, ?namespaces, leader_elect = args.leader_elect, "starting");
@@ -89,6 +90,7 @@ pub async fn run(args: RunArgs, controllers: Vec<Controller>) -> anyhow::Result<
         shutdown: controllers_shutdown,
         runtime_metrics,
         metrics: Arc::new(()),
+        args: Arc::new(args.clone()),
     };
     let mut running = Running::start(&controllers, metrics, &context);
     status.set_ready();
@@ -192,7 +194,13 @@ struct Servers {
 
 impl Servers {
     /// Binds both servers before serving either, so a taken port fails start-up.
-    async fn start(args: &RunArgs, status: Arc<Status>, registry: Arc<Registry>, stop: &Shutdown) -> anyhow::Result<Self> {
+    async fn start(
+        args: &RunArgs,
+        controllers: &[Controller],
+        status: Arc<Status>,
+        registry: Arc<Registry>,
+        stop: &Shutdown,
+    ) -> anyhow::Result<Self> {
         let health = match args.health_probe_bind_address {
             BindAddress::At(addr) => Some(server::bind(addr, "health probe").await?),
             BindAddress::Disabled => None,
@@ -207,6 +215,19 @@ impl Servers {
         }
         if let Some(listener) = metrics {
             tasks.push(server::spawn(listener, server::metrics_router(registry), stop.clone(), "metrics"));
+        }
+        let webhooks = controllers.iter().fold(axum::Router::new(), |router, c| router.merge((c.webhooks)()));
+        if let (BindAddress::At(addr), true) = (args.webhook_bind_address, webhooks.has_routes()) {
+            let tls = match &args.webhook_cert_dir {
+                Some(dir) => blockwork_webhook::TlsMaterial::from_dir(dir)?,
+                None => {
+                    warn!("no --webhook-cert-dir: serving webhooks with a self-signed certificate (development only)");
+                    blockwork_webhook::TlsMaterial::self_signed(&["localhost", "127.0.0.1"])?
+                }
+            };
+            let (bound, task) = blockwork_webhook::serve(addr, webhooks, &tls, stop.clone().wait_owned()).await?;
+            info!(server = "webhook", addr = %bound, "serving");
+            tasks.push(tokio::spawn(async move { task.await.context("webhook server") }));
         }
         Ok(Self { tasks })
     }
@@ -341,4 +362,25 @@ impl Running {
             Err(e) => (name(e.id()), Err(anyhow::anyhow!("panicked: {e}"))),
         }
     }
+}
+
+/// Fails fast, with the fix in the message, when a controller's CRD is not served: a controller
+/// watching a missing kind would only retry forever.
+async fn require_crds(client: &Client, controllers: &[Controller]) -> anyhow::Result<()> {
+    for controller in controllers {
+        for crd in (controller.crds)() {
+            let Some(version) = crd.spec.versions.iter().find(|v| v.storage) else { continue };
+            let gvk = kube::api::GroupVersionKind::gvk(&crd.spec.group, &version.name, &crd.spec.names.kind);
+            if kube::discovery::pinned_kind(client, &gvk).await.is_err() {
+                bail!(
+                    "controller `{}` needs the CRD {} ({}/{}), which the API server does not serve: install it with `blockwork crds | kubectl apply --server-side -f -`",
+                    controller.name,
+                    crd.metadata.name.unwrap_or_default(),
+                    crd.spec.group,
+                    version.name,
+                );
+            }
+        }
+    }
+    Ok(())
 }

@@ -33,7 +33,7 @@ fn help_lists_the_subcommands() {
     let output = blockwork(&["--help"]);
     assert!(output.status.success(), "{}", stderr(&output));
     let help = stdout(&output);
-    for command in ["crds", "run"] {
+    for command in ["crds", "rbac", "run", "remove-finalizers"] {
         assert!(help.lines().any(|l| l.trim_start().starts_with(command)), "`{command}` missing from:\n{help}");
     }
 }
@@ -54,6 +54,9 @@ fn run_help_lists_every_flag() {
         "--max-concurrent-reconciles",
         "--log-format",
         "--log-level",
+        "--webhook-bind-address",
+        "--rotator-annotation-prefix",
+        "--rotator-namespaces",
     ] {
         assert!(help.contains(&format!("{flag} ")) || help.contains(&format!("{flag}\n")), "{flag} missing from:\n{help}");
     }
@@ -80,16 +83,17 @@ fn zero_concurrent_reconciles_is_rejected() {
 
 #[test]
 fn crds_prints_every_crd() {
-    // No operator is registered yet: nothing to print, and that is a success.
     let output = blockwork(&["crds"]);
     assert!(output.status.success(), "{}", stderr(&output));
-    assert_eq!(stdout(&output), "");
+    let yaml = stdout(&output);
+    assert!(yaml.contains("name: caches.cache.blockwork.dev"), "{yaml}");
+    assert!(yaml.contains("kind: CustomResourceDefinition"), "{yaml}");
 
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("crd");
     let output = blockwork(&["crds", "--output-dir", out.to_str().unwrap()]);
     assert!(output.status.success(), "{}", stderr(&output));
-    assert_eq!(std::fs::read_dir(&out).unwrap().count(), 0);
+    assert!(out.join("caches.cache.blockwork.dev.yaml").exists());
 }
 
 /// `blockwork run` serves its probes and metrics, takes the Lease, and shuts down cleanly on
@@ -181,9 +185,43 @@ async fn losing_the_lease_stops_the_process() {
     assert!(instance.logs().contains("lost leadership"), "{}", instance.logs());
 }
 
+/// For uninstalling: `blockwork remove-finalizers` takes Blockwork's finalizer off every object of
+/// its CRDs, leaving other finalizers alone, so the object can go without the operator.
+#[tokio::test]
+async fn remove_finalizers_releases_objects_for_uninstall() {
+    let (client, kubeconfig, namespace) = cluster("blockwork-release").await;
+    let caches: Api<kube::api::DynamicObject> = Api::namespaced_with(
+        client,
+        &namespace,
+        &kube::api::ApiResource::from_gvk_with_plural(
+            &kube::api::GroupVersionKind::gvk("cache.blockwork.dev", "v1beta1", "Cache"),
+            "caches",
+        ),
+    );
+    let object = serde_json::from_value(serde_json::json!({
+        "apiVersion": "cache.blockwork.dev/v1beta1", "kind": "Cache",
+        "metadata": {"name": "stuck", "finalizers": ["cache.blockwork.dev/finalizer", "example.com/keep"]},
+        "spec": {"engine": "redis", "memory": "64Mi"}
+    }))
+    .unwrap();
+    caches.create(&Default::default(), &object).await.unwrap();
+
+    let output = tokio::process::Command::new(BIN)
+        .args(["remove-finalizers", "--controllers", "cache"])
+        .env("KUBECONFIG", &kubeconfig)
+        .output()
+        .await
+        .unwrap();
+    assert!(output.status.success(), "{}", stderr(&output));
+    assert!(stdout(&output).contains("released 1 object(s)"), "{}", stdout(&output));
+    assert_eq!(caches.get("stuck").await.unwrap().metadata.finalizers, Some(vec!["example.com/keep".to_owned()]));
+}
+
 /// A client, a kubeconfig for the binary, and a fresh namespace.
 async fn cluster(prefix: &str) -> (Client, PathBuf, String) {
     let control_plane = blockwork_testenv::control_plane::control_plane().await.unwrap();
+    let crds: Vec<_> = blockwork::controllers::registered().iter().flat_map(|c| (c.crds)()).collect();
+    control_plane.install_crds(&crds).await.unwrap();
     let namespace = control_plane.namespace(prefix).await.unwrap();
     (control_plane.client(), control_plane.kubeconfig_path().to_path_buf(), namespace)
 }
@@ -237,9 +275,11 @@ impl Instance {
         let log = dir.path().join("blockwork.log");
         let (health, metrics) = (free_port(), free_port());
         let child = tokio::process::Command::new(BIN)
-            .args(["run", "--leader-elect", "--leader-election-namespace", namespace])
+            // Its own namespace only: the test binary's other tests share the control plane.
+            .args(["run", "--leader-elect", "--leader-election-namespace", namespace, "--namespaces", namespace])
             .args(["--metrics-bind-address", &format!("127.0.0.1:{metrics}")])
             .args(["--health-probe-bind-address", &format!("127.0.0.1:{health}")])
+            .args(["--webhook-bind-address", "127.0.0.1:0"])
             .args(["--log-level", "info,blockwork=debug"])
             .env("KUBECONFIG", kubeconfig)
             .stdin(Stdio::null())
@@ -361,7 +401,9 @@ async fn run_needs_no_more_than_the_generated_rbac() {
         stdout(&output).trim() == "yes"
     };
     assert!(can_i("create", "leases.coordination.k8s.io"));
-    assert!(!can_i("list", "secrets"), "the generated RBAC must not grant what no controller needs");
+    assert!(can_i("list", "secrets"), "the rotator reads its sources");
+    assert!(!can_i("delete", "secrets"), "no controller deletes Secrets: targets hold signing keys");
+    assert!(!can_i("list", "pods"), "the generated RBAC must not grant what no controller needs");
 
     let mut instance = Instance::start(&kubeconfig, &namespace);
     instance.wait_ready().await;

@@ -1,0 +1,487 @@
+//! The Cache operator against a real kube-apiserver, with the conversion webhook served by this
+//! test binary; and the rendered configuration against real redis-server and memcached.
+
+#![allow(clippy::unwrap_used, clippy::panic)]
+
+use std::net::SocketAddr;
+use std::sync::OnceLock;
+use std::time::Duration;
+
+use blockwork_cache::api::{Cache, CacheSpec, Engine, EvictionPolicy, HighAvailability, Phase, Tls, v1alpha1};
+use blockwork_cache::{build, controller, conversion, crd};
+use blockwork_testenv::control_plane::control_plane;
+use k8s_openapi::ByteString;
+use k8s_openapi::api::apps::v1::StatefulSet;
+use k8s_openapi::api::core::v1::{ConfigMap, Service};
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::WebhookClientConfig;
+use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
+use kube::{Client, ResourceExt};
+use serde_json::json;
+
+/// The conversion webhook, on its own thread and runtime so it outlives each test's runtime.
+fn webhook() -> &'static (SocketAddr, String) {
+    static WEBHOOK: OnceLock<(SocketAddr, String)> = OnceLock::new();
+    WEBHOOK.get_or_init(|| {
+        let (sender, receiver) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let runtime = tokio::runtime::Runtime::new().unwrap();
+            runtime.block_on(async move {
+                let tls = blockwork_webhook::TlsMaterial::self_signed(&["127.0.0.1"]).unwrap();
+                let (address, _task) =
+                    blockwork_webhook::serve("127.0.0.1:0".parse().unwrap(), conversion::router(), &tls, std::future::pending())
+                        .await
+                        .unwrap();
+                sender.send((address, tls.ca_pem.clone())).unwrap();
+                std::future::pending::<()>().await;
+            });
+        });
+        receiver.recv().unwrap()
+    })
+}
+
+struct Harness {
+    client: Client,
+    namespace: String,
+    controller: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for Harness {
+    fn drop(&mut self) {
+        self.controller.abort();
+    }
+}
+
+impl Harness {
+    async fn start(prefix: &str) -> Self {
+        let plane = control_plane().await.unwrap();
+        let (address, ca) = webhook();
+        let crd = crd::crd_with_conversion(WebhookClientConfig {
+            url: Some(format!("https://{address}{}", crd::CONVERSION_PATH)),
+            ca_bundle: Some(ByteString(ca.as_bytes().to_vec())),
+            ..WebhookClientConfig::default()
+        });
+        plane.install_crds(&[crd]).await.unwrap();
+        let namespace = plane.namespace(prefix).await.unwrap();
+        let client = plane.client();
+        let context = controller::Context::new(client.clone());
+        let api: Api<Cache> = Api::namespaced(client.clone(), &namespace);
+        let controller = tokio::spawn(controller::run(context, api, Some(namespace.clone()), 2, std::future::pending()));
+        Self { client, namespace, controller }
+    }
+
+    fn caches(&self) -> Api<Cache> {
+        Api::namespaced(self.client.clone(), &self.namespace)
+    }
+
+    fn api<K>(&self) -> Api<K>
+    where
+        K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>
+            + Clone
+            + serde::de::DeserializeOwned
+            + std::fmt::Debug,
+    {
+        Api::namespaced(self.client.clone(), &self.namespace)
+    }
+
+    async fn eventually<T>(&self, what: &str, mut check: impl AsyncFnMut() -> Option<T>) -> T {
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+        loop {
+            if let Some(found) = check().await {
+                return found;
+            }
+            assert!(tokio::time::Instant::now() < deadline, "timed out waiting for {what}");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+}
+
+fn cache(name: &str, engine: Engine, memory: &str, replicas: i32) -> Cache {
+    Cache::new(
+        name,
+        CacheSpec {
+            engine,
+            memory: memory.into(),
+            replicas,
+            eviction_policy: EvictionPolicy::AllkeysLru,
+            tls: None,
+            high_availability: None,
+        },
+    )
+}
+
+#[tokio::test]
+async fn creates_its_objects_and_reports_pending_until_pods_exist() {
+    let h = Harness::start("cache-create").await;
+    h.caches().create(&PostParams::default(), &cache("c", Engine::Redis, "256Mi", 1)).await.unwrap();
+    let sts = h.eventually("the StatefulSet", async || h.api::<StatefulSet>().get_opt("c-cache").await.unwrap()).await;
+    assert_eq!(sts.spec.as_ref().unwrap().replicas, Some(1));
+    let config = h.eventually("the ConfigMap", async || h.api::<ConfigMap>().get_opt("c-cache-config").await.unwrap()).await;
+    assert!(config.data.unwrap()["redis.conf"].contains("maxmemory-policy allkeys-lru"));
+    h.api::<Service>().get("c-cache").await.unwrap();
+    let status = h.eventually("status", async || h.caches().get("c").await.unwrap().status.filter(|s| s.phase.is_some())).await;
+    assert_eq!(status.endpoint.as_deref(), Some(format!("c-cache.{}.svc.cluster.local:6379", h.namespace).as_str()));
+    let ready = status.conditions.iter().find(|c| c.type_ == "Ready").unwrap();
+    assert_eq!((ready.status.as_str(), ready.reason.as_str()), ("False", "ReplicasNotReady"));
+    assert_eq!(status.phase, Some(Phase::Pending), "no kubelet here: the StatefulSet never has pods");
+    assert!(h.caches().get("c").await.unwrap().finalizers().contains(&controller::finalizer_name()));
+}
+
+#[tokio::test]
+async fn ready_when_the_statefulset_reports_ready_replicas() {
+    let h = Harness::start("cache-ready").await;
+    h.caches().create(&PostParams::default(), &cache("c", Engine::Memcached, "64Mi", 1)).await.unwrap();
+    h.eventually("the StatefulSet", async || h.api::<StatefulSet>().get_opt("c-cache").await.unwrap()).await;
+    // No kubelet here: set the StatefulSet's status as a kubelet would.
+    let status = json!({"status": {"replicas": 1, "readyReplicas": 1, "availableReplicas": 1}});
+    h.api::<StatefulSet>().patch_status("c-cache", &PatchParams::default(), &Patch::Merge(&status)).await.unwrap();
+    let status = h
+        .eventually("Ready", async || {
+            h.caches().get("c").await.unwrap().status.filter(|s| s.conditions.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+        })
+        .await;
+    assert_eq!(status.ready_replicas, 1);
+    assert_eq!(status.conditions[0].reason, "AllReplicasAvailable");
+}
+
+#[tokio::test]
+async fn spec_update_rewrites_the_configuration() {
+    let h = Harness::start("cache-update").await;
+    h.caches().create(&PostParams::default(), &cache("c", Engine::Redis, "100Mi", 1)).await.unwrap();
+    h.eventually("the ConfigMap", async || h.api::<ConfigMap>().get_opt("c-cache-config").await.unwrap()).await;
+    h.caches()
+        .patch("c", &PatchParams::default(), &Patch::Merge(json!({"spec": {"memory": "200Mi", "evictionPolicy": "noeviction"}})))
+        .await
+        .unwrap();
+    let expected = format!("maxmemory {}\n", (200u64 << 20) / 5 * 4);
+    h.eventually("the new configuration", async || {
+        let data = h.api::<ConfigMap>().get("c-cache-config").await.unwrap().data.unwrap();
+        (data["redis.conf"].contains(&expected) && data["redis.conf"].contains("maxmemory-policy noeviction")).then_some(())
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn scale_subresource_scales_the_statefulset_and_adds_a_disruption_budget() {
+    let h = Harness::start("cache-scale").await;
+    h.caches().create(&PostParams::default(), &cache("c", Engine::Valkey, "64Mi", 1)).await.unwrap();
+    h.eventually("the StatefulSet", async || h.api::<StatefulSet>().get_opt("c-cache").await.unwrap()).await;
+    // What `kubectl scale cache c --replicas=3` sends.
+    h.caches().patch_scale("c", &PatchParams::default(), &Patch::Merge(json!({"spec": {"replicas": 3}}))).await.unwrap();
+    h.eventually("3 replicas", async || {
+        (h.api::<StatefulSet>().get("c-cache").await.unwrap().spec.unwrap().replicas == Some(3)).then_some(())
+    })
+    .await;
+    h.eventually("the PodDisruptionBudget", async || h.api::<PodDisruptionBudget>().get_opt("c-cache").await.unwrap()).await;
+}
+
+#[tokio::test]
+async fn drift_in_the_statefulset_is_repaired() {
+    let h = Harness::start("cache-drift").await;
+    h.caches().create(&PostParams::default(), &cache("c", Engine::Redis, "64Mi", 2)).await.unwrap();
+    h.eventually("the StatefulSet", async || h.api::<StatefulSet>().get_opt("c-cache").await.unwrap()).await;
+    h.api::<StatefulSet>()
+        .patch(
+            "c-cache",
+            &PatchParams::apply("someone-else").force(),
+            &Patch::Apply(json!({"apiVersion": "apps/v1", "kind": "StatefulSet", "spec": {"replicas": 7}})),
+        )
+        .await
+        .unwrap();
+    h.eventually("the repair", async || {
+        (h.api::<StatefulSet>().get("c-cache").await.unwrap().spec.unwrap().replicas == Some(2)).then_some(())
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn deletion_removes_the_children_and_the_object() {
+    let h = Harness::start("cache-delete").await;
+    h.caches().create(&PostParams::default(), &cache("c", Engine::Redis, "64Mi", 2)).await.unwrap();
+    h.eventually("the PodDisruptionBudget", async || h.api::<PodDisruptionBudget>().get_opt("c-cache").await.unwrap()).await;
+    h.caches().delete("c", &DeleteParams::default()).await.unwrap();
+    h.eventually("the Cache to go", async || h.caches().get_opt("c").await.unwrap().is_none().then_some(())).await;
+    assert!(h.api::<StatefulSet>().get_opt("c-cache").await.unwrap().is_none());
+    assert!(h.api::<Service>().get_opt("c-cache").await.unwrap().is_none());
+    assert!(h.api::<ConfigMap>().get_opt("c-cache-config").await.unwrap().is_none());
+    assert!(h.api::<PodDisruptionBudget>().get_opt("c-cache").await.unwrap().is_none());
+}
+
+#[tokio::test]
+async fn v1alpha1_objects_read_back_as_v1beta1() {
+    let h = Harness::start("cache-alpha").await;
+    let alpha: Api<v1alpha1::Cache> = h.api();
+    let spec = v1alpha1::CacheSpec {
+        engine: Engine::Memcached,
+        memory: "64Mi".into(),
+        replicas: 2,
+        eviction_policy: EvictionPolicy::Noeviction,
+        tls: None,
+    };
+    alpha.create(&PostParams::default(), &v1alpha1::Cache::new("old", spec)).await.unwrap();
+    let beta = h.caches().get("old").await.unwrap();
+    assert_eq!((beta.spec.engine, beta.spec.replicas, beta.spec.high_availability.clone()), (Engine::Memcached, 2, None));
+}
+
+#[tokio::test]
+async fn v1beta1_objects_read_as_v1alpha1_and_back_keep_high_availability() {
+    let h = Harness::start("cache-beta").await;
+    let mut c = cache("ha", Engine::Redis, "64Mi", 3);
+    c.spec.high_availability = Some(HighAvailability { enabled: true, auto_failover: false });
+    h.caches().create(&PostParams::default(), &c).await.unwrap();
+    let alpha: Api<v1alpha1::Cache> = h.api();
+    let old = alpha.get("ha").await.unwrap();
+    assert_eq!(old.spec.replicas, 3);
+    assert!(old.annotations().contains_key(blockwork_cache::api::HIGH_AVAILABILITY_ANNOTATION));
+    // Writing through the old version keeps what only the new one can express.
+    alpha.patch("ha", &PatchParams::default(), &Patch::Merge(json!({"spec": {"memory": "128Mi"}}))).await.unwrap();
+    let back = h.caches().get("ha").await.unwrap();
+    assert_eq!(back.spec.memory, "128Mi");
+    assert_eq!(back.spec.high_availability, Some(HighAvailability { enabled: true, auto_failover: false }));
+}
+
+async fn rejection(h: &Harness, spec: serde_json::Value) -> String {
+    let object = json!({"apiVersion": "cache.blockwork.dev/v1beta1", "kind": "Cache", "metadata": {"name": "bad"}, "spec": spec});
+    let cache: Cache = serde_json::from_value(object).unwrap_or_else(|_| panic!("test spec must deserialize"));
+    match h.caches().create(&PostParams::default(), &cache).await {
+        Ok(_) => panic!("the API server accepted {spec}"),
+        Err(kube::Error::Api(status)) => status.message.clone(),
+        Err(other) => panic!("{other}"),
+    }
+}
+
+async fn raw_rejection(h: &Harness, spec: serde_json::Value) -> String {
+    let object = json!({"apiVersion": "cache.blockwork.dev/v1beta1", "kind": "Cache", "metadata": {"name": "bad"}, "spec": spec});
+    let api: Api<kube::api::DynamicObject> =
+        Api::namespaced_with(h.client.clone(), &h.namespace, &kube::api::ApiResource::erase::<Cache>(&()));
+    match api.create(&PostParams::default(), &serde_json::from_value(object).unwrap()).await {
+        Ok(_) => panic!("the API server accepted {spec}"),
+        Err(kube::Error::Api(status)) => status.message.clone(),
+        Err(other) => panic!("{other}"),
+    }
+}
+
+#[tokio::test]
+async fn schema_and_cel_reject_invalid_specs_with_their_messages() {
+    let h = Harness::start("cache-invalid").await;
+    let secret_without_tls =
+        rejection(&h, json!({"engine": "redis", "memory": "64Mi", "tls": {"enabled": false, "secretName": "s"}})).await;
+    assert!(secret_without_tls.contains("tls.secretName requires tls.enabled to be true"), "{secret_without_tls}");
+    let small_ha = rejection(&h, json!({"engine": "redis", "memory": "64Mi", "replicas": 2, "highAvailability": {"enabled": true}})).await;
+    assert!(small_ha.contains("highAvailability.enabled needs at least 3 replicas"), "{small_ha}");
+    let memcached_ha =
+        rejection(&h, json!({"engine": "memcached", "memory": "64Mi", "replicas": 3, "highAvailability": {"enabled": true}})).await;
+    assert!(memcached_ha.contains("memcached does not replicate"), "{memcached_ha}");
+    let memcached_ttl = rejection(&h, json!({"engine": "memcached", "memory": "64Mi", "evictionPolicy": "volatile-lru"})).await;
+    assert!(memcached_ttl.contains("memcached cannot evict only keys with a TTL"), "{memcached_ttl}");
+    let memory = rejection(&h, json!({"engine": "redis", "memory": "1G"})).await;
+    assert!(memory.contains("spec.memory") && memory.contains("should match"), "{memory}");
+    let replicas = rejection(&h, json!({"engine": "redis", "memory": "64Mi", "replicas": 11})).await;
+    assert!(replicas.contains("spec.replicas") && replicas.contains("less than or equal to 10"), "{replicas}");
+    let engine = raw_rejection(&h, json!({"engine": "mongodb", "memory": "64Mi"})).await;
+    assert!(engine.contains("spec.engine") && engine.contains("Unsupported value"), "{engine}");
+}
+
+#[tokio::test]
+async fn defaults_are_applied_by_the_api_server() {
+    let h = Harness::start("cache-defaults").await;
+    let api: Api<kube::api::DynamicObject> =
+        Api::namespaced_with(h.client.clone(), &h.namespace, &kube::api::ApiResource::erase::<Cache>(&()));
+    let object = json!({"apiVersion": "cache.blockwork.dev/v1beta1", "kind": "Cache", "metadata": {"name": "d"},
+                        "spec": {"engine": "redis", "memory": "64Mi", "tls": {}, "highAvailability": {"enabled": false}}});
+    api.create(&PostParams::default(), &serde_json::from_value(object).unwrap()).await.unwrap();
+    let created = h.caches().get("d").await.unwrap();
+    assert_eq!((created.spec.replicas, created.spec.eviction_policy), (1, EvictionPolicy::AllkeysLru));
+    assert_eq!(created.spec.tls, Some(Tls { enabled: false, secret_name: None }));
+    assert!(created.spec.high_availability.unwrap().auto_failover);
+}
+
+// --- The rendered configuration, run by the real servers -------------------------------------
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+fn request(port: u16, payload: &[u8], until: &str) -> String {
+    use std::io::{Read, Write};
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    let mut stream = loop {
+        match std::net::TcpStream::connect(("127.0.0.1", port)) {
+            Ok(stream) => break stream,
+            Err(e) if std::time::Instant::now() < deadline => {
+                let _ = e;
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            Err(e) => panic!("server on {port} never accepted: {e}"),
+        }
+    };
+    stream.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    stream.write_all(payload).unwrap();
+    let mut reply = String::new();
+    let mut buffer = [0u8; 4096];
+    while !reply.contains(until) {
+        let n = stream.read(&mut buffer).unwrap();
+        assert!(n > 0, "connection closed; got {reply:?}");
+        reply.push_str(&String::from_utf8_lossy(&buffer[..n]));
+    }
+    reply
+}
+
+struct Server(std::process::Child);
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn rendered(engine: Engine, memory: &str, policy: EvictionPolicy) -> String {
+    let mut c = cache("c", engine, memory, 1);
+    c.spec.eviction_policy = policy;
+    build::render_config(&c).unwrap()
+}
+
+fn redis_like_server_accepts_the_rendered_configuration(binary: &str) {
+    let dir = tempfile_dir();
+    let port = free_port();
+    // The pod listens on 6379; here another port, appended last so it wins.
+    let config = rendered(Engine::Redis, "100Mi", EvictionPolicy::VolatileLru) + &format!("port {port}\nbind 127.0.0.1\n");
+    let path = dir.join("redis.conf");
+    std::fs::write(&path, config).unwrap();
+    let _server = Server(std::process::Command::new(binary).arg(&path).stdout(std::process::Stdio::null()).spawn().unwrap());
+    let maxmemory = request(port, b"CONFIG GET maxmemory\r\n", &format!("{}\r\n", (100u64 << 20) / 5 * 4));
+    assert!(maxmemory.contains("maxmemory"), "{maxmemory}");
+    let policy = request(port, b"CONFIG GET maxmemory-policy\r\n", "volatile-lru\r\n");
+    assert!(policy.contains("maxmemory-policy"), "{policy}");
+}
+
+fn tempfile_dir() -> std::path::PathBuf {
+    let dir = std::env::temp_dir().join(format!("blockwork-cache-test-{}-{}", std::process::id(), free_port()));
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+#[test]
+fn redis_server_accepts_the_rendered_configuration() {
+    redis_like_server_accepts_the_rendered_configuration("/usr/bin/redis-server");
+}
+
+#[test]
+fn valkey_server_accepts_the_rendered_configuration() {
+    let binary = "/usr/bin/valkey-server";
+    if !std::path::Path::new(binary).exists() {
+        println!("skipped: valkey-server is not packaged in this Debian release (redis-server covers the same configuration format)");
+        return;
+    }
+    redis_like_server_accepts_the_rendered_configuration(binary);
+}
+
+#[test]
+fn memcached_accepts_the_rendered_arguments() {
+    let port = free_port();
+    let args = rendered(Engine::Memcached, "64Mi", EvictionPolicy::Noeviction);
+    let mut args: Vec<String> =
+        args.lines().filter(|a| !a.starts_with("--port") && !a.starts_with("--listen")).map(str::to_owned).collect();
+    args.extend([format!("--port={port}"), "--listen=127.0.0.1".to_owned(), "--user=nobody".to_owned()]);
+    let _server = Server(std::process::Command::new("/usr/bin/memcached").args(&args).spawn().unwrap());
+    let stats = request(port, b"stats settings\r\n", "END\r\n");
+    let limit = (((64u64 << 20) / 5 * 4) >> 20) << 20;
+    assert!(stats.contains(&format!("STAT maxbytes {limit}\r\n")), "{stats}");
+    assert!(stats.contains("STAT evictions off\r\n"), "{stats}");
+}
+
+// --- High availability, run by real redis-server processes -----------------------------------
+
+fn redis_cli(port: u16, args: &[&str]) -> String {
+    let output = std::process::Command::new("/usr/bin/redis-cli").args(["-p", &port.to_string(), "--raw"]).args(args).output().unwrap();
+    String::from_utf8_lossy(&output.stdout).trim().to_owned()
+}
+
+fn wait_until(what: &str, timeout: Duration, mut check: impl FnMut() -> bool) {
+    let deadline = std::time::Instant::now() + timeout;
+    while !check() {
+        assert!(std::time::Instant::now() < deadline, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+/// One pod of a replicated Cache on this machine: its rendered files, run by `sh` with the
+/// environment the StatefulSet gives the pod (loopback addresses instead of pod DNS names).
+struct Node {
+    server_port: u16,
+    sentinel_port: u16,
+    _server: Server,
+    _sentinel: Server,
+}
+
+impl Node {
+    fn start(files: &std::collections::BTreeMap<String, String>, ordinal: usize, primary_port: u16, server_port: u16) -> Node {
+        let sentinel_port = free_port();
+        let dir = tempfile_dir();
+        let (config, data) = (dir.join("config"), dir.join("data"));
+        std::fs::create_dir_all(&config).unwrap();
+        std::fs::create_dir_all(&data).unwrap();
+        for (name, content) in files {
+            // The pod listens on 6379; here on a free loopback port, appended last so it wins.
+            let content = if name == "redis.conf" { format!("{content}port {server_port}\nbind 127.0.0.1\n") } else { content.clone() };
+            std::fs::write(config.join(name), content).unwrap();
+        }
+        let run = |script: &str, port: u16| {
+            let child = std::process::Command::new("sh")
+                .arg(config.join(script))
+                .env("POD_NAME", format!("c-cache-{ordinal}"))
+                .env("CACHE_NAME", "c")
+                .env("CACHE_SERVER", "/usr/bin/redis-server")
+                .env("CACHE_CLI", "/usr/bin/redis-cli")
+                .env("CACHE_CONFIG_DIR", &config)
+                .env("CACHE_DATA_DIR", &data)
+                .env("CACHE_PRIMARY_HOST", "127.0.0.1")
+                .env("CACHE_PRIMARY_PORT", primary_port.to_string())
+                .env("CACHE_ANNOUNCE_HOST", "127.0.0.1")
+                .env("CACHE_SENTINEL_SERVICE", "127.0.0.1")
+                .env("CACHE_SENTINEL_PORT", port.to_string())
+                .stdout(std::process::Stdio::null())
+                .spawn()
+                .unwrap();
+            Server(child)
+        };
+        let server = run("start.sh", server_port);
+        wait_until("the server", Duration::from_secs(10), || redis_cli(server_port, &["PING"]) == "PONG");
+        let sentinel = run("sentinel.sh", sentinel_port);
+        Node { server_port, sentinel_port, _server: server, _sentinel: sentinel }
+    }
+}
+
+/// `highAvailability` with `autoFailover`: pod 0 starts as the primary, the others replicate
+/// from it, and when the primary dies the Sentinels promote a replica.
+#[test]
+fn replicated_redis_fails_over_to_a_replica() {
+    let mut c = cache("c", Engine::Redis, "64Mi", 3);
+    c.metadata.namespace = Some("ns".into());
+    c.spec.high_availability = Some(HighAvailability { enabled: true, auto_failover: true });
+    let files = build::desired(&c).unwrap().config_map.data.unwrap();
+
+    let ports: Vec<u16> = (0..3).map(|_| free_port()).collect();
+    let mut nodes: Vec<Node> = (0..3).map(|i| Node::start(&files, i, ports[0], ports[i])).collect();
+    assert!(redis_cli(ports[0], &["INFO", "replication"]).contains("role:master"));
+    assert!(redis_cli(ports[1], &["INFO", "replication"]).contains("role:slave"));
+    assert_eq!(redis_cli(ports[0], &["SET", "key", "before-failover"]), "OK");
+    wait_until("the write to replicate", Duration::from_secs(10), || redis_cli(ports[2], &["GET", "key"]) == "before-failover");
+    let sentinel = nodes[1].sentinel_port;
+    wait_until("the Sentinels to agree on pod 0", Duration::from_secs(15), || {
+        redis_cli(sentinel, &["SENTINEL", "get-master-addr-by-name", "c"]).ends_with(&ports[0].to_string())
+            && redis_cli(sentinel, &["SENTINEL", "sentinels", "c"]).matches("127.0.0.1").count() >= 2
+    });
+
+    drop(nodes.remove(0));
+    let mut promoted = 0;
+    wait_until("a replica to be promoted", Duration::from_secs(45), || {
+        let reply = redis_cli(sentinel, &["SENTINEL", "get-master-addr-by-name", "c"]);
+        promoted = reply.lines().nth(1).and_then(|p| p.parse().ok()).unwrap_or(ports[0]);
+        promoted != ports[0] && redis_cli(promoted, &["INFO", "replication"]).contains("role:master")
+    });
+    assert!(nodes.iter().any(|n| n.server_port == promoted));
+    assert_eq!(redis_cli(promoted, &["GET", "key"]), "before-failover", "no acknowledged data is lost");
+    assert_eq!(redis_cli(promoted, &["SET", "key", "after-failover"]), "OK", "the new primary takes writes");
+}

@@ -1,0 +1,37 @@
+//! The key rotator: keeps a `kubernetes.io/tls` target Secret holding the previous, current and
+//! next key pair (`prev-tls.*`, `tls.*`, `next-tls.*`) of a source Secret that cert-manager
+//! renews, for authorization servers that serve a JWK set. A drop-in for the original
+//! k8s-tls-rotator (same annotations, layout and key ids), with exactly-once rotations, events,
+//! annotations, an optional `jwks.json`, bounded metrics and a metadata-only watch.
+//!
+//! Pipeline per source: [`Rotator::observe`] (read source and target) → [`plan::plan`] (pure) →
+//! [`Rotator::apply`] (one write, the commit point) → [`Rotator::report`] (events, metrics).
+//! See `docs/rotator.md`.
+//!
+//! It runs as the `rotator` controller of `blockwork run`, with [`RotatorArgs`] flattened into
+//! that command's flags.
+
+pub mod config;
+pub mod controller;
+pub mod jwks;
+pub mod kid;
+pub mod metrics;
+pub mod plan;
+
+pub use config::{Config, ConfigError, DEFAULT_ANNOTATION_PREFIX, Keys, RotatorArgs, resolve_namespaces};
+pub use controller::{Error, Observation, Outcome, Rotator, run};
+pub use metrics::Metrics;
+pub use plan::{Action, Blocked, Plan};
+
+use k8s_openapi::api::rbac::v1::PolicyRule;
+
+/// The cluster permissions the rotator needs (see `blockwork rbac`; the Kustomize overlays grant
+/// the same, which `tests/overlays.rs` checks). Never `delete`: targets hold signing keys.
+pub fn rbac() -> Vec<PolicyRule> {
+    vec![PolicyRule {
+        api_groups: Some(vec![String::new()]),
+        resources: Some(vec!["secrets".into()]),
+        verbs: ["get", "list", "watch", "create", "update", "patch"].map(String::from).to_vec(),
+        ..PolicyRule::default()
+    }]
+}

@@ -1,0 +1,261 @@
+//! A rotator running in-process against the test control plane, one namespace per test.
+
+#![allow(dead_code, clippy::unwrap_used, clippy::panic)]
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use blockwork_rotator::{Config, Keys, Metrics, Rotator, RotatorArgs};
+use blockwork_testenv::control_plane::{ControlPlane, control_plane};
+use k8s_openapi::ByteString;
+use k8s_openapi::api::core::v1::Secret;
+use k8s_openapi::api::events::v1::Event;
+use kube::api::{Api, DeleteParams, ListParams, ObjectMeta, Patch, PatchParams, PostParams};
+use kube::{Client, ResourceExt};
+use prometheus_client::registry::Registry;
+use serde_json::json;
+use tokio::sync::oneshot;
+use tokio::task::JoinHandle;
+
+pub const TIMEOUT: Duration = Duration::from_secs(30);
+
+pub struct Harness {
+    pub plane: &'static ControlPlane,
+    pub client: Client,
+    pub namespace: String,
+    pub keys: Keys,
+    pub config: Config,
+    pub registry: Registry,
+    pub metrics: Arc<Metrics>,
+    controller: Option<(JoinHandle<()>, oneshot::Sender<()>)>,
+}
+
+impl Harness {
+    /// A fresh namespace and a rotator watching only it, not yet started.
+    pub async fn new(prefix: &str) -> Self {
+        init_tracing();
+        let plane = control_plane().await.unwrap();
+        let namespace = plane.namespace(prefix).await.unwrap();
+        let mut config = Config::new(&RotatorArgs::default(), std::slice::from_ref(&namespace), 4).unwrap();
+        config.error_requeue = Duration::from_millis(200);
+        config.conflict_requeue = Duration::from_secs(1);
+        Self::with_config(plane, namespace, config)
+    }
+
+    pub fn with_config(plane: &'static ControlPlane, namespace: String, config: Config) -> Self {
+        let mut registry = Registry::with_prefix("rotator");
+        let metrics = Metrics::register(&mut registry);
+        Self { plane, client: plane.client(), namespace, keys: config.keys.clone(), config, registry, metrics, controller: None }
+    }
+
+    /// A fresh namespace and a running rotator watching only it.
+    pub async fn start(prefix: &str) -> Self {
+        let mut h = Self::new(prefix).await;
+        h.start_controller();
+        h
+    }
+
+    pub fn start_controller(&mut self) {
+        self.start_controller_with(self.plane.client());
+    }
+
+    pub fn start_controller_with(&mut self, client: Client) {
+        assert!(self.controller.is_none(), "already running");
+        let (tx, rx) = oneshot::channel::<()>();
+        let run = blockwork_rotator::run(client, self.config.clone(), Arc::clone(&self.metrics), async move {
+            let _ = rx.await;
+        });
+        let handle = tokio::spawn(async move {
+            run.await.unwrap();
+        });
+        self.controller = Some((handle, tx));
+    }
+
+    /// Kills the controller wherever it is (dropping its in-flight requests), like a crash.
+    pub fn crash_controller(&mut self) {
+        if let Some((handle, _)) = self.controller.take() {
+            handle.abort();
+        }
+    }
+
+    /// Graceful stop: shutdown signal, then waits for running reconciles.
+    pub async fn stop_controller(&mut self) {
+        if let Some((handle, tx)) = self.controller.take() {
+            let _ = tx.send(());
+            tokio::time::timeout(TIMEOUT, handle).await.expect("the rotator stops in time").unwrap();
+        }
+    }
+
+    /// The reconcile pipeline itself, with its own client and metrics (a second "replica").
+    pub fn rotator(&self) -> Rotator {
+        let mut registry = Registry::default();
+        Rotator::new(self.plane.client(), &self.config, Metrics::register(&mut registry))
+    }
+
+    pub fn api(&self) -> Api<Secret> {
+        Api::namespaced(self.client.clone(), &self.namespace)
+    }
+
+    pub fn source(&self, name: &str, target: &str, crt: &str, key: &str) -> Secret {
+        source_in(&self.keys, &self.namespace, name, target, crt, key)
+    }
+
+    pub async fn create(&self, secret: &Secret) -> Secret {
+        self.api().create(&PostParams::default(), secret).await.unwrap()
+    }
+
+    pub async fn create_source(&self, name: &str, target: &str, crt: &str, key: &str) -> Secret {
+        self.create(&self.source(name, target, crt, key)).await
+    }
+
+    /// Replaces the source's certificate and key (as cert-manager does on renewal).
+    pub async fn renew(&self, name: &str, crt: &str, key: &str) -> Secret {
+        let patch = json!({ "data": { "tls.crt": b64(crt), "tls.key": b64(key) } });
+        self.api().patch(name, &PatchParams::default(), &Patch::Merge(&patch)).await.unwrap()
+    }
+
+    pub async fn annotate(&self, name: &str, key: &str, value: Option<&str>) -> Secret {
+        let patch = json!({ "metadata": { "annotations": { key: value } } });
+        self.api().patch(name, &PatchParams::default(), &Patch::Merge(&patch)).await.unwrap()
+    }
+
+    pub async fn delete(&self, name: &str) {
+        self.api().delete(name, &DeleteParams::default()).await.unwrap();
+    }
+
+    pub async fn get(&self, name: &str) -> Option<Secret> {
+        self.api().get_opt(name).await.unwrap()
+    }
+
+    /// Polls until `name` exists and satisfies `check`.
+    pub async fn wait_for(&self, name: &str, what: &str, check: impl Fn(&Secret) -> bool) -> Secret {
+        let deadline = tokio::time::Instant::now() + TIMEOUT;
+        loop {
+            let current = self.get(name).await;
+            if let Some(secret) = current.as_ref().filter(|s| check(s)) {
+                return secret.clone();
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "timed out waiting for {name}: {what}; last seen: {:?}",
+                current.map(|s| summary(&s))
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    /// Waits until the target's next-tls.crt is `crt`.
+    pub async fn wait_for_next(&self, target: &str, crt: &str) -> Secret {
+        self.wait_for(target, &format!("next-tls.crt = {crt}"), |s| text(s, "next-tls.crt") == crt).await
+    }
+
+    /// Events about `name`, as (reason, note), oldest first.
+    pub async fn events(&self, name: &str) -> Vec<(String, String)> {
+        let api: Api<Event> = Api::namespaced(self.client.clone(), &self.namespace);
+        let mut events: Vec<Event> = api
+            .list(&ListParams::default())
+            .await
+            .unwrap()
+            .items
+            .into_iter()
+            .filter(|e| e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(name))
+            .collect();
+        events.sort_by_key(|e| e.metadata.creation_timestamp.clone().map(|t| t.0));
+        events.into_iter().map(|e| (e.reason.unwrap_or_default(), e.note.unwrap_or_default())).collect()
+    }
+
+    /// Waits for an event with `reason` about `name`; returns its note.
+    pub async fn wait_for_event(&self, name: &str, reason: &str) -> String {
+        let deadline = tokio::time::Instant::now() + TIMEOUT;
+        loop {
+            let events = self.events(name).await;
+            if let Some((_, note)) = events.iter().find(|(r, _)| r == reason) {
+                return note.clone();
+            }
+            assert!(tokio::time::Instant::now() < deadline, "no {reason} event about {name}; events: {events:?}");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    pub fn metrics_text(&self) -> String {
+        let mut out = String::new();
+        prometheus_client::encoding::text::encode(&mut out, &self.registry).unwrap();
+        out
+    }
+
+    /// The value of one sample (0 if absent), e.g. `rotator_rotations_total{result="unchanged"}`.
+    pub fn sample(&self, series: &str) -> f64 {
+        self.metrics_text()
+            .lines()
+            .find_map(|line| line.strip_prefix(series).and_then(|rest| rest.strip_prefix(' ')).map(|v| v.trim().parse().unwrap()))
+            .unwrap_or(0.0)
+    }
+
+    /// Waits until `series` exceeds `above`.
+    pub async fn wait_for_sample(&self, series: &str, above: f64) {
+        let deadline = tokio::time::Instant::now() + TIMEOUT;
+        while self.sample(series) <= above {
+            assert!(tokio::time::Instant::now() < deadline, "{series} stayed at {above}:\n{}", self.metrics_text());
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+}
+
+impl Drop for Harness {
+    fn drop(&mut self) {
+        self.crash_controller();
+    }
+}
+
+pub fn source_in(keys: &Keys, namespace: &str, name: &str, target: &str, crt: &str, key: &str) -> Secret {
+    Secret {
+        metadata: ObjectMeta {
+            name: Some(name.into()),
+            namespace: Some(namespace.into()),
+            annotations: Some(BTreeMap::from([(keys.source.clone(), "true".into()), (keys.destination.clone(), target.into())])),
+            ..ObjectMeta::default()
+        },
+        type_: Some("kubernetes.io/tls".into()),
+        data: Some(BTreeMap::from([
+            ("tls.crt".into(), ByteString(crt.as_bytes().to_vec())),
+            ("tls.key".into(), ByteString(key.as_bytes().to_vec())),
+        ])),
+        ..Secret::default()
+    }
+}
+
+pub fn b64(s: &str) -> String {
+    use base64::Engine as _;
+    base64::engine::general_purpose::STANDARD.encode(s)
+}
+
+pub fn text(secret: &Secret, key: &str) -> String {
+    secret.data.as_ref().and_then(|d| d.get(key)).map(|b| String::from_utf8_lossy(&b.0).into_owned()).unwrap_or_default()
+}
+
+pub fn slots(secret: &Secret) -> [String; 3] {
+    [text(secret, "prev-tls.crt"), text(secret, "tls.crt"), text(secret, "next-tls.crt")]
+}
+
+pub fn annotation(secret: &Secret, key: &str) -> Option<String> {
+    secret.annotations().get(key).cloned()
+}
+
+pub fn summary(secret: &Secret) -> String {
+    format!("rv {:?} slots {:?} annotations {:?}", secret.metadata.resource_version, slots(secret), secret.metadata.annotations)
+}
+
+pub fn kid(crt: &str) -> String {
+    blockwork_rotator::kid::kid(crt.as_bytes())
+}
+
+fn init_tracing() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        if std::env::var_os("RUST_LOG").is_some() {
+            let _ =
+                tracing_subscriber::fmt().with_env_filter(tracing_subscriber::EnvFilter::from_default_env()).with_test_writer().try_init();
+        }
+    });
+}
