@@ -630,3 +630,48 @@ async fn retargeting_a_source_drops_the_old_targets_series() {
         tokio::time::sleep(std::time::Duration::from_millis(50)).await;
     }
 }
+
+/// A source emptied after its target exists (a failed re-issue, say) never rotates an empty key
+/// in: the target keeps its three key pairs until the source has both fields again.
+#[tokio::test]
+async fn an_emptied_source_leaves_its_existing_target_alone() {
+    let h = Harness::start("emptied").await;
+    h.create_source("source", "target", "cert", "key").await;
+    h.wait_for_next("target", "cert").await;
+    h.renew("source", "cert-1", "key-1").await;
+    let before = h.wait_for_next("target", "cert-1").await;
+
+    h.renew("source", "", "").await;
+    let note = h.wait_for_event("source", "InvalidSource").await;
+    assert!(note.contains("tls.crt and tls.key missing or empty"), "{note}");
+    let after = h.get("target").await.unwrap();
+    assert_eq!(after.resource_version(), before.resource_version(), "the target is not touched");
+
+    h.renew("source", "cert-2", "key-2").await;
+    let target = h.wait_for_next("target", "cert-2").await;
+    assert_eq!(slots(&target), ["cert", "cert-1", "cert-2"], "the next change rotates as usual");
+}
+
+/// The history slots belong to whoever edits them (e.g. to drop a compromised previous key):
+/// the rotator keeps a hand edit of `prev-tls.*` and rotates from it.
+#[tokio::test]
+async fn hand_edits_of_the_history_are_kept_and_rotated_from() {
+    let h = Harness::start("history-edit").await;
+    h.create_source("source", "target", "cert", "key").await;
+    h.wait_for_next("target", "cert").await;
+    h.renew("source", "cert-1", "key-1").await;
+    h.wait_for_next("target", "cert-1").await;
+    h.renew("source", "cert-2", "key-2").await;
+    h.wait_for_next("target", "cert-2").await;
+
+    // Drop the compromised previous key pair by hand.
+    let patch = json!({ "data": { "prev-tls.crt": b64(""), "prev-tls.key": b64("") } });
+    h.api().patch("target", &PatchParams::default(), &Patch::Merge(&patch)).await.unwrap();
+    let target = h.wait_for("target", "prev-tls.kid recomputed", |t| text(t, "prev-tls.kid").is_empty()).await;
+    assert_eq!(slots(&target), ["", "cert-1", "cert-2"], "the edit stays");
+    assert_eq!(annotation(&target, &h.keys.rotations).as_deref(), Some("2"), "not a rotation");
+
+    h.renew("source", "cert-3", "key-3").await;
+    let target = h.wait_for_next("target", "cert-3").await;
+    assert_eq!(slots(&target), ["cert-1", "cert-2", "cert-3"]);
+}
