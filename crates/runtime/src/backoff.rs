@@ -31,7 +31,16 @@ impl RequeuePolicy {
 
     /// The interval with jitter applied.
     pub fn delay(&self, attempt: u32, rng: &mut impl Rng) -> Duration {
-        let interval = self.interval(attempt);
+        self.jittered(self.interval(attempt), rng)
+    }
+
+    /// The interval raised to at least `floor`, then jittered: after throttling, objects that
+    /// all hit the floor must still spread out instead of coming back in the same instant.
+    pub fn delay_at_least(&self, attempt: u32, floor: Duration, rng: &mut impl Rng) -> Duration {
+        self.jittered(self.interval(attempt).max(floor), rng)
+    }
+
+    fn jittered(&self, interval: Duration, rng: &mut impl Rng) -> Duration {
         if self.jitter <= 0.0 || interval.is_zero() {
             return interval;
         }
@@ -66,6 +75,27 @@ mod tests {
         assert!(delays.iter().all(|d| *d >= Duration::from_secs(54) && *d <= Duration::from_secs(66)));
         let distinct: std::collections::HashSet<_> = delays.iter().map(|d| d.as_millis()).collect();
         assert!(distinct.len() > 500, "jitter should spread delays, got {} distinct", distinct.len());
+    }
+
+    #[test]
+    fn throttled_delay_is_clamped_to_the_floor_then_jittered() {
+        let errors = RequeuePolicy::exponential(Duration::from_secs(5), Duration::from_secs(300));
+        let floor = Duration::from_secs(60);
+        let mut rng = StdRng::seed_from_u64(11);
+        let delays: Vec<Duration> = (0..1000).map(|_| errors.delay_at_least(0, floor, &mut rng)).collect();
+        assert!(delays.iter().all(|d| *d >= Duration::from_secs(54) && *d <= Duration::from_secs(66)), "{delays:?}");
+        assert!(delays.iter().any(|d| *d < floor) && delays.iter().any(|d| *d > floor), "jitter applies after the clamp");
+        let distinct: std::collections::HashSet<_> = delays.iter().map(|d| d.as_millis()).collect();
+        assert!(distinct.len() > 500, "throttled requeues must not all land on the floor, got {} distinct", distinct.len());
+    }
+
+    #[test]
+    fn throttled_delay_above_the_floor_keeps_growing() {
+        let errors = RequeuePolicy::exponential(Duration::from_secs(5), Duration::from_secs(300));
+        let mut rng = StdRng::seed_from_u64(3);
+        // 5 s × 2^5 = 160 s is above the 60 s floor: the backoff, not the floor, decides.
+        let delay = errors.delay_at_least(5, Duration::from_secs(60), &mut rng);
+        assert!(delay >= Duration::from_secs(144) && delay <= Duration::from_secs(176), "{delay:?}");
     }
 
     #[test]

@@ -23,6 +23,9 @@ pub enum Plan {
     Recreate { drift: bool },
     /// The external resource drifted and the drift policy says to leave it.
     Drift { policy: DriftPolicy, message: String },
+    /// The external resource disappeared and the drift policy says to leave it: drift, and the
+    /// object is no longer Ready, since nothing usable stands behind it.
+    Missing { policy: DriftPolicy },
     /// Needs a person.
     Fail { reason: &'static str, message: String },
     /// Observing failed.
@@ -56,7 +59,7 @@ pub fn plan(state: ReconcileState, verified: VerifyOutcome, policies: &Policies,
         VerifyOutcome::Ready => Plan::Ready,
         VerifyOutcome::Missing => {
             if state == ReconcileState::Succeeded && policies.drift != DriftPolicy::Enforce {
-                return Plan::Drift { policy: policies.drift, message: "the external resource no longer exists".to_owned() };
+                return Plan::Missing { policy: policies.drift };
             }
             plan_create(state, policies)
         }
@@ -240,7 +243,9 @@ mod tests {
     #[test]
     fn externally_deleted_resource_is_recreated_only_under_enforce() {
         assert_eq!(plan(Succeeded, VerifyOutcome::Missing, &policies(), false), Plan::MarkCreating);
-        assert!(matches!(plan(Succeeded, VerifyOutcome::Missing, &with_drift(DriftPolicy::Report), false), Plan::Drift { .. }));
+        for policy in [DriftPolicy::Report, DriftPolicy::Suspend] {
+            assert_eq!(plan(Succeeded, VerifyOutcome::Missing, &with_drift(policy), false), Plan::Missing { policy });
+        }
     }
 
     #[test]

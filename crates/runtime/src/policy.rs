@@ -143,7 +143,7 @@ impl Policies {
         default_deletion: DeletionPolicy,
         default_drift: DriftPolicy,
     ) -> Result<Self, PolicyError> {
-        let paused = annotations.get(PAUSED_ANNOTATION).is_some_and(|v| v.trim().eq_ignore_ascii_case("true"));
+        let paused = is_paused(annotations);
         let access = annotations.get(ACCESS_ANNOTATION).map(|v| v.parse()).transpose()?.unwrap_or_default();
         let deletion = annotations.get(DELETION_POLICY_ANNOTATION).map(|v| v.parse()).transpose()?.unwrap_or(default_deletion);
         let drift = annotations.get(DRIFT_POLICY_ANNOTATION).map(|v| v.parse()).transpose()?.unwrap_or(default_drift);
@@ -154,6 +154,20 @@ impl Policies {
     pub fn deletes_external_resource(&self) -> bool {
         self.deletion == DeletionPolicy::Delete && self.access.delete
     }
+}
+
+/// Pause is read on its own: it never fails to parse (anything but `true` is not paused), and it
+/// must hold even when another annotation is invalid.
+pub fn is_paused(annotations: &BTreeMap<String, String>) -> bool {
+    annotations.get(PAUSED_ANNOTATION).is_some_and(|v| v.trim().eq_ignore_ascii_case("true"))
+}
+
+/// Whether deleting the object deletes the external resource. Reads only the annotations that
+/// decide it (access and deletion policy), so a misspelt drift policy cannot block deletion.
+pub fn deletes_on_delete(annotations: &BTreeMap<String, String>, default_deletion: DeletionPolicy) -> Result<bool, PolicyError> {
+    let access: AccessPermissions = annotations.get(ACCESS_ANNOTATION).map(|v| v.parse()).transpose()?.unwrap_or_default();
+    let deletion = annotations.get(DELETION_POLICY_ANNOTATION).map(|v| v.parse()).transpose()?.unwrap_or(default_deletion);
+    Ok(deletion == DeletionPolicy::Delete && access.delete)
 }
 
 #[cfg(test)]
@@ -214,6 +228,16 @@ mod tests {
     fn missing_delete_permission_orphans_despite_delete_policy() {
         let p = policies(&[(DELETION_POLICY_ANNOTATION, "Delete"), (ACCESS_ANNOTATION, "CU")]).expect("valid");
         assert!(!p.deletes_external_resource());
+    }
+
+    #[test]
+    fn deletion_reads_only_the_access_and_deletion_annotations() {
+        let deletes = |pairs: &[(&str, &str)]| deletes_on_delete(&annotations(pairs), DeletionPolicy::Delete);
+        assert_eq!(deletes(&[(DRIFT_POLICY_ANNOTATION, "sometimes")]), Ok(true), "an invalid drift policy does not matter here");
+        assert_eq!(deletes(&[(ACCESS_ANNOTATION, "CU")]), Ok(false));
+        assert_eq!(deletes(&[(DELETION_POLICY_ANNOTATION, "Orphan")]), Ok(false));
+        assert_eq!(deletes(&[(DELETION_POLICY_ANNOTATION, "Orpahn")]).map_err(|e| e.annotation), Err(DELETION_POLICY_ANNOTATION));
+        assert_eq!(deletes(&[(ACCESS_ANNOTATION, "CUX")]).map_err(|e| e.annotation), Err(ACCESS_ANNOTATION));
     }
 
     #[test]

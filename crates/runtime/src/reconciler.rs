@@ -1,18 +1,20 @@
 //! The generic reconcile loop: Kubernetes on one side, an [`ExternalResource`] on the other.
 //!
 //! Each reconcile writes the object at most once (a finalizer patch or a status apply), handles
-//! deletion before anything else, and records enough in status (state, create-pending marker,
+//! deletion before anything but pause, and records enough in status (state, create-pending marker,
 //! last applied spec) to be safe to crash at any line.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::future::Future;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
-use futures::StreamExt;
+use futures::channel::mpsc::{UnboundedSender, unbounded};
+use futures::{FutureExt as _, StreamExt};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::api::{ApiResource, DynamicObject, GroupVersionKind, Patch, PatchParams};
 use kube::core::object::{HasSpec, HasStatus};
+use kube::discovery::Scope;
 use kube::runtime::controller::{Action, Config as RunConfig, Controller};
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use kube::runtime::reflector::{self, ObjectRef};
@@ -23,12 +25,11 @@ use serde_json::json;
 use sha2::{Digest, Sha256};
 use tracing::{debug, info, warn};
 
-use crate::backoff::RequeuePolicy;
 use crate::machine::{self, DeletePlan, Next, Plan};
 use crate::manager::{DependencyRef, ExternalResource, Request};
 use crate::metrics::RuntimeMetrics;
 use crate::outcome::{DeleteOutcome, ErrorClass, ExternalError, MutateOutcome, Operation, VerifyOutcome};
-use crate::policy::{DriftPolicy, Policies};
+use crate::policy::{self, DriftPolicy, Policies, PolicyError};
 use crate::status::{CreatePending, ManagedStatus, READY, ReconcileState, SYNCED, condition, set_condition};
 
 /// Names one controller: metric label, event reporter, finalizer and field manager.
@@ -80,7 +81,84 @@ pub struct Context<M: ExternalResource> {
     /// Attempts made in the current state per object UID: the backoff exponent. Kept in memory
     /// on purpose: persisting it would cost a write per wait, and a restart merely resets it.
     attempts: Mutex<HashMap<String, (ReconcileState, u32)>>,
-    api_resources: Mutex<HashMap<(String, String), ApiResource>>,
+    /// Discovery results per (apiVersion, kind) of a dependency.
+    api_resources: Mutex<HashMap<(String, String), DependencyKind>>,
+    /// Shared with the dependency watch tasks, which look up whom a change concerns.
+    dependencies: Arc<Mutex<DependencyIndex<M::Object>>>,
+}
+
+#[derive(Clone, Debug)]
+struct DependencyKind {
+    resource: ApiResource,
+    cluster_scoped: bool,
+}
+
+/// One dependency object, independent of the API version it was named with.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+struct DependencyKey {
+    group: String,
+    kind: String,
+    /// `None` for cluster-scoped kinds.
+    namespace: Option<String>,
+    name: String,
+}
+
+/// What one dependency watch covers: a kind in one namespace (so that a controller limited to
+/// some namespaces needs no cluster-wide RBAC on its dependencies), or a cluster-scoped kind.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+struct WatchKey {
+    group: String,
+    kind: String,
+    namespace: Option<String>,
+}
+
+/// Which objects wait for which dependency, and the watches that report a dependency's changes
+/// to the controller: without them a dependency deleted after its dependents became Ready would
+/// go unnoticed until their next requeue, an hour later.
+struct DependencyIndex<K: Resource<DynamicType = ()>> {
+    dependents: HashMap<DependencyKey, HashSet<ObjectRef<K>>>,
+    /// The reverse map, to drop an object's old entries when its dependencies change.
+    of_object: HashMap<ObjectRef<K>, HashSet<DependencyKey>>,
+    watches: HashMap<WatchKey, tokio::task::JoinHandle<()>>,
+    /// Feeds the controller's `reconcile_on` stream; `None` outside [`run`] (a test driving
+    /// [`reconcile`] directly), where no watch is started.
+    triggers: Option<UnboundedSender<ObjectRef<K>>>,
+}
+
+impl<K: Resource<DynamicType = ()>> Default for DependencyIndex<K> {
+    fn default() -> Self {
+        Self { dependents: HashMap::new(), of_object: HashMap::new(), watches: HashMap::new(), triggers: None }
+    }
+}
+
+impl<K: Resource<DynamicType = ()>> DependencyIndex<K> {
+    fn register(&mut self, object: ObjectRef<K>, keys: HashSet<DependencyKey>) {
+        self.unregister(&object);
+        for key in &keys {
+            self.dependents.entry(key.clone()).or_default().insert(object.clone());
+        }
+        if !keys.is_empty() {
+            self.of_object.insert(object, keys);
+        }
+    }
+
+    fn unregister(&mut self, object: &ObjectRef<K>) {
+        for key in self.of_object.remove(object).unwrap_or_default() {
+            if let Some(dependents) = self.dependents.get_mut(&key) {
+                dependents.remove(object);
+                if dependents.is_empty() {
+                    self.dependents.remove(&key);
+                }
+            }
+        }
+    }
+
+    fn stop(&mut self) {
+        self.triggers = None;
+        for (_, watch) in self.watches.drain() {
+            watch.abort();
+        }
+    }
 }
 
 impl<M: ExternalResource> Context<M> {
@@ -95,6 +173,7 @@ impl<M: ExternalResource> Context<M> {
             metrics,
             attempts: Mutex::default(),
             api_resources: Mutex::default(),
+            dependencies: Arc::default(),
         })
     }
 
@@ -110,9 +189,30 @@ impl<M: ExternalResource> Context<M> {
         entry.1 - 1
     }
 
-    fn forget(&self, uid: &str) {
+    fn forget(&self, uid: &str, object: &ObjectRef<M::Object>) {
         self.attempts.lock().unwrap_or_else(PoisonError::into_inner).remove(uid);
+        self.dependencies.lock().unwrap_or_else(PoisonError::into_inner).unregister(object);
         self.metrics.object_state(self.config.name, uid, None);
+    }
+
+    /// Starts watching the dependency's kind (in its namespace) unless already watched.
+    fn watch_dependency(&self, kind: &DependencyKind, namespace: Option<&str>) {
+        let mut index = self.dependencies.lock().unwrap_or_else(PoisonError::into_inner);
+        let Some(triggers) = index.triggers.clone() else {
+            return;
+        };
+        let key =
+            WatchKey { group: kind.resource.group.clone(), kind: kind.resource.kind.clone(), namespace: namespace.map(str::to_owned) };
+        if index.watches.contains_key(&key) {
+            return;
+        }
+        let api: Api<DynamicObject> = match namespace {
+            Some(namespace) => Api::namespaced_with(self.client.clone(), namespace, &kind.resource),
+            None => Api::all_with(self.client.clone(), &kind.resource),
+        };
+        debug!(controller = self.config.name, kind = %kind.resource.kind, ?namespace, "watching dependencies");
+        let task = tokio::spawn(watch_dependencies(api, key.clone(), Arc::clone(&self.dependencies), triggers));
+        index.watches.insert(key, task);
     }
 
     async fn timed<T>(&self, operation: Operation, call: impl Future<Output = T>, result_of: impl Fn(&T) -> &'static str) -> T {
@@ -145,17 +245,63 @@ pub async fn run<M: ExternalResource>(
             Default::default(),
         );
     let name = context.config.name;
-    Controller::for_stream(triggers, reader)
+    // Changes of dependencies, from watches started as reconciles discover them.
+    let (dependency_triggers, dependency_changes) = unbounded();
+    context.dependencies.lock().unwrap_or_else(PoisonError::into_inner).triggers = Some(dependency_triggers);
+    let shutdown = shutdown.boxed().shared();
+    let controller = Controller::for_stream(triggers, reader.clone())
+        .reconcile_on(dependency_changes)
         .with_config(RunConfig::default().concurrency(concurrency))
-        .graceful_shutdown_on(shutdown)
-        .run(reconcile::<M>, error_policy::<M>, context)
+        .graceful_shutdown_on(shutdown.clone())
+        .run(reconcile::<M>, error_policy::<M>, Arc::clone(&context))
         .for_each(|result| async move {
             match result {
                 Ok((object, _)) => debug!(controller = name, %object, "reconciled"),
                 Err(error) => warn!(controller = name, %error, "reconcile failed"),
             }
-        })
-        .await;
+        });
+    crate::shutdown::drive_until_shutdown(controller, shutdown, reader).await;
+    context.dependencies.lock().unwrap_or_else(PoisonError::into_inner).stop();
+}
+
+/// Reports every change of a watched dependency (created, changed, deleted) to the objects
+/// that depend on it. Ends when the controller stops listening.
+async fn watch_dependencies<K: Resource<DynamicType = ()>>(
+    api: Api<DynamicObject>,
+    key: WatchKey,
+    index: Arc<Mutex<DependencyIndex<K>>>,
+    triggers: UnboundedSender<ObjectRef<K>>,
+) {
+    let changes = watcher(api, watcher::Config::default()).default_backoff().touched_objects();
+    futures::pin_mut!(changes);
+    while let Some(change) = changes.next().await {
+        let changed = match change {
+            Ok(changed) => changed,
+            // The backoff retries the watch; the dependents' own requeues cover the gap.
+            Err(error) => {
+                warn!(kind = %key.kind, %error, "dependency watch failed");
+                continue;
+            }
+        };
+        let dependency = DependencyKey {
+            group: key.group.clone(),
+            kind: key.kind.clone(),
+            namespace: key.namespace.as_ref().and(changed.metadata.namespace.clone()),
+            name: changed.name_any(),
+        };
+        let dependents: Vec<ObjectRef<K>> = index
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .dependents
+            .get(&dependency)
+            .map(|dependents| dependents.iter().cloned().collect())
+            .unwrap_or_default();
+        for dependent in dependents {
+            if triggers.unbounded_send(dependent).is_err() {
+                return;
+            }
+        }
+    }
 }
 
 /// One reconcile of one object. Public so tests can drive it directly.
@@ -175,8 +321,22 @@ fn error_policy<M: ExternalResource>(object: Arc<M::Object>, error: &Error, cont
     let uid = object.uid().unwrap_or_default();
     let state = object.status().map(ManagedStatus::state).unwrap_or_default();
     let attempt = context.next_attempt(&uid, state);
-    let backoff = RequeuePolicy::exponential(Duration::from_millis(500), Duration::from_secs(300));
-    Action::requeue(backoff.delay(attempt, &mut rand::rng()))
+    // A failed Kubernetes request (a 409 on a stale copy, an unreachable API server) is
+    // transient: the operator's error backoff applies, like any retryable external error.
+    Action::requeue(requeue_delay(&context.manager, Requeue::AfterError(ErrorClass::Retryable), state, attempt))
+}
+
+/// Every requeue goes through here, so that each follows the operator's policies and carries
+/// their jitter: per state for waits, the error backoff after errors, and after throttling the
+/// error backoff raised to the throttle floor, jittered after the clamp so that objects
+/// throttled together do not all return at the same instant.
+fn requeue_delay<M: ExternalResource>(manager: &M, requeue: Requeue, state: ReconcileState, attempt: u32) -> Duration {
+    let rng = &mut rand::rng();
+    match requeue {
+        Requeue::InState => manager.requeue_policy(state).delay(attempt, rng),
+        Requeue::AfterError(ErrorClass::Throttled) => manager.error_backoff().delay_at_least(attempt, manager.throttle_floor(), rng),
+        Requeue::AfterError(_) => manager.error_backoff().delay(attempt, rng),
+    }
 }
 
 /// Where one reconcile ends: the status to write and when to look again.
@@ -198,8 +358,8 @@ enum Marker {
     Clear,
 }
 
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Requeue {
-    Soon,
     InState,
     AfterError(ErrorClass),
 }
@@ -256,6 +416,18 @@ async fn reconcile_object<M: ExternalResource>(object: &M::Object, context: &Con
     let current = object.status().cloned().unwrap_or_default();
     let manager = &context.manager;
 
+    // Pause holds deletion too (as in Crossplane): a paused object keeps its finalizer until
+    // unpaused, so pausing is a way to stop a deletion of the external resource.
+    if policy::is_paused(object.annotations()) {
+        let message = format!("reconciling is paused by the annotation {}", policy::PAUSED_ANNOTATION);
+        let settled = Settled { synced: (false, "ReconcilePaused".to_owned(), message), ..Settled::new(current.state()) };
+        write_status(object, &api, context, &current, settled, None).await?;
+        return Ok(Action::await_change());
+    }
+    if object.meta().deletion_timestamp.is_some() {
+        let deletes = policy::deletes_on_delete(object.annotations(), manager.default_deletion_policy());
+        return finalize(object, &api, context, &current, deletes, &uid).await;
+    }
     let policies = match Policies::from_annotations(object.annotations(), manager.default_deletion_policy(), manager.default_drift_policy())
     {
         Ok(policies) => policies,
@@ -266,15 +438,6 @@ async fn reconcile_object<M: ExternalResource>(object: &M::Object, context: &Con
             return Ok(Action::await_change());
         }
     };
-    if policies.paused {
-        let message = format!("reconciling is paused by the annotation {}", crate::policy::PAUSED_ANNOTATION);
-        let settled = Settled { synced: (false, "ReconcilePaused".to_owned(), message), ..Settled::new(current.state()) };
-        write_status(object, &api, context, &current, settled, None).await?;
-        return Ok(Action::await_change());
-    }
-    if object.meta().deletion_timestamp.is_some() {
-        return finalize(object, &api, context, &current, &policies, &uid).await;
-    }
     if !object.finalizers().contains(&context.config.finalizer) {
         add_finalizer(object, &api, &context.config.finalizer).await?;
         // The finalizer change comes back as a watch event and triggers the next step.
@@ -321,6 +484,14 @@ async fn reconcile_object<M: ExternalResource>(object: &M::Object, context: &Con
             }
         }
         Plan::Drift { policy, message } => drifted(state, policy, message),
+        Plan::Missing { policy } => {
+            let message = "the external resource no longer exists".to_owned();
+            Settled {
+                ready: Some((false, "ExternalResourceMissing".to_owned(), message.clone())),
+                warning: Some(("ExternalResourceMissing".to_owned(), format!("{message} (drift-policy {policy}: not recreated)"))),
+                ..drifted(state, policy, message)
+            }
+        }
         Plan::Fail { reason, message } => Settled::failed(reason, message),
         Plan::Error(error) => Settled::error(state, error),
     };
@@ -345,25 +516,30 @@ async fn reconcile_object<M: ExternalResource>(object: &M::Object, context: &Con
     write_status_from(object, &api, context, &current, next, settled, Some(&uid)).await
 }
 
+/// The resource exists and is ready. The create-pending marker goes with it in every case,
+/// including an adoption after a crash between create and status write: the marker only guards
+/// a create that may be in flight, and this one is known to have landed.
 fn ready() -> Settled {
     Settled {
         ready: Some((true, "Available".to_owned(), "the external resource is ready".to_owned())),
         drift_detected: Some(false),
+        marker: Marker::Clear,
         ..Settled::new(ReconcileState::Succeeded)
     }
 }
 
+/// The create call follows on the next reconcile, after the Creating state's first (short)
+/// requeue: the status write that carries the marker does not trigger a reconcile itself.
 fn mark_creating(token: &str) -> Settled {
     Settled {
         marker: Marker::Set(token.to_owned()),
-        requeue: Requeue::Soon,
         ..Settled::waiting(ReconcileState::Creating, "Creating", "creating the external resource".to_owned())
     }
 }
 
 fn settle_next(next: Next, token: &str, spec: &str, creating: bool) -> Settled {
     match next {
-        Next::To(ReconcileState::Succeeded) => Settled { marker: Marker::Clear, last_applied: Some(spec.to_owned()), ..ready() },
+        Next::To(ReconcileState::Succeeded) => Settled { last_applied: Some(spec.to_owned()), ..ready() },
         Next::To(state) => Settled {
             marker: Marker::Clear,
             last_applied: Some(spec.to_owned()),
@@ -397,16 +573,27 @@ async fn finalize<M: ExternalResource>(
     api: &Api<M::Object>,
     context: &Context<M>,
     current: &ManagedStatus<M::Observation>,
-    policies: &Policies,
+    deletes: Result<bool, PolicyError>,
     uid: &str,
 ) -> Result<Action, Error> {
     let finalizer = &context.config.finalizer;
     if !object.finalizers().iter().any(|f| f == finalizer) {
         return Ok(Action::await_change());
     }
-    if !policies.deletes_external_resource() {
-        info!(controller = context.config.name, object = %ObjectRef::from_obj(object), "orphaning the external resource");
-        return release(object, api, context, uid, "Orphaned", "the external resource was kept (deletion policy Orphan)").await;
+    match deletes {
+        Ok(true) => {}
+        Ok(false) => {
+            info!(controller = context.config.name, object = %ObjectRef::from_obj(object), "orphaning the external resource");
+            let note = "the external resource was kept (deletion policy Orphan)";
+            return release(object, api, context, uid, EventType::Normal, "Orphaned", note).await;
+        }
+        // Unsure whether we may delete: keep the external resource (the safe choice), and let
+        // the object go rather than hold it until someone fixes an annotation on a dying object.
+        Err(invalid) => {
+            warn!(controller = context.config.name, object = %ObjectRef::from_obj(object), %invalid, "orphaning the external resource");
+            let note = format!("{invalid}; the external resource was kept (treated as deletion policy Orphan)");
+            return release(object, api, context, uid, EventType::Warning, "InvalidAnnotation", &note).await;
+        }
     }
     let token = idempotency_token(uid);
     let request = Request { object, dependencies: &[], idempotency_token: &token, last_applied_spec: current.last_applied_spec.as_deref() };
@@ -421,7 +608,9 @@ async fn finalize<M: ExternalResource>(
         other => other,
     };
     let settled = match plan {
-        DeletePlan::Release => return release(object, api, context, uid, "Deleted", "the external resource was deleted").await,
+        DeletePlan::Release => {
+            return release(object, api, context, uid, EventType::Normal, "Deleted", "the external resource was deleted").await;
+        }
         DeletePlan::Delete | DeletePlan::Wait => {
             Settled::waiting(ReconcileState::Terminating, "Deleting", "waiting for the external resource to be deleted".to_owned())
         }
@@ -449,12 +638,13 @@ async fn release<M: ExternalResource>(
     api: &Api<M::Object>,
     context: &Context<M>,
     uid: &str,
+    type_: EventType,
     reason: &str,
     note: &str,
 ) -> Result<Action, Error> {
     remove_finalizer(object, api, &context.config.finalizer).await?;
-    publish(context, object, EventType::Normal, reason, note).await;
-    context.forget(uid);
+    publish(context, object, type_, reason, note).await;
+    context.forget(uid, &ObjectRef::from_obj(object));
     Ok(Action::await_change())
 }
 
@@ -533,15 +723,7 @@ async fn write_status_from<M: ExternalResource>(
     };
     context.metrics.object_state(context.config.name, uid, Some(settled.state));
     let attempt = context.next_attempt(uid, settled.state);
-    let manager = &context.manager;
-    let rng = &mut rand::rng();
-    let delay = match settled.requeue {
-        Requeue::Soon => Duration::from_millis(200),
-        Requeue::InState => manager.requeue_policy(settled.state).delay(attempt, rng),
-        Requeue::AfterError(ErrorClass::Throttled) => manager.error_backoff().delay(attempt, rng).max(manager.throttle_floor()),
-        Requeue::AfterError(_) => manager.error_backoff().delay(attempt, rng),
-    };
-    Ok(Action::requeue(delay))
+    Ok(Action::requeue(requeue_delay(&context.manager, settled.requeue, settled.state, attempt)))
 }
 
 /// The marker's timestamp is when it was first written, not when it was last re-set.
@@ -609,18 +791,43 @@ async fn remove_finalizer<K: Resource<DynamicType = ()> + Clone + serde::de::Des
 }
 
 /// `Ok(Ok(objects))` when every dependency is Ready, `Ok(Err(message))` when waiting.
+///
+/// Each dependency is registered, and its kind watched, before it is read: a change after the
+/// read then triggers this object again, and one before it is in what was read.
 async fn resolve_dependencies<M: ExternalResource>(
     object: &M::Object,
     context: &Context<M>,
     namespace: &str,
 ) -> Result<Result<Vec<DynamicObject>, String>, Error> {
-    let mut resolved = Vec::new();
+    let mut lookups = Vec::new();
+    let mut keys = HashSet::new();
+    let mut unserved = None;
     for dependency in context.manager.dependencies(object) {
-        let Some(resource) = api_resource(context, &dependency).await? else {
-            return Ok(Err(format!("waiting for {dependency}: its kind is not served by the API server")));
+        let Some(kind) = api_resource(context, &dependency).await? else {
+            // Nothing to watch yet: the Pending requeue looks again.
+            unserved.get_or_insert_with(|| format!("waiting for {dependency}: its kind is not served by the API server"));
+            continue;
         };
-        let api: Api<DynamicObject> =
-            Api::namespaced_with(context.client.clone(), dependency.namespace.as_deref().unwrap_or(namespace), &resource);
+        let dependency_namespace = (!kind.cluster_scoped).then(|| dependency.namespace.clone().unwrap_or_else(|| namespace.to_owned()));
+        context.watch_dependency(&kind, dependency_namespace.as_deref());
+        keys.insert(DependencyKey {
+            group: kind.resource.group.clone(),
+            kind: kind.resource.kind.clone(),
+            namespace: dependency_namespace.clone(),
+            name: dependency.name.clone(),
+        });
+        lookups.push((dependency, kind, dependency_namespace));
+    }
+    context.dependencies.lock().unwrap_or_else(PoisonError::into_inner).register(ObjectRef::from_obj(object), keys);
+    if let Some(waiting) = unserved {
+        return Ok(Err(waiting));
+    }
+    let mut resolved = Vec::new();
+    for (dependency, kind, dependency_namespace) in lookups {
+        let api: Api<DynamicObject> = match &dependency_namespace {
+            Some(dependency_namespace) => Api::namespaced_with(context.client.clone(), dependency_namespace, &kind.resource),
+            None => Api::all_with(context.client.clone(), &kind.resource),
+        };
         match api.get_opt(&dependency.name).await? {
             None => return Ok(Err(format!("waiting for {dependency}: not found"))),
             Some(found) if !is_ready(&found) => return Ok(Err(format!("waiting for {dependency} to be Ready"))),
@@ -630,7 +837,7 @@ async fn resolve_dependencies<M: ExternalResource>(
     Ok(Ok(resolved))
 }
 
-async fn api_resource<M: ExternalResource>(context: &Context<M>, dependency: &DependencyRef) -> Result<Option<ApiResource>, Error> {
+async fn api_resource<M: ExternalResource>(context: &Context<M>, dependency: &DependencyRef) -> Result<Option<DependencyKind>, Error> {
     let key = (dependency.api_version.clone(), dependency.kind.clone());
     if let Some(found) = context.api_resources.lock().unwrap_or_else(PoisonError::into_inner).get(&key) {
         return Ok(Some(found.clone()));
@@ -641,9 +848,10 @@ async fn api_resource<M: ExternalResource>(context: &Context<M>, dependency: &De
     };
     let gvk = GroupVersionKind::gvk(group, version, &dependency.kind);
     match kube::discovery::pinned_kind(&context.client, &gvk).await {
-        Ok((resource, _)) => {
-            context.api_resources.lock().unwrap_or_else(PoisonError::into_inner).insert(key, resource.clone());
-            Ok(Some(resource))
+        Ok((resource, capabilities)) => {
+            let kind = DependencyKind { resource, cluster_scoped: capabilities.scope == Scope::Cluster };
+            context.api_resources.lock().unwrap_or_else(PoisonError::into_inner).insert(key, kind.clone());
+            Ok(Some(kind))
         }
         Err(kube::Error::Api(status)) if status.code == 404 => Ok(None),
         Err(kube::Error::Discovery(_)) => Ok(None),
@@ -687,6 +895,101 @@ fn delete_label(outcome: &DeleteOutcome) -> &'static str {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use kube::CustomResource;
+    use schemars::JsonSchema;
+    use serde::{Deserialize, Serialize};
+
+    #[derive(CustomResource, Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+    #[kube(group = "testing.blockwork.dev", version = "v1", kind = "Thing", namespaced, status = "ManagedStatus<()>")]
+    struct ThingSpec {}
+
+    /// Only the requeue policies matter here; no call is ever made.
+    struct Defaults;
+
+    impl ExternalResource for Defaults {
+        type Object = Thing;
+        type Observation = ();
+
+        async fn verify(&self, _: &Request<'_, Thing>, _: &mut ()) -> VerifyOutcome {
+            VerifyOutcome::Ready
+        }
+        async fn create(&self, _: &Request<'_, Thing>, _: &mut ()) -> MutateOutcome {
+            MutateOutcome::Succeeded
+        }
+        async fn update(&self, _: &Request<'_, Thing>, _: &mut ()) -> MutateOutcome {
+            MutateOutcome::Succeeded
+        }
+        async fn delete(&self, _: &Request<'_, Thing>, _: &mut ()) -> DeleteOutcome {
+            DeleteOutcome::Succeeded
+        }
+    }
+
+    fn delays(requeue: Requeue, state: ReconcileState, attempt: u32) -> (Duration, Duration) {
+        let delays: Vec<Duration> = (0..500).map(|_| requeue_delay(&Defaults, requeue, state, attempt)).collect();
+        let min = delays.iter().min().copied().unwrap_or_default();
+        let max = delays.iter().max().copied().unwrap_or_default();
+        assert_ne!(min, max, "every requeue is jittered");
+        (min, max)
+    }
+
+    fn within_ten_percent((min, max): (Duration, Duration), interval: Duration) -> bool {
+        min >= interval.mul_f64(0.9) && max <= interval.mul_f64(1.1)
+    }
+
+    fn key(name: &str) -> DependencyKey {
+        DependencyKey { group: "testing.blockwork.dev".into(), kind: "Thing".into(), namespace: Some("ns".into()), name: name.into() }
+    }
+
+    fn dependents(index: &DependencyIndex<Thing>, name: &str) -> Vec<String> {
+        let mut names: Vec<String> = index.dependents.get(&key(name)).into_iter().flatten().map(|r| r.name.clone()).collect();
+        names.sort();
+        names
+    }
+
+    #[test]
+    fn dependency_index_follows_each_objects_current_dependencies() {
+        let mut index = DependencyIndex::<Thing>::default();
+        let a = ObjectRef::new("a").within("ns");
+        let b = ObjectRef::new("b").within("ns");
+        index.register(a.clone(), HashSet::from([key("db"), key("net")]));
+        index.register(b.clone(), HashSet::from([key("db")]));
+        assert_eq!(dependents(&index, "db"), ["a", "b"]);
+        // a no longer depends on net: a change of net must not wake it.
+        index.register(a.clone(), HashSet::from([key("db")]));
+        assert!(dependents(&index, "net").is_empty());
+        assert!(!index.dependents.contains_key(&key("net")), "empty entries are dropped");
+        // A deleted object is forgotten entirely.
+        index.unregister(&a);
+        index.register(b, HashSet::new());
+        assert!(index.dependents.is_empty() && index.of_object.is_empty());
+    }
+
+    #[test]
+    fn waits_follow_the_state_policy_with_jitter() {
+        assert!(within_ten_percent(delays(Requeue::InState, ReconcileState::Succeeded, 0), Duration::from_secs(3600)));
+        assert!(within_ten_percent(delays(Requeue::InState, ReconcileState::Pending, 1), Duration::from_secs(60)));
+        // The first look after writing the create marker is the Creating state's first interval.
+        assert!(within_ten_percent(delays(Requeue::InState, ReconcileState::Creating, 0), Duration::from_secs(1)));
+    }
+
+    #[test]
+    fn retryable_errors_follow_the_error_backoff_with_jitter() {
+        let state = ReconcileState::Creating;
+        assert!(within_ten_percent(delays(Requeue::AfterError(ErrorClass::Retryable), state, 0), Duration::from_secs(5)));
+        assert!(within_ten_percent(delays(Requeue::AfterError(ErrorClass::Retryable), state, 2), Duration::from_secs(20)));
+    }
+
+    #[test]
+    fn throttling_waits_at_least_the_floor_with_jitter_around_it() {
+        let (min, max) = delays(Requeue::AfterError(ErrorClass::Throttled), ReconcileState::Creating, 0);
+        assert!(within_ten_percent((min, max), Duration::from_secs(60)), "{min:?}..{max:?}");
+        assert!(min < Duration::from_secs(60) && max > Duration::from_secs(60), "jitter applies after the clamp: {min:?}..{max:?}");
+        // Past the floor the backoff grows on: 5 s × 2^5 = 160 s.
+        assert!(within_ten_percent(
+            delays(Requeue::AfterError(ErrorClass::Throttled), ReconcileState::Creating, 5),
+            Duration::from_secs(160)
+        ));
+    }
 
     #[test]
     fn idempotency_token_is_stable_and_fits_acm() {

@@ -8,10 +8,12 @@ mod support;
 use blockwork_runtime::policy::{
     ACCESS_ANNOTATION, DELETION_POLICY_ANNOTATION, DRIFT_POLICY_ANNOTATION, DeletionPolicy, PAUSED_ANNOTATION,
 };
-use blockwork_runtime::{ExternalError, ReconcileState};
+use blockwork_runtime::{ExternalError, ReconcileState, VerifyOutcome};
+use k8s_openapi::api::core::v1::Node;
 use kube::ResourceExt;
-use kube::api::{DeleteParams, Patch, PatchParams};
+use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use serde_json::json;
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 use support::*;
 
@@ -33,17 +35,56 @@ async fn synchronous_create_reaches_succeeded_with_ready_and_synced() {
 
 #[tokio::test]
 async fn each_transition_is_recorded_as_an_event() {
-    let h = Harness::start("events").await;
-    h.create(widget("a", 1)).await;
+    // The backend's scripts are shared: the parent must not take the child's, so Succeeded
+    // objects are looked at only when the test pokes them.
+    let h = Harness::start_slow("events", &[ReconcileState::Succeeded]).await;
+    // Pending: waiting for a dependency.
+    let mut child = widget("a", 1);
+    child.spec.depends_on = vec!["parent".into()];
+    h.create(child).await;
+    h.wait_for_state("a", ReconcileState::Pending).await;
+    // Creating, then Verifying (asynchronous creates: the parent's, then the child's), then
+    // Succeeded. The child creates only once the parent is ready, so the scripts go in order.
+    h.backend.script("create", Script::Async);
+    h.backend.script("create", Script::Async);
+    h.create(widget("parent", 1)).await;
+    h.wait_for_state("parent", ReconcileState::Verifying).await;
+    h.backend.complete();
+    h.wait_for_state("parent", ReconcileState::Succeeded).await;
+    let created = h.wait_for_state("a", ReconcileState::Verifying).await;
+    h.backend.complete();
     h.wait_for_state("a", ReconcileState::Succeeded).await;
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
-    loop {
-        let reasons = h.event_reasons("a").await;
-        if reasons.contains(&"Creating".to_owned()) && reasons.contains(&"Succeeded".to_owned()) {
-            break;
-        }
-        assert!(tokio::time::Instant::now() < deadline, "events seen: {reasons:?}");
-        tokio::time::sleep(Duration::from_millis(100)).await;
+    // Updating: an update that fails once and is retried.
+    h.backend.script("update", Script::Fail(ExternalError::retryable("ServiceUnavailable", "try again")));
+    h.api().patch("a", &PatchParams::default(), &Patch::Merge(json!({"spec": {"size": 2}}))).await.unwrap();
+    h.wait_for("a", "updated", |w| {
+        w.status.as_ref().is_some_and(|s| s.last_applied_spec.as_deref() == Some(r#"{"size":2,"dependsOn":["parent"]}"#))
+    })
+    .await;
+    // Recreating: an asynchronous delete of a broken widget.
+    h.backend.script("delete", Script::Async);
+    h.backend.break_widget(&token(&created));
+    h.poke("a", "1").await;
+    h.wait_for_state("a", ReconcileState::Recreating).await;
+    h.backend.complete();
+    h.wait_for("a", "recreated", |w| {
+        w.status.as_ref().is_some_and(|s| s.state() == ReconcileState::Succeeded) && h.backend.calls("create") == 3
+    })
+    .await;
+    // Failed: a terminal verify error (the next retry recovers).
+    h.backend.script("verify", Script::Fail(ExternalError::terminal("BuildFailed", "the widget failed")));
+    h.poke("a", "2").await;
+    h.wait_for_event("a", "Failed").await;
+    h.wait_for_state("a", ReconcileState::Succeeded).await;
+    // Terminating, then Deleted.
+    h.backend.script("delete", Script::Async);
+    h.api().delete("a", &DeleteParams::default()).await.unwrap();
+    h.wait_for_state("a", ReconcileState::Terminating).await;
+    h.backend.complete();
+    h.wait_gone("a").await;
+
+    for reason in ["Pending", "Creating", "Verifying", "Succeeded", "Updating", "Recreating", "Failed", "Terminating", "Deleted"] {
+        h.wait_for_event("a", reason).await;
     }
 }
 
@@ -76,9 +117,12 @@ async fn crash_between_create_and_status_write_makes_no_duplicate() {
     assert_eq!(status.create_pending.as_ref().map(|m| m.token.clone()), Some(token(&created)));
 
     h.start_controller(DeletionPolicy::Delete);
-    h.wait_for_state("a", ReconcileState::Succeeded).await;
+    let w = h.wait_for_state("a", ReconcileState::Succeeded).await;
     assert_eq!(h.backend.widgets().len(), 1, "exactly one external widget after the restart");
     assert_eq!(h.backend.calls("create"), 1, "the restarted controller adopted the widget instead of creating again");
+    let status = w.status.as_ref().unwrap();
+    assert!(status.create_pending.is_none(), "adopting the widget clears the create marker: {:?}", status.create_pending);
+    assert_eq!(condition(&w, "Ready"), Some(("True".into(), "Available".into())));
 }
 
 #[tokio::test]
@@ -192,8 +236,45 @@ async fn retryable_error_keeps_the_state_and_retries() {
     h.backend.script("create", Script::Fail(ExternalError::throttled("Throttling", "slow down")));
     h.create(widget("a", 1)).await;
     h.wait_for_state("a", ReconcileState::Succeeded).await;
-    assert_eq!(h.backend.calls("create"), 3);
     assert_eq!(h.backend.widgets().len(), 1);
+    let creates = h.backend.call_log("create");
+    assert_eq!(creates.len(), 3);
+    for call in &creates {
+        assert_eq!(call.state, Some(ReconcileState::Creating), "every attempt starts from Creating: {creates:?}");
+        assert!(call.create_pending, "the marker stays across retryable errors: {creates:?}");
+    }
+    // After the retryable error: the error backoff (100 ms × 2 here, capped at 400 ms). After
+    // throttling: never sooner than the 1 s throttle floor, less 10 % jitter.
+    let after_retryable = creates[1].at - creates[0].at;
+    let after_throttled = creates[2].at - creates[1].at;
+    assert!(after_throttled >= Duration::from_millis(900), "throttled retry came after {after_throttled:?}");
+    assert!(after_retryable < Duration::from_millis(900), "retryable retry came after {after_retryable:?}");
+}
+
+#[tokio::test]
+async fn each_reconcile_writes_the_object_at_most_once() {
+    // No periodic reconciles once Succeeded: every reconcile below is one the test caused.
+    let h = Harness::start_slow("one-write", &[ReconcileState::Succeeded]).await;
+    let versions = h.count_versions("a").await;
+    h.create(widget("a", 1)).await;
+    h.wait_for_state("a", ReconcileState::Succeeded).await;
+    h.api().patch("a", &PatchParams::default(), &Patch::Merge(json!({"spec": {"size": 2}}))).await.unwrap();
+    h.wait_for("a", "updated", |w| w.status.as_ref().is_some_and(|s| s.last_applied_spec.as_deref() == Some(r#"{"size":2}"#))).await;
+    h.api().delete("a", &DeleteParams::default()).await.unwrap();
+    h.wait_gone("a").await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+
+    // The test wrote three versions (create, spec patch, delete). The controller's reconciles
+    // are the one that adds the finalizer (no verify) and one per verify call; each may write
+    // once: marker, create result, update result, finalizer removal.
+    let reconciles_with_verify = h.backend.calls("verify");
+    let written = versions.load(Ordering::SeqCst);
+    assert_eq!(h.backend.calls("create") + h.backend.calls("update") + h.backend.calls("delete"), 3);
+    assert!(
+        written <= 3 + 1 + reconciles_with_verify,
+        "{written} versions for {reconciles_with_verify} reconciles with a verify call (+1 finalizer, +3 by the test)"
+    );
+    assert!(written >= 3 + 1 + 4, "the controller wrote the finalizer, the marker, two results and the release: {written}");
 }
 
 #[tokio::test]
@@ -209,7 +290,8 @@ async fn retryable_error_is_shown_in_synced_without_failing() {
 
 #[tokio::test]
 async fn waits_in_pending_until_dependencies_are_ready() {
-    let h = Harness::start("deps").await;
+    // Only the dependency watch can wake the waiting object: its requeues are an hour apart.
+    let h = Harness::start_slow("deps", &[ReconcileState::Pending, ReconcileState::Succeeded]).await;
     let mut dependent = widget("child", 1);
     dependent.spec.depends_on = vec!["parent".into()];
     h.create(dependent).await;
@@ -225,7 +307,8 @@ async fn waits_in_pending_until_dependencies_are_ready() {
 
 #[tokio::test]
 async fn dependency_that_goes_away_sends_the_object_back_to_pending() {
-    let h = Harness::start("deps-gone").await;
+    // Succeeded objects are requeued only after an hour: only the watch notices the deletion.
+    let h = Harness::start_slow("deps-gone", &[ReconcileState::Succeeded]).await;
     h.create(widget("parent", 1)).await;
     h.wait_for_state("parent", ReconcileState::Succeeded).await;
     let mut dependent = widget("child", 1);
@@ -233,6 +316,55 @@ async fn dependency_that_goes_away_sends_the_object_back_to_pending() {
     h.create(dependent).await;
     h.wait_for_state("child", ReconcileState::Succeeded).await;
     h.api().delete("parent", &DeleteParams::default()).await.unwrap();
+    let w = h.wait_for_state("child", ReconcileState::Pending).await;
+    assert_eq!(condition(&w, "Ready"), Some(("False".into(), "DependenciesNotReady".into())));
+}
+
+#[tokio::test]
+async fn dependency_that_stops_being_ready_sends_the_object_back_to_pending() {
+    let h = Harness::start_slow("deps-unready", &[ReconcileState::Succeeded]).await;
+    let parent = h.create(widget("parent", 1)).await;
+    h.wait_for_state("parent", ReconcileState::Succeeded).await;
+    let mut dependent = widget("child", 1);
+    dependent.spec.depends_on = vec!["parent".into()];
+    h.create(dependent).await;
+    h.wait_for_state("child", ReconcileState::Succeeded).await;
+    // The parent's widget is being rebuilt: the parent leaves Ready, so must the child.
+    h.backend.script("delete", Script::Async);
+    h.backend.break_widget(&token(&parent));
+    h.api().patch("parent", &PatchParams::default(), &Patch::Merge(json!({"spec": {"size": 2}}))).await.unwrap();
+    h.wait_for_state("child", ReconcileState::Pending).await;
+    h.backend.complete();
+    h.wait_for_state("parent", ReconcileState::Succeeded).await;
+    h.wait_for_state("child", ReconcileState::Succeeded).await;
+}
+
+#[tokio::test]
+async fn cluster_scoped_dependency_is_found_and_watched() {
+    let h = Harness::start_slow("deps-cluster", &[ReconcileState::Pending, ReconcileState::Succeeded]).await;
+    let nodes: Api<Node> = Api::all(h.client.clone());
+    let node_name = format!("{}-node", h.namespace);
+    let mut dependent = widget("child", 1);
+    dependent.spec.depends_on_nodes = vec![node_name.clone()];
+    h.create(dependent).await;
+    let w = h.wait_for_state("child", ReconcileState::Pending).await;
+    assert!(w.status.as_ref().unwrap().message.as_deref().unwrap().contains(&node_name));
+
+    let node: Node = serde_json::from_value(json!({"metadata": {"name": node_name}})).unwrap();
+    nodes.create(&PostParams::default(), &node).await.unwrap();
+    let w = h
+        .wait_for("child", "waiting for the node to be Ready", |w| {
+            w.status.as_ref().and_then(|s| s.message.as_deref()).is_some_and(|m| m.contains("to be Ready"))
+        })
+        .await;
+    assert_eq!(w.status.as_ref().unwrap().state(), ReconcileState::Pending);
+    assert!(h.backend.widgets().is_empty());
+
+    let ready = json!({"status": {"conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady", "message": "ready"}]}});
+    nodes.patch_status(&node_name, &PatchParams::default(), &Patch::Merge(ready)).await.unwrap();
+    h.wait_for_state("child", ReconcileState::Succeeded).await;
+
+    nodes.delete(&node_name, &DeleteParams::default()).await.unwrap();
     h.wait_for_state("child", ReconcileState::Pending).await;
 }
 
@@ -302,12 +434,93 @@ async fn asynchronous_delete_waits_in_terminating() {
 
 #[tokio::test]
 async fn resource_already_gone_on_delete_is_not_an_error() {
-    let h = Harness::start("delete-404").await;
+    // No periodic reconcile may notice the removal (and recreate the widget) before the delete.
+    let h = Harness::start_slow("delete-404", &[ReconcileState::Succeeded]).await;
     let created = h.create(widget("a", 1)).await;
     h.wait_for_state("a", ReconcileState::Succeeded).await;
+    // verify keeps seeing the widget (a stale read), but it is gone: delete answers NotFound,
+    // and only treating that as success releases the object at the first attempt.
+    for _ in 0..5 {
+        h.backend.script("verify", Script::Observe(VerifyOutcome::Ready));
+    }
     h.backend.remove(&token(&created));
     h.api().delete("a", &DeleteParams::default()).await.unwrap();
     h.wait_gone("a").await;
+    assert_eq!(h.backend.calls("delete"), 1, "delete was called once and its 404 released the object");
+    assert_eq!(h.backend.calls("create"), 1);
+    h.wait_for_event("a", "Deleted").await;
+}
+
+#[tokio::test]
+async fn retryable_delete_error_stays_terminating_then_releases() {
+    let h = Harness::start("delete-retry").await;
+    h.create(widget("a", 1)).await;
+    h.wait_for_state("a", ReconcileState::Succeeded).await;
+    h.backend.script("delete", Script::Fail(ExternalError::retryable("ServiceUnavailable", "try again")));
+    h.api().delete("a", &DeleteParams::default()).await.unwrap();
+    h.wait_gone("a").await;
+    let deletes = h.backend.call_log("delete");
+    assert_eq!(deletes.len(), 2, "{deletes:?}");
+    assert_eq!(deletes[1].state, Some(ReconcileState::Terminating), "the retry starts from Terminating");
+    assert!(h.backend.widgets().is_empty());
+}
+
+#[tokio::test]
+async fn invalid_deletion_annotation_on_delete_orphans_with_a_warning() {
+    let h = Harness::start("delete-invalid").await;
+    h.create(widget("a", 1)).await;
+    h.wait_for_state("a", ReconcileState::Succeeded).await;
+    h.api()
+        .patch("a", &PatchParams::default(), &Patch::Merge(json!({"metadata": {"annotations": {DELETION_POLICY_ANNOTATION: "Delte"}}})))
+        .await
+        .unwrap();
+    h.wait_for("a", "InvalidAnnotation", |w| condition(w, "Synced").map(|c| c.1) == Some("InvalidAnnotation".into())).await;
+    h.api().delete("a", &DeleteParams::default()).await.unwrap();
+    h.wait_gone("a").await;
+    assert_eq!(h.backend.calls("delete"), 0, "not sure we may delete: we do not");
+    assert_eq!(h.backend.widgets().len(), 1);
+    let events = h.wait_for_event("a", "InvalidAnnotation").await;
+    assert!(events.iter().any(|(type_, note)| type_ == "Warning" && note.contains("Delte") && note.contains("Orphan")), "{events:?}");
+}
+
+#[tokio::test]
+async fn invalid_access_annotation_on_delete_orphans() {
+    let h = Harness::start("delete-invalid-access").await;
+    h.create(widget("a", 1)).await;
+    h.wait_for_state("a", ReconcileState::Succeeded).await;
+    h.api()
+        .patch("a", &PatchParams::default(), &Patch::Merge(json!({"metadata": {"annotations": {ACCESS_ANNOTATION: "CUDX"}}})))
+        .await
+        .unwrap();
+    h.wait_for("a", "InvalidAnnotation", |w| condition(w, "Synced").map(|c| c.1) == Some("InvalidAnnotation".into())).await;
+    h.api().delete("a", &DeleteParams::default()).await.unwrap();
+    h.wait_gone("a").await;
+    assert_eq!(h.backend.calls("delete"), 0);
+    assert_eq!(h.backend.widgets().len(), 1);
+}
+
+#[tokio::test]
+async fn paused_object_being_deleted_waits_until_unpaused() {
+    let h = Harness::start("pause-delete").await;
+    h.create(widget("a", 1)).await;
+    h.wait_for_state("a", ReconcileState::Succeeded).await;
+    h.api()
+        .patch("a", &PatchParams::default(), &Patch::Merge(json!({"metadata": {"annotations": {PAUSED_ANNOTATION: "true"}}})))
+        .await
+        .unwrap();
+    h.wait_for("a", "paused", |w| condition(w, "Synced").map(|c| c.1) == Some("ReconcilePaused".into())).await;
+    h.api().delete("a", &DeleteParams::default()).await.unwrap();
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let w = h.api().get("a").await.expect("a paused object is not released");
+    assert!(w.finalizers().contains(&format!("{GROUP}/finalizer")));
+    assert_eq!(h.backend.calls("delete"), 0);
+
+    h.api()
+        .patch("a", &PatchParams::default(), &Patch::Merge(json!({"metadata": {"annotations": {PAUSED_ANNOTATION: "false"}}})))
+        .await
+        .unwrap();
+    h.wait_gone("a").await;
+    assert!(h.backend.widgets().is_empty(), "once unpaused, the deletion proceeds");
 }
 
 #[tokio::test]
@@ -363,8 +576,15 @@ async fn metrics_count_reconciles_external_calls_and_states() {
     let h = Harness::start("metrics").await;
     h.create(widget("a", 1)).await;
     h.wait_for_state("a", ReconcileState::Succeeded).await;
+    // The metrics are updated just after the status write the test has seen: poll briefly.
+    let succeeded = r#"blockwork_managed_objects{controller="widget",state="Succeeded"} 1"#;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
     let mut text = String::new();
-    prometheus_client::encoding::text::encode(&mut text, &h.registry).unwrap();
+    while !text.contains(succeeded) && tokio::time::Instant::now() < deadline {
+        text.clear();
+        prometheus_client::encoding::text::encode(&mut text, &h.registry).unwrap();
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
     assert!(text.contains(r#"blockwork_reconciles_total{controller="widget",result="success"}"#), "{text}");
     assert!(text.contains(r#"blockwork_external_calls_total{controller="widget",operation="create",result="success"} 1"#), "{text}");
     assert!(text.contains(r#"blockwork_managed_objects{controller="widget",state="Succeeded"} 1"#), "{text}");
@@ -402,4 +622,132 @@ async fn success_hook_runs_after_create_and_its_failure_is_retried() {
     assert_eq!(w.status.as_ref().unwrap().state(), ReconcileState::Succeeded, "the resource itself is ready");
     h.wait_for("a", "Synced again", |w| condition(w, "Synced") == Some(("True".into(), "ReconcileSuccess".into()))).await;
     assert!(h.backend.calls("hook") >= 2);
+}
+
+#[tokio::test]
+async fn missing_resource_under_report_or_suspend_is_not_ready() {
+    let h = Harness::start("missing-drift").await;
+    let report = h.create(with_annotation(widget("report", 1), DRIFT_POLICY_ANNOTATION, "report")).await;
+    let suspend = h.create(with_annotation(widget("suspend", 1), DRIFT_POLICY_ANNOTATION, "suspend")).await;
+    h.wait_for_state("report", ReconcileState::Succeeded).await;
+    h.wait_for_state("suspend", ReconcileState::Succeeded).await;
+    h.backend.remove(&token(&report));
+    h.backend.remove(&token(&suspend));
+
+    let not_ready = |w: &Widget| condition(w, "Ready") == Some(("False".into(), "ExternalResourceMissing".into()));
+    let w = h.wait_for("report", "Ready=False ExternalResourceMissing", not_ready).await;
+    assert_eq!(condition(&w, "Synced"), Some(("False".into(), "DriftDetected".into())));
+    assert_eq!(w.status.as_ref().unwrap().drift_detected, Some(true));
+    let w = h.wait_for("suspend", "Ready=False ExternalResourceMissing", not_ready).await;
+    assert_eq!(condition(&w, "Synced"), Some(("True".into(), "DriftIgnored".into())));
+    assert_eq!(w.status.as_ref().unwrap().drift_detected, Some(true));
+    assert_eq!(h.backend.calls("create"), 2, "neither policy recreates the resource");
+    h.wait_for_event("report", "ExternalResourceMissing").await;
+}
+
+#[tokio::test]
+async fn failed_update_waits_in_updating_then_succeeds() {
+    let h = Harness::start("updating").await;
+    let created = h.create(widget("a", 1)).await;
+    h.wait_for_state("a", ReconcileState::Succeeded).await;
+    h.backend.script("update", Script::Fail(ExternalError::retryable("ServiceUnavailable", "try again")));
+    h.api().patch("a", &PatchParams::default(), &Patch::Merge(json!({"spec": {"size": 3}}))).await.unwrap();
+    h.wait_for("a", "Succeeded with size 3", |w| {
+        w.status.as_ref().is_some_and(|s| s.state() == ReconcileState::Succeeded && s.last_applied_spec.as_deref() == Some(r#"{"size":3}"#))
+    })
+    .await;
+    let updates = h.backend.call_log("update");
+    assert_eq!(updates.len(), 2, "{updates:?}");
+    assert_eq!(updates[1].state, Some(ReconcileState::Updating), "the retry starts from Updating");
+    assert_eq!(h.backend.widget(&token(&created)).unwrap().size, 3);
+    h.wait_for_event("a", "Updating").await;
+}
+
+#[tokio::test]
+async fn verifying_object_fails_on_a_terminal_verify_error() {
+    let h = Harness::start_slow("verify-fails", &[ReconcileState::Failed]).await;
+    h.backend.script("create", Script::Async);
+    h.create(widget("a", 1)).await;
+    h.wait_for_state("a", ReconcileState::Verifying).await;
+    h.backend.script("verify", Script::Fail(ExternalError::terminal("BuildFailed", "the widget could not be built")));
+    let w = h.wait_for_state("a", ReconcileState::Failed).await;
+    assert_eq!(condition(&w, "Ready"), Some(("False".into(), "BuildFailed".into())));
+    assert_eq!(w.status.as_ref().unwrap().message.as_deref(), Some("the widget could not be built"));
+    let verifies = h.backend.call_log("verify");
+    assert_eq!(verifies.last().unwrap().state, Some(ReconcileState::Verifying), "it failed from Verifying");
+}
+
+#[tokio::test]
+async fn recreate_with_a_synchronous_delete_creates_a_new_resource() {
+    let h = Harness::start("recreate-sync").await;
+    let created = h.create(widget("a", 1)).await;
+    h.wait_for_state("a", ReconcileState::Succeeded).await;
+    let first_id = h.backend.widget(&token(&created)).unwrap().id;
+    h.backend.break_widget(&token(&created));
+    h.wait_for("a", "Succeeded with a new widget", |w| {
+        w.status
+            .as_ref()
+            .is_some_and(|s| s.state() == ReconcileState::Succeeded && s.observation.external_id.as_deref() != Some(first_id.as_str()))
+    })
+    .await;
+    assert_eq!((h.backend.calls("delete"), h.backend.calls("create")), (1, 2));
+    let replacement = h.backend.widget(&token(&created)).unwrap();
+    assert!(!replacement.broken && replacement.id != first_id);
+    // The synchronous delete goes straight to creating again, through the create marker.
+    assert!(h.backend.call_log("create")[1].create_pending);
+}
+
+#[tokio::test]
+async fn recreate_without_delete_permission_fails() {
+    let h = Harness::start("recreate-denied").await;
+    let created = h.create(with_annotation(widget("a", 1), ACCESS_ANNOTATION, "CU")).await;
+    h.wait_for_state("a", ReconcileState::Succeeded).await;
+    h.backend.break_widget(&token(&created));
+    let w = h.wait_for_state("a", ReconcileState::Failed).await;
+    assert_eq!(condition(&w, "Ready").map(|c| c.1), Some("RecreateNotPermitted".into()));
+    assert_eq!((h.backend.calls("delete"), h.backend.calls("create")), (0, 1));
+}
+
+#[tokio::test]
+async fn resource_deleted_outside_kubernetes_is_waited_for_then_recreated() {
+    let h = Harness::start("verify-deleting").await;
+    let created = h.create(widget("a", 1)).await;
+    h.wait_for_state("a", ReconcileState::Succeeded).await;
+    h.backend.start_deleting(&token(&created));
+    let w = h.wait_for("a", "Ready=False Deleting", |w| condition(w, "Ready") == Some(("False".into(), "Deleting".into()))).await;
+    assert_eq!(h.backend.calls("create"), 1, "nothing is created while the old resource is being deleted");
+    assert!(w.status.as_ref().unwrap().message.as_deref().unwrap().contains("being deleted"));
+    h.backend.complete();
+    h.wait_for("a", "recreated", |w| condition(w, "Ready") == Some(("True".into(), "Available".into())) && h.backend.calls("create") == 2)
+        .await;
+    assert_eq!(h.backend.widgets().len(), 1);
+}
+
+#[tokio::test]
+async fn failed_object_is_retried_when_its_spec_changes() {
+    // Failed objects are requeued only after an hour here: only the spec change retries it.
+    let h = Harness::start_slow("failed-spec", &[ReconcileState::Failed]).await;
+    h.backend.script("create", Script::Fail(ExternalError::terminal("InvalidSize", "size 1 is not offered")));
+    h.create(widget("a", 1)).await;
+    h.wait_for_state("a", ReconcileState::Failed).await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(h.backend.calls("create"), 1, "no retry without a change");
+    h.api().patch("a", &PatchParams::default(), &Patch::Merge(json!({"spec": {"size": 2}}))).await.unwrap();
+    let w = h.wait_for_state("a", ReconcileState::Succeeded).await;
+    assert_eq!(w.status.as_ref().unwrap().observed_generation, Some(2));
+    assert_eq!(h.backend.calls("create"), 2);
+}
+
+#[tokio::test]
+async fn read_only_object_whose_resource_exists_reaches_succeeded() {
+    let h = Harness::start("read-only-exists").await;
+    let created = h.create(with_annotation(widget("a", 1), ACCESS_ANNOTATION, "none")).await;
+    h.backend.insert(&token(&created), 1);
+    let w = h.wait_for_state("a", ReconcileState::Succeeded).await;
+    assert_eq!(condition(&w, "Ready"), Some(("True".into(), "Available".into())));
+    assert_eq!(h.backend.calls("create"), 0);
+    h.api().delete("a", &DeleteParams::default()).await.unwrap();
+    h.wait_gone("a").await;
+    assert_eq!(h.backend.calls("delete"), 0, "a read-only object never deletes its resource");
+    assert_eq!(h.backend.widgets().len(), 1);
 }

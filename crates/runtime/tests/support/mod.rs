@@ -4,8 +4,9 @@
 #![allow(dead_code, clippy::unwrap_used, clippy::panic)]
 
 use std::collections::{HashMap, VecDeque};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use blockwork_runtime::policy::DeletionPolicy;
 use blockwork_runtime::{
@@ -13,7 +14,9 @@ use blockwork_runtime::{
     Request, RequeuePolicy, RuntimeMetrics, VerifyOutcome,
 };
 use blockwork_testenv::control_plane::{ControlPlane, control_plane};
+use futures::StreamExt;
 use kube::api::{Api, PostParams};
+use kube::runtime::watcher;
 use kube::{Client, CustomResource, CustomResourceExt, ResourceExt};
 use prometheus_client::registry::Registry;
 use schemars::JsonSchema;
@@ -31,6 +34,9 @@ pub struct WidgetSpec {
     /// Names of Widgets in the same namespace this one waits for.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub depends_on: Vec<String>,
+    /// Names of Nodes this one waits for: a cluster-scoped dependency of a built-in kind.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub depends_on_nodes: Vec<String>,
 }
 
 pub type WidgetStatus = ManagedStatus<WidgetObservation>;
@@ -56,17 +62,29 @@ pub struct CloudWidget {
 #[derive(Clone, Debug)]
 pub enum Script {
     Fail(ExternalError),
+    /// `verify` reports this, whatever the cloud holds.
+    Observe(VerifyOutcome),
     /// Accept the call, finish only when the test calls `complete`.
     Async,
     /// Create the widget, then never return: the test kills the controller here.
     HangAfterCreate,
 }
 
+/// One call to the backend, with the object as the reconcile that made it saw it.
+#[derive(Clone, Debug)]
+pub struct Call {
+    pub operation: &'static str,
+    pub at: Instant,
+    pub state: Option<ReconcileState>,
+    pub create_pending: bool,
+    pub resource_version: Option<String>,
+}
+
 #[derive(Default)]
 struct Cloud {
     widgets: HashMap<String, CloudWidget>,
     scripts: HashMap<&'static str, VecDeque<Script>>,
-    calls: HashMap<&'static str, usize>,
+    calls: Vec<Call>,
     next_id: u32,
 }
 
@@ -79,7 +97,24 @@ impl Backend {
         self.0.lock().unwrap().scripts.entry(operation).or_default().push_back(script);
     }
     pub fn calls(&self, operation: &'static str) -> usize {
-        self.0.lock().unwrap().calls.get(operation).copied().unwrap_or(0)
+        self.0.lock().unwrap().calls.iter().filter(|c| c.operation == operation).count()
+    }
+    /// Every call to `operation`, in order.
+    pub fn call_log(&self, operation: &'static str) -> Vec<Call> {
+        self.0.lock().unwrap().calls.iter().filter(|c| c.operation == operation).cloned().collect()
+    }
+    /// Puts a ready widget in the cloud, as if made outside Kubernetes.
+    pub fn insert(&self, token: &str, size: i32) {
+        let mut cloud = self.0.lock().unwrap();
+        cloud.next_id += 1;
+        let widget = CloudWidget { id: format!("w-{}", cloud.next_id), size, ready: true, deleting: false, broken: false };
+        cloud.widgets.insert(token.to_owned(), widget);
+    }
+    /// Starts deleting a widget outside Kubernetes; `complete` finishes it.
+    pub fn start_deleting(&self, token: &str) {
+        if let Some(widget) = self.0.lock().unwrap().widgets.get_mut(token) {
+            widget.deleting = true;
+        }
     }
     pub fn widgets(&self) -> Vec<CloudWidget> {
         self.0.lock().unwrap().widgets.values().cloned().collect()
@@ -110,9 +145,15 @@ impl Backend {
     pub fn remove(&self, token: &str) {
         self.0.lock().unwrap().widgets.remove(token);
     }
-    fn next(&self, operation: &'static str) -> Option<Script> {
+    fn next(&self, operation: &'static str, object: &Widget) -> Option<Script> {
         let mut cloud = self.0.lock().unwrap();
-        *cloud.calls.entry(operation).or_default() += 1;
+        cloud.calls.push(Call {
+            operation,
+            at: Instant::now(),
+            state: object.status.as_ref().and_then(|s| s.reconcile_state),
+            create_pending: object.status.as_ref().is_some_and(|s| s.create_pending.is_some()),
+            resource_version: object.resource_version(),
+        });
         cloud.scripts.get_mut(operation).and_then(VecDeque::pop_front)
     }
 }
@@ -120,6 +161,9 @@ impl Backend {
 pub struct WidgetManager {
     pub backend: Backend,
     pub default_deletion: DeletionPolicy,
+    /// States requeued only after an hour: a test that uses them passes only if something other
+    /// than the requeue (a watch) triggers the reconcile.
+    pub slow_states: Vec<ReconcileState>,
 }
 
 impl ExternalResource for WidgetManager {
@@ -127,8 +171,10 @@ impl ExternalResource for WidgetManager {
     type Observation = WidgetObservation;
 
     async fn verify(&self, request: &Request<'_, Widget>, _observation: &mut WidgetObservation) -> VerifyOutcome {
-        if let Some(Script::Fail(error)) = self.backend.next("verify") {
-            return VerifyOutcome::Error(error);
+        match self.backend.next("verify", request.object) {
+            Some(Script::Fail(error)) => return VerifyOutcome::Error(error),
+            Some(Script::Observe(outcome)) => return outcome,
+            _ => {}
         }
         match self.backend.widget(request.idempotency_token) {
             None => VerifyOutcome::Missing,
@@ -143,7 +189,7 @@ impl ExternalResource for WidgetManager {
     }
 
     async fn create(&self, request: &Request<'_, Widget>, observation: &mut WidgetObservation) -> MutateOutcome {
-        let script = self.backend.next("create");
+        let script = self.backend.next("create", request.object);
         if let Some(Script::Fail(error)) = script {
             return MutateOutcome::Error(error);
         }
@@ -170,7 +216,7 @@ impl ExternalResource for WidgetManager {
     }
 
     async fn update(&self, request: &Request<'_, Widget>, _observation: &mut WidgetObservation) -> MutateOutcome {
-        let script = self.backend.next("update");
+        let script = self.backend.next("update", request.object);
         if let Some(Script::Fail(error)) = script {
             return MutateOutcome::Error(error);
         }
@@ -187,7 +233,7 @@ impl ExternalResource for WidgetManager {
     }
 
     async fn delete(&self, request: &Request<'_, Widget>, _observation: &mut WidgetObservation) -> DeleteOutcome {
-        let script = self.backend.next("delete");
+        let script = self.backend.next("delete", request.object);
         if let Some(Script::Fail(error)) = script {
             return DeleteOutcome::Error(error);
         }
@@ -209,31 +255,36 @@ impl ExternalResource for WidgetManager {
 
     async fn on_success(
         &self,
-        _request: &Request<'_, Widget>,
+        request: &Request<'_, Widget>,
         _observation: &WidgetObservation,
         _client: &Client,
     ) -> Result<(), ExternalError> {
-        match self.backend.next("hook") {
+        match self.backend.next("hook", request.object) {
             Some(Script::Fail(error)) => Err(error),
             _ => Ok(()),
         }
     }
 
     fn dependencies(&self, object: &Widget) -> Vec<DependencyRef> {
-        object
-            .spec
-            .depends_on
-            .iter()
-            .map(|name| DependencyRef {
-                api_version: format!("{GROUP}/v1alpha1"),
-                kind: "Widget".into(),
-                name: name.clone(),
-                namespace: None,
-            })
-            .collect()
+        let widgets = object.spec.depends_on.iter().map(|name| DependencyRef {
+            api_version: format!("{GROUP}/v1alpha1"),
+            kind: "Widget".into(),
+            name: name.clone(),
+            namespace: None,
+        });
+        let nodes = object.spec.depends_on_nodes.iter().map(|name| DependencyRef {
+            api_version: "v1".into(),
+            kind: "Node".into(),
+            name: name.clone(),
+            namespace: None,
+        });
+        widgets.chain(nodes).collect()
     }
 
     fn requeue_policy(&self, state: ReconcileState) -> RequeuePolicy {
+        if self.slow_states.contains(&state) {
+            return RequeuePolicy::fixed(Duration::from_secs(3600));
+        }
         match state {
             ReconcileState::Succeeded | ReconcileState::Failed => RequeuePolicy::fixed(Duration::from_millis(500)),
             _ => RequeuePolicy::exponential(Duration::from_millis(100), Duration::from_millis(400)),
@@ -244,8 +295,9 @@ impl ExternalResource for WidgetManager {
         RequeuePolicy::exponential(Duration::from_millis(100), Duration::from_millis(400))
     }
 
+    /// Well above the error backoff's cap, so a test can tell a throttled retry from another.
     fn throttle_floor(&self) -> Duration {
-        Duration::from_millis(300)
+        Duration::from_secs(1)
     }
 
     fn default_deletion_policy(&self) -> DeletionPolicy {
@@ -261,6 +313,7 @@ pub struct Harness {
     pub registry: Registry,
     controller: Option<JoinHandle<()>>,
     plane: &'static ControlPlane,
+    slow_states: Vec<ReconcileState>,
 }
 
 impl Harness {
@@ -268,7 +321,16 @@ impl Harness {
         Self::start_with(prefix, DeletionPolicy::Delete).await
     }
 
+    /// With hour-long requeues in `slow_states`.
+    pub async fn start_slow(prefix: &str, slow_states: &[ReconcileState]) -> Self {
+        Self::start_configured(prefix, DeletionPolicy::Delete, slow_states).await
+    }
+
     pub async fn start_with(prefix: &str, default_deletion: DeletionPolicy) -> Self {
+        Self::start_configured(prefix, default_deletion, &[]).await
+    }
+
+    async fn start_configured(prefix: &str, default_deletion: DeletionPolicy, slow_states: &[ReconcileState]) -> Self {
         let plane = control_plane().await.expect("control plane starts");
         plane.install_crds(&[Widget::crd()]).await.expect("Widget CRD installs");
         let namespace = plane.namespace(prefix).await.expect("namespace is created");
@@ -279,6 +341,7 @@ impl Harness {
             registry: Registry::with_prefix("blockwork"),
             controller: None,
             plane,
+            slow_states: slow_states.to_vec(),
         };
         harness.start_controller(default_deletion);
         harness
@@ -287,7 +350,7 @@ impl Harness {
     /// Starts a controller (again): a new process, as far as the object is concerned.
     pub fn start_controller(&mut self, default_deletion: DeletionPolicy) {
         let metrics = RuntimeMetrics::register(&mut self.registry);
-        let manager = WidgetManager { backend: self.backend.clone(), default_deletion };
+        let manager = WidgetManager { backend: self.backend.clone(), default_deletion, slow_states: self.slow_states.clone() };
         let client = self.plane.client();
         let context = Context::new(client.clone(), manager, ControllerConfig::new("widget", GROUP), metrics);
         let api: Api<Widget> = Api::namespaced(client, &self.namespace);
@@ -343,6 +406,54 @@ impl Harness {
         }
     }
 
+    /// Counts every new version of the object `name` from now on (its creation included).
+    pub async fn count_versions(&self, name: &str) -> Arc<AtomicUsize> {
+        let versions = Arc::new(AtomicUsize::new(0));
+        let config = watcher::Config::default().fields(&format!("metadata.name={name}"));
+        let mut events = watcher(self.api(), config).boxed();
+        // Wait for the (empty) initial list, so nothing written later is missed.
+        while let Some(event) = events.next().await {
+            if matches!(event, Ok(watcher::Event::InitDone)) {
+                break;
+            }
+        }
+        let counter = Arc::clone(&versions);
+        tokio::spawn(async move {
+            while let Some(event) = events.next().await {
+                if let Ok(watcher::Event::Apply(_) | watcher::Event::Delete(_)) = event {
+                    counter.fetch_add(1, Ordering::SeqCst);
+                }
+            }
+        });
+        versions
+    }
+
+    /// Triggers a reconcile of `name` by changing an annotation (`value` must differ each time).
+    pub async fn poke(&self, name: &str, value: &str) {
+        let patch = serde_json::json!({"metadata": {"annotations": {"testing.blockwork.dev/poke": value}}});
+        self.api().patch(name, &kube::api::PatchParams::default(), &kube::api::Patch::Merge(patch)).await.expect("poke");
+    }
+
+    /// Waits for an event with `reason` about `name`; returns the type and note of each.
+    pub async fn wait_for_event(&self, name: &str, reason: &str) -> Vec<(String, String)> {
+        let events: Api<k8s_openapi::api::events::v1::Event> = Api::namespaced(self.client.clone(), &self.namespace);
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+        loop {
+            let list = events.list(&Default::default()).await.expect("list events");
+            let found: Vec<(String, String)> = list
+                .items
+                .into_iter()
+                .filter(|e| e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(name) && e.reason.as_deref() == Some(reason))
+                .map(|e| (e.type_.unwrap_or_default(), e.note.unwrap_or_default()))
+                .collect();
+            if !found.is_empty() {
+                return found;
+            }
+            assert!(tokio::time::Instant::now() < deadline, "no {reason} event about {name}; seen: {:?}", self.event_reasons(name).await);
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
     /// Reason of the Kubernetes events about `name`.
     pub async fn event_reasons(&self, name: &str) -> Vec<String> {
         let events: Api<k8s_openapi::api::events::v1::Event> = Api::namespaced(self.client.clone(), &self.namespace);
@@ -362,7 +473,7 @@ impl Drop for Harness {
 }
 
 pub fn widget(name: &str, size: i32) -> Widget {
-    let mut widget = Widget::new(name, WidgetSpec { size, depends_on: Vec::new() });
+    let mut widget = Widget::new(name, WidgetSpec { size, ..WidgetSpec::default() });
     widget.metadata.annotations = Some(Default::default());
     widget
 }
