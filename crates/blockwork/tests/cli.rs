@@ -421,3 +421,30 @@ fn kubectl_path() -> PathBuf {
         .unwrap_or_else(|_| PathBuf::from(std::env::var("HOME").unwrap()).join(".cache/blockwork-tools"));
     tools.join("bin/kubectl")
 }
+
+/// `--log-format json` writes one JSON object per line, errors included.
+#[test]
+fn json_logs_are_one_object_per_line() {
+    let output = std::process::Command::new(BIN)
+        .args([
+            "run",
+            "--log-format",
+            "json",
+            "--metrics-bind-address",
+            "0",
+            "--health-probe-bind-address",
+            "0",
+            "--webhook-bind-address",
+            "0",
+        ])
+        .env("KUBECONFIG", "/nonexistent/kubeconfig")
+        .env_remove("KUBERNETES_SERVICE_HOST")
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(1), "no cluster to reach");
+    let lines: Vec<serde_json::Value> =
+        stderr(&output).lines().map(|line| serde_json::from_str(line).unwrap_or_else(|e| panic!("{e}: {line}"))).collect();
+    let last = lines.last().unwrap();
+    assert_eq!(last["level"], "ERROR", "{last}");
+    assert!(last["error"].as_str().unwrap().contains("building the Kubernetes client"), "{last}");
+}

@@ -13,7 +13,7 @@ use tokio::sync::OnceCell;
 
 pub use crate::process::Error;
 use crate::process::{Process, accepts, retry_on_port_clash, wait_until};
-use crate::tools::{free_port, tool};
+use crate::tools::{free_port, state_dir, tool};
 
 const ADMIN_TOKEN: &str = "blockwork-testenv-admin";
 const READY_TIMEOUT: Duration = Duration::from_secs(90);
@@ -37,8 +37,7 @@ pub async fn control_plane() -> Result<&'static ControlPlane, Error> {
 
 impl ControlPlane {
     async fn start() -> Result<Self, Error> {
-        let dir = std::env::temp_dir().join(format!("blockwork-testenv-{}", std::process::id()));
-        std::fs::create_dir_all(&dir)?;
+        let dir = state_dir()?;
 
         let etcd_port = free_port()?;
         let peer_port = free_port()?;

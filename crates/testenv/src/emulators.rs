@@ -1,14 +1,13 @@
 //! AWS emulators on loopback, one of each per test binary: moto (ACM, Route53, STS,
 //! CloudFront distributions) and MiniStack (the CloudFront tenant APIs moto answers with 404).
 
-use std::path::PathBuf;
 use std::time::Duration;
 
 use tokio::sync::OnceCell;
 
 pub use crate::process::Error;
 use crate::process::{Process, accepts, retry_on_port_clash, wait_until};
-use crate::tools::{free_port, tool};
+use crate::tools::{free_port, state_dir, tool};
 
 /// Seconds moto keeps a certificate in PENDING_VALIDATION before issuing it.
 pub const MOTO_ACM_VALIDATION_WAIT_SECONDS: u64 = 1;
@@ -34,7 +33,7 @@ pub async fn moto() -> Result<&'static Emulator, Error> {
                 &tool("moto_server")?,
                 &["-H".into(), "127.0.0.1".into(), "-p".into(), port.to_string()],
                 &[("MOTO_ACM_VALIDATION_WAIT", MOTO_ACM_VALIDATION_WAIT_SECONDS.to_string()), ("MOTO_ACCOUNT_ID", ACCOUNT_ID.to_owned())],
-                &log_dir()?,
+                &state_dir()?,
             )?;
             wait_until(&process, Duration::from_secs(60), || accepts(port)).await?;
             Ok(Emulator { port, process })
@@ -59,7 +58,7 @@ pub async fn ministack() -> Result<&'static Emulator, Error> {
                         ("MINISTACK_ACCOUNT_ID", ACCOUNT_ID.to_owned()),
                         ("LOG_LEVEL", "WARNING".to_owned()),
                     ],
-                    &log_dir()?,
+                    &state_dir()?,
                 )?;
                 wait_until(&process, Duration::from_secs(60), || accepts(port)).await?;
                 Ok(Emulator { port, process })
@@ -77,10 +76,4 @@ impl Emulator {
     pub fn pid(&self) -> u32 {
         self.process.pid()
     }
-}
-
-fn log_dir() -> Result<PathBuf, Error> {
-    let dir = std::env::temp_dir().join(format!("blockwork-testenv-{}", std::process::id()));
-    std::fs::create_dir_all(&dir)?;
-    Ok(dir)
 }

@@ -22,3 +22,24 @@ pub(crate) fn free_port() -> Result<u16, Error> {
     let listener = std::net::TcpListener::bind("127.0.0.1:0").map_err(Error::Io)?;
     Ok(listener.local_addr().map_err(Error::Io)?.port())
 }
+
+const STATE_DIR_PREFIX: &str = "blockwork-testenv-";
+
+/// This test binary's directory for etcd data and process logs. Test binaries end without
+/// running destructors, so each start removes the directories of processes that are gone.
+pub(crate) fn state_dir() -> Result<PathBuf, Error> {
+    let temp = std::env::temp_dir();
+    if let Ok(entries) = std::fs::read_dir(&temp) {
+        for entry in entries.flatten() {
+            let name = entry.file_name();
+            let Some(pid) = name.to_str().and_then(|n| n.strip_prefix(STATE_DIR_PREFIX)) else { continue };
+            if pid.parse::<u32>().is_ok() && !std::path::Path::new("/proc").join(pid).exists() {
+                // Best effort: another binary may be removing it at the same time.
+                let _ = std::fs::remove_dir_all(entry.path());
+            }
+        }
+    }
+    let dir = temp.join(format!("{STATE_DIR_PREFIX}{}", std::process::id()));
+    std::fs::create_dir_all(&dir).map_err(Error::Io)?;
+    Ok(dir)
+}
