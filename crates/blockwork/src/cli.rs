@@ -22,6 +22,9 @@ pub enum Command {
     Rbac(RbacArgs),
     /// Run the controllers.
     Run(Box<RunArgs>),
+    /// Print the ValidatingWebhookConfiguration of the selected controllers' admission webhooks
+    /// as YAML (nothing if none has any).
+    Webhooks(WebhooksArgs),
     /// For uninstalling: remove Blockwork's finalizers from every object of the selected
     /// controllers' CRDs, so the CRDs and namespaces can be deleted. Stop the operator first;
     /// external resources are left as they are.
@@ -56,6 +59,40 @@ pub struct CrdsArgs {
     /// Write one `<crd name>.yaml` per CRD into this directory instead of printing them.
     #[arg(long, value_name = "DIR")]
     pub output_dir: Option<PathBuf>,
+    #[command(flatten)]
+    pub location: WebhookLocation,
+}
+
+/// Where the API server reaches Blockwork's webhook server.
+#[derive(Clone, Debug, Args)]
+pub struct WebhookLocation {
+    /// Base URL of the webhook server (e.g. `https://127.0.0.1:9443` for a local `blockwork
+    /// run`), with `--webhook-ca-file` [default: the Service below].
+    #[arg(long, value_name = "URL", requires = "webhook_ca_file")]
+    pub webhook_url: Option<String>,
+    /// PEM file of the CA that signed the webhook server's certificate (the `caBundle`).
+    #[arg(long, value_name = "FILE", requires = "webhook_url")]
+    pub webhook_ca_file: Option<PathBuf>,
+    /// The webhook Service's namespace, when no URL is given (its `caBundle` is injected by
+    /// cert-manager from the Certificate `<namespace>/<service>`).
+    #[arg(long, default_value = "blockwork-system", value_name = "NAMESPACE")]
+    pub webhook_service_namespace: String,
+    /// The webhook Service's name, when no URL is given.
+    #[arg(long, default_value = "blockwork-webhook", value_name = "NAME")]
+    pub webhook_service_name: String,
+}
+
+#[derive(Debug, Args)]
+pub struct WebhooksArgs {
+    /// Controllers whose webhooks to register, comma separated [default: all registered controllers].
+    #[arg(long, value_delimiter = ',', value_name = "NAMES")]
+    pub controllers: Option<Vec<String>>,
+    #[command(flatten)]
+    pub location: WebhookLocation,
+    /// `failurePolicy` when the API server cannot reach the webhook: `true` rejects the request
+    /// (Fail), `false` lets it through (Ignore).
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set, value_name = "BOOL")]
+    pub fail_closed: bool,
 }
 
 #[derive(Clone, Debug, Args)]
@@ -97,6 +134,10 @@ pub struct RunArgs {
     /// mount) [default: a self-signed certificate, for development only].
     #[arg(long, env = "BLOCKWORK_WEBHOOK_CERT_DIR", value_name = "DIR")]
     pub webhook_cert_dir: Option<PathBuf>,
+
+    /// Validating webhooks deny invalid requests; `false` allows them with a warning instead.
+    #[arg(long, env = "BLOCKWORK_WEBHOOK_FAIL_CLOSED", default_value_t = true, action = clap::ArgAction::Set, value_name = "BOOL")]
+    pub webhook_fail_closed: bool,
 
     /// Most reconciles each controller runs at once.
     #[arg(long, env = "BLOCKWORK_MAX_CONCURRENT_RECONCILES", default_value_t = 3, value_parser = clap::value_parser!(u16).range(1..), value_name = "N")]

@@ -10,6 +10,7 @@ use anyhow::Context as _;
 use blockwork_runtime::RuntimeMetrics;
 use futures::future::BoxFuture;
 use k8s_openapi::NamespaceResourceScope;
+use k8s_openapi::api::admissionregistration::v1::ValidatingWebhook;
 use k8s_openapi::api::rbac::v1::PolicyRule;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::{Api, Client, Resource};
@@ -28,7 +29,7 @@ pub use crate::shutdown::Shutdown;
 ///     name: "cert",
 ///     crds: || vec![Certificate::crd()],
 ///     rbac: cert::rbac,
-///     webhooks: no_webhooks,
+///     webhooks: Webhooks::NONE,
 ///     register_metrics: no_metrics,
 ///     run: |ctx| Box::pin(cert::run(ctx)),
 /// }
@@ -48,9 +49,9 @@ pub struct Controller {
     /// turns them into a ClusterRole. Leases and events, which every controller of the process
     /// shares, come from [`crate::rbac`].
     pub rbac: fn() -> Vec<PolicyRule>,
-    /// Routes for the webhook server (CRD conversion, admission), served by every replica,
-    /// leader or not; [`no_webhooks`] if there are none.
-    pub webhooks: fn() -> axum::Router,
+    /// The controller's webhooks (CRD conversion, admission), served by every replica, leader
+    /// or not; [`Webhooks::NONE`] if there are none.
+    pub webhooks: Webhooks,
     /// Registers the controller's own metrics (beyond [`ControllerContext::runtime_metrics`]) in
     /// its sub-registry (prefix `blockwork_<name>`), before the metrics server starts. What it
     /// returns reaches `run` as [`ControllerContext::metrics`]; [`no_metrics`] if there are none.
@@ -69,9 +70,27 @@ impl std::fmt::Debug for Controller {
 /// Whatever a controller's `register_metrics` returned; see [`ControllerContext::metrics`].
 pub type ControllerMetrics = Arc<dyn Any + Send + Sync>;
 
-/// `webhooks` for a controller without webhooks.
-pub fn no_webhooks() -> axum::Router {
-    axum::Router::new()
+/// What a controller serves on the webhook server.
+#[derive(Clone, Copy)]
+pub struct Webhooks {
+    /// The routes (e.g. `/convert/cache`, `/validate/cert`).
+    pub routes: fn(&WebhookContext) -> axum::Router,
+    /// The validating webhooks to register for its routes, with `clientConfig.service.path` set
+    /// to the route; `blockwork webhooks` fills in where the server is.
+    pub validating: fn() -> Vec<ValidatingWebhook>,
+}
+
+impl Webhooks {
+    pub const NONE: Self = Self { routes: |_| axum::Router::new(), validating: Vec::new };
+}
+
+/// What webhook routes get when the server starts.
+#[derive(Clone)]
+pub struct WebhookContext {
+    /// For checks across objects (e.g. a domain used by two Certs).
+    pub client: Client,
+    /// `--webhook-fail-closed`: deny invalid requests (default), or allow them with a warning.
+    pub fail_closed: bool,
 }
 
 /// `register_metrics` for a controller without metrics of its own.
@@ -86,7 +105,7 @@ pub fn registered() -> Vec<Controller> {
             name: "cache",
             crds: || vec![blockwork_cache::crd::crd()],
             rbac: blockwork_cache::rbac,
-            webhooks: blockwork_cache::conversion::router,
+            webhooks: Webhooks { routes: |_| blockwork_cache::conversion::router(), validating: Vec::new },
             register_metrics: no_metrics,
             run: |ctx| Box::pin(run_cache(ctx)),
         },
@@ -94,7 +113,7 @@ pub fn registered() -> Vec<Controller> {
             name: "rotator",
             crds: Vec::new,
             rbac: blockwork_rotator::rbac,
-            webhooks: no_webhooks,
+            webhooks: Webhooks::NONE,
             register_metrics: |registry| blockwork_rotator::Metrics::register(registry),
             run: |ctx| Box::pin(run_rotator(ctx)),
         },
@@ -247,7 +266,7 @@ mod tests {
             name,
             crds: Vec::new,
             rbac: Vec::new,
-            webhooks: no_webhooks,
+            webhooks: Webhooks::NONE,
             register_metrics: no_metrics,
             run: |_| Box::pin(async { Ok(()) }),
         }

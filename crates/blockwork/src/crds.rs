@@ -8,6 +8,7 @@ use anyhow::{Context as _, bail};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 
 use crate::controllers::Controller;
+use crate::webhooks::{Endpoint, point_conversions};
 
 /// The CRDs of `controllers`, sorted by name, each once. Two controllers may share a CRD, but
 /// then both must generate the same one.
@@ -35,9 +36,11 @@ pub fn to_yaml(crds: &[CustomResourceDefinition]) -> anyhow::Result<String> {
     serde_saphyr::to_string_multiple(crds).context("serializing CRDs to YAML")
 }
 
-/// Prints all CRDs to stdout, or writes `<dir>/<crd name>.yaml` for each.
-pub fn run(controllers: &[Controller], output_dir: Option<&Path>) -> anyhow::Result<()> {
-    let crds = collect(controllers)?;
+/// Prints all CRDs to stdout, or writes `<dir>/<crd name>.yaml` for each, with their conversion
+/// webhooks pointed at `endpoint`.
+pub fn run(controllers: &[Controller], output_dir: Option<&Path>, endpoint: &Endpoint) -> anyhow::Result<()> {
+    let mut crds = collect(controllers)?;
+    point_conversions(&mut crds, endpoint);
     match output_dir {
         None => {
             let yaml = to_yaml(&crds)?;
@@ -80,7 +83,7 @@ mod tests {
             name,
             crds,
             rbac: Vec::new,
-            webhooks: crate::controllers::no_webhooks,
+            webhooks: crate::controllers::Webhooks::NONE,
             register_metrics: no_metrics,
             run: |_| Box::pin(async { Ok(()) }),
         }
@@ -121,7 +124,7 @@ mod tests {
     fn output_dir_gets_one_file_per_crd() {
         let dir = tempfile::tempdir().expect("tempdir");
         let controllers = [controller("a", || vec![crd("gadgets.example.com", "example.com")])];
-        run(&controllers, Some(dir.path())).expect("writes");
+        run(&controllers, Some(dir.path()), &Endpoint::Service { namespace: "ns".into(), name: "hooks".into() }).expect("writes");
         let text = std::fs::read_to_string(dir.path().join("gadgets.example.com.yaml")).expect("file");
         assert!(text.contains("group: example.com"), "{text}");
     }

@@ -15,3 +15,4 @@ pub mod run;
 pub mod server;
 pub mod shutdown;
 pub mod telemetry;
+pub mod webhooks;

@@ -5,13 +5,23 @@ use std::process::ExitCode;
 
 use anyhow::Context as _;
 use blockwork::cli::{Cli, Command};
-use blockwork::{controllers, crds, finalizers, rbac, run, telemetry};
+use blockwork::{controllers, crds, finalizers, rbac, run, telemetry, webhooks};
 use clap::{CommandFactory as _, Parser as _};
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
-        Command::Crds(args) => report(crds::run(&controllers::registered(), args.output_dir.as_deref())),
+        Command::Crds(args) => report(
+            webhooks::Endpoint::from_location(&args.location)
+                .and_then(|endpoint| crds::run(&controllers::registered(), args.output_dir.as_deref(), &endpoint)),
+        ),
+        Command::Webhooks(args) => {
+            let selected = match controllers::select(controllers::registered(), args.controllers.as_deref()) {
+                Ok(selected) => selected,
+                Err(message) => usage_error("webhooks", format!("invalid value for '--controllers': {message}")),
+            };
+            report(webhooks::run(&selected, &args.location, args.fail_closed))
+        }
         Command::Rbac(args) => {
             let selected = match controllers::select(controllers::registered(), args.controllers.as_deref()) {
                 Ok(selected) => selected,

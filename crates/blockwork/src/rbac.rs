@@ -117,7 +117,7 @@ mod tests {
             name: "x",
             crds: Vec::new,
             rbac,
-            webhooks: crate::controllers::no_webhooks,
+            webhooks: crate::controllers::Webhooks::NONE,
             register_metrics: no_metrics,
             run: |_| Box::pin(async { Ok(()) }),
         }

@@ -24,7 +24,7 @@ use tokio::task::{JoinHandle, JoinSet};
 use tracing::{error, info, warn};
 
 use crate::cli::{BindAddress, RunArgs};
-use crate::controllers::{Controller, ControllerContext, ControllerMetrics, Namespaces};
+use crate::controllers::{Controller, ControllerContext, ControllerMetrics, Namespaces, WebhookContext};
 use crate::leader::{self, Elector, LeadershipLost, Role};
 use crate::server::{self, Status};
 use crate::shutdown::{self, Shutdown, ShutdownTrigger};
@@ -55,10 +55,11 @@ pub async fn run(args: RunArgs, controllers: Vec<Controller>) -> anyhow::Result<
     let metrics: Vec<ControllerMetrics> =
         controllers.iter().map(|c| (c.register_metrics)(registry.sub_registry_with_prefix(c.name))).collect();
 
-    let (servers_trigger, servers_stop) = shutdown::channel();
-    let servers = Servers::start(&args, &controllers, Arc::clone(&status), Arc::new(registry), &servers_stop).await?;
-
+    // Before the servers: webhooks check requests against the cluster. Builds no connection yet.
     let client = Client::try_default().await.context("building the Kubernetes client")?;
+    let (servers_trigger, servers_stop) = shutdown::channel();
+    let webhook_context = WebhookContext { client: client.clone(), fail_closed: args.webhook_fail_closed };
+    let servers = Servers::start(&args, &controllers, &webhook_context, Arc::clone(&status), Arc::new(registry), &servers_stop).await?;
     require_crds(&client, &controllers).await?;
     let names: Vec<_> = controllers.iter().map(|c| c.name).collect();
     let namespaces = Namespaces::from_list(args.namespaces.clone());
@@ -197,6 +198,7 @@ impl Servers {
     async fn start(
         args: &RunArgs,
         controllers: &[Controller],
+        webhook_context: &WebhookContext,
         status: Arc<Status>,
         registry: Arc<Registry>,
         stop: &Shutdown,
@@ -216,7 +218,7 @@ impl Servers {
         if let Some(listener) = metrics {
             tasks.push(server::spawn(listener, server::metrics_router(registry), stop.clone(), "metrics"));
         }
-        let webhooks = controllers.iter().fold(axum::Router::new(), |router, c| router.merge((c.webhooks)()));
+        let webhooks = controllers.iter().fold(axum::Router::new(), |router, c| router.merge((c.webhooks.routes)(webhook_context)));
         if let (BindAddress::At(addr), true) = (args.webhook_bind_address, webhooks.has_routes()) {
             let tls = match &args.webhook_cert_dir {
                 Some(dir) => blockwork_webhook::TlsMaterial::from_dir(dir)?,
