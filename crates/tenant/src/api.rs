@@ -1,0 +1,291 @@
+//! The `DistributionTenant` API, `cloudfront.blockwork.dev/v1alpha1`. Field docs become
+//! `kubectl explain` text; what the schema and CEL can reject (the tenant name, TTL bounds, the
+//! enums) is rejected by the API server before anything reaches the controller or AWS.
+
+use blockwork_runtime::ManagedStatus;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+use kube::{CustomResource, CustomResourceExt, KubeSchema};
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+pub const GROUP: &str = "cloudfront.blockwork.dev";
+pub const VERSION: &str = "v1alpha1";
+
+/// Condition types beside the runtime's `Ready` and `Synced`.
+pub const CERTIFICATE_READY: &str = "CertificateReady";
+pub const DNS_READY: &str = "DNSReady";
+
+/// A CloudFront distribution tenant of a multi-tenant distribution. `metadata.name` is the
+/// tenant's name in CloudFront.
+#[derive(CustomResource, KubeSchema, Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[kube(
+    group = "cloudfront.blockwork.dev",
+    version = "v1alpha1",
+    kind = "DistributionTenant",
+    namespaced,
+    shortname = "dt",
+    status = "DistributionTenantStatus",
+    validation = Rule::new("size(self.metadata.name) >= 3 && size(self.metadata.name) <= 128 && self.metadata.name.matches('^[a-z0-9]([a-z0-9.-]*[a-z0-9])?$')").message("metadata.name is the CloudFront tenant name: 3-128 characters, lowercase letters, digits, dots and hyphens, starting and ending with a letter or digit"),
+    printcolumn = r#"{"name":"Distribution","type":"string","jsonPath":".spec.distributionId"}"#,
+    printcolumn = r#"{"name":"Tenant ID","type":"string","jsonPath":".status.id"}"#,
+    printcolumn = r#"{"name":"AWS Status","type":"string","jsonPath":".status.distributionTenantStatus"}"#,
+    printcolumn = r#"{"name":"Ready","type":"string","jsonPath":".status.conditions[?(@.type==\"Ready\")].status"}"#,
+    printcolumn = r#"{"name":"State","type":"string","jsonPath":".status.reconcileState","priority":1}"#,
+    printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
+)]
+#[serde(rename_all = "camelCase")]
+pub struct DistributionTenantSpec {
+    /// The multi-tenant distribution this tenant belongs to (e.g. `E1ABCDEF2GHIJ`).
+    #[schemars(length(min = 1))]
+    pub distribution_id: String,
+    /// The tenant's domains. Order does not matter. Wildcards (`*.example.com`) are allowed.
+    #[schemars(length(min = 1))]
+    pub domains: Vec<DomainName>,
+    /// Whether the tenant serves traffic. Absent means enabled.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub enabled: Option<bool>,
+    /// The connection group routing the tenant's traffic; absent: the account's default group.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub connection_group_id: Option<String>,
+    /// Values for the distribution's tenant parameters. Order does not matter.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub parameters: Vec<Parameter>,
+    /// Per-tenant overrides of the distribution's settings.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub customizations: Option<Customizations>,
+    /// Asks CloudFront to request and manage the tenant's certificate. Once issued, its ARN is
+    /// attached to `customizations.certificate.arn`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub managed_certificate_request: Option<ManagedCertificateRequest>,
+    /// DNS records (CNAMEs to the routing endpoint) managed for the tenant's domains. Absent: DNS
+    /// is not managed and `DNSReady` is True with reason `DNSNotConfigured`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dns: Option<DnsConfig>,
+    /// How external changes to the tenant are handled: `enforce` (repair), `report` (set
+    /// `Synced=False` with reason `DriftDetected`) or `suspend` (only record
+    /// `status.driftDetected`). Absent: the operator's `--drift-policy`. Not honoured yet: the
+    /// runtime reads the policy from the `blockwork.dev/drift-policy` annotation only, so use that.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub drift_policy: Option<DriftPolicyName>,
+}
+
+/// One domain of the tenant.
+#[derive(Clone, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct DomainName {
+    /// A fully qualified domain name, optionally a wildcard (`*.example.com`).
+    #[schemars(regex(pattern = r"^(\*\.)?([a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?\.)+[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$"), length(max = 253))]
+    pub domain: String,
+}
+
+/// A value for one of the distribution's tenant parameters.
+#[derive(Clone, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize, JsonSchema)]
+pub struct Parameter {
+    /// The parameter's name, as declared by the distribution.
+    #[schemars(length(min = 1))]
+    pub name: String,
+    /// The parameter's value.
+    pub value: String,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Customizations {
+    /// The tenant's own certificate. Must be an ACM certificate in us-east-1 whose names cover
+    /// every domain of the tenant.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub certificate: Option<CertificateRef>,
+    /// Overrides or disables the distribution's AWS WAF web ACL for this tenant.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub web_acl: Option<WebAclCustomization>,
+    /// Restricts the countries the tenant serves.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub geo_restrictions: Option<GeoRestrictions>,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct CertificateRef {
+    /// The ACM certificate's ARN (`arn:aws:acm:us-east-1:…`).
+    #[schemars(regex(pattern = r"^arn:aws[a-z-]*:acm:[a-z0-9-]+:\d{12}:certificate/.+$"))]
+    pub arn: String,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct WebAclCustomization {
+    /// `override` uses `arn` instead of the distribution's web ACL; `disable` removes it.
+    pub action: WebAclAction,
+    /// The web ACL's ARN (with action `override`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub arn: Option<String>,
+}
+
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum WebAclAction {
+    #[default]
+    Override,
+    Disable,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct GeoRestrictions {
+    /// `whitelist` serves only `locations`, `blacklist` all but them, `none` everyone.
+    pub restriction_type: GeoRestrictionType,
+    /// ISO 3166-1 alpha-2 country codes. Order does not matter.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub locations: Vec<String>,
+}
+
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum GeoRestrictionType {
+    Whitelist,
+    Blacklist,
+    #[default]
+    None,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ManagedCertificateRequest {
+    /// Who serves the HTTP validation token: `cloudfront` (needs the CNAMEs to resolve to
+    /// CloudFront first) or `self-hosted` (your origin serves it).
+    pub validation_token_host: ValidationTokenHost,
+    /// The certificate's primary domain; absent: CloudFront picks one of the tenant's domains.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub primary_domain_name: Option<String>,
+    /// Whether the certificate is logged to certificate transparency logs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub certificate_transparency_logging_preference: Option<TransparencyPreference>,
+}
+
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "kebab-case")]
+pub enum ValidationTokenHost {
+    #[default]
+    Cloudfront,
+    SelfHosted,
+}
+
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum TransparencyPreference {
+    #[default]
+    Enabled,
+    Disabled,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct DnsConfig {
+    /// The DNS service holding the zone. Only `route53`.
+    pub provider: DnsProvider,
+    /// The Route53 hosted zone the CNAMEs are written to.
+    #[schemars(length(min = 1))]
+    pub hosted_zone_id: String,
+    /// A role to assume for Route53 calls only, when the zone is in another account.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub assume_role_arn: Option<String>,
+    /// The records' TTL in seconds, 60–172800.
+    #[serde(default = "default_ttl")]
+    #[schemars(range(min = 60, max = 172800))]
+    pub ttl: i64,
+}
+
+/// Seed 001's default record TTL.
+pub const DEFAULT_TTL: i64 = 300;
+
+fn default_ttl() -> i64 {
+    DEFAULT_TTL
+}
+
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum DnsProvider {
+    #[default]
+    Route53,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum DriftPolicyName {
+    Enforce,
+    Report,
+    Suspend,
+}
+
+impl From<DriftPolicyName> for blockwork_runtime::DriftPolicy {
+    fn from(name: DriftPolicyName) -> Self {
+        match name {
+            DriftPolicyName::Enforce => Self::Enforce,
+            DriftPolicyName::Report => Self::Report,
+            DriftPolicyName::Suspend => Self::Suspend,
+        }
+    }
+}
+
+pub type DistributionTenantStatus = ManagedStatus<TenantObservation>;
+
+/// The operator's own status fields, beside the runtime's (`reconcileState`, `conditions` with
+/// `Ready` and `Synced`, `observedGeneration`, `driftDetected`, ...).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct TenantObservation {
+    /// The tenant's CloudFront id.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub id: Option<String>,
+    /// The tenant's ARN.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub arn: Option<String>,
+    /// The tenant's ETag when last read, the `IfMatch` of the next update or delete.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub e_tag: Option<String>,
+    /// CloudFront's status of the tenant: `InProgress` or `Deployed`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub distribution_tenant_status: Option<String>,
+    /// The Route53 change id of the last record change (DNS management only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dns_change_id: Option<String>,
+    /// The CNAME target of the tenant's domains: the connection group's routing endpoint.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dns_target: Option<String>,
+    /// The managed certificate's ARN, once CloudFront requested it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub certificate_arn: Option<String>,
+    /// The managed certificate's status: `pending-validation`, `issued`, `inactive`, `expired`,
+    /// `validation-timed-out`, `revoked` or `failed`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub managed_certificate_status: Option<String>,
+    /// `CertificateReady` and `DNSReady`. They live beside `conditions` rather than in it because
+    /// the runtime owns that list (`Ready`, `Synced`) and writes it whole.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tenant_conditions: Vec<Condition>,
+}
+
+/// The CustomResourceDefinition, for `blockwork crds`.
+pub fn crd() -> k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition {
+    DistributionTenant::crd()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn crd_has_short_name_printer_columns_and_the_name_rule() {
+        let crd = crd();
+        assert_eq!(crd.spec.names.short_names.as_deref(), Some(&["dt".to_owned()][..]));
+        let version = &crd.spec.versions[0];
+        let columns: Vec<&str> = version.additional_printer_columns.iter().flatten().map(|c| c.name.as_str()).collect();
+        assert_eq!(columns, ["Distribution", "Tenant ID", "AWS Status", "Ready", "State", "Age"]);
+        let schema = serde_json::to_string(&version.schema).expect("serializes");
+        assert!(schema.contains("self.metadata.name.matches"), "{schema}");
+    }
+
+    #[test]
+    fn dns_ttl_defaults_to_300_when_omitted() {
+        let dns: DnsConfig = serde_json::from_value(serde_json::json!({"provider": "route53", "hostedZoneId": "Z1"})).expect("parses");
+        assert_eq!(dns.ttl, DEFAULT_TTL);
+    }
+}

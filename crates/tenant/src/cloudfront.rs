@@ -1,0 +1,344 @@
+//! The AWS calls the operator makes, behind traits ([`CloudFront`], and [`Acm`] for the names of
+//! a certificate), and their SDK implementation. Every call is timed into
+//! `..._aws_api_call_duration_seconds{operation}`; failures come back as [`AwsError`]
+//! (classified, message sanitized).
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Instant;
+
+use aws_sdk_cloudfront::types::{
+    Certificate, CertificateTransparencyLoggingPreference, CustomizationActionType, Customizations, DomainItem,
+    GeoRestrictionCustomization, GeoRestrictionType as SdkGeoType, ManagedCertificateRequest as SdkManagedRequest, Parameter, Tag, Tags,
+    ValidationTokenHost as SdkTokenHost, WebAclCustomization,
+};
+use blockwork_aws::{AwsError, ErrorClass as AwsClass, classify_sdk_error};
+
+use crate::api::{GeoRestrictionType, ManagedCertificateRequest, TransparencyPreference, ValidationTokenHost, WebAclAction};
+use crate::diff::{TenantConfig, WebAcl, normal_geo, normalize_domain};
+use crate::metrics::TenantMetrics;
+
+/// The tag naming the object a tenant was created for: its idempotency token. A tenant of the
+/// same name without it was not made by this object and is never adopted (or deleted).
+pub const OWNER_TAG: &str = "blockwork.dev/owner";
+
+/// A tenant as CloudFront reports it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ObservedTenant {
+    pub id: String,
+    /// The [`OWNER_TAG`] value.
+    pub owner: Option<String>,
+    pub arn: Option<String>,
+    /// The `IfMatch` for the next update or delete.
+    pub e_tag: Option<String>,
+    /// `InProgress` or `Deployed`.
+    pub status: Option<String>,
+    pub config: TenantConfig,
+}
+
+/// What CloudFront says of a managed certificate.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ManagedCertificate {
+    pub status: String,
+    pub arn: Option<String>,
+}
+
+/// Everything a create or update sends.
+#[derive(Clone, Copy, Debug)]
+pub struct TenantWrite<'a> {
+    pub config: &'a TenantConfig,
+    pub managed_certificate_request: Option<&'a ManagedCertificateRequest>,
+}
+
+/// The tenant APIs the operator uses.
+pub trait CloudFront: Send + Sync + 'static {
+    /// By id, ARN or name; `None` when it does not exist.
+    fn get_tenant(&self, identifier: &str) -> impl Future<Output = Result<Option<ObservedTenant>, AwsError>> + Send;
+    /// Tags the tenant with [`OWNER_TAG`] = `owner`.
+    fn create_tenant(
+        &self,
+        name: &str,
+        owner: &str,
+        write: TenantWrite<'_>,
+    ) -> impl Future<Output = Result<ObservedTenant, AwsError>> + Send;
+    fn update_tenant(
+        &self,
+        id: &str,
+        if_match: &str,
+        write: TenantWrite<'_>,
+    ) -> impl Future<Output = Result<ObservedTenant, AwsError>> + Send;
+    fn delete_tenant(&self, id: &str, if_match: &str) -> impl Future<Output = Result<(), AwsError>> + Send;
+    /// The named connection group's routing endpoint, or (`None`) the account's default one's.
+    fn routing_endpoint(&self, connection_group_id: Option<&str>) -> impl Future<Output = Result<String, AwsError>> + Send;
+    /// `None` when CloudFront has no managed certificate for the tenant.
+    fn managed_certificate(&self, tenant: &str) -> impl Future<Output = Result<Option<ManagedCertificate>, AwsError>> + Send;
+}
+
+/// The ACM call behind the certificate coverage check.
+pub trait Acm: Send + Sync + 'static {
+    /// The certificate's domain name and subject alternative names.
+    fn certificate_names(&self, arn: &str) -> impl Future<Output = Result<Vec<String>, AwsError>> + Send;
+}
+
+/// aws-sdk-cloudfront and aws-sdk-acm.
+#[derive(Clone, Debug)]
+pub struct Sdk {
+    client: aws_sdk_cloudfront::Client,
+    acm: aws_sdk_acm::Client,
+    metrics: Arc<TenantMetrics>,
+}
+
+impl Sdk {
+    pub fn new(config: &aws_config::SdkConfig, metrics: Arc<TenantMetrics>) -> Self {
+        // CloudFront only takes certificates from us-east-1, whatever the operator's region.
+        let acm = aws_sdk_acm::config::Builder::from(config).region(aws_config::Region::new(crate::validate::CERTIFICATE_REGION)).build();
+        Self { client: aws_sdk_cloudfront::Client::new(config), acm: aws_sdk_acm::Client::from_conf(acm), metrics }
+    }
+
+    async fn timed<T>(&self, operation: &'static str, call: impl Future<Output = T>) -> T {
+        let started = Instant::now();
+        let output = call.await;
+        self.metrics.aws_call(operation, started.elapsed());
+        output
+    }
+}
+
+/// A request the SDK refused to build (a required member missing): a bug of ours, never retried.
+fn build_error(operation: &'static str, error: &aws_sdk_cloudfront::error::BuildError) -> AwsError {
+    AwsError { operation, code: None, class: AwsClass::Terminal, message: format!("the request could not be built: {error}") }
+}
+
+/// The members a create and an update both send.
+struct SdkWrite {
+    domains: Vec<DomainItem>,
+    parameters: Vec<Parameter>,
+    customizations: Customizations,
+    managed: Option<SdkManagedRequest>,
+}
+
+fn sdk_write(operation: &'static str, write: TenantWrite<'_>) -> Result<SdkWrite, AwsError> {
+    let config = write.config;
+    let domains = config
+        .domains
+        .iter()
+        .map(|d| DomainItem::builder().domain(d).build())
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| build_error(operation, &e))?;
+    let parameters = config
+        .parameters
+        .iter()
+        .map(|(name, value)| Parameter::builder().name(name).value(value).build())
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| build_error(operation, &e))?;
+    let mut customizations = Customizations::builder();
+    if let Some(arn) = &config.certificate_arn {
+        customizations = customizations.certificate(Certificate::builder().arn(arn).build().map_err(|e| build_error(operation, &e))?);
+    }
+    if let Some(web_acl) = &config.web_acl {
+        let action = match web_acl.action {
+            WebAclAction::Override => CustomizationActionType::Override,
+            WebAclAction::Disable => CustomizationActionType::Disable,
+        };
+        let built =
+            WebAclCustomization::builder().action(action).set_arn(web_acl.arn.clone()).build().map_err(|e| build_error(operation, &e))?;
+        customizations = customizations.web_acl(built);
+    }
+    if let Some(geo) = &config.geo_restrictions {
+        let kind = match geo.restriction_type {
+            GeoRestrictionType::Whitelist => SdkGeoType::Whitelist,
+            GeoRestrictionType::Blacklist => SdkGeoType::Blacklist,
+            GeoRestrictionType::None => SdkGeoType::None,
+        };
+        let built = GeoRestrictionCustomization::builder()
+            .restriction_type(kind)
+            .set_locations(Some(geo.locations.iter().cloned().collect()))
+            .build()
+            .map_err(|e| build_error(operation, &e))?;
+        customizations = customizations.geo_restrictions(built);
+    }
+    let managed = match write.managed_certificate_request {
+        None => None,
+        Some(request) => {
+            let host = match request.validation_token_host {
+                ValidationTokenHost::Cloudfront => SdkTokenHost::CloudFront,
+                ValidationTokenHost::SelfHosted => SdkTokenHost::SelfHosted,
+            };
+            let preference = request.certificate_transparency_logging_preference.map(|p| match p {
+                TransparencyPreference::Enabled => CertificateTransparencyLoggingPreference::Enabled,
+                TransparencyPreference::Disabled => CertificateTransparencyLoggingPreference::Disabled,
+            });
+            let built = SdkManagedRequest::builder()
+                .validation_token_host(host)
+                .set_primary_domain_name(request.primary_domain_name.clone())
+                .set_certificate_transparency_logging_preference(preference)
+                .build()
+                .map_err(|e| build_error(operation, &e))?;
+            Some(built)
+        }
+    };
+    Ok(SdkWrite { domains, parameters, customizations: customizations.build(), managed })
+}
+
+/// The SDK's tenant in the operator's normal form.
+pub fn observed(tenant: &aws_sdk_cloudfront::types::DistributionTenant, e_tag: Option<&str>) -> ObservedTenant {
+    let customizations = tenant.customizations();
+    let geo_restrictions = customizations.and_then(|c| c.geo_restrictions()).and_then(|g| {
+        let kind = match g.restriction_type() {
+            SdkGeoType::Whitelist => GeoRestrictionType::Whitelist,
+            SdkGeoType::Blacklist => GeoRestrictionType::Blacklist,
+            _ => GeoRestrictionType::None,
+        };
+        normal_geo(kind, g.locations().iter().map(String::as_str))
+    });
+    let web_acl = customizations.and_then(|c| c.web_acl()).map(|w| WebAcl {
+        action: if *w.action() == CustomizationActionType::Disable { WebAclAction::Disable } else { WebAclAction::Override },
+        arn: w.arn().map(str::to_owned),
+    });
+    let owner =
+        tenant.tags().and_then(|tags| tags.items().iter().find(|t| t.key() == OWNER_TAG)).and_then(|t| t.value()).map(str::to_owned);
+    ObservedTenant {
+        id: tenant.id().unwrap_or_default().to_owned(),
+        owner,
+        arn: tenant.arn().map(str::to_owned),
+        e_tag: e_tag.map(str::to_owned),
+        status: tenant.status().map(str::to_owned),
+        config: TenantConfig {
+            distribution_id: tenant.distribution_id().unwrap_or_default().to_owned(),
+            domains: tenant.domains().iter().map(|d| normalize_domain(d.domain())).collect(),
+            enabled: tenant.enabled().unwrap_or(true),
+            connection_group_id: tenant.connection_group_id().map(str::to_owned),
+            parameters: tenant.parameters().iter().map(|p| (p.name().to_owned(), p.value().to_owned())).collect(),
+            certificate_arn: customizations.and_then(|c| c.certificate()).map(|c| c.arn().to_owned()),
+            web_acl,
+            geo_restrictions,
+            managed_certificate: false,
+        },
+    }
+}
+
+fn missing_tenant(operation: &'static str) -> AwsError {
+    AwsError { operation, code: None, class: AwsClass::Retryable, message: "CloudFront answered without the tenant".to_owned() }
+}
+
+impl CloudFront for Sdk {
+    async fn get_tenant(&self, identifier: &str) -> Result<Option<ObservedTenant>, AwsError> {
+        const OP: &str = "GetDistributionTenant";
+        let result = self.timed(OP, self.client.get_distribution_tenant().identifier(identifier).send()).await;
+        match result {
+            Ok(output) => Ok(output.distribution_tenant().map(|t| observed(t, output.e_tag()))),
+            Err(error) => {
+                let error = classify_sdk_error(OP, &error);
+                if error.class == AwsClass::NotFound { Ok(None) } else { Err(error) }
+            }
+        }
+    }
+
+    async fn create_tenant(&self, name: &str, owner: &str, write: TenantWrite<'_>) -> Result<ObservedTenant, AwsError> {
+        const OP: &str = "CreateDistributionTenant";
+        let SdkWrite { domains, parameters, customizations, managed } = sdk_write(OP, write)?;
+        let tag = Tag::builder().key(OWNER_TAG).value(owner).build().map_err(|e| build_error(OP, &e))?;
+        let request = self
+            .client
+            .create_distribution_tenant()
+            .name(name)
+            .distribution_id(&write.config.distribution_id)
+            .set_domains(Some(domains))
+            .set_parameters(Some(parameters))
+            .customizations(customizations)
+            .set_connection_group_id(write.config.connection_group_id.clone())
+            .set_managed_certificate_request(managed)
+            .enabled(write.config.enabled)
+            .tags(Tags::builder().items(tag).build());
+        let output = self.timed(OP, request.send()).await.map_err(|e| classify_sdk_error(OP, &e))?;
+        output.distribution_tenant().map(|t| observed(t, output.e_tag())).ok_or_else(|| missing_tenant(OP))
+    }
+
+    async fn update_tenant(&self, id: &str, if_match: &str, write: TenantWrite<'_>) -> Result<ObservedTenant, AwsError> {
+        const OP: &str = "UpdateDistributionTenant";
+        let SdkWrite { domains, parameters, customizations, managed } = sdk_write(OP, write)?;
+        let request = self
+            .client
+            .update_distribution_tenant()
+            .id(id)
+            .if_match(if_match)
+            .distribution_id(&write.config.distribution_id)
+            .set_domains(Some(domains))
+            .set_parameters(Some(parameters))
+            .customizations(customizations)
+            .set_connection_group_id(write.config.connection_group_id.clone())
+            .set_managed_certificate_request(managed)
+            .enabled(write.config.enabled);
+        let output = self.timed(OP, request.send()).await.map_err(|e| classify_sdk_error(OP, &e))?;
+        output.distribution_tenant().map(|t| observed(t, output.e_tag())).ok_or_else(|| missing_tenant(OP))
+    }
+
+    async fn delete_tenant(&self, id: &str, if_match: &str) -> Result<(), AwsError> {
+        const OP: &str = "DeleteDistributionTenant";
+        self.timed(OP, self.client.delete_distribution_tenant().id(id).if_match(if_match).send())
+            .await
+            .map(|_| ())
+            .map_err(|e| classify_sdk_error(OP, &e))
+    }
+
+    async fn routing_endpoint(&self, connection_group_id: Option<&str>) -> Result<String, AwsError> {
+        if let Some(id) = connection_group_id {
+            const OP: &str = "GetConnectionGroup";
+            let output =
+                self.timed(OP, self.client.get_connection_group().identifier(id).send()).await.map_err(|e| classify_sdk_error(OP, &e))?;
+            return output.connection_group().and_then(|g| g.routing_endpoint()).map(str::to_owned).ok_or_else(|| AwsError {
+                operation: OP,
+                code: None,
+                class: AwsClass::Terminal,
+                message: format!("connection group {id} has no routing endpoint"),
+            });
+        }
+        const OP: &str = "ListConnectionGroups";
+        let mut marker: Option<String> = None;
+        loop {
+            let request = self.client.list_connection_groups().set_marker(marker.take());
+            let output = self.timed(OP, request.send()).await.map_err(|e| classify_sdk_error(OP, &e))?;
+            if let Some(default) = output.connection_groups().iter().find(|g| g.is_default() == Some(true)) {
+                return Ok(default.routing_endpoint().to_owned());
+            }
+            match output.next_marker() {
+                Some(next) if !next.is_empty() => marker = Some(next.to_owned()),
+                _ => {
+                    // CloudFront creates the default group with the account's first tenant.
+                    return Err(AwsError {
+                        operation: OP,
+                        code: Some("ConnectionGroupNotFound".to_owned()),
+                        class: AwsClass::Retryable,
+                        message: "the account has no default connection group yet".to_owned(),
+                    });
+                }
+            }
+        }
+    }
+
+    async fn managed_certificate(&self, tenant: &str) -> Result<Option<ManagedCertificate>, AwsError> {
+        const OP: &str = "GetManagedCertificateDetails";
+        let output = self
+            .timed(OP, self.client.get_managed_certificate_details().identifier(tenant).send())
+            .await
+            .map_err(|e| classify_sdk_error(OP, &e))?;
+        Ok(output.managed_certificate_details().and_then(|details| {
+            details
+                .certificate_status()
+                .map(|status| ManagedCertificate { status: status.as_str().to_owned(), arn: details.certificate_arn().map(str::to_owned) })
+        }))
+    }
+}
+
+impl Acm for Sdk {
+    async fn certificate_names(&self, arn: &str) -> Result<Vec<String>, AwsError> {
+        const OP: &str = "ACMDescribeCertificate";
+        let output =
+            self.timed(OP, self.acm.describe_certificate().certificate_arn(arn).send()).await.map_err(|e| classify_sdk_error(OP, &e))?;
+        let Some(certificate) = output.certificate() else {
+            return Ok(Vec::new());
+        };
+        let mut names: Vec<String> = certificate.subject_alternative_names().to_vec();
+        names.extend(certificate.domain_name().map(str::to_owned));
+        Ok(names)
+    }
+}

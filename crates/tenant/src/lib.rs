@@ -1,0 +1,147 @@
+//! The DistributionTenant operator: CloudFront distribution tenants (seed 001) on Blockwork's
+//! runtime. A `DistributionTenant` (`cloudfront.blockwork.dev/v1alpha1`) is one tenant of a
+//! multi-tenant distribution; the operator creates it, pushes spec changes, handles drift by
+//! policy, follows its managed certificate and deletes it step by step.
+//!
+//! - [`api`]: the CRD. [`validate`], [`diff`], [`errors`], [`lifecycle`]: pure decisions (spec
+//!   rules, certificate coverage, the spec/AWS comparison, seed 001's error table, the deletion
+//!   and managed-certificate steps).
+//! - [`cloudfront`]: the CloudFront trait and its SDK implementation. [`dns`]: where DNS
+//!   management plugs in. [`manager`]: the runtime's `ExternalResource`.
+//! - [`metrics`]: seed 001's metrics. [`config`]: flags.
+
+pub mod api;
+pub mod cloudfront;
+pub mod config;
+pub mod diff;
+pub mod dns;
+pub mod errors;
+pub mod lifecycle;
+pub mod manager;
+pub mod metrics;
+pub mod validate;
+
+use std::future::Future;
+use std::sync::Arc;
+
+use blockwork_runtime::{Context, ControllerConfig, RuntimeMetrics};
+use futures::{FutureExt as _, StreamExt as _};
+use k8s_openapi::api::rbac::v1::PolicyRule;
+use kube::runtime::{WatchStreamExt as _, reflector, watcher};
+use kube::{Api, Client};
+use tracing::info;
+
+pub use api::{DistributionTenant, DistributionTenantSpec, DistributionTenantStatus, GROUP, TenantObservation, crd};
+pub use config::{TenantArgs, Timing};
+pub use manager::TenantManager;
+pub use metrics::TenantMetrics;
+
+/// The controller's name: metric label, event reporter, `--controllers` entry.
+pub const CONTROLLER: &str = "tenant";
+
+/// The IAM policy the operator's identity needs (seed 001's table): CloudFront tenant calls,
+/// ACM for managed certificates and certificate coverage, Route53 (and STS for a DNS role in
+/// another account) for DNS records. Narrow `hostedzone/*` to your zones, and the role pattern to
+/// the roles named in `spec.dns.assumeRoleArn`.
+pub const IAM_POLICY: &str = include_str!("../iam-policy.json");
+
+/// Runs the controller over `namespaces` (`None`: all) until `shutdown` completes.
+pub async fn run(
+    client: Client,
+    args: TenantArgs,
+    runtime_metrics: Arc<RuntimeMetrics>,
+    metrics: Arc<TenantMetrics>,
+    namespaces: Option<Vec<String>>,
+    concurrency: u16,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) {
+    let sdk_config = blockwork_aws::sdk_config(args.aws_endpoint_url.as_deref(), args.aws_region.as_deref()).await;
+    let cloudfront = cloudfront::Sdk::new(&sdk_config, Arc::clone(&metrics));
+    // No DNS implementation yet: tenants with spec.dns fail with DNSError rather than being
+    // created without their records.
+    let manager = TenantManager::<_, dns::NoDns>::new(cloudfront, None, args.drift_policy, Timing::default(), Arc::clone(&metrics));
+    let context = Context::new(client.clone(), manager, ControllerConfig::new(CONTROLLER, GROUP), runtime_metrics);
+    let apis: Vec<Api<DistributionTenant>> = match &namespaces {
+        None => vec![Api::all(client)],
+        Some(namespaces) => namespaces.iter().map(|ns| Api::namespaced(client.clone(), ns)).collect(),
+    };
+    info!(?namespaces, drift_policy = %args.drift_policy, "starting the tenant controller");
+    let shutdown = shutdown.boxed().shared();
+    let controllers: Vec<_> =
+        apis.iter().cloned().map(|api| blockwork_runtime::run(api, Arc::clone(&context), concurrency, shutdown.clone())).collect();
+    // The tenant count is computed at scrape time from a store of its own: the runtime keeps
+    // its reflector to itself.
+    let counters = apis.into_iter().map(|api| {
+        let (store, writer) = reflector::store();
+        metrics.count_from(store);
+        let stream = watcher(api, watcher::Config::default()).default_backoff().reflect(writer).for_each(|_| async {});
+        let shutdown = shutdown.clone();
+        async move {
+            tokio::select! {
+                () = stream => {}
+                () = shutdown => {}
+            }
+        }
+    });
+    futures::future::join(futures::future::join_all(controllers), futures::future::join_all(counters)).await;
+}
+
+/// The cluster permissions the controller needs (beyond events and leases, which the binary
+/// grants every controller): its own objects, their status and finalizers.
+pub fn rbac() -> Vec<PolicyRule> {
+    let rule = |resources: &[&str], verbs: &[&str]| PolicyRule {
+        api_groups: Some(vec![GROUP.to_owned()]),
+        resources: Some(resources.iter().map(|r| (*r).to_owned()).collect()),
+        verbs: verbs.iter().map(|v| (*v).to_owned()).collect(),
+        ..PolicyRule::default()
+    };
+    vec![
+        rule(&["distributiontenants"], &["get", "list", "watch", "patch", "update"]),
+        rule(&["distributiontenants/status"], &["get", "patch", "update"]),
+        rule(&["distributiontenants/finalizers"], &["update"]),
+    ]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rbac_covers_tenants_status_and_finalizers_and_nothing_else() {
+        let rules = rbac();
+        let resources: Vec<&str> = rules.iter().flat_map(|r| r.resources.iter().flatten().map(String::as_str)).collect();
+        assert_eq!(resources, ["distributiontenants", "distributiontenants/status", "distributiontenants/finalizers"]);
+        assert!(rules.iter().all(|r| r.api_groups.as_deref() == Some(&[GROUP.to_owned()][..])));
+        assert!(rules.iter().all(|r| !r.verbs.iter().any(|v| v == "delete" || v == "create" || v == "*")));
+    }
+
+    #[test]
+    fn iam_policy_grants_exactly_the_seed_permissions() {
+        let policy: serde_json::Value = serde_json::from_str(IAM_POLICY).expect("the policy is JSON");
+        let mut actions: Vec<&str> = policy["Statement"]
+            .as_array()
+            .expect("statements")
+            .iter()
+            .flat_map(|s| s["Action"].as_array().expect("actions").iter().filter_map(serde_json::Value::as_str))
+            .collect();
+        actions.sort_unstable();
+        assert_eq!(
+            actions,
+            [
+                "acm:DescribeCertificate",
+                "acm:RequestCertificate",
+                "cloudfront:CreateDistributionTenant",
+                "cloudfront:DeleteDistributionTenant",
+                "cloudfront:GetConnectionGroup",
+                "cloudfront:GetDistribution",
+                "cloudfront:GetDistributionTenant",
+                "cloudfront:GetManagedCertificateDetails",
+                "cloudfront:ListConnectionGroups",
+                "cloudfront:UpdateDistributionTenant",
+                "route53:ChangeResourceRecordSets",
+                "route53:GetChange",
+                "sts:AssumeRole",
+            ]
+        );
+    }
+}

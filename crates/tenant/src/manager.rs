@@ -1,0 +1,573 @@
+//! The runtime's [`ExternalResource`] for a `DistributionTenant`: seed 001's flow on the runtime's
+//! state machine. The runtime owns the finalizer, the three-way decision (spec vs last applied
+//! spec), drift policies and requeues; this file makes the CloudFront (and DNS) calls.
+//!
+//! - `verify` validates the spec, reads the tenant (by id, else by name: a tenant created just
+//!   before a crash is adopted), records id/ARN/ETag/status, follows the managed certificate and
+//!   compares spec and tenant. A difference is `UpdateRequired` even while AWS is InProgress, so
+//!   spec changes are pushed at once.
+//! - `create` writes DNS first when `spec.dns` is set, then creates the tenant.
+//! - `update` pushes the spec with the last ETag; a stale ETag is re-read and retried at once.
+//! - `delete` takes one step per reconcile: disable, wait for Deployed, delete with the ETag,
+//!   delete the DNS records. A tenant already gone is not an error.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use blockwork_aws::AwsError;
+use blockwork_runtime::status::{condition, set_condition};
+use blockwork_runtime::{
+    DeleteOutcome, DriftPolicy, ExternalError, ExternalResource, MutateOutcome, ReconcileState, Request, RequeuePolicy, VerifyOutcome,
+    default_requeue_policy,
+};
+use kube::{Resource, ResourceExt};
+use tracing::warn;
+
+use crate::api::{
+    CERTIFICATE_READY, DNS_READY, DistributionTenant, DistributionTenantSpec, ManagedCertificateRequest, TenantObservation,
+    ValidationTokenHost,
+};
+use crate::cloudfront::{Acm, CloudFront, ObservedTenant, TenantWrite};
+use crate::config::Timing;
+use crate::diff::{Change, TenantConfig, change};
+use crate::dns::{DnsRecords, DnsStatus};
+use crate::errors::{CallContext, Category, Classified, classify_cloudfront, classify_dns, validation};
+use crate::lifecycle::{CertificateStep, DEPLOYED, DeletionStep, Observed, certificate_step, deletion_step};
+use crate::metrics::TenantMetrics;
+use crate::validate::{check_certificate_coverage, validate};
+
+/// How often a stale ETag is re-read and the write retried within one call before the runtime's
+/// backoff takes over: another writer racing us that often is not a transient race any more.
+const ETAG_ATTEMPTS: usize = 3;
+
+pub struct TenantManager<C, D> {
+    cloudfront: C,
+    /// The DNS implementation for tenants with `spec.dns`; `None`: such tenants fail with
+    /// `DNSError` (DNS management is not available in this build).
+    dns: Option<D>,
+    default_drift: DriftPolicy,
+    timing: Timing,
+    metrics: Arc<TenantMetrics>,
+}
+
+impl<C: CloudFront + Acm, D: DnsRecords> TenantManager<C, D> {
+    pub fn new(cloudfront: C, dns: Option<D>, default_drift: DriftPolicy, timing: Timing, metrics: Arc<TenantMetrics>) -> Self {
+        Self { cloudfront, dns, default_drift, timing, metrics }
+    }
+
+    /// Classifies and counts a failed CloudFront call.
+    fn cloudfront_error(&self, error: &AwsError, context: CallContext) -> Classified {
+        let classified = classify_cloudfront(error, context);
+        if let Some(error_type) = classified.error_type {
+            self.metrics.error(error_type);
+        }
+        classified
+    }
+
+    fn dns_error(&self, error: &AwsError, observation: &mut TenantObservation, generation: Option<i64>) -> ExternalError {
+        let classified = classify_dns(error);
+        if let Some(error_type) = classified.error_type {
+            self.metrics.error(error_type);
+        }
+        if classified.category == Category::TerminalDns {
+            dns_condition(observation, false, "DNSError", &classified.error.message, generation);
+        }
+        classified.error
+    }
+
+    /// Writes the tenant, re-reading it and retrying at once when the ETag is stale (seed 001:
+    /// ETag mismatch → re-fetch and retry, not counted as an error).
+    async fn update_with_etag(&self, id: &str, e_tag: Option<String>, write: TenantWrite<'_>) -> Result<ObservedTenant, ExternalError> {
+        let mut e_tag = e_tag;
+        for _ in 0..ETAG_ATTEMPTS {
+            let current = match e_tag.take() {
+                Some(tag) => tag,
+                None => self.refetch_etag(id).await?,
+            };
+            match self.cloudfront.update_tenant(id, &current, write).await {
+                Ok(tenant) => return Ok(tenant),
+                Err(error) => {
+                    let classified = self.cloudfront_error(&error, CallContext::default());
+                    if classified.category != Category::EtagMismatch {
+                        return Err(classified.error);
+                    }
+                }
+            }
+        }
+        Err(ExternalError::retryable("PreconditionFailed", "the tenant kept changing while it was being updated; retrying"))
+    }
+
+    async fn delete_with_etag(&self, id: &str, e_tag: Option<String>) -> Result<(), ExternalError> {
+        let mut e_tag = e_tag;
+        for _ in 0..ETAG_ATTEMPTS {
+            let current = match e_tag.take() {
+                Some(tag) => tag,
+                None => self.refetch_etag(id).await?,
+            };
+            match self.cloudfront.delete_tenant(id, &current).await {
+                Ok(()) => return Ok(()),
+                Err(error) => {
+                    let classified = self.cloudfront_error(&error, CallContext::default());
+                    match classified.category {
+                        Category::EtagMismatch => {}
+                        Category::NotFound => return Ok(()),
+                        _ => return Err(classified.error),
+                    }
+                }
+            }
+        }
+        Err(ExternalError::retryable("PreconditionFailed", "the tenant kept changing while it was being deleted; retrying"))
+    }
+
+    async fn refetch_etag(&self, id: &str) -> Result<String, ExternalError> {
+        match self.cloudfront.get_tenant(id).await {
+            Ok(Some(ObservedTenant { e_tag: Some(tag), .. })) => Ok(tag),
+            Ok(Some(_)) => Err(ExternalError::retryable("MissingETag", "CloudFront returned the tenant without an ETag")),
+            Ok(None) => Err(ExternalError::not_found("EntityNotFound", "the distribution tenant no longer exists")),
+            Err(error) => Err(self.cloudfront_error(&error, CallContext::default()).error),
+        }
+    }
+
+    /// Reads the tenant by its id, else by name (CloudFront accepts either). Found by name, it
+    /// must carry this object's owner tag: `Err(TenantNameTaken)` otherwise, so that a tenant
+    /// someone else made is never adopted, updated or deleted.
+    async fn observe(
+        &self,
+        request: &Request<'_, DistributionTenant>,
+        observation: &TenantObservation,
+    ) -> Result<Option<ObservedTenant>, ExternalError> {
+        let by_name = observation.id.is_none();
+        let identifier = observation.id.clone().unwrap_or_else(|| request.object.name_any());
+        let tenant =
+            self.cloudfront.get_tenant(&identifier).await.map_err(|error| self.cloudfront_error(&error, CallContext::default()).error)?;
+        match tenant {
+            Some(tenant) if by_name && tenant.owner.as_deref() != Some(request.idempotency_token) => Err(name_taken(&identifier)),
+            other => Ok(other),
+        }
+    }
+
+    /// The spec's certificate must name every domain (seed 001: `CertificateSANMismatch`).
+    /// Checked before each create and update, not on every verify: ACM is asked only when
+    /// something is about to be written. A certificate CloudFront manages was requested for the
+    /// tenant's domains, so it is not checked (as in seed 001).
+    async fn check_coverage(&self, spec: &DistributionTenantSpec) -> Result<(), ExternalError> {
+        if spec.managed_certificate_request.is_some() {
+            return Ok(());
+        }
+        let Some(arn) = spec.customizations.as_ref().and_then(|c| c.certificate.as_ref()).map(|c| c.arn.as_str()) else {
+            return Ok(());
+        };
+        let names = match self.cloudfront.certificate_names(arn).await {
+            Ok(names) => names,
+            // A certificate that does not exist will not start to by retrying.
+            Err(error) if error.class == blockwork_aws::ErrorClass::NotFound => {
+                return Err(ExternalError::terminal("CertificateNotFound", format!("the certificate was not found: {}", error.message)));
+            }
+            Err(error) => return Err(self.cloudfront_error(&error, CallContext::default()).error),
+        };
+        check_certificate_coverage(spec, &names).map_err(|mismatch| validation(&mismatch).error)
+    }
+
+    /// `Err` when the spec's DNS cannot be served: DNS management is not available.
+    fn dns_for(&self, spec: &DistributionTenantSpec) -> Result<Option<&D>, ExternalError> {
+        match (&spec.dns, &self.dns) {
+            (None, _) => Ok(None),
+            (Some(_), Some(dns)) => Ok(Some(dns)),
+            (Some(_), None) => Err(ExternalError::terminal(
+                "DNSError",
+                "spec.dns is set but this operator does not manage DNS records yet; remove spec.dns and manage the CNAMEs yourself",
+            )),
+        }
+    }
+
+    async fn follow_certificate(
+        &self,
+        spec: &DistributionTenantSpec,
+        tenant: &ObservedTenant,
+        observation: &mut TenantObservation,
+        generation: Option<i64>,
+    ) -> Result<(), ExternalError> {
+        if spec.managed_certificate_request.is_none() {
+            observation.managed_certificate_status = None;
+            observation.tenant_conditions.retain(|c| c.type_ != CERTIFICATE_READY);
+            return Ok(());
+        }
+        let details =
+            self.cloudfront.managed_certificate(&tenant.id).await.map_err(|e| self.cloudfront_error(&e, CallContext::default()).error)?;
+        let spec_arn = spec.customizations.as_ref().and_then(|c| c.certificate.as_ref()).map(|c| c.arn.as_str());
+        let attached_arn = tenant.config.certificate_arn.as_deref();
+        let step = certificate_step(true, details.as_ref().map(|d| (d.status.as_str(), d.arn.as_deref())), spec_arn, attached_arn);
+        observation.managed_certificate_status = details.as_ref().map(|d| d.status.clone());
+        observation.certificate_arn = details.and_then(|d| d.arn);
+        if let Some((ready, reason, message)) = step.condition() {
+            set_condition(&mut observation.tenant_conditions, condition(CERTIFICATE_READY, ready, reason, &message, generation));
+        }
+        if let CertificateStep::Failed { status } = step {
+            return Err(ExternalError::terminal("CertificateFailed", format!("the managed certificate is {status}")));
+        }
+        Ok(())
+    }
+
+    /// Best effort: the CNAME target users (or the DNS step) point the domains at.
+    async fn resolve_dns_target(&self, connection_group_id: Option<&str>, observation: &mut TenantObservation) {
+        if observation.dns_target.is_some() {
+            return;
+        }
+        match self.cloudfront.routing_endpoint(connection_group_id).await {
+            Ok(target) => observation.dns_target = Some(target),
+            Err(error) => {
+                // Not worth failing the reconcile: the next verify tries again.
+                warn!(%error, "could not resolve the tenant's routing endpoint");
+            }
+        }
+    }
+
+    async fn verify_deletion(&self, request: &Request<'_, DistributionTenant>, observation: &mut TenantObservation) -> VerifyOutcome {
+        let tenant = match self.observe(request, observation).await {
+            Ok(tenant) => tenant,
+            // Not ours: nothing of this object's to delete.
+            Err(error) if error.reason == TENANT_NAME_TAKEN => return VerifyOutcome::Missing,
+            Err(error) => return VerifyOutcome::Error(error),
+        };
+        if let Some(tenant) = &tenant {
+            record(observation, tenant);
+        }
+        let step = deletion_step(tenant.as_ref().map(observed), dns_records_remain(&request.object.spec, observation));
+        match step {
+            DeletionStep::Done => VerifyOutcome::Missing,
+            DeletionStep::WaitForDeployed => VerifyOutcome::Deleting,
+            DeletionStep::Disable => VerifyOutcome::InProgress("disabling the tenant before deleting it".to_owned()),
+            DeletionStep::DeleteTenant => VerifyOutcome::InProgress("deleting the tenant".to_owned()),
+            DeletionStep::DeleteDns => VerifyOutcome::InProgress("deleting the tenant's DNS records".to_owned()),
+        }
+    }
+
+    /// DNS-first (seed 001): the records must be in sync before the tenant exists. `Ok(true)`
+    /// when the tenant may be created now.
+    async fn dns_first(&self, dns: &D, object: &DistributionTenant, observation: &mut TenantObservation) -> Result<bool, ExternalError> {
+        let spec = &object.spec;
+        let generation = object.meta().generation;
+        let Some(config) = &spec.dns else { return Ok(true) };
+        let group = spec.connection_group_id.as_deref();
+        let context = CallContext { connection_group_lookup: group.is_some(), ..CallContext::default() };
+        let target = match self.cloudfront.routing_endpoint(group).await {
+            Ok(target) => target,
+            Err(error) => {
+                let classified = self.cloudfront_error(&error, context);
+                if classified.category == Category::TerminalDns {
+                    dns_condition(observation, false, "DNSError", &classified.error.message, generation);
+                }
+                return Err(classified.error);
+            }
+        };
+        observation.dns_target = Some(target.clone());
+        let domains = domains(spec);
+        let Some(change_id) = observation.dns_change_id.clone() else {
+            let change = dns.upsert(config, &domains, &target).await.map_err(|e| self.dns_error(&e, observation, generation))?;
+            observation.dns_change_id = change.change_id;
+            dns_condition(observation, false, "DNSRecordCreating", "the CNAME records were submitted", generation);
+            return Ok(false);
+        };
+        match dns.status(config, &change_id).await.map_err(|e| self.dns_error(&e, observation, generation))? {
+            DnsStatus::InSync => {
+                dns_condition(observation, true, "DNSReady", "the CNAME records are propagated", generation);
+                Ok(true)
+            }
+            DnsStatus::Pending => {
+                dns_condition(observation, false, "DNSPropagating", "waiting for the record change to be in sync", generation);
+                Ok(false)
+            }
+        }
+    }
+}
+
+impl<C: CloudFront + Acm, D: DnsRecords> ExternalResource for TenantManager<C, D> {
+    type Object = DistributionTenant;
+    type Observation = TenantObservation;
+
+    async fn verify(&self, request: &Request<'_, DistributionTenant>, observation: &mut TenantObservation) -> VerifyOutcome {
+        let object = request.object;
+        if object.meta().deletion_timestamp.is_some() {
+            return self.verify_deletion(request, observation).await;
+        }
+        let spec = &object.spec;
+        let generation = object.meta().generation;
+        if let Err(invalid) = validate(&object.name_any(), spec) {
+            return VerifyOutcome::Error(validation(&invalid).error);
+        }
+        if let Err(error) = self.dns_for(spec) {
+            dns_condition(observation, false, "DNSError", &error.message, generation);
+            return VerifyOutcome::Error(error);
+        }
+        if spec.dns.is_none() {
+            dns_condition(observation, true, "DNSNotConfigured", "spec.dns is not set; DNS is not managed", generation);
+        }
+        let tenant = match self.observe(request, observation).await {
+            Ok(Some(tenant)) => tenant,
+            Ok(None) => {
+                forget(observation);
+                return VerifyOutcome::Missing;
+            }
+            Err(error) => return VerifyOutcome::Error(error),
+        };
+        record(observation, &tenant);
+        self.resolve_dns_target(tenant.config.connection_group_id.as_deref(), observation).await;
+        if let Err(error) = self.follow_certificate(spec, &tenant, observation, generation).await {
+            return VerifyOutcome::Error(error);
+        }
+        let desired = TenantConfig::desired(spec);
+        let spec_json = serde_json::to_string(spec).ok();
+        let spec_changed = request.last_applied_spec.is_none() || request.last_applied_spec != spec_json.as_deref();
+        match change(desired.differences(&tenant.config), spec_changed) {
+            Change::InSync if tenant.status.as_deref() == Some(DEPLOYED) => VerifyOutcome::Ready,
+            Change::InSync => VerifyOutcome::InProgress(format!(
+                "the tenant is {}; waiting for Deployed",
+                tenant.status.as_deref().unwrap_or("in an unknown state")
+            )),
+            Change::SpecChanged(differences) => VerifyOutcome::UpdateRequired(differences.join("; ")),
+            Change::Drift(differences) => {
+                self.metrics.drift();
+                VerifyOutcome::UpdateRequired(differences.join("; "))
+            }
+        }
+    }
+
+    async fn create(&self, request: &Request<'_, DistributionTenant>, observation: &mut TenantObservation) -> MutateOutcome {
+        let object = request.object;
+        let spec = &object.spec;
+        let name = object.name_any();
+        if let Err(invalid) = validate(&name, spec) {
+            return MutateOutcome::Error(validation(&invalid).error);
+        }
+        if let Err(error) = self.check_coverage(spec).await {
+            return MutateOutcome::Error(error);
+        }
+        match self.dns_for(spec) {
+            Err(error) => return MutateOutcome::Error(error),
+            Ok(Some(dns)) => match self.dns_first(dns, object, observation).await {
+                Ok(true) => {}
+                Ok(false) => return MutateOutcome::AwaitingVerification,
+                Err(error) => return MutateOutcome::Error(error),
+            },
+            Ok(None) => {}
+        }
+        let desired = TenantConfig::desired(spec);
+        let write = TenantWrite { config: &desired, managed_certificate_request: spec.managed_certificate_request.as_ref() };
+        let context = CallContext { creating: true, cloudfront_validates: cloudfront_validates(spec), ..CallContext::default() };
+        match self.cloudfront.create_tenant(&name, request.idempotency_token, write).await {
+            Ok(tenant) => {
+                record(observation, &tenant);
+                // A Deployed tenant is Ready at once: the target must be in this status write.
+                self.resolve_dns_target(tenant.config.connection_group_id.as_deref(), observation).await;
+                settled(&tenant)
+            }
+            // The tenant name is taken: by our own create that crashed before its status write
+            // (verify missed it only if it landed after the read), so adopt it by name.
+            Err(error) if error.code.as_deref() == Some("EntityAlreadyExists") => match self.cloudfront.get_tenant(&name).await {
+                Ok(Some(tenant)) if tenant.owner.as_deref() != Some(request.idempotency_token) => MutateOutcome::Error(name_taken(&name)),
+                Ok(Some(tenant)) => {
+                    record(observation, &tenant);
+                    MutateOutcome::AwaitingVerification
+                }
+                Ok(None) => MutateOutcome::Error(self.cloudfront_error(&error, context).error),
+                Err(error) => MutateOutcome::Error(self.cloudfront_error(&error, CallContext::default()).error),
+            },
+            Err(error) => MutateOutcome::Error(self.cloudfront_error(&error, context).error),
+        }
+    }
+
+    async fn update(&self, request: &Request<'_, DistributionTenant>, observation: &mut TenantObservation) -> MutateOutcome {
+        let object = request.object;
+        let spec = &object.spec;
+        if let Err(invalid) = validate(&object.name_any(), spec) {
+            return MutateOutcome::Error(validation(&invalid).error);
+        }
+        if let Err(error) = self.check_coverage(spec).await {
+            return MutateOutcome::Error(error);
+        }
+        let Some(id) = observation.id.clone() else {
+            return MutateOutcome::Error(ExternalError::retryable("NotObserved", "the tenant's id is not known yet"));
+        };
+        let desired = TenantConfig::desired(spec);
+        if let Ok(Some(dns)) = self.dns_for(spec)
+            && let (Some(config), Some(target)) = (&spec.dns, observation.dns_target.clone())
+        {
+            let generation = object.meta().generation;
+            match dns.upsert(config, &domains(spec), &target).await {
+                Ok(change) => observation.dns_change_id = change.change_id,
+                Err(error) => return MutateOutcome::Error(self.dns_error(&error, observation, generation)),
+            }
+        }
+        // Each request makes CloudFront request a new certificate: send it only when it is new.
+        let request = new_certificate_request(spec, request.last_applied_spec);
+        let write = TenantWrite { config: &desired, managed_certificate_request: request };
+        match self.update_with_etag(&id, observation.e_tag.clone(), write).await {
+            Ok(tenant) => {
+                // The connection group may have changed: the next verify resolves the target again.
+                observation.dns_target = None;
+                record(observation, &tenant);
+                settled(&tenant)
+            }
+            Err(error) => MutateOutcome::Error(error),
+        }
+    }
+
+    async fn delete(&self, request: &Request<'_, DistributionTenant>, observation: &mut TenantObservation) -> DeleteOutcome {
+        let object = request.object;
+        let tenant = match self.observe(request, observation).await {
+            Ok(tenant) => tenant,
+            Err(error) if error.reason == TENANT_NAME_TAKEN => return DeleteOutcome::Succeeded,
+            Err(error) => return DeleteOutcome::Error(error),
+        };
+        if let Some(tenant) = &tenant {
+            record(observation, tenant);
+        }
+        let dns_remain = dns_records_remain(&object.spec, observation);
+        match (deletion_step(tenant.as_ref().map(observed), dns_remain), tenant) {
+            (DeletionStep::Disable, Some(tenant)) => {
+                let disabled = TenantConfig { enabled: false, ..tenant.config.clone() };
+                let write = TenantWrite { config: &disabled, managed_certificate_request: None };
+                match self.update_with_etag(&tenant.id, tenant.e_tag.clone(), write).await {
+                    Ok(updated) => {
+                        record(observation, &updated);
+                        DeleteOutcome::AwaitingVerification
+                    }
+                    Err(error) => DeleteOutcome::Error(error),
+                }
+            }
+            (DeletionStep::DeleteTenant, Some(tenant)) => match self.delete_with_etag(&tenant.id, tenant.e_tag.clone()).await {
+                Ok(()) => {
+                    forget(observation);
+                    if dns_remain { DeleteOutcome::AwaitingVerification } else { DeleteOutcome::Succeeded }
+                }
+                Err(error) => DeleteOutcome::Error(error),
+            },
+            (DeletionStep::DeleteDns, _) => {
+                let (Some(config), Some(target)) = (&object.spec.dns, observation.dns_target.clone()) else {
+                    return DeleteOutcome::Succeeded;
+                };
+                let Ok(Some(dns)) = self.dns_for(&object.spec) else {
+                    return DeleteOutcome::Succeeded;
+                };
+                match dns.delete(config, &domains(&object.spec), &target).await {
+                    Ok(_) => {
+                        observation.dns_change_id = None;
+                        DeleteOutcome::Succeeded
+                    }
+                    Err(error) => DeleteOutcome::Error(self.dns_error(&error, observation, object.meta().generation)),
+                }
+            }
+            (DeletionStep::WaitForDeployed, _) => DeleteOutcome::AwaitingVerification,
+            (DeletionStep::Done, _) | (DeletionStep::Disable | DeletionStep::DeleteTenant, None) => DeleteOutcome::Succeeded,
+        }
+    }
+
+    fn requeue_policy(&self, state: ReconcileState) -> RequeuePolicy {
+        match state {
+            ReconcileState::Verifying | ReconcileState::Terminating => RequeuePolicy::fixed(self.timing.poll),
+            ReconcileState::Succeeded => RequeuePolicy::fixed(self.timing.steady),
+            ReconcileState::Failed => RequeuePolicy::fixed(self.timing.failed),
+            other => default_requeue_policy(other),
+        }
+    }
+
+    fn default_drift_policy(&self) -> DriftPolicy {
+        self.default_drift
+    }
+
+    fn throttle_floor(&self) -> Duration {
+        // Seed 001: throttled calls come back after 60 s at the earliest.
+        Duration::from_secs(60)
+    }
+}
+
+const TENANT_NAME_TAKEN: &str = "TenantNameTaken";
+
+fn name_taken(name: &str) -> ExternalError {
+    ExternalError::terminal(
+        TENANT_NAME_TAKEN,
+        format!(
+            "a distribution tenant named {name} exists that this object did not create; it is left alone (rename the object or delete that tenant)"
+        ),
+    )
+}
+
+fn settled(tenant: &ObservedTenant) -> MutateOutcome {
+    if tenant.status.as_deref() == Some(DEPLOYED) { MutateOutcome::Succeeded } else { MutateOutcome::AwaitingVerification }
+}
+
+fn observed(tenant: &ObservedTenant) -> Observed<'_> {
+    Observed { enabled: tenant.config.enabled, status: tenant.status.as_deref() }
+}
+
+fn record(observation: &mut TenantObservation, tenant: &ObservedTenant) {
+    observation.id = Some(tenant.id.clone());
+    observation.arn.clone_from(&tenant.arn);
+    observation.e_tag.clone_from(&tenant.e_tag);
+    observation.distribution_tenant_status.clone_from(&tenant.status);
+}
+
+/// The tenant is gone: what described it goes too (DNS fields stay until the records go).
+fn forget(observation: &mut TenantObservation) {
+    observation.id = None;
+    observation.arn = None;
+    observation.e_tag = None;
+    observation.distribution_tenant_status = None;
+}
+
+fn dns_records_remain(spec: &DistributionTenantSpec, observation: &TenantObservation) -> bool {
+    spec.dns.is_some() && observation.dns_change_id.is_some()
+}
+
+fn domains(spec: &DistributionTenantSpec) -> Vec<String> {
+    spec.domains.iter().map(|d| d.domain.clone()).collect()
+}
+
+/// The spec's managed-certificate request if the last applied spec did not carry the same one.
+fn new_certificate_request<'a>(spec: &'a DistributionTenantSpec, last_applied: Option<&str>) -> Option<&'a ManagedCertificateRequest> {
+    let requested = spec.managed_certificate_request.as_ref()?;
+    let applied = last_applied
+        .and_then(|json| serde_json::from_str::<DistributionTenantSpec>(json).ok())
+        .and_then(|applied| applied.managed_certificate_request);
+    (applied.as_ref() != Some(requested)).then_some(requested)
+}
+
+fn cloudfront_validates(spec: &DistributionTenantSpec) -> bool {
+    spec.managed_certificate_request.as_ref().is_some_and(|r| r.validation_token_host == ValidationTokenHost::Cloudfront)
+}
+
+fn dns_condition(observation: &mut TenantObservation, ready: bool, reason: &str, message: &str, generation: Option<i64>) {
+    set_condition(&mut observation.tenant_conditions, condition(DNS_READY, ready, reason, message, generation));
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::api::TransparencyPreference;
+
+    fn with_request(request: Option<ManagedCertificateRequest>) -> DistributionTenantSpec {
+        DistributionTenantSpec {
+            distribution_id: "E1".to_owned(),
+            managed_certificate_request: request,
+            ..DistributionTenantSpec::default()
+        }
+    }
+
+    #[test]
+    fn certificate_request_already_applied_is_not_sent_again() {
+        let spec = with_request(Some(ManagedCertificateRequest::default()));
+        let applied = serde_json::to_string(&spec).expect("serializes");
+        assert_eq!(new_certificate_request(&spec, Some(&applied)), None);
+    }
+
+    #[test]
+    fn new_or_changed_certificate_request_is_sent() {
+        let spec = with_request(Some(ManagedCertificateRequest {
+            certificate_transparency_logging_preference: Some(TransparencyPreference::Disabled),
+            ..ManagedCertificateRequest::default()
+        }));
+        let before = serde_json::to_string(&with_request(Some(ManagedCertificateRequest::default()))).expect("serializes");
+        assert!(new_certificate_request(&spec, Some(&before)).is_some());
+        assert!(new_certificate_request(&spec, None).is_some());
+    }
+}

@@ -1,0 +1,449 @@
+//! The DistributionTenant controller against a real kube-apiserver and MiniStack's CloudFront
+//! tenant APIs, through a fault proxy.
+
+#![allow(clippy::unwrap_used, clippy::panic)]
+
+mod support;
+
+use std::time::Duration;
+
+use blockwork_runtime::{DriftPolicy, ReconcileState};
+use blockwork_tenant::api::{CertificateRef, Customizations, DnsConfig, DnsProvider, ManagedCertificateRequest, ValidationTokenHost};
+use blockwork_tenant::{DistributionTenant, DistributionTenantSpec};
+use blockwork_testenv::fault_proxy::{Fault, Operation};
+use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
+use support::{Harness, condition};
+
+fn state(tenant: &DistributionTenant) -> Option<ReconcileState> {
+    tenant.status.as_ref().and_then(|s| s.reconcile_state)
+}
+
+fn aws_domains(tenant: &aws_sdk_cloudfront::types::DistributionTenant) -> Vec<String> {
+    let mut domains: Vec<String> = tenant.domains().iter().map(|d| d.domain().to_owned()).collect();
+    domains.sort();
+    domains
+}
+
+#[tokio::test]
+async fn tenant_is_created_and_becomes_ready_with_its_aws_status() {
+    let h = Harness::start("dt-create").await;
+    h.create("shop-one", h.spec(&["www"])).await;
+    let tenant = h.wait_ready("shop-one").await;
+    let status = tenant.status.as_ref().unwrap();
+    let (aws, e_tag) = h.aws_tenant("shop-one").await.expect("tenant exists in MiniStack");
+    assert_eq!(status.observation.id.as_deref(), aws.id());
+    assert_eq!(status.observation.arn.as_deref(), aws.arn());
+    assert_eq!(status.observation.e_tag.as_deref(), Some(e_tag.as_str()));
+    assert_eq!(status.observation.distribution_tenant_status.as_deref(), Some("Deployed"));
+    assert!(status.observation.dns_target.as_deref().is_some_and(|t| t.ends_with(".cloudfront.net")), "{status:#?}");
+    assert_eq!(condition(&tenant, "DNSReady").map(|c| (c.0, c.1)), Some(("True".to_owned(), "DNSNotConfigured".to_owned())));
+    assert_eq!(aws_domains(&aws), [h.domain("www")]);
+    assert_eq!(h.proxy.calls("CreateDistributionTenant"), 1);
+}
+
+#[tokio::test]
+async fn spec_change_is_pushed_to_cloudfront() {
+    let h = Harness::start("dt-update").await;
+    h.create("shop-two", h.spec(&["www"])).await;
+    h.wait_ready("shop-two").await;
+    let patch = serde_json::json!({"spec": {"domains": [{"domain": h.domain("www")}, {"domain": h.domain("api")}]}});
+    h.api().patch("shop-two", &PatchParams::default(), &Patch::Merge(patch)).await.unwrap();
+    h.wait_for("shop-two", "Ready at generation 2", |t| {
+        t.status.as_ref().and_then(|s| s.observed_generation) == Some(2) && condition(t, "Ready").is_some_and(|c| c.0 == "True")
+    })
+    .await;
+    let (aws, _) = h.aws_tenant("shop-two").await.unwrap();
+    let mut want = vec![h.domain("api"), h.domain("www")];
+    want.sort();
+    assert_eq!(aws_domains(&aws), want);
+}
+
+#[tokio::test]
+async fn drift_is_repaired_under_enforce() {
+    let h = Harness::start("dt-enforce").await;
+    h.create("shop-three", h.spec(&["www"])).await;
+    h.wait_ready("shop-three").await;
+    h.set_enabled_outside("shop-three", false).await;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    while !h.aws_tenant("shop-three").await.unwrap().0.enabled().unwrap_or(true) {
+        assert!(tokio::time::Instant::now() < deadline, "the operator never re-enabled the tenant");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    assert!(h.metrics_text().contains("cloudfront_tenant_operator_drift_detected_total 1"), "{}", h.metrics_text());
+}
+
+#[tokio::test]
+async fn drift_is_reported_under_the_report_default() {
+    let h = Harness::start_with("dt-report", DriftPolicy::Report).await;
+    h.create("shop-four", h.spec(&["www"])).await;
+    h.wait_ready("shop-four").await;
+    h.set_enabled_outside("shop-four", false).await;
+    let tenant =
+        h.wait_for("shop-four", "Synced=False/DriftDetected", |t| condition(t, "Synced").is_some_and(|c| c.1 == "DriftDetected")).await;
+    assert_eq!(tenant.status.as_ref().unwrap().drift_detected, Some(true));
+    assert!(condition(&tenant, "Synced").unwrap().2.contains("enabled is false, want true"), "{:#?}", tenant.status);
+    assert_eq!(h.aws_tenant("shop-four").await.unwrap().0.enabled(), Some(false), "report must not repair");
+    assert_eq!(h.proxy.calls("UpdateDistributionTenant"), 0);
+}
+
+#[tokio::test]
+async fn drift_is_only_recorded_under_suspend() {
+    let h = Harness::start("dt-suspend").await;
+    h.create_annotated("shop-five", h.spec(&["www"]), "suspend").await;
+    h.wait_ready("shop-five").await;
+    h.set_enabled_outside("shop-five", false).await;
+    let tenant = h.wait_for("shop-five", "drift recorded", |t| t.status.as_ref().and_then(|s| s.drift_detected) == Some(true)).await;
+    assert_eq!(condition(&tenant, "Synced").map(|c| c.0), Some("True".to_owned()));
+    assert_eq!(h.aws_tenant("shop-five").await.unwrap().0.enabled(), Some(false), "suspend must not repair");
+    assert_eq!(h.proxy.calls("UpdateDistributionTenant"), 0);
+}
+
+#[tokio::test]
+async fn tenant_deleted_in_aws_is_recreated_under_enforce() {
+    let h = Harness::start("dt-gone").await;
+    h.create("shop-six", h.spec(&["www"])).await;
+    let first = h.wait_ready("shop-six").await.status.unwrap().observation.id.unwrap();
+    h.delete_outside("shop-six").await;
+    let tenant = h
+        .wait_for("shop-six", "Ready with a new tenant", |t| {
+            t.status.as_ref().and_then(|s| s.observation.id.as_deref()).is_some_and(|id| id != first)
+                && condition(t, "Ready").is_some_and(|c| c.0 == "True")
+        })
+        .await;
+    let (aws, _) = h.aws_tenant("shop-six").await.expect("recreated in MiniStack");
+    assert_eq!(aws.id(), tenant.status.unwrap().observation.id.as_deref());
+}
+
+#[tokio::test]
+async fn deleting_the_object_disables_then_deletes_the_tenant() {
+    let h = Harness::start("dt-delete").await;
+    h.create("shop-seven", h.spec(&["www"])).await;
+    h.wait_ready("shop-seven").await;
+    h.api().delete("shop-seven", &DeleteParams::default()).await.unwrap();
+    h.wait_gone("shop-seven").await;
+    assert!(h.aws_tenant("shop-seven").await.is_none(), "the tenant is deleted in MiniStack");
+    assert_eq!(h.proxy.calls("UpdateDistributionTenant"), 1, "disabled once before the delete");
+    assert_eq!(h.proxy.calls("DeleteDistributionTenant"), 1, "CloudFront never saw a delete of an enabled tenant");
+}
+
+#[tokio::test]
+async fn object_whose_tenant_is_already_gone_is_released() {
+    let h = Harness::start("dt-delete-gone").await;
+    h.create("shop-eight", h.spec(&["www"])).await;
+    h.wait_ready("shop-eight").await;
+    h.delete_outside("shop-eight").await;
+    h.api().delete("shop-eight", &DeleteParams::default()).await.unwrap();
+    h.wait_gone("shop-eight").await;
+    assert_eq!(h.proxy.calls("DeleteDistributionTenant"), 0);
+}
+
+#[tokio::test]
+async fn throttled_call_is_not_retried_before_the_throttle_floor() {
+    let h = Harness::start("dt-throttle").await;
+    h.create("shop-nine", h.spec(&["www"])).await;
+    h.wait_ready("shop-nine").await;
+    h.proxy.inject(Operation::named("GetDistributionTenant"), Fault::Throttling, 1);
+    let tenant = h.wait_for("shop-nine", "Synced=False/Throttling", |t| condition(t, "Synced").is_some_and(|c| c.1 == "Throttling")).await;
+    assert_eq!(condition(&tenant, "Synced").unwrap().2, "Rate exceeded", "the AWS message is kept");
+    let calls = h.proxy.calls("GetDistributionTenant");
+    // The steady-state requeue is 1 s in these tests; throttling holds off for 54-66 s.
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    assert_eq!(h.proxy.calls("GetDistributionTenant"), calls, "no call before the throttle floor");
+    assert!(
+        h.metrics_text().contains("cloudfront_tenant_operator_reconcile_errors_total{error_type=\"throttling\"} 1"),
+        "{}",
+        h.metrics_text()
+    );
+}
+
+#[tokio::test]
+async fn stale_etag_is_refetched_and_the_update_retried_at_once() {
+    let h = Harness::start("dt-etag").await;
+    h.create("shop-ten", h.spec(&["www"])).await;
+    h.wait_ready("shop-ten").await;
+    let stale = Fault::Custom {
+        status: 412,
+        code: "PreconditionFailed".to_owned(),
+        message: "The precondition given in one or more of the request-header fields evaluated to false.".to_owned(),
+    };
+    h.proxy.inject(Operation::named("UpdateDistributionTenant"), stale, 1);
+    let gets_before = h.proxy.calls("GetDistributionTenant");
+    let patch = serde_json::json!({"spec": {"enabled": false}});
+    h.api().patch("shop-ten", &PatchParams::default(), &Patch::Merge(patch)).await.unwrap();
+    h.wait_for("shop-ten", "Ready at generation 2", |t| {
+        t.status.as_ref().and_then(|s| s.observed_generation) == Some(2) && condition(t, "Ready").is_some_and(|c| c.0 == "True")
+    })
+    .await;
+    assert_eq!(h.aws_tenant("shop-ten").await.unwrap().0.enabled(), Some(false));
+    assert_eq!(h.proxy.calls("UpdateDistributionTenant"), 2, "the rejected update and its immediate retry");
+    assert!(h.proxy.calls("GetDistributionTenant") >= gets_before + 2, "verify and the ETag re-fetch");
+    assert!(!h.metrics_text().contains("reconcile_errors_total{"), "an ETag mismatch is not an error: {}", h.metrics_text());
+}
+
+#[tokio::test]
+async fn access_denied_on_create_fails_with_the_sanitized_aws_message() {
+    let h = Harness::start("dt-denied").await;
+    h.proxy.inject(Operation::named("CreateDistributionTenant"), Fault::AccessDenied, 1);
+    h.create("shop-eleven", h.spec(&["www"])).await;
+    let tenant = h.wait_for("shop-eleven", "Failed", |t| state(t) == Some(ReconcileState::Failed)).await;
+    let (_, reason, message) = condition(&tenant, "Ready").unwrap();
+    assert_eq!(reason, "AccessDenied");
+    assert_eq!(message, "User: [ARN] is not authorized to perform this action");
+    assert!(h.metrics_text().contains("error_type=\"access_denied\"} 1"), "{}", h.metrics_text());
+    // Terminal, yet retried on the Failed interval: the next create goes through.
+    h.wait_ready("shop-eleven").await;
+}
+
+#[tokio::test]
+async fn certificate_outside_us_east_1_fails_validation_without_calling_cloudfront() {
+    let h = Harness::start("dt-invalid").await;
+    let spec = DistributionTenantSpec {
+        customizations: Some(Customizations {
+            certificate: Some(CertificateRef { arn: "arn:aws:acm:eu-west-1:123456789012:certificate/abc".to_owned() }),
+            ..Customizations::default()
+        }),
+        ..h.spec(&["www"])
+    };
+    h.create("shop-twelve", spec).await;
+    let tenant = h.wait_for("shop-twelve", "Failed", |t| state(t) == Some(ReconcileState::Failed)).await;
+    let (_, reason, message) = condition(&tenant, "Ready").unwrap();
+    assert_eq!(reason, "InvalidSpec");
+    assert!(message.contains("us-east-1"), "{message}");
+    assert!(h.proxy.all_calls().is_empty(), "{:?}", h.proxy.all_calls());
+}
+
+#[tokio::test]
+async fn tenant_with_dns_fails_with_dns_error_until_dns_is_supported() {
+    let h = Harness::start("dt-dns").await;
+    let spec = DistributionTenantSpec {
+        dns: Some(DnsConfig { provider: DnsProvider::Route53, hosted_zone_id: "Z1".to_owned(), assume_role_arn: None, ttl: 300 }),
+        ..h.spec(&["www"])
+    };
+    h.create("shop-thirteen", spec).await;
+    let tenant = h.wait_for("shop-thirteen", "Failed", |t| state(t) == Some(ReconcileState::Failed)).await;
+    assert_eq!(condition(&tenant, "DNSReady").map(|c| (c.0, c.1)), Some(("False".to_owned(), "DNSError".to_owned())));
+    assert_eq!(h.proxy.calls("CreateDistributionTenant"), 0, "no tenant without its DNS records");
+}
+
+#[tokio::test]
+async fn invalid_tenant_names_are_rejected_by_the_api_server() {
+    let h = Harness::start("dt-names").await;
+    for name in ["ab", "-shop", "shop-", &"a".repeat(129)] {
+        let result = h.api().create(&PostParams::default(), &DistributionTenant::new(name, h.spec(&["www"]))).await;
+        let error = result.err().unwrap_or_else(|| panic!("{name} was accepted"));
+        assert!(error.to_string().contains("CloudFront tenant name") || error.to_string().contains("metadata.name"), "{name}: {error}");
+    }
+}
+
+#[tokio::test]
+async fn dns_ttl_defaults_to_300_and_is_bounded() {
+    let h = Harness::start("dt-ttl").await;
+    let mut object = serde_json::to_value(DistributionTenant::new("shop-ttl", h.spec(&["www"]))).unwrap();
+    object["spec"]["dns"] = serde_json::json!({"provider": "route53", "hostedZoneId": "Z1"});
+    let api = kube::Api::<kube::api::DynamicObject>::namespaced_with(
+        h.client.clone(),
+        &h.namespace,
+        &kube::api::ApiResource::erase::<DistributionTenant>(&()),
+    );
+    let created = api.create(&PostParams::default(), &serde_json::from_value(object.clone()).unwrap()).await.unwrap();
+    assert_eq!(created.data["spec"]["dns"]["ttl"], 300);
+    object["metadata"]["name"] = serde_json::json!("shop-ttl-low");
+    object["spec"]["dns"]["ttl"] = serde_json::json!(59);
+    assert!(api.create(&PostParams::default(), &serde_json::from_value(object.clone()).unwrap()).await.is_err(), "ttl 59 accepted");
+    object["spec"]["dns"]["ttl"] = serde_json::json!(172801);
+    assert!(api.create(&PostParams::default(), &serde_json::from_value(object).unwrap()).await.is_err(), "ttl 172801 accepted");
+}
+
+#[tokio::test]
+async fn certificate_not_covering_every_domain_is_a_san_mismatch() {
+    let h = Harness::start("dt-san").await;
+    let arn = h.certificate(&[h.domain("www")]).await;
+    let spec = DistributionTenantSpec {
+        customizations: Some(Customizations { certificate: Some(CertificateRef { arn }), ..Customizations::default() }),
+        ..h.spec(&["www", "api"])
+    };
+    h.create("shop-san", spec).await;
+    let tenant = h.wait_for("shop-san", "Failed", |t| state(t) == Some(ReconcileState::Failed)).await;
+    let (_, reason, message) = condition(&tenant, "Ready").unwrap();
+    assert_eq!(reason, "CertificateSANMismatch");
+    assert!(message.contains(&h.domain("api")) && !message.contains(&h.domain("www")), "{message}");
+    assert_eq!(h.proxy.calls("CreateDistributionTenant"), 0);
+}
+
+#[tokio::test]
+async fn wildcard_certificate_covering_every_domain_is_attached() {
+    let h = Harness::start("dt-wildcard").await;
+    let arn = h.certificate(&[h.domain("*")]).await;
+    let spec = DistributionTenantSpec {
+        customizations: Some(Customizations { certificate: Some(CertificateRef { arn: arn.clone() }), ..Customizations::default() }),
+        ..h.spec(&["www", "api"])
+    };
+    h.create("shop-wildcard", spec).await;
+    h.wait_ready("shop-wildcard").await;
+    let (aws, _) = h.aws_tenant("shop-wildcard").await.unwrap();
+    assert_eq!(aws.customizations().and_then(|c| c.certificate()).map(|c| c.arn()), Some(arn.as_str()));
+}
+
+#[tokio::test]
+async fn server_error_is_retried_with_backoff_and_counted() {
+    let h = Harness::start("dt-retry").await;
+    h.create("shop-retry", h.spec(&["www"])).await;
+    h.wait_ready("shop-retry").await;
+    h.proxy.inject(Operation::named("GetDistributionTenant"), Fault::ServerError(500), 1);
+    h.wait_for("shop-retry", "Synced=False/InternalFailure", |t| condition(t, "Synced").is_some_and(|c| c.1 == "InternalFailure")).await;
+    h.wait_for("shop-retry", "Synced again", |t| condition(t, "Synced").is_some_and(|c| c.0 == "True")).await;
+    assert!(h.metrics_text().contains("error_type=\"retryable\"} 1"), "{}", h.metrics_text());
+}
+
+#[tokio::test]
+async fn invalid_argument_with_cloudfront_validation_is_domain_validation_pending_and_retried() {
+    let h = Harness::start("dt-dvp").await;
+    let pending = Fault::Custom {
+        status: 400,
+        code: "InvalidArgument".to_owned(),
+        message: "The domain could not be validated: CNAME not resolvable".to_owned(),
+    };
+    h.proxy.inject(Operation::named("CreateDistributionTenant"), pending, 1);
+    let spec = DistributionTenantSpec {
+        managed_certificate_request: Some(ManagedCertificateRequest {
+            validation_token_host: ValidationTokenHost::Cloudfront,
+            ..ManagedCertificateRequest::default()
+        }),
+        ..h.spec(&["www"])
+    };
+    h.create("shop-dvp", spec).await;
+    let tenant = h
+        .wait_for("shop-dvp", "DomainValidationPending", |t| condition(t, "Ready").is_some_and(|c| c.1 == "DomainValidationPending"))
+        .await;
+    assert!(condition(&tenant, "Ready").unwrap().2.contains("CNAME not resolvable"), "the AWS message is kept");
+    assert!(h.metrics_text().contains("error_type=\"domain_validation_pending\"} 1"), "{}", h.metrics_text());
+    h.wait_ready("shop-dvp").await;
+    assert_eq!(h.proxy.calls("CreateDistributionTenant"), 2);
+}
+
+#[tokio::test]
+async fn issued_managed_certificate_is_surfaced_until_named_in_the_spec() {
+    let h = Harness::start("dt-managed").await;
+    let spec = DistributionTenantSpec {
+        managed_certificate_request: Some(ManagedCertificateRequest {
+            validation_token_host: ValidationTokenHost::SelfHosted,
+            ..ManagedCertificateRequest::default()
+        }),
+        ..h.spec(&["www"])
+    };
+    h.create("shop-managed", spec).await;
+    let tenant = h
+        .wait_for("shop-managed", "certificate issued", |t| condition(t, "CertificateReady").is_some_and(|c| c.1 == "CertificateIssued"))
+        .await;
+    let observation = tenant.status.unwrap().observation;
+    assert_eq!(observation.managed_certificate_status.as_deref(), Some("issued"));
+    let arn = observation.certificate_arn.expect("the managed certificate's ARN is in status");
+    let patch = serde_json::json!({"spec": {"customizations": {"certificate": {"arn": arn}}}});
+    h.api().patch("shop-managed", &PatchParams::default(), &Patch::Merge(patch)).await.unwrap();
+    h.wait_for("shop-managed", "certificate attached", |t| condition(t, "CertificateReady").is_some_and(|c| c.0 == "True")).await;
+    let (aws, _) = h.aws_tenant("shop-managed").await.unwrap();
+    assert_eq!(aws.customizations().and_then(|c| c.certificate()).map(|c| c.arn().to_owned()), Some(arn));
+}
+
+#[tokio::test]
+async fn domain_taken_by_another_tenant_is_a_terminal_domain_conflict() {
+    let h = Harness::start("dt-conflict").await;
+    h.create("shop-first", h.spec(&["www"])).await;
+    h.wait_ready("shop-first").await;
+    h.create("shop-second", h.spec(&["www"])).await;
+    let tenant = h.wait_for("shop-second", "Failed", |t| state(t) == Some(ReconcileState::Failed)).await;
+    assert_eq!(condition(&tenant, "Ready").map(|c| c.1), Some("CNAMEAlreadyExists".to_owned()));
+    assert!(h.metrics_text().contains("error_type=\"domain_conflict\"}"), "{}", h.metrics_text());
+}
+
+#[tokio::test]
+async fn missing_connection_group_is_terminal() {
+    let h = Harness::start("dt-group").await;
+    let spec = DistributionTenantSpec { connection_group_id: Some("cg_missing".to_owned()), ..h.spec(&["www"]) };
+    h.create("shop-group", spec).await;
+    let tenant = h.wait_for("shop-group", "Failed", |t| state(t) == Some(ReconcileState::Failed)).await;
+    assert_eq!(condition(&tenant, "Ready").map(|c| c.1), Some("ConnectionGroupNotFound".to_owned()));
+    assert!(h.metrics_text().contains("error_type=\"connection_group_not_found\"}"), "{}", h.metrics_text());
+}
+
+#[tokio::test]
+async fn crash_after_disabling_still_deletes_the_tenant() {
+    let mut h = Harness::start("dt-crash-disable").await;
+    h.create("shop-crash-a", h.spec(&["www"])).await;
+    h.wait_ready("shop-crash-a").await;
+    // Every delete fails, so the controller is stopped with the tenant disabled but not deleted.
+    h.proxy.inject(Operation::named("DeleteDistributionTenant"), Fault::ServerError(500), usize::MAX);
+    h.api().delete("shop-crash-a", &DeleteParams::default()).await.unwrap();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    while h.proxy.calls("DeleteDistributionTenant") == 0 {
+        assert!(tokio::time::Instant::now() < deadline, "no delete was attempted");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    h.crash_controller();
+    assert_eq!(h.aws_tenant("shop-crash-a").await.unwrap().0.enabled(), Some(false));
+    h.proxy.clear();
+    h.start_controller().await;
+    h.wait_gone("shop-crash-a").await;
+    assert!(h.aws_tenant("shop-crash-a").await.is_none(), "nothing leaked");
+    assert_eq!(h.proxy.calls("UpdateDistributionTenant"), 0, "an already disabled tenant is not disabled again");
+}
+
+#[tokio::test]
+async fn crash_during_the_delete_call_still_deletes_the_tenant_and_releases_the_object() {
+    let mut h = Harness::start("dt-crash-delete").await;
+    h.create("shop-crash-b", h.spec(&["www"])).await;
+    h.wait_ready("shop-crash-b").await;
+    h.proxy.inject(Operation::named("DeleteDistributionTenant"), Fault::Latency(Duration::from_secs(2)), 1);
+    h.api().delete("shop-crash-b", &DeleteParams::default()).await.unwrap();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    while h.proxy.calls("DeleteDistributionTenant") == 0 {
+        assert!(tokio::time::Instant::now() < deadline, "no delete was attempted");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    // The controller dies with the delete in flight: whether it lands or not, nothing recorded it.
+    h.crash_controller();
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    h.start_controller().await;
+    h.wait_gone("shop-crash-b").await;
+    assert!(h.aws_tenant("shop-crash-b").await.is_none(), "nothing leaked");
+}
+
+#[tokio::test]
+async fn tenant_of_the_same_name_made_by_someone_else_is_neither_adopted_nor_deleted() {
+    let h = Harness::start("dt-taken").await;
+    let domain = aws_sdk_cloudfront::types::DomainItem::builder().domain(h.domain("theirs")).build().unwrap();
+    h.aws
+        .create_distribution_tenant()
+        .name("shop-taken")
+        .distribution_id(&h.distribution_id)
+        .domains(domain)
+        .send()
+        .await
+        .expect("someone else's tenant is created in MiniStack");
+    h.create("shop-taken", h.spec(&["www"])).await;
+    let tenant = h.wait_for("shop-taken", "Failed", |t| state(t) == Some(ReconcileState::Failed)).await;
+    assert_eq!(condition(&tenant, "Ready").map(|c| c.1), Some("TenantNameTaken".to_owned()));
+    h.api().delete("shop-taken", &DeleteParams::default()).await.unwrap();
+    h.wait_gone("shop-taken").await;
+    let (theirs, _) = h.aws_tenant("shop-taken").await.expect("their tenant is still there");
+    assert_eq!(aws_domains(&theirs), [h.domain("theirs")]);
+    assert_eq!(h.proxy.calls("UpdateDistributionTenant") + h.proxy.calls("DeleteDistributionTenant"), 0);
+}
+
+#[tokio::test]
+async fn crash_during_the_create_call_ends_with_one_ready_tenant() {
+    let mut h = Harness::start("dt-crash-create").await;
+    h.proxy.inject(Operation::named("CreateDistributionTenant"), Fault::Latency(Duration::from_secs(2)), 1);
+    h.create("shop-crash-c", h.spec(&["www"])).await;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    while h.proxy.calls("CreateDistributionTenant") == 0 {
+        assert!(tokio::time::Instant::now() < deadline, "no create was attempted");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    h.crash_controller();
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    h.start_controller().await;
+    let tenant = h.wait_ready("shop-crash-c").await;
+    let (aws, _) = h.aws_tenant("shop-crash-c").await.expect("the tenant exists");
+    assert_eq!(tenant.status.unwrap().observation.id.as_deref(), aws.id(), "the object owns the one tenant");
+}
