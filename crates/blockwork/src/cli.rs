@@ -151,6 +151,12 @@ pub struct RunArgs {
     #[arg(long, env = "RUST_LOG", default_value = "info", value_name = "FILTER")]
     pub log_level: String,
 
+    #[command(flatten, next_help_heading = "Cert: ACM certificates (controller `cert`)")]
+    pub cert: blockwork_cert::CertArgs,
+
+    #[command(flatten, next_help_heading = "DistributionTenant: CloudFront tenants (controller `tenant`)")]
+    pub tenant: blockwork_tenant::TenantArgs,
+
     #[command(flatten, next_help_heading = "Key rotator (controller `rotator`)")]
     pub rotator: blockwork_rotator::RotatorArgs,
 }

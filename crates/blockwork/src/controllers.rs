@@ -52,9 +52,11 @@ pub struct Controller {
     /// The controller's webhooks (CRD conversion, admission), served by every replica, leader
     /// or not; [`Webhooks::NONE`] if there are none.
     pub webhooks: Webhooks,
-    /// Registers the controller's own metrics (beyond [`ControllerContext::runtime_metrics`]) in
-    /// its sub-registry (prefix `blockwork_<name>`), before the metrics server starts. What it
-    /// returns reaches `run` as [`ControllerContext::metrics`]; [`no_metrics`] if there are none.
+    /// Registers the controller's own metrics (beyond [`ControllerContext::runtime_metrics`]),
+    /// before the metrics server starts, in a sub-registry of the root registry with the
+    /// controller's prefix: `blockwork_<name>`, or the metric names its seed prescribes (e.g.
+    /// `cert_operator_`). What it returns reaches `run` as [`ControllerContext::metrics`];
+    /// [`no_metrics`] if there are none.
     pub register_metrics: fn(&mut Registry) -> ControllerMetrics,
     /// Runs the controller until [`ControllerContext::shutdown`] fires, then drains and returns
     /// `Ok(())`. Returning earlier, with or without an error, stops the process.
@@ -73,15 +75,15 @@ pub type ControllerMetrics = Arc<dyn Any + Send + Sync>;
 /// What a controller serves on the webhook server.
 #[derive(Clone, Copy)]
 pub struct Webhooks {
-    /// The routes (e.g. `/convert/cache`, `/validate/cert`).
-    pub routes: fn(&WebhookContext) -> axum::Router,
+    /// The routes (e.g. `/convert/cache`, `/validate/cert`); an error stops start-up.
+    pub routes: fn(&WebhookContext) -> anyhow::Result<axum::Router>,
     /// The validating webhooks to register for its routes, with `clientConfig.service.path` set
     /// to the route; `blockwork webhooks` fills in where the server is.
     pub validating: fn() -> Vec<ValidatingWebhook>,
 }
 
 impl Webhooks {
-    pub const NONE: Self = Self { routes: |_| axum::Router::new(), validating: Vec::new };
+    pub const NONE: Self = Self { routes: |_| Ok(axum::Router::new()), validating: Vec::new };
 }
 
 /// What webhook routes get when the server starts.
@@ -91,6 +93,8 @@ pub struct WebhookContext {
     pub client: Client,
     /// `--webhook-fail-closed`: deny invalid requests (default), or allow them with a warning.
     pub fail_closed: bool,
+    /// The command line, for the controller's own flags.
+    pub args: Arc<RunArgs>,
 }
 
 /// `register_metrics` for a controller without metrics of its own.
@@ -105,19 +109,84 @@ pub fn registered() -> Vec<Controller> {
             name: "cache",
             crds: || vec![blockwork_cache::crd::crd()],
             rbac: blockwork_cache::rbac,
-            webhooks: Webhooks { routes: |_| blockwork_cache::conversion::router(), validating: Vec::new },
+            webhooks: Webhooks { routes: |_| Ok(blockwork_cache::conversion::router()), validating: Vec::new },
             register_metrics: no_metrics,
             run: |ctx| Box::pin(run_cache(ctx)),
+        },
+        Controller {
+            name: blockwork_cert::CONTROLLER,
+            crds: || vec![blockwork_cert::crd()],
+            rbac: blockwork_cert::rbac,
+            webhooks: Webhooks { routes: cert_webhook, validating: || vec![blockwork_cert::webhook::validating_webhook()] },
+            // Seed 000's metric names, which its dashboards and alerts use.
+            register_metrics: |registry| blockwork_cert::CertMetrics::register(registry.sub_registry_with_prefix("cert_operator")),
+            run: |ctx| Box::pin(run_cert(ctx)),
+        },
+        Controller {
+            name: blockwork_tenant::CONTROLLER,
+            crds: || vec![blockwork_tenant::crd()],
+            rbac: blockwork_tenant::rbac,
+            webhooks: Webhooks::NONE,
+            // Seed 001's metric names (`cloudfront_tenant_operator_…`), registered at the root.
+            register_metrics: |registry| blockwork_tenant::TenantMetrics::register(registry),
+            run: |ctx| Box::pin(run_tenant(ctx)),
         },
         Controller {
             name: "rotator",
             crds: Vec::new,
             rbac: blockwork_rotator::rbac,
             webhooks: Webhooks::NONE,
-            register_metrics: |registry| blockwork_rotator::Metrics::register(registry),
+            register_metrics: |registry| blockwork_rotator::Metrics::register(registry.sub_registry_with_prefix("blockwork_rotator")),
             run: |ctx| Box::pin(run_rotator(ctx)),
         },
     ]
+}
+
+fn cert_webhook(ctx: &WebhookContext) -> anyhow::Result<axum::Router> {
+    let config = blockwork_cert::CertConfig::from_args(&ctx.args.cert)
+        .context("controller `cert` is not configured (leave it out of --controllers if you do not use it)")?;
+    Ok(blockwork_cert::webhook::router(ctx.client.clone(), config.zones, ctx.fail_closed))
+}
+
+async fn run_cert(ctx: ControllerContext) -> anyhow::Result<()> {
+    let metrics = ctx.metrics::<blockwork_cert::CertMetrics>()?;
+    let config = blockwork_cert::CertConfig::from_args(&ctx.args.cert)
+        .context("controller `cert` is not configured (leave it out of --controllers if you do not use it)")?;
+    let namespaces = match &ctx.namespaces {
+        Namespaces::All => None,
+        Namespaces::Only(namespaces) => Some(namespaces.clone()),
+    };
+    blockwork_cert::run(
+        ctx.client,
+        config,
+        ctx.runtime_metrics,
+        metrics,
+        namespaces,
+        ctx.max_concurrent_reconciles,
+        ctx.shutdown.wait_owned(),
+    )
+    .await?;
+    Ok(())
+}
+
+async fn run_tenant(ctx: ControllerContext) -> anyhow::Result<()> {
+    let metrics = ctx.metrics::<blockwork_tenant::TenantMetrics>()?;
+    let namespaces = match &ctx.namespaces {
+        Namespaces::All => None,
+        Namespaces::Only(namespaces) => Some(namespaces.clone()),
+    };
+    let args = ctx.args.tenant.clone();
+    blockwork_tenant::run(
+        ctx.client,
+        args,
+        ctx.runtime_metrics,
+        metrics,
+        namespaces,
+        ctx.max_concurrent_reconciles,
+        ctx.shutdown.wait_owned(),
+    )
+    .await;
+    Ok(())
 }
 
 async fn run_rotator(ctx: ControllerContext) -> anyhow::Result<()> {

@@ -16,6 +16,7 @@ use std::time::Duration;
 
 use anyhow::{Context as _, bail};
 use blockwork_runtime::RuntimeMetrics;
+use blockwork_webhook::{ServingCertificate, TlsMaterial};
 use kube::Client;
 use prometheus_client::registry::Registry;
 use tokio::signal::unix::{SignalKind, signal};
@@ -34,6 +35,9 @@ use crate::telemetry;
 /// Kubernetes' default `terminationGracePeriodSeconds` of 30.
 pub const DRAIN_TIMEOUT: Duration = Duration::from_secs(25);
 
+/// How often the webhook server looks for a renewed certificate in `--webhook-cert-dir`.
+const CERTIFICATE_RELOAD: Duration = Duration::from_secs(30);
+
 const SERVICE_ACCOUNT_NAMESPACE: &str = "/var/run/secrets/kubernetes.io/serviceaccount/namespace";
 
 /// Runs `controllers` (already selected) until shutdown. `Ok` after a clean shutdown.
@@ -49,16 +53,16 @@ pub async fn run(args: RunArgs, controllers: Vec<Controller>) -> anyhow::Result<
         identity: leader::identity(),
     });
 
-    let mut registry = Registry::with_prefix("blockwork");
-    let status = Status::new(elector.as_ref().map(|e| e.identity.clone()), &mut registry);
-    let runtime_metrics = RuntimeMetrics::register(&mut registry);
-    let metrics: Vec<ControllerMetrics> =
-        controllers.iter().map(|c| (c.register_metrics)(registry.sub_registry_with_prefix(c.name))).collect();
+    let mut registry = Registry::default();
+    let process = registry.sub_registry_with_prefix("blockwork");
+    let status = Status::new(elector.as_ref().map(|e| e.identity.clone()), process);
+    let runtime_metrics = RuntimeMetrics::register(process);
+    let metrics: Vec<ControllerMetrics> = controllers.iter().map(|c| (c.register_metrics)(&mut registry)).collect();
 
     // Before the servers: webhooks check requests against the cluster. Builds no connection yet.
     let client = Client::try_default().await.context("building the Kubernetes client")?;
     let (servers_trigger, servers_stop) = shutdown::channel();
-    let webhook_context = WebhookContext { client: client.clone(), fail_closed: args.webhook_fail_closed };
+    let webhook_context = WebhookContext { client: client.clone(), fail_closed: args.webhook_fail_closed, args: Arc::new(args.clone()) };
     let servers = Servers::start(&args, &controllers, &webhook_context, Arc::clone(&status), Arc::new(registry), &servers_stop).await?;
     require_crds(&client, &controllers).await?;
     let names: Vec<_> = controllers.iter().map(|c| c.name).collect();
@@ -218,18 +222,27 @@ impl Servers {
         if let Some(listener) = metrics {
             tasks.push(server::spawn(listener, server::metrics_router(registry), stop.clone(), "metrics"));
         }
-        let webhooks = controllers.iter().fold(axum::Router::new(), |router, c| router.merge((c.webhooks.routes)(webhook_context)));
-        if let (BindAddress::At(addr), true) = (args.webhook_bind_address, webhooks.has_routes()) {
-            let tls = match &args.webhook_cert_dir {
-                Some(dir) => blockwork_webhook::TlsMaterial::from_dir(dir)?,
-                None => {
-                    warn!("no --webhook-cert-dir: serving webhooks with a self-signed certificate (development only)");
-                    blockwork_webhook::TlsMaterial::self_signed(&["localhost", "127.0.0.1"])?
-                }
-            };
-            let (bound, task) = blockwork_webhook::serve(addr, webhooks, &tls, stop.clone().wait_owned()).await?;
-            info!(server = "webhook", addr = %bound, "serving");
-            tasks.push(tokio::spawn(async move { task.await.context("webhook server") }));
+        if let BindAddress::At(addr) = args.webhook_bind_address {
+            let mut webhooks = axum::Router::new();
+            for controller in controllers {
+                webhooks = webhooks.merge((controller.webhooks.routes)(webhook_context)?);
+            }
+            if webhooks.has_routes() {
+                let certificate = match &args.webhook_cert_dir {
+                    Some(dir) => {
+                        let certificate = ServingCertificate::new(&TlsMaterial::from_dir(dir)?)?;
+                        certificate.reload_from(dir.clone(), CERTIFICATE_RELOAD, stop.clone().wait_owned());
+                        certificate
+                    }
+                    None => {
+                        warn!("no --webhook-cert-dir: serving webhooks with a self-signed certificate (development only)");
+                        ServingCertificate::new(&TlsMaterial::self_signed(&["localhost", "127.0.0.1"])?)?
+                    }
+                };
+                let (bound, task) = blockwork_webhook::serve(addr, webhooks, &certificate, stop.clone().wait_owned()).await?;
+                info!(server = "webhook", addr = %bound, "serving");
+                tasks.push(tokio::spawn(async move { task.await.context("webhook server") }));
+            }
         }
         Ok(Self { tasks })
     }

@@ -153,7 +153,7 @@ mod tests {
             name: "x",
             crds: Vec::new,
             rbac: Vec::new,
-            webhooks: Webhooks { routes: |_| axum::Router::new(), validating },
+            webhooks: Webhooks { routes: |_| Ok(axum::Router::new()), validating },
             register_metrics: no_metrics,
             run: |_| Box::pin(async { Ok(()) }),
         }

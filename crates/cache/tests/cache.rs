@@ -28,10 +28,14 @@ fn webhook() -> &'static (SocketAddr, String) {
             let runtime = tokio::runtime::Runtime::new().unwrap();
             runtime.block_on(async move {
                 let tls = blockwork_webhook::TlsMaterial::self_signed(&["127.0.0.1"]).unwrap();
-                let (address, _task) =
-                    blockwork_webhook::serve("127.0.0.1:0".parse().unwrap(), conversion::router(), &tls, std::future::pending())
-                        .await
-                        .unwrap();
+                let (address, _task) = blockwork_webhook::serve(
+                    "127.0.0.1:0".parse().unwrap(),
+                    conversion::router(),
+                    &blockwork_webhook::ServingCertificate::new(&tls).unwrap(),
+                    std::future::pending(),
+                )
+                .await
+                .unwrap();
                 sender.send((address, tls.ca_pem.clone())).unwrap();
                 std::future::pending::<()>().await;
             });

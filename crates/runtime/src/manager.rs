@@ -5,6 +5,7 @@ use std::fmt;
 use std::future::Future;
 use std::time::Duration;
 
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use kube::api::DynamicObject;
 use kube::core::NamespaceResourceScope;
 use kube::core::object::{HasSpec, HasStatus};
@@ -103,6 +104,11 @@ pub trait ExternalResource: Send + Sync + 'static {
         async { Ok(()) }
     }
 
+    /// Called after every reconcile with the object as it was when the reconcile began, whether
+    /// the reconcile ended without a Kubernetes error (failed external calls are reported to
+    /// the manager's own calls) and how long it took: for operator-specific metrics.
+    fn reconciled(&self, _object: &Self::Object, _kubernetes_succeeded: bool, _duration: Duration) {}
+
     /// Custom resources that must be Ready before this object is reconciled.
     fn dependencies(&self, _object: &Self::Object) -> Vec<DependencyRef> {
         Vec::new()
@@ -131,6 +137,36 @@ pub trait ExternalResource: Send + Sync + 'static {
 
     fn default_drift_policy(&self) -> DriftPolicy {
         DriftPolicy::Enforce
+    }
+
+    /// The object's own drift policy, typically from a spec field the user set. Precedence:
+    /// the `blockwork.dev/drift-policy` annotation, then this, then [`Self::default_drift_policy`]
+    /// (the operator's flag): a choice made on the object beats the operator's default, and the
+    /// annotation stays the one override that works the same for every kind.
+    fn drift_policy(&self, _object: &Self::Object) -> Option<DriftPolicy> {
+        None
+    }
+
+    /// The operator's own conditions, merged into `status.conditions` by the reconcile's single
+    /// status write, beside the runtime's `Ready` and `Synced` (entries of those two types are
+    /// ignored: they stay the runtime's). The list is the complete set of the operator's
+    /// conditions: a type written before and no longer returned is removed. A condition whose
+    /// status did not change keeps its `lastTransitionTime`. Called with the object as the
+    /// reconcile read it (its `status.conditions` are the current ones) and the observation about
+    /// to be written, on every status write (deletion, pause and invalid annotations included).
+    fn conditions(&self, _object: &Self::Object, _observation: &Self::Observation) -> Vec<Condition> {
+        Vec::new()
+    }
+
+    /// A JSON merge patch (RFC 7386) of the object's spec, asked for after `verify` (e.g. to
+    /// record a value the external system assigned, such as an issued certificate's ARN). When
+    /// it changes the spec, it is that reconcile's single write, instead of the status write:
+    /// nothing else of the reconcile is done, the status follows on the next reconcile, which
+    /// the spec change (a new generation) triggers and which applies the new spec as a spec
+    /// change. The patch carries the resourceVersion read as a precondition. A patch that would
+    /// change nothing is ignored, so returning the same patch again is harmless.
+    fn spec_patch(&self, _request: &Request<'_, Self::Object>, _observation: &Self::Observation) -> Option<serde_json::Value> {
+        None
     }
 }
 

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use futures::channel::mpsc::{UnboundedSender, unbounded};
 use futures::{FutureExt as _, StreamExt};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use kube::api::{ApiResource, DynamicObject, GroupVersionKind, Patch, PatchParams};
 use kube::core::object::{HasSpec, HasStatus};
 use kube::discovery::Scope;
@@ -313,6 +313,7 @@ pub async fn reconcile<M: ExternalResource>(object: Arc<M::Object>, context: Arc
         Err(error) => error.category(),
     };
     context.metrics.reconciled(context.config.name, label, started.elapsed());
+    context.manager.reconciled(object.as_ref(), result.is_ok(), started.elapsed());
     result
 }
 
@@ -428,8 +429,8 @@ async fn reconcile_object<M: ExternalResource>(object: &M::Object, context: &Con
         let deletes = policy::deletes_on_delete(object.annotations(), manager.default_deletion_policy());
         return finalize(object, &api, context, &current, deletes, &uid).await;
     }
-    let policies = match Policies::from_annotations(object.annotations(), manager.default_deletion_policy(), manager.default_drift_policy())
-    {
+    let default_drift = manager.drift_policy(object).unwrap_or_else(|| manager.default_drift_policy());
+    let policies = match Policies::from_annotations(object.annotations(), manager.default_deletion_policy(), default_drift) {
         Ok(policies) => policies,
         Err(invalid) => {
             // Acting on a misspelt policy could delete what the user meant to keep: stop, say why.
@@ -461,6 +462,12 @@ async fn reconcile_object<M: ExternalResource>(object: &M::Object, context: &Con
     let state = current.state();
 
     let verified = context.timed(Operation::Verify, manager.verify(&request, &mut observation), verify_label).await;
+    if let Some(patch) = manager.spec_patch(&request, &observation)
+        && patch_spec(object, &api, context, &patch).await?
+    {
+        // The new generation comes back as a watch event and triggers the next reconcile.
+        return Ok(Action::await_change());
+    }
     let plan = machine::plan(state, verified, &policies, spec_changed);
     debug!(controller = context.config.name, object = %ObjectRef::from_obj(object), ?state, ?plan, "planned");
 
@@ -689,9 +696,11 @@ async fn write_status_from<M: ExternalResource>(
     }
     let (synced, reason, message) = &settled.synced;
     set_condition(&mut next.conditions, condition(SYNCED, *synced, reason, message, generation));
+    merge_operator_conditions(&mut next.conditions, context.manager.conditions(object, &next.observation));
     keep_marker_time(current, &mut next);
 
-    if next != *current {
+    // Compared as written: fields an observation does not serialize never cause a write.
+    if serde_json::to_value(&next)? != serde_json::to_value(current)? {
         let mut patch = json!({
             "apiVersion": M::Object::api_version(&()),
             "kind": M::Object::kind(&()),
@@ -724,6 +733,43 @@ async fn write_status_from<M: ExternalResource>(
     context.metrics.object_state(context.config.name, uid, Some(settled.state));
     let attempt = context.next_attempt(uid, settled.state);
     Ok(Action::requeue(requeue_delay(&context.manager, settled.requeue, settled.state, attempt)))
+}
+
+/// The operator's conditions replace the previous ones (see [`ExternalResource::conditions`]);
+/// `Ready` and `Synced` stay the runtime's.
+fn merge_operator_conditions(conditions: &mut Vec<Condition>, operator: Vec<Condition>) {
+    let runtime_owned = |type_: &str| type_ == READY || type_ == SYNCED;
+    let operator: Vec<Condition> = operator.into_iter().filter(|c| !runtime_owned(&c.type_)).collect();
+    conditions.retain(|c| runtime_owned(&c.type_) || operator.iter().any(|o| o.type_ == c.type_));
+    for condition in operator {
+        set_condition(conditions, condition);
+    }
+}
+
+/// Writes the operator's merge patch of the spec, unless it would change nothing. `Ok(true)`
+/// when written: the reconcile's one write.
+async fn patch_spec<M: ExternalResource>(
+    object: &M::Object,
+    api: &Api<M::Object>,
+    context: &Context<M>,
+    patch: &serde_json::Value,
+) -> Result<bool, Error> {
+    let current = serde_json::to_value(object.spec())?;
+    let mut patched = current.clone();
+    json_patch::merge(&mut patched, patch);
+    if patched == current {
+        return Ok(false);
+    }
+    let mut body = json!({ "spec": patch });
+    // The spec computed from a stale copy is rejected (409) rather than written.
+    if let Some(version) = object.resource_version() {
+        body["metadata"] = json!({ "resourceVersion": version });
+    }
+    let params = PatchParams { field_manager: Some(context.config.field_manager.clone()), ..PatchParams::default() };
+    api.patch(&object.name_any(), &params, &Patch::Merge(&body)).await?;
+    info!(controller = context.config.name, object = %ObjectRef::from_obj(object), "spec updated by the operator");
+    publish(context, object, EventType::Normal, "SpecUpdated", &format!("the operator set {patch} in the spec")).await;
+    Ok(true)
 }
 
 /// The marker's timestamp is when it was first written, not when it was last re-set.

@@ -751,3 +751,69 @@ async fn read_only_object_whose_resource_exists_reaches_succeeded() {
     assert_eq!(h.backend.calls("delete"), 0, "a read-only object never deletes its resource");
     assert_eq!(h.backend.widgets().len(), 1);
 }
+
+#[tokio::test]
+async fn drift_policy_of_the_object_beats_the_operator_default() {
+    let h = Harness::start("drift-hook").await;
+    let mut reported = widget("a", 3);
+    reported.spec.drift_policy = Some("report".into());
+    let created = h.create(reported).await;
+    h.wait_for_state("a", ReconcileState::Succeeded).await;
+    h.backend.tamper(&token(&created), 9);
+    h.wait_for("a", "Synced=False DriftDetected", |w| condition(w, "Synced") == Some(("False".into(), "DriftDetected".into()))).await;
+    assert_eq!(h.backend.widget(&token(&created)).unwrap().size, 9, "the object's report beats the operator's enforce");
+    assert_eq!(h.backend.calls("update"), 0);
+}
+
+#[tokio::test]
+async fn drift_policy_annotation_beats_the_objects_own_policy() {
+    let h = Harness::start("drift-hook-annotation").await;
+    let mut suspended = with_annotation(widget("a", 3), DRIFT_POLICY_ANNOTATION, "enforce");
+    suspended.spec.drift_policy = Some("suspend".into());
+    let created = h.create(suspended).await;
+    h.wait_for_state("a", ReconcileState::Succeeded).await;
+    h.backend.tamper(&token(&created), 9);
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    while h.backend.widget(&token(&created)).unwrap().size != 3 {
+        assert!(tokio::time::Instant::now() < deadline, "the annotation's enforce did not repair the drift");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+#[tokio::test]
+async fn operator_conditions_are_merged_beside_ready_and_synced_and_removed_when_no_longer_returned() {
+    let h = Harness::start("conditions-hook").await;
+    h.create(widget("a", 20)).await;
+    let w = h.wait_for("a", "Large", |w| condition(w, "Large").is_some()).await;
+    assert_eq!(condition(&w, "Large"), Some(("True".into(), "SizeAboveTen".into())));
+    let w = h.wait_for_state("a", ReconcileState::Succeeded).await;
+    assert_eq!(condition(&w, "Ready"), Some(("True".into(), "Available".into())), "Ready stays the runtime's");
+    let types: Vec<&str> = w.status.as_ref().unwrap().conditions.iter().map(|c| c.type_.as_str()).collect();
+    assert_eq!(types.len(), 3, "one of each type: {types:?}");
+    h.api().patch("a", &PatchParams::default(), &Patch::Merge(json!({"spec": {"size": 5}}))).await.unwrap();
+    let w = h.wait_for("a", "without Large", |w| condition(w, "Large").is_none()).await;
+    assert!(condition(&w, "Synced").is_some() && condition(&w, "Ready").is_some());
+}
+
+#[tokio::test]
+async fn spec_patch_is_the_reconciles_only_write_and_the_next_reconcile_applies_it() {
+    let h = Harness::start("spec-patch").await;
+    let versions = h.watch_versions("a").await;
+    let mut recording = widget("a", 1);
+    recording.spec.record_id = true;
+    h.create(recording).await;
+    let w = h
+        .wait_for("a", "recorded and applied", |w| {
+            w.spec.recorded_id.is_some()
+                && w.status.as_ref().is_some_and(|s| s.observed_generation == Some(2) && s.state() == ReconcileState::Succeeded)
+        })
+        .await;
+    assert_eq!(w.spec.recorded_id, w.status.as_ref().unwrap().observation.external_id, "the external id went into the spec");
+    assert_eq!(w.metadata.generation, Some(2), "exactly one spec write");
+    assert!(w.status.as_ref().unwrap().last_applied_spec.as_deref().is_some_and(|s| s.contains("recordedId")), "applied next");
+    let versions = versions.lock().unwrap().clone();
+    let first = versions.iter().position(|v| v.metadata.generation == Some(2)).expect("a version at generation 2");
+    let (before, patched) = (&versions[first - 1], &versions[first]);
+    assert_eq!(before.status, patched.status, "the spec write carried no status change");
+    assert!(h.event_reasons("a").await.contains(&"SpecUpdated".to_owned()));
+}

@@ -3,16 +3,19 @@
 //! a self-signed one it makes, whose CA goes into the webhook configurations' `caBundle`.
 
 use std::net::SocketAddr;
-use std::path::Path;
-use std::sync::Arc;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, PoisonError, RwLock};
+use std::time::Duration;
 
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use hyper_util::service::TowerToHyperService;
 use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, Issuer, KeyPair, SanType};
+use rustls::server::{ClientHello, ResolvesServerCert};
+use rustls::sign::CertifiedKey;
 use rustls_pki_types::pem::PemObject;
 use rustls_pki_types::{CertificateDer, PrivateKeyDer};
 use tokio::net::TcpListener;
-use tracing::{debug, warn};
+use tracing::{debug, info, warn};
 
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
@@ -23,7 +26,7 @@ pub enum Error {
 }
 
 /// A serving certificate and key (PEM) and the CA that clients must trust.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct TlsMaterial {
     pub cert_pem: String,
     pub key_pem: String,
@@ -60,21 +63,95 @@ impl TlsMaterial {
         Ok(Self { cert_pem: read("tls.crt")?, key_pem: read("tls.key")?, ca_pem: read("ca.crt").unwrap_or_default() })
     }
 
-    fn server_config(&self) -> Result<rustls::ServerConfig, Error> {
+    fn certified_key(&self) -> Result<Arc<CertifiedKey>, Error> {
         let err = |e: String| Error::Certificate(e);
         let certs = CertificateDer::pem_slice_iter(self.cert_pem.as_bytes())
             .collect::<Result<Vec<_>, _>>()
             .map_err(|e| err(format!("reading the certificate: {e}")))?;
+        if certs.is_empty() {
+            return Err(err("no certificate in tls.crt".into()));
+        }
         let key = PrivateKeyDer::from_pem_slice(self.key_pem.as_bytes()).map_err(|e| err(format!("reading the key: {e}")))?;
+        let key = rustls::crypto::aws_lc_rs::sign::any_supported_type(&key).map_err(|e| err(format!("using the key: {e}")))?;
+        let certified = CertifiedKey::new(certs, key);
+        // A key that does not match the certificate would fail every handshake: refuse it now.
+        certified.keys_match().map_err(|e| err(format!("the key does not match the certificate: {e}")))?;
+        Ok(Arc::new(certified))
+    }
+}
+
+/// The certificate the server presents. Replaceable while serving: cert-manager renews the
+/// webhook's certificate in place, and a restart to pick it up would be an outage.
+#[derive(Debug)]
+pub struct ServingCertificate {
+    current: RwLock<(Arc<CertifiedKey>, TlsMaterial)>,
+}
+
+impl ServingCertificate {
+    pub fn new(material: &TlsMaterial) -> Result<Arc<Self>, Error> {
+        Ok(Arc::new(Self { current: RwLock::new((material.certified_key()?, material.clone())) }))
+    }
+
+    /// Presents `material` from the next handshake on; an invalid one is refused and the
+    /// current certificate kept.
+    pub fn replace(&self, material: &TlsMaterial) -> Result<(), Error> {
+        let key = material.certified_key()?;
+        *self.current.write().unwrap_or_else(PoisonError::into_inner) = (key, material.clone());
+        Ok(())
+    }
+
+    /// Re-reads `dir` (as [`TlsMaterial::from_dir`]) every `period` until `shutdown`, and
+    /// presents what changed. Unreadable or invalid files (say, half written) are logged and
+    /// the current certificate kept.
+    pub fn reload_from(
+        self: &Arc<Self>,
+        dir: PathBuf,
+        period: Duration,
+        shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+    ) -> tokio::task::JoinHandle<()> {
+        let this = Arc::clone(self);
+        tokio::spawn(async move {
+            tokio::pin!(shutdown);
+            loop {
+                tokio::select! {
+                    () = &mut shutdown => return,
+                    () = tokio::time::sleep(period) => {}
+                }
+                let changed = match TlsMaterial::from_dir(&dir) {
+                    Ok(material) => {
+                        let current = &this.current.read().unwrap_or_else(PoisonError::into_inner).1;
+                        (material.cert_pem != current.cert_pem || material.key_pem != current.key_pem).then_some(material)
+                    }
+                    Err(error) => {
+                        warn!(%error, dir = %dir.display(), "cannot read the webhook certificate; serving the current one");
+                        None
+                    }
+                };
+                if let Some(material) = changed {
+                    match this.replace(&material) {
+                        Ok(()) => info!(dir = %dir.display(), "webhook certificate reloaded"),
+                        Err(error) => warn!(%error, "new webhook certificate refused; serving the current one"),
+                    }
+                }
+            }
+        })
+    }
+
+    fn server_config(self: &Arc<Self>) -> Result<rustls::ServerConfig, Error> {
         let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
         let mut config = rustls::ServerConfig::builder_with_provider(provider)
             .with_safe_default_protocol_versions()
-            .map_err(|e| err(e.to_string()))?
+            .map_err(|e| Error::Certificate(e.to_string()))?
             .with_no_client_auth()
-            .with_single_cert(certs, key)
-            .map_err(|e| err(e.to_string()))?;
+            .with_cert_resolver(Arc::clone(self) as Arc<dyn ResolvesServerCert>);
         config.alpn_protocols = vec![b"http/1.1".to_vec()];
         Ok(config)
+    }
+}
+
+impl ResolvesServerCert for ServingCertificate {
+    fn resolve(&self, _: ClientHello<'_>) -> Option<Arc<CertifiedKey>> {
+        Some(Arc::clone(&self.current.read().unwrap_or_else(PoisonError::into_inner).0))
     }
 }
 
@@ -83,10 +160,10 @@ impl TlsMaterial {
 pub async fn serve(
     address: SocketAddr,
     router: axum::Router,
-    tls: &TlsMaterial,
+    certificate: &Arc<ServingCertificate>,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> Result<(SocketAddr, tokio::task::JoinHandle<()>), Error> {
-    let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(tls.server_config()?));
+    let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(certificate.server_config()?));
     let listener = TcpListener::bind(address).await?;
     let bound = listener.local_addr()?;
     let task = tokio::spawn(async move {

@@ -8,13 +8,15 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use blockwork_runtime::policy::DeletionPolicy;
+use blockwork_runtime::policy::{DeletionPolicy, DriftPolicy};
+use blockwork_runtime::status::condition as new_condition;
 use blockwork_runtime::{
     Context, ControllerConfig, DeleteOutcome, DependencyRef, ExternalError, ExternalResource, ManagedStatus, MutateOutcome, ReconcileState,
     Request, RequeuePolicy, RuntimeMetrics, VerifyOutcome,
 };
 use blockwork_testenv::control_plane::{ControlPlane, control_plane};
 use futures::StreamExt;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use kube::api::{Api, PostParams};
 use kube::runtime::watcher;
 use kube::{Client, CustomResource, CustomResourceExt, ResourceExt};
@@ -37,6 +39,14 @@ pub struct WidgetSpec {
     /// Names of Nodes this one waits for: a cluster-scoped dependency of a built-in kind.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub depends_on_nodes: Vec<String>,
+    /// The widget's own drift policy (the `drift_policy` hook): enforce, report or suspend.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub drift_policy: Option<String>,
+    /// Asks the manager to record the widget's external id in `recordedId` (the `spec_patch` hook).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub record_id: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub recorded_id: Option<String>,
 }
 
 pub type WidgetStatus = ManagedStatus<WidgetObservation>;
@@ -303,6 +313,28 @@ impl ExternalResource for WidgetManager {
     fn default_deletion_policy(&self) -> DeletionPolicy {
         self.default_deletion
     }
+
+    fn drift_policy(&self, object: &Widget) -> Option<DriftPolicy> {
+        object.spec.drift_policy.as_deref().and_then(|p| p.parse().ok())
+    }
+
+    /// `Large` while the size is above 10, and none otherwise; also tries to take over `Ready`.
+    fn conditions(&self, object: &Widget, _observation: &WidgetObservation) -> Vec<Condition> {
+        if object.spec.size <= 10 {
+            return Vec::new();
+        }
+        let generation = object.metadata.generation;
+        vec![
+            new_condition("Large", true, "SizeAboveTen", &format!("size {}", object.spec.size), generation),
+            new_condition("Ready", false, "NotTheOperatorsToSet", "", generation),
+        ]
+    }
+
+    fn spec_patch(&self, request: &Request<'_, Widget>, observation: &WidgetObservation) -> Option<serde_json::Value> {
+        let spec = &request.object.spec;
+        let id = observation.external_id.as_ref()?;
+        (spec.record_id && spec.recorded_id.as_ref() != Some(id)).then(|| serde_json::json!({ "recordedId": id }))
+    }
 }
 
 /// A namespace, a client and a Widget controller watching only that namespace.
@@ -422,6 +454,27 @@ impl Harness {
             while let Some(event) = events.next().await {
                 if let Ok(watcher::Event::Apply(_) | watcher::Event::Delete(_)) = event {
                     counter.fetch_add(1, Ordering::SeqCst);
+                }
+            }
+        });
+        versions
+    }
+
+    /// Records every new version of the object `name` from now on, in order.
+    pub async fn watch_versions(&self, name: &str) -> Arc<Mutex<Vec<Widget>>> {
+        let versions = Arc::new(Mutex::new(Vec::new()));
+        let config = watcher::Config::default().fields(&format!("metadata.name={name}"));
+        let mut events = watcher(self.api(), config).boxed();
+        while let Some(event) = events.next().await {
+            if matches!(event, Ok(watcher::Event::InitDone)) {
+                break;
+            }
+        }
+        let recorded = Arc::clone(&versions);
+        tokio::spawn(async move {
+            while let Some(event) = events.next().await {
+                if let Ok(watcher::Event::Apply(widget)) = event {
+                    recorded.lock().unwrap().push(widget);
                 }
             }
         });

@@ -1,0 +1,163 @@
+#![allow(clippy::unwrap_used, clippy::panic)]
+//! Admission webhooks end to end, as a user runs them: `blockwork run` serves them with a
+//! certificate from files, `blockwork webhooks` registers them with a real kube-apiserver, and
+//! the API server asks them before storing a Cert. Own test binary: the registration is
+//! cluster-wide, and each test registers its own, one test at a time.
+
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::Duration;
+
+use blockwork_cert::{Cert, CertSpec};
+use kube::Api;
+use kube::api::PostParams;
+use tokio::sync::Mutex;
+
+const BIN: &str = env!("CARGO_BIN_EXE_blockwork");
+const ZONES: &str = "k8s.example.com:Z0000000000000000001";
+
+/// One registration at a time.
+static REGISTRATION: Mutex<()> = Mutex::const_new(());
+
+struct Webhook {
+    child: tokio::process::Child,
+    dir: tempfile::TempDir,
+}
+
+impl Webhook {
+    /// `blockwork run --controllers cert` with its webhook on a free port, registered.
+    async fn start(kubeconfig: &Path, fail_closed: bool) -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let tls = blockwork_webhook::TlsMaterial::self_signed(&["127.0.0.1"]).unwrap();
+        std::fs::write(dir.path().join("tls.crt"), &tls.cert_pem).unwrap();
+        std::fs::write(dir.path().join("tls.key"), &tls.key_pem).unwrap();
+        std::fs::write(dir.path().join("ca.crt"), &tls.ca_pem).unwrap();
+        let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+        let fail_closed = fail_closed.to_string();
+        let child = tokio::process::Command::new(BIN)
+            .args(["run", "--controllers", "cert", "--metrics-bind-address", "0", "--health-probe-bind-address", "0"])
+            .args(["--webhook-bind-address", &format!("127.0.0.1:{port}")])
+            .arg("--webhook-cert-dir")
+            .arg(dir.path())
+            .args(["--webhook-fail-closed", &fail_closed])
+            // No AWS here: the controller's calls fail fast; only the webhook is under test.
+            .args(["--dns-zones", ZONES, "--aws-region", "us-east-1", "--aws-endpoint-url", "http://127.0.0.1:9"])
+            .env("KUBECONFIG", kubeconfig)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(dir.path().join("log")).unwrap())
+            .kill_on_drop(true)
+            .spawn()
+            .unwrap();
+        let webhook = Self { child, dir };
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+        while tokio::net::TcpStream::connect(("127.0.0.1", port)).await.is_err() {
+            assert!(tokio::time::Instant::now() < deadline, "webhook server never listened\n{}", webhook.logs());
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        let registration = std::process::Command::new(BIN)
+            .args(["webhooks", "--controllers", "cert", "--fail-closed", &fail_closed])
+            .args(["--webhook-url", &format!("https://127.0.0.1:{port}")])
+            .arg("--webhook-ca-file")
+            .arg(webhook.dir.path().join("ca.crt"))
+            .output()
+            .unwrap();
+        assert!(registration.status.success(), "{}", String::from_utf8_lossy(&registration.stderr));
+        kubectl(kubeconfig, &["apply", "--server-side", "--force-conflicts", "-f", "-"], &registration.stdout);
+        webhook
+    }
+
+    fn logs(&self) -> String {
+        std::fs::read_to_string(self.dir.path().join("log")).unwrap_or_default()
+    }
+}
+
+impl Drop for Webhook {
+    fn drop(&mut self) {
+        let _ = self.child.start_kill();
+    }
+}
+
+fn kubectl(kubeconfig: &Path, args: &[&str], stdin: &[u8]) {
+    let tools = std::env::var("BLOCKWORK_TOOLS_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|_| PathBuf::from(std::env::var("HOME").unwrap()).join(".cache/blockwork-tools"));
+    let mut child = std::process::Command::new(tools.join("bin/kubectl"))
+        .args(args)
+        .env("KUBECONFIG", kubeconfig)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::io::Write::write_all(&mut child.stdin.take().unwrap(), stdin).unwrap();
+    let output = child.wait_with_output().unwrap();
+    assert!(output.status.success(), "kubectl {args:?}: {}", String::from_utf8_lossy(&output.stderr));
+}
+
+async fn cluster() -> (kube::Client, PathBuf) {
+    let plane = blockwork_testenv::control_plane::control_plane().await.unwrap();
+    plane.install_crds(&[blockwork_cert::crd()]).await.unwrap();
+    (plane.client(), plane.kubeconfig_path().to_path_buf())
+}
+
+async fn namespace(prefix: &str) -> String {
+    blockwork_testenv::control_plane::control_plane().await.unwrap().namespace(prefix).await.unwrap()
+}
+
+fn cert(name: &str, service: &str, environment: &str) -> Cert {
+    Cert::new(name, CertSpec { service_name: service.into(), environment: environment.into(), ..CertSpec::default() })
+}
+
+/// Retries while the API server cannot reach a webhook that was just registered.
+async fn create(api: &Api<Cert>, cert: &Cert) -> Result<Cert, String> {
+    for _ in 0..50 {
+        match api.create(&PostParams::default(), cert).await {
+            Ok(created) => return Ok(created),
+            Err(kube::Error::Api(status)) if status.message.contains("failed calling webhook") => {
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+            Err(kube::Error::Api(status)) => return Err(status.message),
+            Err(other) => panic!("{other}"),
+        }
+    }
+    panic!("the webhook stayed unreachable")
+}
+
+#[tokio::test]
+async fn a_domain_another_cert_holds_is_rejected_in_any_namespace() {
+    let _one = REGISTRATION.lock().await;
+    let (client, kubeconfig) = cluster().await;
+    let webhook = Webhook::start(&kubeconfig, true).await;
+    let (first, second) = (namespace("webhook-first").await, namespace("webhook-second").await);
+
+    create(&Api::namespaced(client.clone(), &first), &cert("orders", "orders", "prod"))
+        .await
+        .unwrap_or_else(|e| panic!("{e}\n{}", webhook.logs()));
+    let message = create(&Api::namespaced(client, &second), &cert("copy", "orders", "prod")).await.expect_err("duplicate domain");
+    assert!(message.contains("orders-prod.k8s.example.com"), "{message}");
+    assert!(message.contains(&format!("{first}/orders")), "names the holder: {message}");
+}
+
+#[tokio::test]
+async fn a_domain_outside_the_operators_zones_is_rejected() {
+    let _one = REGISTRATION.lock().await;
+    let (client, kubeconfig) = cluster().await;
+    let _webhook = Webhook::start(&kubeconfig, true).await;
+    let api = Api::namespaced(client, &namespace("webhook-zone").await);
+    let mut outside = cert("outside", "shop", "prod");
+    outside.spec.domain_name = Some("shop.other.org".into());
+    let message = create(&api, &outside).await.expect_err("no zone");
+    assert!(message.contains("shop.other.org"), "{message}");
+}
+
+#[tokio::test]
+async fn fail_open_admits_problems_with_a_warning() {
+    let _one = REGISTRATION.lock().await;
+    let (client, kubeconfig) = cluster().await;
+    let _webhook = Webhook::start(&kubeconfig, false).await;
+    let api = Api::namespaced(client, &namespace("webhook-open").await);
+    let mut outside = cert("outside", "shop", "prod");
+    outside.spec.domain_name = Some("shop.other.org".into());
+    create(&api, &outside).await.expect("admitted: --webhook-fail-closed=false only warns");
+}

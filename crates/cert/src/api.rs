@@ -1,0 +1,242 @@
+//! The `Cert` API, `acm.blockwork.dev/v1`. Field docs become `kubectl explain` text; what the
+//! schema and CEL can reject (label syntax, DNS names, SAN count, an empty zone reference) is
+//! rejected by the API server before anything reaches the controller or AWS.
+
+use blockwork_runtime::ManagedStatus;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use kube::{CustomResource, CustomResourceExt, KubeSchema};
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+pub const GROUP: &str = "acm.blockwork.dev";
+pub const VERSION: &str = "v1";
+
+/// ACM's limit on subject alternative names per certificate.
+pub const MAX_SANS: usize = 100;
+
+/// An RFC 1123 label: lowercase alphanumerics and hyphens, not starting or ending with a hyphen.
+pub const LABEL_PATTERN: &str = r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$";
+/// A DNS name of RFC 1123 labels, optionally a wildcard (`*.example.com`), as ACM accepts them.
+pub const DNS_NAME_PATTERN: &str = r"^(\*\.)?([a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?\.)+[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?\.?$";
+
+/// An ACM certificate for `{serviceName}-{environment}.{zone}` (or `domainName`), validated
+/// through DNS records in Route53. Its ARN appears in `status.certificateArn` once issued.
+#[derive(CustomResource, KubeSchema, Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[kube(
+    group = "acm.blockwork.dev",
+    version = "v1",
+    kind = "Cert",
+    namespaced,
+    shortname = "cert",
+    status = "CertStatus",
+    doc = "An ACM certificate with Route53 DNS validation, managed by Blockwork's cert controller.",
+    printcolumn = r#"{"name":"State","type":"string","jsonPath":".status.state"}"#,
+    printcolumn = r#"{"name":"Domain","type":"string","jsonPath":".status.domainName"}"#,
+    printcolumn = r#"{"name":"Ready","type":"boolean","jsonPath":".status.certReady"}"#,
+    printcolumn = r#"{"name":"Expires","type":"string","format":"date-time","jsonPath":".status.expirationDate"}"#,
+    printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
+)]
+#[x_kube(validation = Rule::new("has(self.domainName) || size(self.serviceName) + size(self.environment) <= 62").message("serviceName-environment must fit one DNS label (63 characters); shorten them or set domainName"))]
+#[serde(rename_all = "camelCase")]
+pub struct CertSpec {
+    /// Name of the service, an RFC 1123 label. With `environment` it makes the certificate's
+    /// domain `{serviceName}-{environment}.{zone}` unless `domainName` is set.
+    #[schemars(regex(pattern = r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$"), length(min = 1, max = 63))]
+    pub service_name: String,
+    /// Environment of the service (e.g. dev, staging, prod), an RFC 1123 label.
+    #[schemars(regex(pattern = r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$"), length(min = 1, max = 63))]
+    pub environment: String,
+    /// The certificate's primary domain, overriding the generated one; must lie in a configured
+    /// hosted zone. A leading `*.` requests a wildcard certificate.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(
+        regex(pattern = r"^(\*\.)?([a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?\.)+[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?\.?$"),
+        length(max = 253)
+    )]
+    pub domain_name: Option<String>,
+    /// Additional domains on the same certificate (at most 100). Each must lie in a configured
+    /// hosted zone; SANs in other zones than the primary domain's get their validation records
+    /// in their own zone.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(
+        length(max = 100),
+        inner(
+            regex(pattern = r"^(\*\.)?([a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?\.)+[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?\.?$"),
+            length(max = 253)
+        )
+    )]
+    #[x_kube(merge_strategy = ListMerge::Set)]
+    pub subject_alternative_names: Vec<String>,
+    /// Delete the ACM certificate (and the validation records this operator created) when this
+    /// object is deleted. Default false: the certificate is kept, as load balancers may use it.
+    /// A certificate that is in use is never deleted; the status says why.
+    #[serde(default)]
+    pub delete_on_removal: bool,
+    /// The hosted zone for the domain, by id or name, among those the operator is configured
+    /// with (`--dns-zones`). Default: the zone with the longest suffix of the domain, else the
+    /// first configured zone.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dns_zone: Option<DnsZoneRef>,
+}
+
+/// A Route53 hosted zone, by id, name or both.
+#[derive(KubeSchema, Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[x_kube(validation = Rule::new("has(self.id) || has(self.name)").message("dnsZone needs an id or a name"))]
+#[serde(rename_all = "camelCase")]
+pub struct DnsZoneRef {
+    /// Hosted zone id, e.g. Z0123456789ABC.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(regex(pattern = r"^(/hostedzone/)?[A-Z0-9]{1,32}$"))]
+    pub id: Option<String>,
+    /// Zone name, e.g. example.com.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(regex(pattern = r"^([a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?\.)*[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?\.?$"), length(max = 253))]
+    pub name: Option<String>,
+}
+
+/// The Cert operator's own lifecycle, shown in `status.state` (the runtime's machine is in
+/// `status.reconcileState`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
+pub enum CertState {
+    /// No ACM certificate yet.
+    #[default]
+    Pending,
+    /// The certificate is requested; its DNS validation records are being created.
+    Created,
+    /// The validation records are in place; waiting for ACM to issue the certificate.
+    Validated,
+    /// Issued; the ARN is in `certificateArn`.
+    Ready,
+    /// Needs a person: validation timed out or failed, the certificate was revoked or expired,
+    /// or AWS refused a call. Retried every few minutes and whenever the spec changes.
+    Failed,
+}
+
+impl CertState {
+    pub const ALL: [Self; 5] = [Self::Pending, Self::Created, Self::Validated, Self::Ready, Self::Failed];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Pending => "Pending",
+            Self::Created => "Created",
+            Self::Validated => "Validated",
+            Self::Ready => "Ready",
+            Self::Failed => "Failed",
+        }
+    }
+}
+
+/// A DNS validation record this operator wrote, so it deletes exactly those records (and no
+/// record someone else, or another certificate, put there first).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ValidationRecordStatus {
+    /// The hosted zone id the record is in.
+    pub zone_id: String,
+    /// The CNAME's name, as ACM gave it.
+    pub name: String,
+    /// The CNAME's value.
+    pub value: String,
+    /// True when this operator created the record (it existed with another or no value before);
+    /// only such records are deleted with the certificate.
+    #[serde(default)]
+    pub owned: bool,
+}
+
+/// The Cert operator's status fields, beside the runtime's (`reconcileState`, `message`,
+/// `conditions`, `observedGeneration`, ...).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct CertObservation {
+    /// Pending, Created, Validated, Ready or Failed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub state: Option<CertState>,
+    /// The ACM certificate's ARN.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub certificate_arn: Option<String>,
+    /// The certificate's primary domain (generated or from `spec.domainName`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub domain_name: Option<String>,
+    /// When the certificate expires (ACM renews it before then).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expiration_date: Option<Time>,
+    /// True once the certificate is issued and usable.
+    #[serde(default)]
+    pub cert_ready: bool,
+    /// The hosted zone of the primary domain.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resolved_zone: Option<DnsZoneRef>,
+    /// ACM's managed renewal status (PENDING_AUTO_RENEWAL, PENDING_VALIDATION, SUCCESS, FAILED)
+    /// while a renewal is under way or after one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub renewal_status: Option<String>,
+    /// The DNS validation records written for this certificate.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub validation_records: Vec<ValidationRecordStatus>,
+}
+
+/// `status` of a Cert: the runtime's fields with [`CertObservation`] flattened beside them.
+pub type CertStatus = ManagedStatus<CertObservation>;
+
+/// The Cert CRD, for `blockwork crds` and tests.
+pub fn crd() -> k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition {
+    Cert::crd()
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::panic)]
+    use super::*;
+
+    #[test]
+    fn crd_has_the_issue_s_names_and_printer_columns() {
+        let crd = crd();
+        assert_eq!(crd.spec.group, GROUP);
+        assert_eq!(crd.spec.names.short_names, Some(vec!["cert".to_owned()]));
+        let version = &crd.spec.versions[0];
+        assert_eq!(version.name, VERSION);
+        let columns: Vec<_> = version.additional_printer_columns.as_ref().unwrap().iter().map(|c| c.name.as_str()).collect();
+        assert_eq!(columns, ["State", "Domain", "Ready", "Expires", "Age"]);
+    }
+
+    #[test]
+    fn schema_limits_sans_and_validates_labels() {
+        let crd = serde_json::to_value(crd()).unwrap();
+        let spec = &crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"];
+        assert_eq!(spec["properties"]["subjectAlternativeNames"]["maxItems"], 100);
+        assert_eq!(spec["properties"]["subjectAlternativeNames"]["x-kubernetes-list-type"], "set");
+        assert_eq!(spec["properties"]["serviceName"]["pattern"], LABEL_PATTERN);
+        assert_eq!(spec["properties"]["domainName"]["pattern"], DNS_NAME_PATTERN);
+        assert_eq!(spec["properties"]["deleteOnRemoval"]["default"], false);
+        assert!(spec["x-kubernetes-validations"].is_array(), "{spec}");
+        assert!(spec["properties"]["dnsZone"]["x-kubernetes-validations"].is_array(), "{spec}");
+        let status = &crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["status"]["properties"];
+        for field in [
+            "state",
+            "message",
+            "certificateArn",
+            "domainName",
+            "expirationDate",
+            "certReady",
+            "resolvedZone",
+            "conditions",
+            "observedGeneration",
+            "reconcileState",
+        ] {
+            assert!(status.get(field).is_some(), "status.{field} missing: {status}");
+        }
+    }
+
+    #[test]
+    fn the_seed_s_example_manifest_parses_with_only_the_api_version_changed() {
+        let cert: Cert = serde_json::from_value(serde_json::json!({
+            "apiVersion": "acm.blockwork.dev/v1",
+            "kind": "Cert",
+            "metadata": {"name": "my-service"},
+            "spec": {"serviceName": "my-service", "environment": "prod"},
+        }))
+        .unwrap();
+        assert!(!cert.spec.delete_on_removal);
+        assert_eq!(cert.spec.service_name, "my-service");
+    }
+}

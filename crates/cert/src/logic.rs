@@ -1,0 +1,573 @@
+//! The Cert operator's decisions as pure functions: which domains and zones a spec asks for,
+//! the ACM idempotency token, which validation records to write, what an ACM status means for
+//! the object, and the admission rules. No I/O here; each rule has unit tests.
+
+use std::collections::{BTreeMap, HashMap};
+use std::time::Duration;
+
+use sha2::{Digest, Sha256};
+
+use crate::api::{CertSpec, CertState, MAX_SANS};
+use crate::aws::{AcmStatus, Certificate, DnsRecord};
+use crate::zones::{Zone, ZoneError, ZoneRegistry, base_domain, normalize};
+
+/// The seed's validation timeout: a certificate still pending after this fails.
+pub const DEFAULT_VALIDATION_TIMEOUT: Duration = Duration::from_secs(72 * 3600);
+
+/// What a spec asks ACM for.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Desired {
+    /// The primary domain, lowercase, without a trailing dot.
+    pub domain: String,
+    /// Additional names, normalized, without duplicates or the primary, in spec order.
+    pub sans: Vec<String>,
+    /// The primary domain's zone.
+    pub zone: Zone,
+    /// Every name (primary first) with the zone its validation record goes into.
+    pub zones: Vec<(String, Zone)>,
+}
+
+/// `{serviceName}-{environment}.{zone}`: the domain when the spec does not set one.
+pub fn generated_fqdn(spec: &CertSpec, zone: &Zone) -> String {
+    format!("{}-{}.{}", spec.service_name, spec.environment, zone.name)
+}
+
+/// The primary domain and zone, SANs and their zones; an error names the first domain that has
+/// no zone.
+pub fn desired(spec: &CertSpec, registry: &ZoneRegistry) -> Result<Desired, ZoneError> {
+    let explicit = spec.domain_name.as_deref().map(normalize);
+    let zone = registry.resolve_primary(spec.dns_zone.as_ref(), explicit.as_deref())?.clone();
+    let domain = explicit.unwrap_or_else(|| generated_fqdn(spec, &zone));
+    let mut sans: Vec<String> = Vec::new();
+    for san in spec.subject_alternative_names.iter().map(|s| normalize(s)) {
+        if san != domain && !sans.contains(&san) {
+            sans.push(san);
+        }
+    }
+    let mut zones = vec![(domain.clone(), zone.clone())];
+    for san in &sans {
+        zones.push((san.clone(), registry.resolve_san(san)?.clone()));
+    }
+    Ok(Desired { domain, sans, zone, zones })
+}
+
+/// The IdempotencyToken for RequestCertificate: 32 hex characters (ACM allows `\w{1,32}`),
+/// from the runtime's UID-derived token and the requested names. The same object asking for
+/// the same names always sends the same token, so a retried request after a crash returns the
+/// first certificate; a changed domain gets a new token, or ACM would hand back the old
+/// certificate for an hour.
+pub fn acm_token(object_token: &str, desired: &Desired) -> String {
+    let mut names = desired.sans.clone();
+    names.sort();
+    let mut hasher = Sha256::new();
+    hasher.update(object_token.as_bytes());
+    hasher.update(b"\0");
+    hasher.update(desired.domain.as_bytes());
+    for name in &names {
+        hasher.update(b"\0");
+        hasher.update(name.as_bytes());
+    }
+    hex::encode(&hasher.finalize()[..16])
+}
+
+/// Tag keys on every certificate the operator requests: what lets it find its certificate
+/// again (adoption after a lost status) and tells people in the AWS console who owns it.
+pub const TAG_OWNER_UID: &str = "blockwork.dev/owner-uid";
+pub const TAG_OWNER: &str = "blockwork.dev/owner";
+pub const TAG_MANAGED_BY: &str = "blockwork.dev/managed-by";
+/// The ACM idempotency token the certificate was requested with: identifies the certificate of
+/// this object *for these names*, so a certificate kept after a domain change is not adopted.
+pub const TAG_TOKEN: &str = "blockwork.dev/request-token";
+
+/// The owner tags, deterministic per object: ACM honours an idempotency token only when the
+/// tags are the same too.
+pub fn owner_tags(namespace: &str, name: &str, uid: &str, token: &str) -> Vec<(String, String)> {
+    vec![
+        (TAG_MANAGED_BY.to_owned(), "blockwork-cert".to_owned()),
+        (TAG_OWNER.to_owned(), format!("{namespace}/{name}")),
+        (TAG_OWNER_UID.to_owned(), uid.to_owned()),
+        (TAG_TOKEN.to_owned(), token.to_owned()),
+    ]
+}
+
+/// Whether an existing certificate matches what the spec asks for (ACM certificates cannot be
+/// changed: a difference means a new certificate).
+pub fn names_differ(certificate: &Certificate, desired: &Desired) -> Option<String> {
+    if normalize(&certificate.domain) != desired.domain {
+        return Some(format!("the certificate is for {} but the spec asks for {}", certificate.domain, desired.domain));
+    }
+    let mut have: Vec<String> = certificate.sans.iter().map(|s| normalize(s)).filter(|s| *s != desired.domain).collect();
+    have.sort();
+    have.dedup();
+    let mut want = desired.sans.clone();
+    want.sort();
+    (have != want)
+        .then(|| format!("the certificate's alternative names are [{}], the spec asks for [{}]", have.join(", "), want.join(", ")))
+}
+
+/// A validation record to write: the CNAME ACM asked for, in the zone of its domain.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PlannedRecord {
+    pub zone_id: String,
+    pub record: DnsRecord,
+}
+
+/// The validation records of a certificate, one per (zone, name): a wildcard and its base
+/// domain share a record, as do names ACM validates together. `complete` is false while ACM has
+/// not yet published a record for every domain (it takes a few seconds after the request).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct RecordPlan {
+    /// By zone id, in a stable order.
+    pub by_zone: BTreeMap<String, Vec<DnsRecord>>,
+    pub complete: bool,
+}
+
+impl RecordPlan {
+    pub fn records(&self) -> impl Iterator<Item = PlannedRecord> + '_ {
+        self.by_zone.iter().flat_map(|(zone, records)| records.iter().map(|r| PlannedRecord { zone_id: zone.clone(), record: r.clone() }))
+    }
+}
+
+pub fn plan_records(certificate: &Certificate, desired: &Desired) -> Result<RecordPlan, ZoneError> {
+    let mut plan = RecordPlan { complete: true, ..RecordPlan::default() };
+    for validation in &certificate.validations {
+        let Some(record) = &validation.record else {
+            plan.complete = false;
+            continue;
+        };
+        let domain = normalize(&validation.domain);
+        let zone = desired
+            .zones
+            .iter()
+            .find(|(name, _)| *name == domain || base_domain(name) == base_domain(&domain))
+            .map(|(_, zone)| zone)
+            .ok_or_else(|| ZoneError::NoZoneFor(domain.clone()))?;
+        let records = plan.by_zone.entry(zone.id.clone()).or_default();
+        // Kept as ACM wrote it: Route53 deletes only on an exact match of the value.
+        if !records.iter().any(|r| normalize(&r.name) == normalize(&record.name)) {
+            records.push(record.clone());
+        }
+    }
+    if certificate.validations.is_empty() {
+        plan.complete = false;
+    }
+    Ok(plan)
+}
+
+/// What an ACM certificate's state means for the object.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Assessment {
+    /// Issued and usable.
+    Ready,
+    /// Waiting for DNS validation.
+    Validating,
+    /// Needs a person.
+    Failed { reason: &'static str, message: String },
+}
+
+/// Maps ACM's status (and, while pending, the time since the request against the validation
+/// timeout) to what the object shows.
+pub fn assess(certificate: &Certificate, now: jiff::Timestamp, validation_timeout: Duration) -> Assessment {
+    let failed = |reason, message: String| Assessment::Failed { reason, message };
+    match &certificate.status {
+        AcmStatus::Issued => Assessment::Ready,
+        AcmStatus::PendingValidation => {
+            if validation_timed_out(certificate.created_at, now, validation_timeout) {
+                return failed(
+                    "ValidationTimedOut",
+                    format!("ACM has not validated {} within {}", certificate.domain, humanize(validation_timeout)),
+                );
+            }
+            Assessment::Validating
+        }
+        AcmStatus::Failed => failed(
+            "ValidationFailed",
+            format!("ACM could not issue the certificate: {}", certificate.failure_reason.as_deref().unwrap_or("no reason given")),
+        ),
+        AcmStatus::ValidationTimedOut => failed("ValidationTimedOut", "ACM gave up validating the certificate (72 hours)".to_owned()),
+        AcmStatus::Revoked => failed("Revoked", "the certificate was revoked".to_owned()),
+        AcmStatus::Expired => failed("Expired", "the certificate expired (ACM did not renew it)".to_owned()),
+        AcmStatus::Inactive => failed("Inactive", "the certificate is inactive".to_owned()),
+        AcmStatus::Other(status) => failed("UnknownStatus", format!("ACM reports the unknown status {status}")),
+    }
+}
+
+/// The operator's state for an assessment; `records_in_place` separates Created from Validated.
+pub fn cert_state(assessment: &Assessment, records_in_place: bool) -> CertState {
+    match assessment {
+        Assessment::Ready => CertState::Ready,
+        Assessment::Validating if records_in_place => CertState::Validated,
+        Assessment::Validating => CertState::Created,
+        Assessment::Failed { .. } => CertState::Failed,
+    }
+}
+
+/// True when a certificate requested at `created_at` is pending for longer than `timeout`.
+/// Without a request time (ACM always has one) there is nothing to measure from.
+pub fn validation_timed_out(created_at: Option<jiff::Timestamp>, now: jiff::Timestamp, timeout: Duration) -> bool {
+    let Some(created_at) = created_at else { return false };
+    let Ok(timeout) = jiff::SignedDuration::try_from(timeout) else { return false };
+    now.duration_since(created_at) > timeout
+}
+
+/// A renewal worth telling the user about: ACM renews on its own, but a FAILED renewal means
+/// the certificate will expire.
+pub fn renewal_message(renewal_status: Option<&str>) -> Option<String> {
+    match renewal_status {
+        Some("FAILED") => Some("ACM could not renew the certificate; check its validation records".to_owned()),
+        Some("PENDING_VALIDATION") => Some("ACM is renewing the certificate and waits for DNS validation".to_owned()),
+        _ => None,
+    }
+}
+
+fn humanize(duration: Duration) -> String {
+    let secs = duration.as_secs();
+    if secs.is_multiple_of(3600) { format!("{} hours", secs / 3600) } else { format!("{secs} seconds") }
+}
+
+// --- Admission rules -------------------------------------------------------------------------
+
+/// Whether `label` is an RFC 1123 label (lowercase alphanumerics and hyphens, 1–63 characters,
+/// no hyphen at either end).
+pub fn is_rfc1123_label(label: &str) -> bool {
+    let bytes = label.as_bytes();
+    !bytes.is_empty()
+        && bytes.len() <= 63
+        && bytes.iter().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || *b == b'-')
+        && bytes.first() != Some(&b'-')
+        && bytes.last() != Some(&b'-')
+}
+
+/// Whether `name` is a DNS name ACM accepts: at least two RFC 1123 labels, at most 253
+/// characters, optionally a leading `*.` wildcard; a trailing dot is allowed.
+pub fn is_dns_name(name: &str) -> bool {
+    let name = name.strip_suffix('.').unwrap_or(name);
+    let name = base_domain(name);
+    name.len() <= 253 && name.split('.').count() >= 2 && name.split('.').all(is_rfc1123_label)
+}
+
+/// Who already holds a certificate for an FQDN.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Holder {
+    pub namespace: String,
+    pub name: String,
+    pub uid: String,
+}
+
+/// Certs by the FQDN their spec resolves to (not their status, so a Cert still pending counts).
+#[derive(Clone, Debug, Default)]
+pub struct FqdnIndex {
+    by_fqdn: HashMap<String, Vec<Holder>>,
+}
+
+impl FqdnIndex {
+    pub fn insert(&mut self, fqdn: &str, holder: Holder) {
+        self.by_fqdn.entry(normalize(fqdn)).or_default().push(holder);
+    }
+
+    /// The index of `certs` by the FQDN each spec resolves to; specs that do not resolve (no
+    /// zone) are left out.
+    pub fn from_certs(certs: &[crate::api::Cert], registry: &ZoneRegistry) -> Self {
+        let mut index = Self::default();
+        for cert in certs {
+            if let Ok(desired) = desired(&cert.spec, registry) {
+                let holder = Holder {
+                    namespace: cert.metadata.namespace.clone().unwrap_or_default(),
+                    name: cert.metadata.name.clone().unwrap_or_default(),
+                    uid: cert.metadata.uid.clone().unwrap_or_default(),
+                };
+                index.insert(&desired.domain, holder);
+            }
+        }
+        index
+    }
+
+    /// Another object (not `uid`) holding `fqdn`.
+    pub fn other_holder(&self, fqdn: &str, uid: Option<&str>) -> Option<&Holder> {
+        self.by_fqdn.get(&normalize(fqdn))?.iter().find(|h| Some(h.uid.as_str()) != uid)
+    }
+}
+
+/// The webhook's rules for a Cert spec; each violation is a sentence for `kubectl apply`.
+/// Empty: admitted.
+pub fn validate(spec: &CertSpec, registry: &ZoneRegistry, uid: Option<&str>, index: &FqdnIndex) -> Vec<String> {
+    let mut violations = Vec::new();
+    for (field, value) in [("serviceName", &spec.service_name), ("environment", &spec.environment)] {
+        if !is_rfc1123_label(value) {
+            violations.push(format!(
+                "spec.{field} {value:?} must be an RFC 1123 label: lowercase letters, digits and '-', at most 63 characters, starting and ending with a letter or digit"
+            ));
+        }
+    }
+    if let Some(domain) = &spec.domain_name
+        && !is_dns_name(domain)
+    {
+        violations.push(format!("spec.domainName {domain:?} is not a valid DNS name"));
+    }
+    if spec.subject_alternative_names.len() > MAX_SANS {
+        violations.push(format!(
+            "spec.subjectAlternativeNames has {} names; ACM allows at most {MAX_SANS}",
+            spec.subject_alternative_names.len()
+        ));
+    }
+    for san in spec.subject_alternative_names.iter().filter(|s| !is_dns_name(s)) {
+        violations.push(format!("spec.subjectAlternativeNames: {san:?} is not a valid DNS name"));
+    }
+    if !violations.is_empty() {
+        return violations;
+    }
+    match desired(spec, registry) {
+        Err(error) => violations.push(format!("zone: {error}")),
+        Ok(desired) => {
+            if spec.domain_name.is_none() && !is_dns_name(&desired.domain) {
+                violations.push(format!("the generated domain {} is not a valid DNS name; set domainName", desired.domain));
+            }
+            if let Some(holder) = index.other_holder(&desired.domain, uid) {
+                violations.push(format!("a certificate for {} already exists: {}/{}", desired.domain, holder.namespace, holder.name));
+            }
+        }
+    }
+    violations
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::panic)]
+    use super::*;
+    use crate::api::DnsZoneRef;
+    use crate::aws::DomainValidation;
+
+    fn zones() -> ZoneRegistry {
+        "example.com:Z1,staging.example.com:Z2,other.org:Z3".parse().unwrap()
+    }
+
+    fn spec(service: &str, env: &str) -> CertSpec {
+        CertSpec { service_name: service.into(), environment: env.into(), ..CertSpec::default() }
+    }
+
+    fn certificate(domain: &str, sans: &[&str], status: AcmStatus) -> Certificate {
+        Certificate {
+            arn: "arn:aws:acm:us-east-1:123456789012:certificate/x".into(),
+            domain: domain.into(),
+            sans: sans.iter().map(|s| (*s).to_owned()).collect(),
+            status,
+            created_at: Some(jiff::Timestamp::from_second(1_700_000_000).unwrap()),
+            not_after: None,
+            in_use_by: Vec::new(),
+            renewal_status: None,
+            failure_reason: None,
+            validations: Vec::new(),
+        }
+    }
+
+    fn validation(domain: &str, name: &str) -> DomainValidation {
+        DomainValidation {
+            domain: domain.into(),
+            status: None,
+            record: Some(DnsRecord { name: format!("{name}."), value: format!("{name}.acm-validations.aws.") }),
+        }
+    }
+
+    #[test]
+    fn fqdn_is_service_environment_zone_unless_domain_name_is_set() {
+        let d = desired(&spec("api", "prod"), &zones()).unwrap();
+        assert_eq!(d.domain, "api-prod.example.com");
+        assert_eq!(d.zone.id, "Z1");
+        let explicit = CertSpec { domain_name: Some("WWW.Staging.Example.com.".into()), ..spec("api", "prod") };
+        let d = desired(&explicit, &zones()).unwrap();
+        assert_eq!((d.domain.as_str(), d.zone.id.as_str()), ("www.staging.example.com", "Z2"));
+    }
+
+    #[test]
+    fn explicit_zone_picks_the_generated_domain_s_zone() {
+        let with_zone = CertSpec { dns_zone: Some(DnsZoneRef { id: None, name: Some("other.org".into()) }), ..spec("api", "dev") };
+        assert_eq!(desired(&with_zone, &zones()).unwrap().domain, "api-dev.other.org");
+    }
+
+    #[test]
+    fn sans_are_normalized_deduplicated_and_zoned_one_by_one() {
+        let multi = CertSpec {
+            subject_alternative_names: vec![
+                "api-prod.example.com".into(),
+                "A.other.org".into(),
+                "a.other.org".into(),
+                "b.staging.example.com".into(),
+            ],
+            ..spec("api", "prod")
+        };
+        let d = desired(&multi, &zones()).unwrap();
+        assert_eq!(d.sans, ["a.other.org", "b.staging.example.com"]);
+        let zone_ids: Vec<_> = d.zones.iter().map(|(n, z)| (n.as_str(), z.id.as_str())).collect();
+        assert_eq!(zone_ids, [("api-prod.example.com", "Z1"), ("a.other.org", "Z3"), ("b.staging.example.com", "Z2")]);
+        let outside = CertSpec { subject_alternative_names: vec!["x.nowhere.net".into()], ..spec("api", "prod") };
+        assert_eq!(desired(&outside, &zones()), Err(ZoneError::NoZoneFor("x.nowhere.net".into())));
+    }
+
+    #[test]
+    fn acm_token_is_stable_fits_acm_and_changes_with_the_names() {
+        let d = desired(&spec("api", "prod"), &zones()).unwrap();
+        let token = acm_token("0123456789abcdef0123456789abcdef", &d);
+        assert_eq!(token.len(), 32);
+        assert!(token.chars().all(|c| c.is_ascii_alphanumeric()));
+        assert_eq!(token, acm_token("0123456789abcdef0123456789abcdef", &d));
+        assert_ne!(token, acm_token("ffffffffffffffffffffffffffffffff", &d));
+        let other = desired(&spec("api", "dev"), &zones()).unwrap();
+        assert_ne!(token, acm_token("0123456789abcdef0123456789abcdef", &other));
+        let mut reordered = d.clone();
+        reordered.sans = vec!["b.example.com".into(), "a.example.com".into()];
+        let mut ordered = d.clone();
+        ordered.sans = vec!["a.example.com".into(), "b.example.com".into()];
+        assert_eq!(acm_token("t", &reordered), acm_token("t", &ordered), "SAN order does not matter");
+    }
+
+    #[test]
+    fn owner_tags_name_the_object() {
+        let tags = owner_tags("team", "api", "uid-1", "t0k");
+        assert!(tags.contains(&(TAG_TOKEN.to_owned(), "t0k".to_owned())));
+        assert!(tags.contains(&(TAG_OWNER.to_owned(), "team/api".to_owned())));
+        assert!(tags.contains(&(TAG_OWNER_UID.to_owned(), "uid-1".to_owned())));
+    }
+
+    #[test]
+    fn name_differences_are_detected_ignoring_case_order_and_the_primary_in_the_san_list() {
+        let d = desired(&CertSpec { subject_alternative_names: vec!["b.example.com".into()], ..spec("api", "prod") }, &zones()).unwrap();
+        assert_eq!(
+            names_differ(&certificate("api-prod.example.com", &["api-prod.example.com", "B.example.com"], AcmStatus::Issued), &d),
+            None
+        );
+        assert!(names_differ(&certificate("api-prod.example.com", &["api-prod.example.com"], AcmStatus::Issued), &d).is_some());
+        assert!(names_differ(&certificate("api-dev.example.com", &["b.example.com"], AcmStatus::Issued), &d).is_some());
+    }
+
+    #[test]
+    fn validation_records_go_to_each_domain_s_zone_once() {
+        let d = desired(
+            &CertSpec { subject_alternative_names: vec!["*.api-prod.example.com".into(), "www.other.org".into()], ..spec("api", "prod") },
+            &zones(),
+        )
+        .unwrap();
+        let mut cert = certificate("api-prod.example.com", &[], AcmStatus::PendingValidation);
+        cert.validations = vec![
+            validation("api-prod.example.com", "_a.api-prod.example.com"),
+            validation("*.api-prod.example.com", "_a.api-prod.example.com"),
+            validation("www.other.org", "_b.www.other.org"),
+        ];
+        let plan = plan_records(&cert, &d).unwrap();
+        assert!(plan.complete);
+        let planned: Vec<_> = plan.records().map(|p| (p.zone_id, normalize(&p.record.name))).collect();
+        assert_eq!(planned, [("Z1".to_owned(), "_a.api-prod.example.com".to_owned()), ("Z3".to_owned(), "_b.www.other.org".to_owned())]);
+    }
+
+    #[test]
+    fn record_plan_is_incomplete_until_acm_publishes_every_record() {
+        let d = desired(&spec("api", "prod"), &zones()).unwrap();
+        let mut cert = certificate("api-prod.example.com", &[], AcmStatus::PendingValidation);
+        assert!(!plan_records(&cert, &d).unwrap().complete, "no validation options yet");
+        cert.validations = vec![DomainValidation { domain: "api-prod.example.com".into(), status: None, record: None }];
+        assert!(!plan_records(&cert, &d).unwrap().complete);
+    }
+
+    #[test]
+    fn acm_statuses_map_to_states() {
+        let now = jiff::Timestamp::from_second(1_700_000_100).unwrap();
+        let timeout = DEFAULT_VALIDATION_TIMEOUT;
+        let assessed = |status| assess(&certificate("a.example.com", &[], status), now, timeout);
+        assert_eq!(cert_state(&assessed(AcmStatus::Issued), true), CertState::Ready);
+        assert_eq!(cert_state(&assessed(AcmStatus::PendingValidation), false), CertState::Created);
+        assert_eq!(cert_state(&assessed(AcmStatus::PendingValidation), true), CertState::Validated);
+        for (status, reason) in [
+            (AcmStatus::Failed, "ValidationFailed"),
+            (AcmStatus::Revoked, "Revoked"),
+            (AcmStatus::Expired, "Expired"),
+            (AcmStatus::ValidationTimedOut, "ValidationTimedOut"),
+            (AcmStatus::Inactive, "Inactive"),
+        ] {
+            let assessment = assessed(status);
+            assert!(matches!(&assessment, Assessment::Failed { reason: r, .. } if *r == reason), "{assessment:?}");
+            assert_eq!(cert_state(&assessment, true), CertState::Failed);
+        }
+    }
+
+    #[test]
+    fn pending_validation_fails_after_the_timeout() {
+        let cert = certificate("a.example.com", &[], AcmStatus::PendingValidation);
+        let created = cert.created_at.unwrap();
+        let just_before = created + jiff::SignedDuration::from_hours(71);
+        let after = created + jiff::SignedDuration::from_hours(73);
+        assert_eq!(assess(&cert, just_before, DEFAULT_VALIDATION_TIMEOUT), Assessment::Validating);
+        assert!(matches!(assess(&cert, after, DEFAULT_VALIDATION_TIMEOUT), Assessment::Failed { reason: "ValidationTimedOut", .. }));
+        assert!(!validation_timed_out(None, after, DEFAULT_VALIDATION_TIMEOUT));
+    }
+
+    #[test]
+    fn failed_renewals_are_reported() {
+        assert!(renewal_message(Some("FAILED")).is_some());
+        assert!(renewal_message(Some("SUCCESS")).is_none());
+        assert!(renewal_message(None).is_none());
+    }
+
+    #[test]
+    fn labels_and_dns_names() {
+        for ok in ["a", "api", "my-service", "a1", &"a".repeat(63)] {
+            assert!(is_rfc1123_label(ok), "{ok}");
+        }
+        for bad in ["", "-a", "a-", "A", "a_b", "a.b", &"a".repeat(64)] {
+            assert!(!is_rfc1123_label(bad), "{bad}");
+        }
+        for ok in ["example.com", "*.example.com", "a.b.example.com.", "x1.io"] {
+            assert!(is_dns_name(ok), "{ok}");
+        }
+        for bad in ["example", "*.com.*", "a..b", "-a.com", "a.*.com", "Example.com", &format!("{}.com", "a.".repeat(130))] {
+            assert!(!is_dns_name(bad), "{bad}");
+        }
+    }
+
+    #[test]
+    fn webhook_rules_report_each_violation() {
+        let index = FqdnIndex::default();
+        assert!(validate(&spec("api", "prod"), &zones(), None, &index).is_empty());
+        let bad = CertSpec {
+            domain_name: Some("not a domain".into()),
+            subject_alternative_names: vec!["ok.example.com".into(), "bad_san".into()],
+            ..spec("Api", "prod-")
+        };
+        let violations = validate(&bad, &zones(), None, &index);
+        assert_eq!(violations.len(), 4, "{violations:?}");
+        let too_many =
+            CertSpec { subject_alternative_names: (0..101).map(|i| format!("s{i}.example.com")).collect(), ..spec("api", "prod") };
+        assert!(validate(&too_many, &zones(), None, &index)[0].contains("at most 100"));
+        let hundred =
+            CertSpec { subject_alternative_names: (0..100).map(|i| format!("s{i}.example.com")).collect(), ..spec("api", "prod") };
+        assert!(validate(&hundred, &zones(), None, &index).is_empty());
+    }
+
+    #[test]
+    fn webhook_rejects_domains_outside_the_zones() {
+        let outside = CertSpec { domain_name: Some("a.nowhere.net".into()), ..spec("api", "prod") };
+        assert!(validate(&outside, &zones(), None, &FqdnIndex::default())[0].starts_with("zone:"));
+        let san_outside = CertSpec { subject_alternative_names: vec!["a.nowhere.net".into()], ..spec("api", "prod") };
+        assert!(validate(&san_outside, &zones(), None, &FqdnIndex::default())[0].contains("a.nowhere.net"));
+    }
+
+    #[test]
+    fn the_fqdn_index_is_built_from_specs() {
+        let mut first = crate::api::Cert::new("first", spec("api", "prod"));
+        first.metadata.namespace = Some("team".into());
+        first.metadata.uid = Some("u1".into());
+        let explicit = crate::api::Cert::new("other", CertSpec { domain_name: Some("www.other.org".into()), ..spec("x", "y") });
+        let index = FqdnIndex::from_certs(&[first, explicit], &zones());
+        assert_eq!(index.other_holder("api-prod.example.com", Some("u2")).map(|h| h.name.as_str()), Some("first"));
+        assert!(index.other_holder("API-prod.example.com.", Some("u1")).is_none());
+        assert!(index.other_holder("www.other.org", None).is_some());
+    }
+
+    #[test]
+    fn webhook_rejects_a_duplicate_fqdn_but_not_the_object_itself() {
+        let mut index = FqdnIndex::default();
+        index.insert("api-prod.example.com", Holder { namespace: "team".into(), name: "first".into(), uid: "u1".into() });
+        let violations = validate(&spec("api", "prod"), &zones(), Some("u2"), &index);
+        assert_eq!(violations, ["a certificate for api-prod.example.com already exists: team/first"]);
+        assert!(validate(&spec("api", "prod"), &zones(), Some("u1"), &index).is_empty(), "an update of the holder itself");
+        assert_eq!(validate(&spec("api", "prod"), &zones(), None, &index).len(), 1, "a create has no uid yet");
+    }
+}

@@ -1,0 +1,134 @@
+//! The validating admission webhook for Cert: the checks the CRD schema cannot make — zone
+//! consistency against the operator's `--dns-zones`, and a domain already held by another Cert
+//! in any namespace (an index over all Certs, kept by a watch) — answered before the object is
+//! stored. Served by every replica, leader or not.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::extract::State;
+use axum::routing::post;
+use axum::{Json, Router};
+use futures::StreamExt as _;
+use k8s_openapi::api::admissionregistration::v1::{RuleWithOperations, ServiceReference, ValidatingWebhook, WebhookClientConfig};
+use kube::api::{Api, DynamicObject};
+use kube::core::admission::{AdmissionRequest, AdmissionResponse, AdmissionReview};
+use kube::runtime::reflector::{self, Store};
+use kube::runtime::{WatchStreamExt as _, watcher};
+use kube::{Client, ResourceExt as _};
+use tracing::warn;
+
+use crate::api::{Cert, GROUP, VERSION};
+use crate::logic::{FqdnIndex, validate};
+use crate::zones::ZoneRegistry;
+
+/// Where the webhook server serves it.
+pub const PATH: &str = "/validate/cert";
+/// How long a request waits for the index of Certs after a start.
+const INDEX_WAIT: Duration = Duration::from_secs(3);
+
+/// The registration: Cert CREATE and UPDATE, at [`PATH`] (`blockwork webhooks` fills in where).
+pub fn validating_webhook() -> ValidatingWebhook {
+    ValidatingWebhook {
+        name: format!("certs.{GROUP}"),
+        rules: Some(vec![RuleWithOperations {
+            api_groups: Some(vec![GROUP.to_owned()]),
+            api_versions: Some(vec![VERSION.to_owned()]),
+            operations: Some(vec!["CREATE".to_owned(), "UPDATE".to_owned()]),
+            resources: Some(vec!["certs".to_owned()]),
+            scope: Some("Namespaced".to_owned()),
+        }]),
+        client_config: WebhookClientConfig {
+            service: Some(ServiceReference { path: Some(PATH.to_owned()), ..Default::default() }),
+            ..Default::default()
+        },
+        admission_review_versions: vec!["v1".to_owned()],
+        side_effects: "None".to_owned(),
+        timeout_seconds: Some(5),
+        ..Default::default()
+    }
+}
+
+#[derive(Clone)]
+struct Validator {
+    certs: Store<Cert>,
+    zones: Arc<ZoneRegistry>,
+    fail_closed: bool,
+}
+
+/// The route, with a watch of every Cert feeding the domain index (started here, on the
+/// current runtime; it ends with the process).
+pub fn router(client: Client, zones: ZoneRegistry, fail_closed: bool) -> Router {
+    let (certs, writer) = reflector::store();
+    let watch = watcher(Api::<Cert>::all(client), watcher::Config::default().any_semantic()).default_backoff().reflect(writer).for_each(
+        |event| async move {
+            if let Err(error) = event {
+                warn!(%error, "watching Certs for the webhook's domain index");
+            }
+        },
+    );
+    tokio::spawn(watch);
+    let validator = Validator { certs, zones: Arc::new(zones), fail_closed };
+    Router::new().route(PATH, post(review)).with_state(validator)
+}
+
+async fn review(State(validator): State<Validator>, Json(review): Json<AdmissionReview<Cert>>) -> Json<AdmissionReview<DynamicObject>> {
+    let request: AdmissionRequest<Cert> = match review.try_into() {
+        Ok(request) => request,
+        Err(error) => return Json(AdmissionResponse::invalid(error.to_string()).into_review()),
+    };
+    let response = AdmissionResponse::from(&request);
+    let Some(cert) = request.object else {
+        return Json(response.into_review());
+    };
+    let ready = tokio::time::timeout(INDEX_WAIT, validator.certs.wait_until_ready()).await;
+    let mut problems = if matches!(ready, Ok(Ok(()))) {
+        let all: Vec<Cert> = validator.certs.state().iter().map(|c| (**c).clone()).collect();
+        let index = FqdnIndex::from_certs(&all, &validator.zones);
+        validate(&cert.spec, &validator.zones, cert.metadata.uid.as_deref(), &index)
+    } else {
+        vec!["the webhook's index of Certs is not ready yet, so a duplicate domain cannot be ruled out; retry in a few seconds".to_owned()]
+    };
+    Json(verdict(response, &mut problems, validator.fail_closed, &cert.name_any()).into_review())
+}
+
+/// Denies with every problem (fail closed), or allows with them as warnings.
+fn verdict(response: AdmissionResponse, problems: &mut Vec<String>, fail_closed: bool, name: &str) -> AdmissionResponse {
+    if problems.is_empty() {
+        return response;
+    }
+    if fail_closed {
+        response.deny(format!("Cert {name}: {}", problems.join("; ")))
+    } else {
+        let mut allowed = response;
+        allowed.warnings = Some(std::mem::take(problems));
+        allowed
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn registration_covers_create_and_update_of_certs() {
+        let webhook = validating_webhook();
+        let rule = &webhook.rules.expect("rules")[0];
+        assert_eq!(rule.resources, Some(vec!["certs".to_owned()]));
+        assert_eq!(rule.operations, Some(vec!["CREATE".to_owned(), "UPDATE".to_owned()]));
+        assert_eq!(webhook.client_config.service.and_then(|s| s.path).as_deref(), Some(PATH));
+        assert_eq!(webhook.side_effects, "None");
+    }
+
+    #[test]
+    fn problems_deny_when_fail_closed_and_warn_otherwise() {
+        let denied = verdict(AdmissionResponse::invalid("x"), &mut vec!["bad".into()], true, "c");
+        assert!(!denied.allowed);
+        assert!(denied.result.message.contains("Cert c: bad"), "{}", denied.result.message);
+        let mut allowed = AdmissionResponse::invalid("x");
+        allowed.allowed = true;
+        let warned = verdict(allowed, &mut vec!["bad".into()], false, "c");
+        assert!(warned.allowed);
+        assert_eq!(warned.warnings, Some(vec!["bad".to_owned()]));
+    }
+}

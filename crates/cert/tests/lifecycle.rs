@@ -1,0 +1,334 @@
+//! The Cert operator against a real kube-apiserver and moto (ACM, Route53), through the fault
+//! proxy: lifecycle, deletion, failure classes, crash safety, multi-zone SANs, steady state.
+
+#![allow(clippy::unwrap_used, clippy::panic)]
+
+mod support;
+
+use std::time::Duration;
+
+use blockwork_cert::CertState;
+use blockwork_runtime::ReconcileState;
+use blockwork_testenv::fault_proxy::{Fault, Operation};
+use kube::ResourceExt;
+use kube::api::{DeleteParams, Patch, PatchParams};
+use serde_json::json;
+use support::*;
+
+#[tokio::test]
+async fn cert_reaches_ready_with_its_validation_record() {
+    let h = Harness::start("ready", &["main"]).await;
+    h.create("api", spec("api", "dev")).await;
+    let cert = h.wait_for_state("api", CertState::Ready).await;
+    let status = status(&cert);
+    let zone = &h.zones[0];
+    let domain = format!("api-dev.{}", zone.name);
+    assert_eq!(status.observation.domain_name.as_deref(), Some(domain.as_str()));
+    assert!(status.observation.cert_ready);
+    assert!(status.observation.expiration_date.is_some());
+    assert_eq!(status.observation.resolved_zone.as_ref().and_then(|z| z.id.as_deref()), Some(zone.id.as_str()));
+    assert_eq!(status.reconcile_state, Some(ReconcileState::Succeeded));
+    assert_eq!(status.condition("Ready").map(|c| c.status.as_str()), Some("True"));
+    let arn = status.observation.certificate_arn.clone().unwrap();
+    assert_eq!(h.certificates_for(&domain).await, [arn]);
+    let records = h.cnames(zone).await;
+    assert_eq!(records.len(), 1, "{records:?}");
+    assert!(records[0].0.contains(&domain), "{records:?}");
+    assert!(status.observation.validation_records.iter().all(|r| r.owned));
+    assert_eq!(h.proxy.calls("RequestCertificate"), 1);
+}
+
+#[tokio::test]
+async fn deleting_keeps_the_certificate_unless_delete_on_removal() {
+    let h = Harness::start("delete", &["main"]).await;
+    h.create("kept", spec("kept", "dev")).await;
+    h.create("gone", blockwork_cert::CertSpec { delete_on_removal: true, ..spec("gone", "dev") }).await;
+    let kept = h.wait_for_state("kept", CertState::Ready).await;
+    let gone = h.wait_for_state("gone", CertState::Ready).await;
+    let kept_arn = status(&kept).observation.certificate_arn.clone().unwrap();
+    let gone_arn = status(&gone).observation.certificate_arn.clone().unwrap();
+    assert_eq!(h.cnames(&h.zones[0]).await.len(), 2);
+
+    h.api().delete("kept", &DeleteParams::default()).await.unwrap();
+    h.api().delete("gone", &DeleteParams::default()).await.unwrap();
+    h.wait_gone("kept").await;
+    h.wait_gone("gone").await;
+
+    assert!(h.certificate_exists(&kept_arn).await, "the default keeps the ACM certificate");
+    assert!(!h.certificate_exists(&gone_arn).await, "deleteOnRemoval deletes it");
+    let records = h.cnames(&h.zones[0]).await;
+    assert_eq!(records.len(), 1, "only the deleted certificate's record goes: {records:?}");
+    assert!(records[0].0.contains("kept-dev"), "{records:?}");
+}
+
+#[tokio::test]
+async fn a_certificate_in_use_is_not_deleted_and_the_status_says_why() {
+    let h = Harness::start("in-use", &["main"]).await;
+    h.create("lb", blockwork_cert::CertSpec { delete_on_removal: true, ..spec("lb", "prod") }).await;
+    let cert = h.wait_for_state("lb", CertState::Ready).await;
+    let arn = status(&cert).observation.certificate_arn.clone().unwrap();
+    // moto only reports InUseBy for ELB listeners; AWS also refuses the delete itself.
+    h.proxy.inject(Operation::named("DeleteCertificate"), Fault::ResourceInUse, 1000);
+    h.api().delete("lb", &DeleteParams::default()).await.unwrap();
+    let blocked =
+        h.wait_for("lb", "blocked", |c| c.status.as_ref().and_then(|s| s.message.as_deref()).is_some_and(|m| m.contains("in use"))).await;
+    let message = status(&blocked).message.clone().unwrap();
+    assert!(message.contains("deletion-policy=Orphan"), "{message}");
+    assert_eq!(status(&blocked).reconcile_state, Some(ReconcileState::Terminating));
+    assert!(h.certificate_exists(&arn).await);
+    assert_eq!(h.cnames(&h.zones[0]).await.len(), 1, "the record stays while the certificate does");
+
+    h.proxy.clear();
+    h.wait_gone("lb").await;
+    assert!(!h.certificate_exists(&arn).await);
+    assert!(h.cnames(&h.zones[0]).await.is_empty());
+}
+
+#[tokio::test]
+async fn throttling_and_server_errors_are_retried_without_a_duplicate() {
+    let h = Harness::start("faults", &["main"]).await;
+    h.proxy.inject(Operation::named("RequestCertificate"), Fault::Throttling, 2);
+    h.proxy.inject(Operation::named("RequestCertificate"), Fault::ServerError(503), 1);
+    h.proxy.inject(Operation::named("ChangeResourceRecordSets"), Fault::Throttling, 1);
+    h.proxy.inject(Operation::named("ChangeResourceRecordSets"), Fault::ServerError(500), 1);
+    h.proxy.inject(Operation::named("DescribeCertificate"), Fault::ServerError(503), 2);
+    h.create("api", spec("api", "test")).await;
+    let cert = h.wait_for_state("api", CertState::Ready).await;
+    let domain = format!("api-test.{}", h.zones[0].name);
+    assert_eq!(h.certificates_for(&domain).await.len(), 1, "one certificate despite the retried requests");
+    assert!(h.metrics.throttling_events("RequestCertificate") >= 2);
+    assert!(h.metrics.throttling_events("ChangeResourceRecordSets") >= 1);
+    assert!(h.proxy.calls("RequestCertificate") >= 4);
+    assert!(status(&cert).observation.cert_ready);
+}
+
+#[tokio::test]
+async fn persistent_throttling_backs_off_and_recovers() {
+    let h = Harness::start("throttled", &["main"]).await;
+    // More than the retry layer absorbs (1 + 3 attempts): the runtime backs off, then succeeds.
+    h.proxy.inject(Operation::named("RequestCertificate"), Fault::Throttling, 6);
+    h.create("api", spec("api", "slow")).await;
+    h.wait_for("api", "throttled", |c| {
+        c.status.as_ref().and_then(|s| s.condition("Synced")).is_some_and(|c| c.reason == "ThrottlingException")
+    })
+    .await;
+    h.wait_for_state("api", CertState::Ready).await;
+    assert_eq!(h.certificates_for(&format!("api-slow.{}", h.zones[0].name)).await.len(), 1);
+}
+
+#[tokio::test]
+async fn access_denied_fails_the_cert_with_a_sanitized_message() {
+    let h = Harness::start("denied", &["main"]).await;
+    h.proxy.inject(Operation::named("RequestCertificate"), Fault::AccessDenied, 1000);
+    h.create("api", spec("api", "dev")).await;
+    let cert = h.wait_for_state("api", CertState::Failed).await;
+    let message = status(&cert).message.clone().unwrap();
+    assert!(message.contains("not authorized"), "{message}");
+    assert!(!message.contains("123456789012"), "account ids are sanitized: {message}");
+    assert_eq!(status(&cert).reconcile_state, Some(ReconcileState::Failed));
+    h.proxy.clear();
+    h.wait_for_state("api", CertState::Ready).await;
+}
+
+#[tokio::test]
+async fn crash_between_request_and_status_write_makes_no_duplicate() {
+    let mut h = Harness::start("crash", &["main"]).await;
+    // The first DescribeCertificate follows the request inside `create`: hold it there.
+    h.proxy.inject(Operation::named("DescribeCertificate"), Fault::Latency(Duration::from_secs(60)), 1);
+    let created = h.create("api", spec("api", "crash")).await;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    while h.proxy.calls("DescribeCertificate") == 0 {
+        assert!(tokio::time::Instant::now() < deadline, "create never got past the request");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    h.crash_controller();
+    let cert = h.api().get("api").await.unwrap();
+    assert_eq!(status(&cert).observation.certificate_arn, None, "the ARN never reached the status");
+    assert!(status(&cert).create_pending.is_some(), "the crash left the object mid-create");
+    assert_eq!(h.proxy.calls("RequestCertificate"), 1);
+
+    h.start_controller().await;
+    let cert = h.wait_for_state("api", CertState::Ready).await;
+    let domain = format!("api-crash.{}", h.zones[0].name);
+    let arns = h.certificates_for(&domain).await;
+    assert_eq!(arns.len(), 1, "exactly one ACM certificate after the restart: {arns:?}");
+    assert_eq!(status(&cert).observation.certificate_arn.as_ref(), Some(&arns[0]));
+    assert_eq!(h.proxy.calls("RequestCertificate"), 1, "the restarted controller adopted the certificate by its tags");
+    let tags = h.acm.list_tags_for_certificate().certificate_arn(&arns[0]).send().await.unwrap();
+    let owner = tags.tags().iter().find(|t| t.key() == "blockwork.dev/owner-uid").and_then(|t| t.value()).map(str::to_owned);
+    assert_eq!(owner, created.uid());
+}
+
+#[tokio::test]
+async fn sans_in_several_zones_get_records_in_each() {
+    let h = Harness::start("multi", &["a", "b"]).await;
+    let (a, b) = (h.zones[0].clone(), h.zones[1].clone());
+    let san = format!("www.{}", b.name);
+    h.create("api", blockwork_cert::CertSpec { subject_alternative_names: vec![san.clone()], ..spec("api", "dev") }).await;
+    let cert = h.wait_for_state("api", CertState::Ready).await;
+    let in_a = h.cnames(&a).await;
+    let in_b = h.cnames(&b).await;
+    assert_eq!(in_a.len(), 1, "{in_a:?}");
+    assert_eq!(in_b.len(), 1, "{in_b:?}");
+    assert!(in_b[0].0.contains(&san), "{in_b:?}");
+    let zones: Vec<_> = status(&cert).observation.validation_records.iter().map(|r| r.zone_id.clone()).collect();
+    assert!(zones.contains(&a.id) && zones.contains(&b.id), "{zones:?}");
+    let arn = status(&cert).observation.certificate_arn.clone().unwrap();
+    let described = h.acm.describe_certificate().certificate_arn(&arn).send().await.unwrap().certificate.unwrap();
+    assert!(described.subject_alternative_names().contains(&san));
+}
+
+#[tokio::test]
+async fn a_san_outside_every_zone_fails_without_calling_aws() {
+    let h = Harness::start("nozone", &["main"]).await;
+    h.create("api", blockwork_cert::CertSpec { subject_alternative_names: vec!["www.elsewhere.invalid".into()], ..spec("api", "dev") })
+        .await;
+    let cert = h.wait_for_state("api", CertState::Failed).await;
+    assert!(status(&cert).message.as_deref().unwrap_or_default().contains("www.elsewhere.invalid"));
+    assert_eq!(h.proxy.calls("RequestCertificate"), 0);
+}
+
+#[tokio::test]
+async fn ready_certificates_cost_no_describe_per_reconcile() {
+    let h = Harness::start("steady", &["main"]).await;
+    h.create("api", spec("api", "steady")).await;
+    h.wait_for_state("api", CertState::Ready).await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let describes = h.proxy.calls("DescribeCertificate");
+    let (hits, _) = h.metrics.cache_counts("arn");
+    // Each annotation change triggers a reconcile, which verifies the certificate.
+    for i in 0..5 {
+        let patch = json!({"metadata": {"annotations": {"test/touch": i.to_string()}}});
+        h.api().patch("api", &PatchParams::default(), &Patch::Merge(patch)).await.unwrap();
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+    assert_eq!(h.proxy.calls("DescribeCertificate"), describes, "answered from the cache: {:?}", h.proxy.all_calls());
+    assert!(h.metrics.cache_counts("arn").0 >= hits + 5, "each reconcile is a cache hit");
+    let cert = h.api().get("api").await.unwrap();
+    assert_eq!(status(&cert).observation.state, Some(CertState::Ready));
+    assert!(cert.annotations().contains_key("test/touch"));
+}
+
+#[tokio::test]
+async fn schema_rejects_what_it_can_check() {
+    let h = Harness::start("schema", &["main"]).await;
+    let api = h.api();
+    let post = |spec: blockwork_cert::CertSpec| {
+        let api = api.clone();
+        async move { api.create(&Default::default(), &blockwork_cert::Cert::new("bad", spec)).await }
+    };
+    for (what, bad) in [
+        ("uppercase serviceName", spec("Api", "dev")),
+        ("hyphen at the end", spec("api", "dev-")),
+        ("invalid domainName", blockwork_cert::CertSpec { domain_name: Some("not a domain".into()), ..spec("api", "dev") }),
+        (
+            "101 SANs",
+            blockwork_cert::CertSpec {
+                subject_alternative_names: (0..101).map(|i| format!("s{i}.example.com")).collect(),
+                ..spec("api", "dev")
+            },
+        ),
+        ("empty dnsZone", blockwork_cert::CertSpec { dns_zone: Some(Default::default()), ..spec("api", "dev") }),
+        ("FQDN label too long", spec(&"a".repeat(40), &"b".repeat(40))),
+    ] {
+        let error = post(bad).await.expect_err(what);
+        assert!(matches!(&error, kube::Error::Api(s) if s.code == 422), "{what}: {error}");
+    }
+    post(blockwork_cert::CertSpec {
+        subject_alternative_names: (0..100).map(|i| format!("s{i}.example.com")).collect(),
+        ..spec("api", "dev")
+    })
+    .await
+    .expect("100 SANs are allowed");
+}
+
+#[tokio::test]
+async fn a_changed_domain_gets_a_new_certificate_and_keeps_the_old_one() {
+    let h = Harness::start("rename", &["main"]).await;
+    h.create("api", spec("api", "dev")).await;
+    let first = h.wait_for_state("api", CertState::Ready).await;
+    let old_arn = status(&first).observation.certificate_arn.clone().unwrap();
+    h.api().patch("api", &PatchParams::default(), &Patch::Merge(json!({"spec": {"environment": "qa"}}))).await.unwrap();
+    let domain = format!("api-qa.{}", h.zones[0].name);
+    let renamed = h
+        .wait_for("api", "Ready for the new domain", |c| {
+            c.status.as_ref().is_some_and(|s| {
+                s.observation.state == Some(CertState::Ready) && s.observation.domain_name.as_deref() == Some(domain.as_str())
+            })
+        })
+        .await;
+    let new_arn = status(&renamed).observation.certificate_arn.clone().unwrap();
+    assert_ne!(new_arn, old_arn);
+    assert_eq!(h.certificates_for(&domain).await, [new_arn]);
+    assert!(h.certificate_exists(&old_arn).await, "deleteOnRemoval is false: the old certificate may still be in use");
+    assert_eq!(h.cnames(&h.zones[0]).await.len(), 2, "the old certificate keeps its record for renewals");
+}
+
+#[tokio::test]
+async fn validation_timeout_fails_the_cert_and_the_failed_retry_recovers_it() {
+    // moto keeps a certificate pending for a second: with no time allowed, the first look at
+    // it times out; once ACM has issued it, the Failed retry finds it Ready.
+    let h = Harness::start_with("timeout", &["main"], |config| config.validation_timeout = Duration::ZERO).await;
+    h.create("api", spec("api", "slow")).await;
+    let failed = h.wait_for_state("api", CertState::Failed).await;
+    let synced = status(&failed).condition("Synced").unwrap();
+    assert_eq!(synced.reason, "ValidationTimedOut", "{synced:?}");
+    assert!(!status(&failed).observation.cert_ready);
+    h.wait_for_state("api", CertState::Ready).await;
+    assert_eq!(h.proxy.calls("RequestCertificate"), 1, "the retry did not request another certificate");
+}
+
+#[tokio::test]
+async fn a_certificate_attached_to_a_load_balancer_is_kept_until_orphaned() {
+    let h = Harness::start("in-use-by", &["main"]).await;
+    h.create("web", blockwork_cert::CertSpec { delete_on_removal: true, ..spec("web", "prod") }).await;
+    let cert = h.wait_for_state("web", CertState::Ready).await;
+    let arn = status(&cert).observation.certificate_arn.clone().unwrap();
+    attach_to_load_balancer(&h.namespace, &arn).await;
+
+    h.api().delete("web", &DeleteParams::default()).await.unwrap();
+    let blocked = h
+        .wait_for("web", "blocked", |c| c.status.as_ref().and_then(|s| s.message.as_deref()).is_some_and(|m| m.contains("in use by 1")))
+        .await;
+    assert_eq!(status(&blocked).condition("Synced").map(|c| c.reason.clone()), Some("CertificateInUse".into()));
+    assert_eq!(h.proxy.calls("DeleteCertificate"), 0, "the in-use check comes before any delete");
+
+    let orphan = json!({"metadata": {"annotations": {"blockwork.dev/deletion-policy": "Orphan"}}});
+    h.api().patch("web", &PatchParams::default(), &Patch::Merge(orphan)).await.unwrap();
+    h.wait_gone("web").await;
+    assert!(h.certificate_exists(&arn).await);
+}
+
+#[tokio::test]
+async fn steady_state_costs_at_most_one_aws_call_per_certificate_per_ready_interval() {
+    // Time compressed 3600×: the Ready requeue (an hour in production) is a second, the cache
+    // TTL (five minutes) 83 ms.
+    let h = Harness::start_with("steady-cost", &["main"], |config| {
+        config.timing.ready = blockwork_runtime::RequeuePolicy::fixed(Duration::from_secs(1));
+        config.cache.ttl = Duration::from_millis(83);
+    })
+    .await;
+    const CERTS: usize = 8;
+    for i in 0..CERTS {
+        h.create(&format!("c{i}"), spec(&format!("svc{i}"), "prod")).await;
+    }
+    for i in 0..CERTS {
+        h.wait_for_state(&format!("c{i}"), CertState::Ready).await;
+    }
+    assert!(h.proxy.calls("ListCertificates") < CERTS, "Certs created together share the adoption listing: {:?}", h.proxy.all_calls());
+    let before: usize = h.proxy.all_calls().values().sum();
+    const HOURS: f64 = 5.0;
+    tokio::time::sleep(Duration::from_secs_f64(HOURS)).await;
+    let calls = h.proxy.all_calls().values().sum::<usize>() - before;
+    let per_certificate_hour = calls as f64 / (CERTS as f64 * HOURS);
+    eprintln!(
+        "steady state: {calls} AWS calls for {CERTS} certificates over {HOURS} compressed hours = {per_certificate_hour:.2} per certificate-hour"
+    );
+    // Jitter (±10 %) lets an interval end a little early: allow for one extra look per certificate.
+    assert!(
+        per_certificate_hour <= 1.0 + 1.0 / HOURS,
+        "{calls} calls: {per_certificate_hour:.2} per certificate-hour ({:?})",
+        h.proxy.all_calls()
+    );
+    assert!(calls > 0, "Ready certificates are still looked at (expiry, renewal, revocation)");
+}
