@@ -1038,6 +1038,24 @@ mod tests {
     }
 
     #[test]
+    fn operator_conditions_replace_the_previous_ones_and_leave_ready_and_synced() {
+        let mut conditions = vec![
+            condition(READY, true, "Available", "", Some(1)),
+            condition(SYNCED, true, "ReconcileSuccess", "", Some(1)),
+            condition("DNSReady", false, "DNSPropagating", "", Some(1)),
+            condition("CertificateReady", true, "CertificateAttached", "", Some(1)),
+        ];
+        let dns_since = conditions[2].last_transition_time.clone();
+        merge_operator_conditions(
+            &mut conditions,
+            vec![condition("DNSReady", false, "DNSRecordCreating", "", Some(2)), condition(READY, false, "Hijacked", "", Some(2))],
+        );
+        let seen: Vec<(&str, &str)> = conditions.iter().map(|c| (c.type_.as_str(), c.reason.as_str())).collect();
+        assert_eq!(seen, [(READY, "Available"), (SYNCED, "ReconcileSuccess"), ("DNSReady", "DNSRecordCreating")]);
+        assert_eq!(conditions[2].last_transition_time, dns_since, "same status: the transition time stays");
+    }
+
+    #[test]
     fn idempotency_token_is_stable_and_fits_acm() {
         let token = idempotency_token("6b1c9a40-2f4e-4c55-9b7e-0d0f7d1c2a11");
         assert_eq!(token, idempotency_token("6b1c9a40-2f4e-4c55-9b7e-0d0f7d1c2a11"));

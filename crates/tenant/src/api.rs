@@ -53,8 +53,8 @@ pub struct DistributionTenantSpec {
     /// Per-tenant overrides of the distribution's settings.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub customizations: Option<Customizations>,
-    /// Asks CloudFront to request and manage the tenant's certificate. Once issued, its ARN is
-    /// attached to `customizations.certificate.arn`.
+    /// Asks CloudFront to request and manage the tenant's certificate. Once issued, the operator
+    /// writes its ARN into `customizations.certificate.arn` and then attaches it to the tenant.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub managed_certificate_request: Option<ManagedCertificateRequest>,
     /// DNS records (CNAMEs to the routing endpoint) managed for the tenant's domains. Absent: DNS
@@ -63,8 +63,8 @@ pub struct DistributionTenantSpec {
     pub dns: Option<DnsConfig>,
     /// How external changes to the tenant are handled: `enforce` (repair), `report` (set
     /// `Synced=False` with reason `DriftDetected`) or `suspend` (only record
-    /// `status.driftDetected`). Absent: the operator's `--drift-policy`. Not honoured yet: the
-    /// runtime reads the policy from the `blockwork.dev/drift-policy` annotation only, so use that.
+    /// `status.driftDetected`). Absent: the operator's `--drift-policy`. The annotation
+    /// `blockwork.dev/drift-policy`, when present, overrides this field.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub drift_policy: Option<DriftPolicyName>,
 }
@@ -257,10 +257,20 @@ pub struct TenantObservation {
     /// `validation-timed-out`, `revoked` or `failed`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub managed_certificate_status: Option<String>,
-    /// `CertificateReady` and `DNSReady`. They live beside `conditions` rather than in it because
-    /// the runtime owns that list (`Ready`, `Synced`) and writes it whole.
+    /// The domains whose CNAME records this operator wrote (DNS management only): the records
+    /// it may delete, once a domain leaves the spec or the object is deleted.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub tenant_conditions: Vec<Condition>,
+    pub dns_records: Vec<String>,
+    /// `CertificateReady` and `DNSReady` as set by this reconcile's calls; not stored here but
+    /// handed to the runtime, which writes them into `status.conditions`.
+    #[serde(skip)]
+    #[schemars(skip)]
+    pub condition_updates: Vec<Condition>,
+    /// An issued managed certificate's ARN that belongs in `spec.customizations.certificate.arn`:
+    /// the runtime writes it into the spec (this reconcile's one write). Not stored.
+    #[serde(skip)]
+    #[schemars(skip)]
+    pub certificate_to_attach: Option<String>,
 }
 
 /// The CustomResourceDefinition, for `blockwork crds`.

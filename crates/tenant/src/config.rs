@@ -9,6 +9,8 @@ use blockwork_runtime::DriftPolicy;
 
 /// Seed 001's polling interval while a tenant is InProgress.
 pub const POLL_INTERVAL: Duration = Duration::from_secs(30);
+/// Seed 001's backoff after throttling (CloudFront and Route53).
+pub const THROTTLE_FLOOR: Duration = Duration::from_secs(60);
 /// Seed 001's steady-state requeue.
 pub const STEADY_INTERVAL: Duration = Duration::from_secs(300);
 
@@ -23,6 +25,16 @@ pub struct TenantArgs {
     #[arg(id = "tenant_aws_endpoint_url", long = "tenant-aws-endpoint-url", env = "TENANT_AWS_ENDPOINT_URL", value_name = "URL")]
     pub aws_endpoint_url: Option<String>,
 
+    /// AWS endpoint override for Route53 and STS (the DNS calls, an emulator); default: the
+    /// `--tenant-aws-endpoint-url`, else AWS.
+    #[arg(
+        id = "tenant_route53_endpoint_url",
+        long = "tenant-route53-endpoint-url",
+        env = "TENANT_ROUTE53_ENDPOINT_URL",
+        value_name = "URL"
+    )]
+    pub route53_endpoint_url: Option<String>,
+
     /// AWS region for the API calls (CloudFront is global; this picks the signing region);
     /// default: the SDK's chain (env, profile, IMDS).
     #[arg(id = "tenant_aws_region", long = "tenant-aws-region", env = "TENANT_AWS_REGION", value_name = "REGION")]
@@ -31,7 +43,7 @@ pub struct TenantArgs {
 
 impl Default for TenantArgs {
     fn default() -> Self {
-        Self { drift_policy: DriftPolicy::Enforce, aws_endpoint_url: None, aws_region: None }
+        Self { drift_policy: DriftPolicy::Enforce, aws_endpoint_url: None, route53_endpoint_url: None, aws_region: None }
     }
 }
 
@@ -54,11 +66,13 @@ pub struct Timing {
     pub steady: Duration,
     /// After a terminal error or an invalid spec (seed 001: 5 minutes).
     pub failed: Duration,
+    /// The shortest wait after throttling (seed 001: 60 seconds).
+    pub throttle: Duration,
 }
 
 impl Default for Timing {
     fn default() -> Self {
-        Self { poll: POLL_INTERVAL, steady: STEADY_INTERVAL, failed: STEADY_INTERVAL }
+        Self { poll: POLL_INTERVAL, steady: STEADY_INTERVAL, failed: STEADY_INTERVAL, throttle: THROTTLE_FLOOR }
     }
 }
 
@@ -83,6 +97,12 @@ mod tests {
     fn drift_policy_flag_is_parsed() {
         let cli = Cli::try_parse_from(["t", "--drift-policy", "suspend"]).expect("valid policy");
         assert_eq!(cli.tenant.drift_policy, DriftPolicy::Suspend);
+    }
+
+    #[test]
+    fn route53_endpoint_flag_is_parsed() {
+        let cli = Cli::try_parse_from(["t", "--tenant-route53-endpoint-url", "http://localhost:5000"]).expect("valid URL");
+        assert_eq!(cli.tenant.route53_endpoint_url.as_deref(), Some("http://localhost:5000"));
     }
 
     #[test]

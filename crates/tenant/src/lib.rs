@@ -6,8 +6,9 @@
 //! - [`api`]: the CRD. [`validate`], [`diff`], [`errors`], [`lifecycle`]: pure decisions (spec
 //!   rules, certificate coverage, the spec/AWS comparison, seed 001's error table, the deletion
 //!   and managed-certificate steps).
-//! - [`cloudfront`]: the CloudFront trait and its SDK implementation. [`dns`]: where DNS
-//!   management plugs in. [`manager`]: the runtime's `ExternalResource`.
+//! - [`cloudfront`]: the CloudFront trait and its SDK implementation. [`dns`]: the DNS trait and
+//!   its Route53 implementation (STS AssumeRole for another account's zone). [`manager`]: the
+//!   runtime's `ExternalResource`.
 //! - [`metrics`]: seed 001's metrics. [`config`]: flags.
 
 pub mod api;
@@ -39,9 +40,9 @@ pub use metrics::TenantMetrics;
 /// The controller's name: metric label, event reporter, `--controllers` entry.
 pub const CONTROLLER: &str = "tenant";
 
-/// The IAM policy the operator's identity needs (seed 001's table): CloudFront tenant calls,
-/// ACM for managed certificates and certificate coverage, Route53 (and STS for a DNS role in
-/// another account) for DNS records. Narrow `hostedzone/*` to your zones, and the role pattern to
+/// The IAM policy the operator's identity needs (seed 001's table, plus reading records back
+/// before deleting them): CloudFront tenant calls, ACM for managed certificates and certificate
+/// coverage, Route53 (and STS for a DNS role in another account) for DNS records. Narrow `hostedzone/*` to your zones, and the role pattern to
 /// the roles named in `spec.dns.assumeRoleArn`.
 pub const IAM_POLICY: &str = include_str!("../iam-policy.json");
 
@@ -57,9 +58,11 @@ pub async fn run(
 ) {
     let sdk_config = blockwork_aws::sdk_config(args.aws_endpoint_url.as_deref(), args.aws_region.as_deref()).await;
     let cloudfront = cloudfront::Sdk::new(&sdk_config, Arc::clone(&metrics));
-    // No DNS implementation yet: tenants with spec.dns fail with DNSError rather than being
-    // created without their records.
-    let manager = TenantManager::<_, dns::NoDns>::new(cloudfront, None, args.drift_policy, Timing::default(), Arc::clone(&metrics));
+    // Route53 and STS may sit elsewhere than CloudFront (an emulator for each in tests).
+    let dns_endpoint = args.route53_endpoint_url.as_deref().or(args.aws_endpoint_url.as_deref());
+    let dns_config = blockwork_aws::sdk_config(dns_endpoint, args.aws_region.as_deref()).await;
+    let route53 = dns::Route53::new(&dns_config, Arc::clone(&metrics));
+    let manager = TenantManager::new(cloudfront, Some(route53), args.drift_policy, Timing::default(), Arc::clone(&metrics));
     let context = Context::new(client.clone(), manager, ControllerConfig::new(CONTROLLER, GROUP), runtime_metrics);
     let apis: Vec<Api<DistributionTenant>> = match &namespaces {
         None => vec![Api::all(client)],
@@ -116,7 +119,9 @@ mod tests {
     }
 
     #[test]
-    fn iam_policy_grants_exactly_the_seed_permissions() {
+    /// Seed 001's table, plus `route53:ListResourceRecordSets`: records are read back before they
+    /// are deleted, so that only ones still pointing at the tenant go (see `dns`).
+    fn iam_policy_grants_the_seed_permissions_and_reading_records_back() {
         let policy: serde_json::Value = serde_json::from_str(IAM_POLICY).expect("the policy is JSON");
         let mut actions: Vec<&str> = policy["Statement"]
             .as_array()
@@ -140,6 +145,7 @@ mod tests {
                 "cloudfront:UpdateDistributionTenant",
                 "route53:ChangeResourceRecordSets",
                 "route53:GetChange",
+                "route53:ListResourceRecordSets",
                 "sts:AssumeRole",
             ]
         );

@@ -44,8 +44,9 @@ pub enum CertificateStep {
     NotRequested,
     /// Requested, CloudFront has no details yet, or validation is under way.
     Pending { status: String },
-    /// Issued, its ARN not in the spec yet: it belongs in `customizations.certificate.arn`, from
-    /// where the next reconcile pushes it to CloudFront.
+    /// Issued, its ARN not in the spec yet: the operator writes it into
+    /// `customizations.certificate.arn` (one write), from where the next reconcile pushes it to
+    /// CloudFront.
     Attach { arn: String },
     /// Issued and named in the spec, not yet on the tenant in CloudFront: the update pushes it.
     Pushing { arn: String },
@@ -86,13 +87,10 @@ impl CertificateStep {
             Self::Pending { status } => {
                 Some((false, "CertificatePending", format!("the managed certificate is {status}; waiting for its validation")))
             }
-            // The runtime writes only status, so the operator cannot write the ARN into the spec
-            // itself yet; saying what to do beats waiting silently.
             Self::Attach { .. } => Some((
                 false,
                 "CertificateIssued",
-                "the managed certificate is issued; set spec.customizations.certificate.arn to status.certificateArn to attach it"
-                    .to_owned(),
+                "the managed certificate is issued; writing its ARN into spec.customizations.certificate.arn".to_owned(),
             )),
             Self::Pushing { .. } => {
                 Some((false, "CertificateIssued", "the managed certificate is issued; attaching it to the tenant".to_owned()))

@@ -5,9 +5,13 @@
 //! - `verify` validates the spec, reads the tenant (by id, else by name: a tenant created just
 //!   before a crash is adopted), records id/ARN/ETag/status, follows the managed certificate and
 //!   compares spec and tenant. A difference is `UpdateRequired` even while AWS is InProgress, so
-//!   spec changes are pushed at once.
+//!   spec changes are pushed at once. With `spec.dns` it follows the last record change until it
+//!   is in sync and, once the tenant matches the spec, deletes records of removed domains.
 //! - `create` writes DNS first when `spec.dns` is set, then creates the tenant.
-//! - `update` pushes the spec with the last ETag; a stale ETag is re-read and retried at once.
+//! - `update` upserts the records of the current domains, then pushes the spec with the last
+//!   ETag; a stale ETag is re-read and retried at once.
+//! - The runtime's hooks: `drift_policy` (`spec.driftPolicy`), `conditions` (`DNSReady`,
+//!   `CertificateReady`) and `spec_patch` (an issued managed certificate's ARN into the spec).
 //! - `delete` takes one step per reconcile: disable, wait for Deployed, delete with the ETag,
 //!   delete the DNS records. A tenant already gone is not an error.
 
@@ -20,6 +24,7 @@ use blockwork_runtime::{
     DeleteOutcome, DriftPolicy, ExternalError, ExternalResource, MutateOutcome, ReconcileState, Request, RequeuePolicy, VerifyOutcome,
     default_requeue_policy,
 };
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use kube::{Resource, ResourceExt};
 use tracing::warn;
 
@@ -175,7 +180,7 @@ impl<C: CloudFront + Acm, D: DnsRecords> TenantManager<C, D> {
             (Some(_), Some(dns)) => Ok(Some(dns)),
             (Some(_), None) => Err(ExternalError::terminal(
                 "DNSError",
-                "spec.dns is set but this operator does not manage DNS records yet; remove spec.dns and manage the CNAMEs yourself",
+                "spec.dns is set but this controller runs without DNS management; remove spec.dns and manage the CNAMEs yourself",
             )),
         }
     }
@@ -189,7 +194,6 @@ impl<C: CloudFront + Acm, D: DnsRecords> TenantManager<C, D> {
     ) -> Result<(), ExternalError> {
         if spec.managed_certificate_request.is_none() {
             observation.managed_certificate_status = None;
-            observation.tenant_conditions.retain(|c| c.type_ != CERTIFICATE_READY);
             return Ok(());
         }
         let details =
@@ -200,7 +204,10 @@ impl<C: CloudFront + Acm, D: DnsRecords> TenantManager<C, D> {
         observation.managed_certificate_status = details.as_ref().map(|d| d.status.clone());
         observation.certificate_arn = details.and_then(|d| d.arn);
         if let Some((ready, reason, message)) = step.condition() {
-            set_condition(&mut observation.tenant_conditions, condition(CERTIFICATE_READY, ready, reason, &message, generation));
+            set_condition(&mut observation.condition_updates, condition(CERTIFICATE_READY, ready, reason, &message, generation));
+        }
+        if let CertificateStep::Attach { arn } = &step {
+            observation.certificate_to_attach = Some(arn.clone());
         }
         if let CertificateStep::Failed { status } = step {
             return Err(ExternalError::terminal("CertificateFailed", format!("the managed certificate is {status}")));
@@ -260,13 +267,18 @@ impl<C: CloudFront + Acm, D: DnsRecords> TenantManager<C, D> {
                 return Err(classified.error);
             }
         };
-        observation.dns_target = Some(target.clone());
+        let previous_target = observation.dns_target.replace(target.clone());
         let domains = domains(spec);
-        let Some(change_id) = observation.dns_change_id.clone() else {
-            let change = dns.upsert(config, &domains, &target).await.map_err(|e| self.dns_error(&e, observation, generation))?;
-            observation.dns_change_id = change.change_id;
-            dns_condition(observation, false, "DNSRecordCreating", "the CNAME records were submitted", generation);
-            return Ok(false);
+        let written = previous_target.as_deref() == Some(target.as_str()) && domains.iter().all(|d| observation.dns_records.contains(d));
+        let change_id = match observation.dns_change_id.clone() {
+            Some(change_id) if written => change_id,
+            _ => {
+                let change = dns.upsert(config, &domains, &target).await.map_err(|e| self.dns_error(&e, observation, generation))?;
+                own_records(observation, &domains);
+                observation.dns_change_id = change.change_id;
+                dns_condition(observation, false, "DNSRecordCreating", "the CNAME records were submitted", generation);
+                return Ok(false);
+            }
         };
         match dns.status(config, &change_id).await.map_err(|e| self.dns_error(&e, observation, generation))? {
             DnsStatus::InSync => {
@@ -278,6 +290,52 @@ impl<C: CloudFront + Acm, D: DnsRecords> TenantManager<C, D> {
                 Ok(false)
             }
         }
+    }
+
+    /// Steady state of the records: follow the last change until it is in sync, and once the
+    /// tenant matches the spec (CloudFront no longer serves a removed domain), delete the
+    /// records of domains that left the spec.
+    async fn maintain_dns(
+        &self,
+        dns: &D,
+        object: &DistributionTenant,
+        observation: &mut TenantObservation,
+        tenant_matches_spec: bool,
+    ) -> Result<(), ExternalError> {
+        let spec = &object.spec;
+        let generation = object.meta().generation;
+        let Some(config) = &spec.dns else { return Ok(()) };
+        if let Some(change_id) = observation.dns_change_id.clone()
+            && !dns_in_sync(object)
+        {
+            match dns.status(config, &change_id).await.map_err(|e| self.dns_error(&e, observation, generation))? {
+                DnsStatus::InSync => dns_condition(observation, true, "DNSReady", "the CNAME records are propagated", generation),
+                DnsStatus::Pending => {
+                    dns_condition(observation, false, "DNSPropagating", "waiting for the record change to be in sync", generation);
+                }
+            }
+        }
+        let wanted = domains(spec);
+        let orphans: Vec<String> = observation.dns_records.iter().filter(|d| !wanted.contains(d)).cloned().collect();
+        if !tenant_matches_spec || orphans.is_empty() {
+            return Ok(());
+        }
+        let Some(target) = observation.dns_target.clone() else { return Ok(()) };
+        dns.delete(config, &orphans, &target).await.map_err(|e| self.dns_error(&e, observation, generation))?;
+        observation.dns_records.retain(|d| !orphans.contains(d));
+        Ok(())
+    }
+
+    /// The CNAME target the tenant's records point at: as recorded, else resolved again.
+    async fn dns_target(&self, spec: &DistributionTenantSpec, observation: &mut TenantObservation) -> Result<String, ExternalError> {
+        if let Some(target) = &observation.dns_target {
+            return Ok(target.clone());
+        }
+        let group = spec.connection_group_id.as_deref();
+        let context = CallContext { connection_group_lookup: group.is_some(), ..CallContext::default() };
+        let target = self.cloudfront.routing_endpoint(group).await.map_err(|e| self.cloudfront_error(&e, context).error)?;
+        observation.dns_target = Some(target.clone());
+        Ok(target)
     }
 }
 
@@ -301,6 +359,9 @@ impl<C: CloudFront + Acm, D: DnsRecords> ExternalResource for TenantManager<C, D
         }
         if spec.dns.is_none() {
             dns_condition(observation, true, "DNSNotConfigured", "spec.dns is not set; DNS is not managed", generation);
+            // Records written while spec.dns was set are no longer managed (see docs/tenant.md).
+            observation.dns_records.clear();
+            observation.dns_change_id = None;
         }
         let tenant = match self.observe(request, observation).await {
             Ok(Some(tenant)) => tenant,
@@ -318,7 +379,13 @@ impl<C: CloudFront + Acm, D: DnsRecords> ExternalResource for TenantManager<C, D
         let desired = TenantConfig::desired(spec);
         let spec_json = serde_json::to_string(spec).ok();
         let spec_changed = request.last_applied_spec.is_none() || request.last_applied_spec != spec_json.as_deref();
-        match change(desired.differences(&tenant.config), spec_changed) {
+        let change = change(desired.differences(&tenant.config), spec_changed);
+        if let Ok(Some(dns)) = self.dns_for(spec)
+            && let Err(error) = self.maintain_dns(dns, object, observation, change == Change::InSync).await
+        {
+            return VerifyOutcome::Error(error);
+        }
+        match change {
             Change::InSync if tenant.status.as_deref() == Some(DEPLOYED) => VerifyOutcome::Ready,
             Change::InSync => VerifyOutcome::InProgress(format!(
                 "the tenant is {}; waiting for Deployed",
@@ -389,12 +456,26 @@ impl<C: CloudFront + Acm, D: DnsRecords> ExternalResource for TenantManager<C, D
             return MutateOutcome::Error(ExternalError::retryable("NotObserved", "the tenant's id is not known yet"));
         };
         let desired = TenantConfig::desired(spec);
-        if let Ok(Some(dns)) = self.dns_for(spec)
-            && let (Some(config), Some(target)) = (&spec.dns, observation.dns_target.clone())
-        {
+        let managed_dns = match (self.dns_for(spec), &spec.dns) {
+            (Ok(Some(dns)), Some(config)) => Some((dns, config)),
+            _ => None,
+        };
+        if let Some((dns, config)) = managed_dns {
+            // Seed 001: upsert the records of the current domains, then push the tenant; records
+            // of removed domains go once the tenant no longer has them (`maintain_dns`).
             let generation = object.meta().generation;
-            match dns.upsert(config, &domains(spec), &target).await {
-                Ok(change) => observation.dns_change_id = change.change_id,
+            observation.dns_target = None;
+            let target = match self.dns_target(spec, observation).await {
+                Ok(target) => target,
+                Err(error) => return MutateOutcome::Error(error),
+            };
+            let domains = domains(spec);
+            match dns.upsert(config, &domains, &target).await {
+                Ok(change) => {
+                    own_records(observation, &domains);
+                    observation.dns_change_id = change.change_id;
+                    dns_condition(observation, false, "DNSRecordCreating", "the CNAME records were submitted", generation);
+                }
                 Err(error) => return MutateOutcome::Error(self.dns_error(&error, observation, generation)),
             }
         }
@@ -403,8 +484,11 @@ impl<C: CloudFront + Acm, D: DnsRecords> ExternalResource for TenantManager<C, D
         let write = TenantWrite { config: &desired, managed_certificate_request: request };
         match self.update_with_etag(&id, observation.e_tag.clone(), write).await {
             Ok(tenant) => {
-                // The connection group may have changed: the next verify resolves the target again.
-                observation.dns_target = None;
+                // The connection group may have changed: the next verify resolves the target again
+                // (with DNS managed, it was resolved for the upsert above).
+                if managed_dns.is_none() {
+                    observation.dns_target = None;
+                }
                 record(observation, &tenant);
                 settled(&tenant)
             }
@@ -443,14 +527,17 @@ impl<C: CloudFront + Acm, D: DnsRecords> ExternalResource for TenantManager<C, D
                 Err(error) => DeleteOutcome::Error(error),
             },
             (DeletionStep::DeleteDns, _) => {
-                let (Some(config), Some(target)) = (&object.spec.dns, observation.dns_target.clone()) else {
+                let (Some(config), Ok(Some(dns))) = (&object.spec.dns, self.dns_for(&object.spec)) else {
                     return DeleteOutcome::Succeeded;
                 };
-                let Ok(Some(dns)) = self.dns_for(&object.spec) else {
-                    return DeleteOutcome::Succeeded;
+                let target = match self.dns_target(&object.spec, observation).await {
+                    Ok(target) => target,
+                    Err(error) => return DeleteOutcome::Error(error),
                 };
-                match dns.delete(config, &domains(&object.spec), &target).await {
+                let owned = observation.dns_records.clone();
+                match dns.delete(config, &owned, &target).await {
                     Ok(_) => {
+                        observation.dns_records.clear();
                         observation.dns_change_id = None;
                         DeleteOutcome::Succeeded
                     }
@@ -475,9 +562,38 @@ impl<C: CloudFront + Acm, D: DnsRecords> ExternalResource for TenantManager<C, D
         self.default_drift
     }
 
+    /// `spec.driftPolicy`, over the operator's `--drift-policy` (the annotation beats both).
+    fn drift_policy(&self, object: &DistributionTenant) -> Option<DriftPolicy> {
+        object.spec.drift_policy.map(DriftPolicy::from)
+    }
+
+    /// `DNSReady` and `CertificateReady`: as this reconcile set them, else as they were.
+    /// `CertificateReady` goes when the spec no longer asks for a managed certificate.
+    fn conditions(&self, object: &DistributionTenant, observation: &TenantObservation) -> Vec<Condition> {
+        let current = object.status.as_ref().map(|s| s.conditions.as_slice()).unwrap_or_default();
+        let mut types = vec![DNS_READY];
+        if object.spec.managed_certificate_request.is_some() {
+            types.push(CERTIFICATE_READY);
+        }
+        types
+            .into_iter()
+            .filter_map(|type_| {
+                observation.condition_updates.iter().find(|c| c.type_ == type_).or_else(|| current.iter().find(|c| c.type_ == type_))
+            })
+            .cloned()
+            .collect()
+    }
+
+    /// An issued managed certificate goes into the spec (seed 001: one write, pushed to
+    /// CloudFront by the next reconcile as a spec change).
+    fn spec_patch(&self, _request: &Request<'_, DistributionTenant>, observation: &TenantObservation) -> Option<serde_json::Value> {
+        let arn = observation.certificate_to_attach.as_ref()?;
+        Some(serde_json::json!({ "customizations": { "certificate": { "arn": arn } } }))
+    }
+
     fn throttle_floor(&self) -> Duration {
         // Seed 001: throttled calls come back after 60 s at the earliest.
-        Duration::from_secs(60)
+        self.timing.throttle
     }
 }
 
@@ -516,7 +632,7 @@ fn forget(observation: &mut TenantObservation) {
 }
 
 fn dns_records_remain(spec: &DistributionTenantSpec, observation: &TenantObservation) -> bool {
-    spec.dns.is_some() && observation.dns_change_id.is_some()
+    spec.dns.is_some() && !observation.dns_records.is_empty()
 }
 
 fn domains(spec: &DistributionTenantSpec) -> Vec<String> {
@@ -537,7 +653,22 @@ fn cloudfront_validates(spec: &DistributionTenantSpec) -> bool {
 }
 
 fn dns_condition(observation: &mut TenantObservation, ready: bool, reason: &str, message: &str, generation: Option<i64>) {
-    set_condition(&mut observation.tenant_conditions, condition(DNS_READY, ready, reason, message, generation));
+    set_condition(&mut observation.condition_updates, condition(DNS_READY, ready, reason, message, generation));
+}
+
+/// Whether the object's status says its records are in sync (then the change is not polled again).
+fn dns_in_sync(object: &DistributionTenant) -> bool {
+    object.status.as_ref().and_then(|s| s.condition(DNS_READY)).is_some_and(|c| c.status == "True" && c.reason == "DNSReady")
+}
+
+/// Adds `domains` to the records this operator owns, keeping ones not yet cleaned up.
+fn own_records(observation: &mut TenantObservation, domains: &[String]) {
+    for domain in domains {
+        if !observation.dns_records.contains(domain) {
+            observation.dns_records.push(domain.clone());
+        }
+    }
+    observation.dns_records.sort();
 }
 
 #[cfg(test)]

@@ -8,11 +8,11 @@ mod support;
 use std::time::Duration;
 
 use blockwork_runtime::{DriftPolicy, ReconcileState};
-use blockwork_tenant::api::{CertificateRef, Customizations, DnsConfig, DnsProvider, ManagedCertificateRequest, ValidationTokenHost};
-use blockwork_tenant::{DistributionTenant, DistributionTenantSpec};
+use blockwork_tenant::api::{CertificateRef, Customizations, DriftPolicyName, ManagedCertificateRequest, ValidationTokenHost};
+use blockwork_tenant::{DistributionTenant, DistributionTenantSpec, Timing};
 use blockwork_testenv::fault_proxy::{Fault, Operation};
 use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
-use support::{Harness, condition};
+use support::{DNS_ACCOUNT, DNS_ROLE, Harness, MultiAccountMoto, TIMING, condition};
 
 fn state(tenant: &DistributionTenant) -> Option<ReconcileState> {
     tenant.status.as_ref().and_then(|s| s.reconcile_state)
@@ -213,19 +213,6 @@ async fn certificate_outside_us_east_1_fails_validation_without_calling_cloudfro
 }
 
 #[tokio::test]
-async fn tenant_with_dns_fails_with_dns_error_until_dns_is_supported() {
-    let h = Harness::start("dt-dns").await;
-    let spec = DistributionTenantSpec {
-        dns: Some(DnsConfig { provider: DnsProvider::Route53, hosted_zone_id: "Z1".to_owned(), assume_role_arn: None, ttl: 300 }),
-        ..h.spec(&["www"])
-    };
-    h.create("shop-thirteen", spec).await;
-    let tenant = h.wait_for("shop-thirteen", "Failed", |t| state(t) == Some(ReconcileState::Failed)).await;
-    assert_eq!(condition(&tenant, "DNSReady").map(|c| (c.0, c.1)), Some(("False".to_owned(), "DNSError".to_owned())));
-    assert_eq!(h.proxy.calls("CreateDistributionTenant"), 0, "no tenant without its DNS records");
-}
-
-#[tokio::test]
 async fn invalid_tenant_names_are_rejected_by_the_api_server() {
     let h = Harness::start("dt-names").await;
     for name in ["ab", "-shop", "shop-", &"a".repeat(129)] {
@@ -319,30 +306,6 @@ async fn invalid_argument_with_cloudfront_validation_is_domain_validation_pendin
     assert!(h.metrics_text().contains("error_type=\"domain_validation_pending\"} 1"), "{}", h.metrics_text());
     h.wait_ready("shop-dvp").await;
     assert_eq!(h.proxy.calls("CreateDistributionTenant"), 2);
-}
-
-#[tokio::test]
-async fn issued_managed_certificate_is_surfaced_until_named_in_the_spec() {
-    let h = Harness::start("dt-managed").await;
-    let spec = DistributionTenantSpec {
-        managed_certificate_request: Some(ManagedCertificateRequest {
-            validation_token_host: ValidationTokenHost::SelfHosted,
-            ..ManagedCertificateRequest::default()
-        }),
-        ..h.spec(&["www"])
-    };
-    h.create("shop-managed", spec).await;
-    let tenant = h
-        .wait_for("shop-managed", "certificate issued", |t| condition(t, "CertificateReady").is_some_and(|c| c.1 == "CertificateIssued"))
-        .await;
-    let observation = tenant.status.unwrap().observation;
-    assert_eq!(observation.managed_certificate_status.as_deref(), Some("issued"));
-    let arn = observation.certificate_arn.expect("the managed certificate's ARN is in status");
-    let patch = serde_json::json!({"spec": {"customizations": {"certificate": {"arn": arn}}}});
-    h.api().patch("shop-managed", &PatchParams::default(), &Patch::Merge(patch)).await.unwrap();
-    h.wait_for("shop-managed", "certificate attached", |t| condition(t, "CertificateReady").is_some_and(|c| c.0 == "True")).await;
-    let (aws, _) = h.aws_tenant("shop-managed").await.unwrap();
-    assert_eq!(aws.customizations().and_then(|c| c.certificate()).map(|c| c.arn().to_owned()), Some(arn));
 }
 
 #[tokio::test]
@@ -446,4 +409,234 @@ async fn crash_during_the_create_call_ends_with_one_ready_tenant() {
     let tenant = h.wait_ready("shop-crash-c").await;
     let (aws, _) = h.aws_tenant("shop-crash-c").await.expect("the tenant exists");
     assert_eq!(tenant.status.unwrap().observation.id.as_deref(), aws.id(), "the object owns the one tenant");
+}
+
+#[tokio::test]
+async fn spec_drift_policy_report_beats_the_enforce_default() {
+    let h = Harness::start("dt-spec-report").await;
+    h.create("shop-spec-report", DistributionTenantSpec { drift_policy: Some(DriftPolicyName::Report), ..h.spec(&["www"]) }).await;
+    h.wait_ready("shop-spec-report").await;
+    h.set_enabled_outside("shop-spec-report", false).await;
+    let tenant = h
+        .wait_for("shop-spec-report", "Synced=False/DriftDetected", |t| condition(t, "Synced").is_some_and(|c| c.1 == "DriftDetected"))
+        .await;
+    assert_eq!(tenant.status.as_ref().unwrap().drift_detected, Some(true));
+    assert_eq!(h.aws_tenant("shop-spec-report").await.unwrap().0.enabled(), Some(false), "report must not repair");
+    assert_eq!(h.proxy.calls("UpdateDistributionTenant"), 0);
+}
+
+#[tokio::test]
+async fn spec_drift_policy_suspend_only_records_drift() {
+    let h = Harness::start("dt-spec-suspend").await;
+    h.create("shop-spec-suspend", DistributionTenantSpec { drift_policy: Some(DriftPolicyName::Suspend), ..h.spec(&["www"]) }).await;
+    h.wait_ready("shop-spec-suspend").await;
+    h.set_enabled_outside("shop-spec-suspend", false).await;
+    let tenant =
+        h.wait_for("shop-spec-suspend", "drift recorded", |t| t.status.as_ref().and_then(|s| s.drift_detected) == Some(true)).await;
+    assert_eq!(condition(&tenant, "Synced").map(|c| c.0), Some("True".to_owned()));
+    assert_eq!(h.aws_tenant("shop-spec-suspend").await.unwrap().0.enabled(), Some(false), "suspend must not repair");
+    assert_eq!(h.proxy.calls("UpdateDistributionTenant"), 0);
+}
+
+#[tokio::test]
+async fn spec_drift_policy_enforce_beats_the_report_default() {
+    let h = Harness::start_with("dt-spec-enforce", DriftPolicy::Report).await;
+    h.create("shop-spec-enforce", DistributionTenantSpec { drift_policy: Some(DriftPolicyName::Enforce), ..h.spec(&["www"]) }).await;
+    h.wait_ready("shop-spec-enforce").await;
+    h.set_enabled_outside("shop-spec-enforce", false).await;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    while !h.aws_tenant("shop-spec-enforce").await.unwrap().0.enabled().unwrap_or(true) {
+        assert!(tokio::time::Instant::now() < deadline, "the operator never re-enabled the tenant");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+#[tokio::test]
+async fn issued_managed_certificate_is_written_into_the_spec_once_and_pushed_to_cloudfront() {
+    let h = Harness::start("dt-managed").await;
+    let spec = DistributionTenantSpec {
+        managed_certificate_request: Some(ManagedCertificateRequest {
+            validation_token_host: ValidationTokenHost::SelfHosted,
+            ..ManagedCertificateRequest::default()
+        }),
+        ..h.spec(&["www"])
+    };
+    h.create("shop-managed", spec).await;
+    let tenant =
+        h.wait_for("shop-managed", "certificate attached", |t| condition(t, "CertificateReady").is_some_and(|c| c.0 == "True")).await;
+    let status = tenant.status.as_ref().unwrap();
+    assert_eq!(status.observation.managed_certificate_status.as_deref(), Some("issued"));
+    let arn = status.observation.certificate_arn.clone().expect("the managed certificate's ARN is in status");
+    let spec_arn = tenant.spec.customizations.as_ref().and_then(|c| c.certificate.as_ref()).map(|c| c.arn.clone());
+    assert_eq!(spec_arn.as_deref(), Some(arn.as_str()), "the operator wrote the ARN into the spec");
+    assert_eq!(tenant.metadata.generation, Some(2), "exactly one spec write");
+    assert_eq!(condition(&tenant, "CertificateReady").unwrap().1, "CertificateAttached");
+    let (aws, _) = h.aws_tenant("shop-managed").await.unwrap();
+    assert_eq!(aws.customizations().and_then(|c| c.certificate()).map(|c| c.arn().to_owned()), Some(arn));
+    assert!(h.proxy.calls("UpdateDistributionTenant") >= 1, "the next reconcile pushed the spec to CloudFront");
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert_eq!(h.api().get("shop-managed").await.unwrap().metadata.generation, Some(2), "and never wrote the spec again");
+}
+
+#[tokio::test]
+async fn operator_conditions_are_in_status_conditions_beside_ready_and_synced() {
+    let h = Harness::start("dt-conditions").await;
+    h.create("shop-conditions", h.spec(&["www"])).await;
+    h.wait_ready("shop-conditions").await;
+    let api = kube::Api::<kube::api::DynamicObject>::namespaced_with(
+        h.client.clone(),
+        &h.namespace,
+        &kube::api::ApiResource::erase::<DistributionTenant>(&()),
+    );
+    let raw = api.get("shop-conditions").await.unwrap();
+    let types: Vec<&str> = raw.data["status"]["conditions"].as_array().unwrap().iter().filter_map(|c| c["type"].as_str()).collect();
+    assert!(types.contains(&"DNSReady") && types.contains(&"Ready") && types.contains(&"Synced"), "{types:?}");
+    assert!(raw.data["status"].get("tenantConditions").is_none(), "{:#?}", raw.data["status"]);
+}
+
+#[tokio::test]
+async fn dns_records_are_in_sync_before_the_tenant_is_created() {
+    let h = Harness::start("dt-dns-first").await;
+    h.proxy.inject(Operation::named("CreateDistributionTenant"), Fault::Latency(Duration::from_secs(2)), 1);
+    h.create("shop-dns", h.dns_spec(&["www", "api"], &h.zone_id, 120)).await;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    while h.proxy.calls("CreateDistributionTenant") == 0 {
+        assert!(tokio::time::Instant::now() < deadline, "no create was attempted");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    // The create call is in flight: the records must already be there, and their change polled.
+    let records = Harness::cnames(&h.route53, &h.zone_id).await;
+    assert_eq!(records.iter().map(|r| r.0.clone()).collect::<Vec<_>>(), [h.domain("api"), h.domain("www")]);
+    assert!(records.iter().all(|r| r.1.ends_with(".cloudfront.net") && r.2 == 120), "{records:?}");
+    assert!(h.dns_proxy.calls("GetChange") >= 1, "INSYNC was confirmed first: {:?}", h.dns_proxy.all_calls());
+    let tenant = h.wait_ready("shop-dns").await;
+    let status = tenant.status.as_ref().unwrap();
+    assert_eq!(condition(&tenant, "DNSReady").map(|c| (c.0, c.1)), Some(("True".to_owned(), "DNSReady".to_owned())));
+    assert!(status.observation.dns_change_id.is_some());
+    assert_eq!(status.observation.dns_target.as_deref(), Some(records[0].1.as_str()));
+    assert_eq!(h.proxy.calls("CreateDistributionTenant"), 1);
+}
+
+#[tokio::test]
+async fn pending_dns_change_is_waited_for_before_the_tenant_is_created() {
+    let h = Harness::start("dt-dns-pending").await;
+    h.dns_proxy.inject(Operation::named("GetChange"), Fault::PendingChange, 2);
+    h.create("shop-pending", h.dns_spec(&["www"], &h.zone_id, 300)).await;
+    h.wait_for("shop-pending", "DNSPropagating", |t| condition(t, "DNSReady").is_some_and(|c| c.1 == "DNSPropagating")).await;
+    assert_eq!(h.proxy.calls("CreateDistributionTenant"), 0, "no tenant while the records are PENDING");
+    h.wait_ready("shop-pending").await;
+    assert!(h.dns_proxy.calls("GetChange") >= 3, "two PENDING answers, then INSYNC: {:?}", h.dns_proxy.all_calls());
+    assert_eq!(h.proxy.calls("CreateDistributionTenant"), 1);
+}
+
+#[tokio::test]
+async fn record_of_a_domain_removed_from_the_spec_is_deleted() {
+    let h = Harness::start("dt-dns-orphan").await;
+    h.create("shop-orphan", h.dns_spec(&["www", "api"], &h.zone_id, 300)).await;
+    h.wait_ready("shop-orphan").await;
+    let patch = serde_json::json!({"spec": {"domains": [{"domain": h.domain("www")}]}});
+    h.api().patch("shop-orphan", &PatchParams::default(), &Patch::Merge(patch)).await.unwrap();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let names: Vec<String> = Harness::cnames(&h.route53, &h.zone_id).await.into_iter().map(|r| r.0).collect();
+        if names == [h.domain("www")] {
+            break;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "the orphaned record stayed: {names:?}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let tenant = h
+        .wait_for("shop-orphan", "one owned record", |t| {
+            t.status.as_ref().is_some_and(|s| s.observation.dns_records.len() == 1 && s.observed_generation == Some(2))
+        })
+        .await;
+    assert_eq!(tenant.status.unwrap().observation.dns_records, [h.domain("www")]);
+    let (aws, _) = h.aws_tenant("shop-orphan").await.unwrap();
+    assert_eq!(aws_domains(&aws), [h.domain("www")]);
+}
+
+#[tokio::test]
+async fn deleting_the_object_deletes_only_the_records_it_created() {
+    let h = Harness::start("dt-dns-delete").await;
+    Harness::upsert_cname(&h.route53, &h.zone_id, &h.domain("other"), "someone.example.net").await;
+    h.create("shop-dns-delete", h.dns_spec(&["www", "api"], &h.zone_id, 300)).await;
+    h.wait_ready("shop-dns-delete").await;
+    // Someone repoints one of the tenant's records: it is theirs now.
+    Harness::upsert_cname(&h.route53, &h.zone_id, &h.domain("api"), "elsewhere.example.net").await;
+    h.api().delete("shop-dns-delete", &DeleteParams::default()).await.unwrap();
+    h.wait_gone("shop-dns-delete").await;
+    assert!(h.aws_tenant("shop-dns-delete").await.is_none());
+    let left: Vec<(String, String)> = Harness::cnames(&h.route53, &h.zone_id).await.into_iter().map(|r| (r.0, r.1)).collect();
+    assert_eq!(
+        left,
+        [(h.domain("api"), "elsewhere.example.net".to_owned()), (h.domain("other"), "someone.example.net".to_owned())],
+        "only the record still pointing at CloudFront was deleted"
+    );
+}
+
+#[tokio::test]
+async fn cross_account_role_is_assumed_for_route53_only_and_cached() {
+    let mut h = Harness::start("dt-dns-role").await;
+    let moto = MultiAccountMoto::start().await;
+    h.use_dns_emulator(&moto.endpoint).await;
+    let (theirs, their_zone) = h.other_account_zone(&moto.endpoint).await;
+    let mut spec = h.dns_spec(&["www"], &their_zone, 300);
+    spec.dns.as_mut().unwrap().assume_role_arn = Some(DNS_ROLE.to_owned());
+    h.create("shop-role", spec).await;
+    h.wait_ready("shop-role").await;
+    let records = Harness::cnames(&theirs, &their_zone).await;
+    assert_eq!(records.iter().map(|r| r.0.clone()).collect::<Vec<_>>(), [h.domain("www")], "in account {DNS_ACCOUNT}'s zone");
+    let own = h.route53.list_hosted_zones().send().await.unwrap();
+    assert!(own.hosted_zones().iter().all(|z| !z.id().ends_with(&their_zone)), "the zone is not in the operator's account");
+    assert!(Harness::cnames(&h.route53, &h.zone_id).await.is_empty(), "nothing was written with the operator's own credentials");
+    assert_eq!(h.dns_proxy.calls("AssumeRole"), 1, "credentials are cached: {:?}", h.dns_proxy.all_calls());
+    assert!(h.dns_proxy.calls("ChangeResourceRecordSets") + h.dns_proxy.calls("GetChange") >= 2);
+    assert_eq!(h.proxy.calls("AssumeRole"), 0, "CloudFront calls never use the role");
+}
+
+#[tokio::test]
+async fn route53_throttling_and_prior_request_not_complete_are_retried_after_the_floor() {
+    let timing = Timing { throttle: Duration::from_secs(3), ..TIMING };
+    let h = Harness::start_configured("dt-dns-throttle", DriftPolicy::Enforce, timing).await;
+    h.dns_proxy.inject(Operation::named("ChangeResourceRecordSets"), Fault::PriorRequestNotComplete, 1);
+    h.dns_proxy.inject(Operation::named("GetChange"), Fault::Throttling, 1);
+    h.create("shop-dns-throttle", h.dns_spec(&["www"], &h.zone_id, 300)).await;
+    let tenant = h
+        .wait_for("shop-dns-throttle", "Synced=False/DNSThrottling", |t| condition(t, "Synced").is_some_and(|c| c.1 == "DNSThrottling"))
+        .await;
+    assert!(condition(&tenant, "Synced").unwrap().2.contains("Route 53 was still processing"), "the AWS message is kept");
+    let calls = h.dns_proxy.calls("ChangeResourceRecordSets");
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_eq!(h.dns_proxy.calls("ChangeResourceRecordSets"), calls, "no retry before the throttle floor");
+    // The runtime's error backoff grows with each failure in the Creating state: allow for it.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(90);
+    while condition(&h.api().get("shop-dns-throttle").await.unwrap(), "Ready").is_none_or(|c| c.0 != "True") {
+        assert!(tokio::time::Instant::now() < deadline, "never Ready: {:?}", h.dns_proxy.all_calls());
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    assert_eq!(h.dns_proxy.calls("ChangeResourceRecordSets"), 2, "PriorRequestNotComplete, then accepted");
+    assert!(h.dns_proxy.calls("GetChange") >= 2, "Throttling, then INSYNC");
+    assert!(h.metrics_text().contains("error_type=\"dns_throttling\"} 2"), "{}", h.metrics_text());
+}
+
+#[tokio::test]
+async fn crash_while_deleting_the_records_still_deletes_them_and_releases_the_object() {
+    let mut h = Harness::start("dt-dns-crash").await;
+    h.create("shop-dns-crash", h.dns_spec(&["www"], &h.zone_id, 300)).await;
+    h.wait_ready("shop-dns-crash").await;
+    // Every record change fails from now on: the tenant goes, its records cannot.
+    h.dns_proxy.inject(Operation::named("ChangeResourceRecordSets"), Fault::ServerError(500), usize::MAX);
+    h.api().delete("shop-dns-crash", &DeleteParams::default()).await.unwrap();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    while h.dns_proxy.calls("ChangeResourceRecordSets") < 2 {
+        assert!(tokio::time::Instant::now() < deadline, "no record deletion was attempted");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    h.crash_controller();
+    assert!(h.aws_tenant("shop-dns-crash").await.is_none(), "the tenant went first");
+    assert_eq!(Harness::cnames(&h.route53, &h.zone_id).await.len(), 1, "the record is still there");
+    h.dns_proxy.clear();
+    h.start_controller().await;
+    h.wait_gone("shop-dns-crash").await;
+    assert!(Harness::cnames(&h.route53, &h.zone_id).await.is_empty(), "nothing leaked");
 }

@@ -1,5 +1,5 @@
-//! One DistributionTenant controller per test, against the shared kube-apiserver and MiniStack,
-//! with a fault proxy of its own between the operator and MiniStack.
+//! One DistributionTenant controller per test, against the shared kube-apiserver, MiniStack
+//! (CloudFront, ACM) and moto (Route53, STS), with a fault proxy of its own in front of each.
 
 #![allow(dead_code, clippy::unwrap_used, clippy::panic)]
 
@@ -9,14 +9,16 @@ use std::time::Duration;
 use aws_config::BehaviorVersion;
 use aws_config::retry::RetryConfig;
 use aws_sdk_cloudfront::types::{ConnectionMode, DefaultCacheBehavior, DistributionConfig, Origin, Origins, ViewerProtocolPolicy};
+use aws_sdk_route53::types::{Change, ChangeAction, ChangeBatch, ResourceRecord, ResourceRecordSet, RrType};
 use blockwork_runtime::policy::DRIFT_POLICY_ANNOTATION;
 use blockwork_runtime::{Context, ControllerConfig, DriftPolicy, RuntimeMetrics};
 use blockwork_tenant::api::DomainName;
+use blockwork_tenant::api::{DnsConfig, DnsProvider};
 use blockwork_tenant::cloudfront::Sdk;
-use blockwork_tenant::dns::NoDns;
+use blockwork_tenant::dns::Route53;
 use blockwork_tenant::{CONTROLLER, DistributionTenant, DistributionTenantSpec, GROUP, TenantManager, TenantMetrics, Timing};
 use blockwork_testenv::control_plane::{ControlPlane, control_plane};
-use blockwork_testenv::emulators::ministack;
+use blockwork_testenv::emulators::{ministack, moto};
 use blockwork_testenv::fault_proxy::FaultProxy;
 use kube::api::{Api, PostParams};
 use kube::{Client, CustomResourceExt};
@@ -34,13 +36,29 @@ pub async fn sdk_config(endpoint: &str) -> aws_config::SdkConfig {
         .await
 }
 
-pub const TIMING: Timing = Timing { poll: Duration::from_secs(1), steady: Duration::from_secs(1), failed: Duration::from_secs(2) };
+pub const TIMING: Timing = Timing {
+    poll: Duration::from_secs(1),
+    steady: Duration::from_secs(1),
+    failed: Duration::from_secs(2),
+    throttle: Duration::from_secs(60),
+};
+
+/// The account a cross-account DNS role lives in (moto switches to it on AssumeRole).
+pub const DNS_ACCOUNT: &str = "210987654321";
+pub const DNS_ROLE: &str = "arn:aws:iam::210987654321:role/blockwork-dns";
 
 pub struct Harness {
     pub plane: &'static ControlPlane,
     pub client: Client,
     pub namespace: String,
     pub proxy: FaultProxy,
+    /// Between the operator's Route53 and STS calls and moto.
+    pub dns_proxy: FaultProxy,
+    /// moto's Route53, straight, with the operator's account.
+    pub route53: aws_sdk_route53::Client,
+    /// A hosted zone for this test's domains, in the operator's account.
+    pub zone_id: String,
+    timing: Timing,
     /// Straight to MiniStack, as someone changing the tenant outside Kubernetes would.
     pub aws: aws_sdk_cloudfront::Client,
     /// MiniStack's ACM, straight.
@@ -68,6 +86,10 @@ impl Harness {
     }
 
     pub async fn start_with(prefix: &str, default_drift: DriftPolicy) -> Self {
+        Self::start_configured(prefix, default_drift, TIMING).await
+    }
+
+    pub async fn start_configured(prefix: &str, default_drift: DriftPolicy, timing: Timing) -> Self {
         let plane = control_plane().await.expect("control plane starts");
         plane.install_crds(&[DistributionTenant::crd()]).await.expect("CRD installs");
         let namespace = plane.namespace(prefix).await.expect("namespace is created");
@@ -75,15 +97,24 @@ impl Harness {
         let proxy = FaultProxy::start(&emulator).await.expect("proxy starts");
         let aws = aws_sdk_cloudfront::Client::new(&sdk_config(&emulator).await);
         let distribution_id = multi_tenant_distribution(&aws, &namespace).await;
+        default_connection_group(&aws, &distribution_id, &namespace).await;
         let mut registry = Registry::default();
         let metrics = TenantMetrics::register(&mut registry);
         let runtime_metrics = RuntimeMetrics::register(&mut registry);
         let acm = aws_sdk_acm::Client::new(&sdk_config(&emulator).await);
+        let moto = moto().await.expect("moto starts").endpoint();
+        let dns_proxy = FaultProxy::start(&moto).await.expect("proxy starts");
+        let route53 = aws_sdk_route53::Client::new(&sdk_config(&moto).await);
+        let zone_id = hosted_zone(&route53, &format!("{namespace}.example.com")).await;
         let mut harness = Self {
             plane,
             client: plane.client(),
             namespace,
             proxy,
+            dns_proxy,
+            route53,
+            zone_id,
+            timing,
             aws,
             acm,
             registry,
@@ -100,7 +131,8 @@ impl Harness {
     /// Starts a controller (again): a new process, as far as the objects are concerned.
     pub async fn start_controller(&mut self) {
         let cloudfront = Sdk::new(&sdk_config(&self.proxy.endpoint()).await, Arc::clone(&self.metrics));
-        let manager = TenantManager::<_, NoDns>::new(cloudfront, None, self.default_drift, TIMING, Arc::clone(&self.metrics));
+        let route53 = Route53::new(&sdk_config(&self.dns_proxy.endpoint()).await, Arc::clone(&self.metrics));
+        let manager = TenantManager::new(cloudfront, Some(route53), self.default_drift, self.timing, Arc::clone(&self.metrics));
         let context =
             Context::new(self.client.clone(), manager, ControllerConfig::new(CONTROLLER, GROUP), Arc::clone(&self.runtime_metrics));
         self.controller = Some(tokio::spawn(blockwork_runtime::run(self.api(), context, 4, std::future::pending())));
@@ -128,6 +160,76 @@ impl Harness {
             domains: labels.iter().map(|l| DomainName { domain: self.domain(l) }).collect(),
             ..DistributionTenantSpec::default()
         }
+    }
+
+    /// `spec(labels)` with its CNAMEs managed in `zone_id`.
+    pub fn dns_spec(&self, labels: &[&str], zone_id: &str, ttl: i64) -> DistributionTenantSpec {
+        let dns = DnsConfig { provider: DnsProvider::Route53, hosted_zone_id: zone_id.to_owned(), assume_role_arn: None, ttl };
+        DistributionTenantSpec { dns: Some(dns), ..self.spec(labels) }
+    }
+
+    /// The CNAMEs in a zone as (name without the trailing dot, value, TTL), sorted.
+    pub async fn cnames(route53: &aws_sdk_route53::Client, zone_id: &str) -> Vec<(String, String, i64)> {
+        let output = route53.list_resource_record_sets().hosted_zone_id(zone_id).send().await.expect("records are listed");
+        let mut records: Vec<(String, String, i64)> = output
+            .resource_record_sets()
+            .iter()
+            .filter(|set| set.r#type() == &RrType::Cname)
+            .map(|set| {
+                let value = set.resource_records().first().map(|r| r.value().trim_end_matches('.').to_owned()).unwrap_or_default();
+                (set.name().trim_end_matches('.').to_owned(), value, set.ttl().unwrap_or_default())
+            })
+            .collect();
+        records.sort();
+        records
+    }
+
+    /// Writes a CNAME behind the operator's back.
+    pub async fn upsert_cname(route53: &aws_sdk_route53::Client, zone_id: &str, name: &str, value: &str) {
+        let set = ResourceRecordSet::builder()
+            .name(name)
+            .r#type(RrType::Cname)
+            .ttl(60)
+            .resource_records(ResourceRecord::builder().value(value).build().unwrap())
+            .build()
+            .unwrap();
+        let change = Change::builder().action(ChangeAction::Upsert).resource_record_set(set).build().unwrap();
+        route53
+            .change_resource_record_sets()
+            .hosted_zone_id(zone_id)
+            .change_batch(ChangeBatch::builder().changes(change).build().unwrap())
+            .send()
+            .await
+            .expect("record is written in moto");
+    }
+
+    /// Points the operator's Route53 and STS calls (through a new fault proxy) and `route53` at
+    /// another moto, with a zone of its own there, and restarts the controller.
+    pub async fn use_dns_emulator(&mut self, endpoint: &str) {
+        self.crash_controller();
+        self.dns_proxy = FaultProxy::start(endpoint).await.expect("proxy starts");
+        self.route53 = aws_sdk_route53::Client::new(&sdk_config(endpoint).await);
+        self.zone_id = hosted_zone(&self.route53, &format!("{}.example.com", self.namespace)).await;
+        self.start_controller().await;
+    }
+
+    /// Route53 of `endpoint` as the DNS account (through AssumeRole of [`DNS_ROLE`]), with a
+    /// zone for this test's domains there.
+    pub async fn other_account_zone(&self, endpoint: &str) -> (aws_sdk_route53::Client, String) {
+        let config = sdk_config(endpoint).await;
+        let assumed = aws_sdk_sts::Client::new(&config).assume_role().role_arn(DNS_ROLE).role_session_name("test").send().await.unwrap();
+        let credentials = assumed.credentials().unwrap();
+        let provider = aws_sdk_route53::config::Credentials::new(
+            credentials.access_key_id(),
+            credentials.secret_access_key(),
+            Some(credentials.session_token().to_owned()),
+            None,
+            "test",
+        );
+        let route53 =
+            aws_sdk_route53::Client::from_conf(aws_sdk_route53::config::Builder::from(&config).credentials_provider(provider).build());
+        let zone_id = hosted_zone(&route53, &format!("{}.example.com", self.namespace)).await;
+        (route53, zone_id)
     }
 
     pub async fn create(&self, name: &str, spec: DistributionTenantSpec) -> DistributionTenant {
@@ -228,15 +330,70 @@ impl Harness {
     }
 }
 
-/// (status, reason, message) of a condition in `status.conditions` or `status.tenantConditions`.
+/// A moto of this test's own, killed when dropped. The shared one is pinned to one account
+/// (`MOTO_ACCOUNT_ID`); this one lets AssumeRole switch accounts as AWS does, so that a test can
+/// see in which account records land.
+pub struct MultiAccountMoto {
+    _process: tokio::process::Child,
+    pub endpoint: String,
+}
+
+impl MultiAccountMoto {
+    pub async fn start() -> Self {
+        let tools = std::env::var_os("BLOCKWORK_TOOLS_DIR")
+            .map(std::path::PathBuf::from)
+            .unwrap_or_else(|| std::path::PathBuf::from(std::env::var_os("HOME").unwrap()).join(".cache/blockwork-tools"));
+        let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+        let process = tokio::process::Command::new(tools.join("bin/moto_server"))
+            .args(["-H", "127.0.0.1", "-p", &port.to_string()])
+            .env_remove("MOTO_ACCOUNT_ID")
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .kill_on_drop(true)
+            .spawn()
+            .expect("moto_server starts");
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+        while tokio::net::TcpStream::connect(("127.0.0.1", port)).await.is_err() {
+            assert!(tokio::time::Instant::now() < deadline, "moto_server did not listen");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        Self { _process: process, endpoint: format!("http://127.0.0.1:{port}") }
+    }
+}
+
+/// (status, reason, message) of a condition in `status.conditions`.
 pub fn condition(tenant: &DistributionTenant, type_: &str) -> Option<(String, String, String)> {
     let status = tenant.status.as_ref()?;
-    status
-        .conditions
-        .iter()
-        .chain(status.observation.tenant_conditions.iter())
-        .find(|c| c.type_ == type_)
-        .map(|c| (c.status.clone(), c.reason.clone(), c.message.clone()))
+    status.condition(type_).map(|c| (c.status.clone(), c.reason.clone(), c.message.clone()))
+}
+
+async fn hosted_zone(route53: &aws_sdk_route53::Client, name: &str) -> String {
+    let output = route53
+        .create_hosted_zone()
+        .name(name)
+        .caller_reference(format!("{name}-{:?}", std::time::SystemTime::now()))
+        .send()
+        .await
+        .expect("hosted zone is created in moto");
+    output.hosted_zone().unwrap().id().trim_start_matches("/hostedzone/").to_owned()
+}
+
+/// CloudFront makes the account's default connection group with its first tenant, and a tenant
+/// with managed DNS needs its routing endpoint before it exists: make sure there is one, whatever
+/// order the tests run in.
+async fn default_connection_group(aws: &aws_sdk_cloudfront::Client, distribution_id: &str, namespace: &str) {
+    let groups = aws.list_connection_groups().send().await.expect("connection groups are listed");
+    if groups.connection_groups().iter().any(|g| g.is_default() == Some(true)) {
+        return;
+    }
+    let domain = aws_sdk_cloudfront::types::DomainItem::builder().domain(format!("seed.{namespace}.example.com")).build().unwrap();
+    aws.create_distribution_tenant()
+        .name(format!("seed-{namespace}"))
+        .distribution_id(distribution_id)
+        .domains(domain)
+        .send()
+        .await
+        .expect("a first tenant is created in MiniStack");
 }
 
 /// A `tenant-only` distribution, the kind tenants attach to.
