@@ -44,7 +44,7 @@ pub const CONTROLLER: &str = "tenant";
 /// before deleting them): CloudFront tenant calls, ACM for managed certificates and certificate
 /// coverage, Route53 (and STS for a DNS role in another account) for DNS records. Narrow `hostedzone/*` to your zones, and the role pattern to
 /// the roles named in `spec.dns.assumeRoleArn`.
-pub const IAM_POLICY: &str = include_str!("../iam-policy.json");
+pub const IAM_POLICY: &str = include_str!("../../../docs/iam/cloudfront-tenant-operator-policy.json");
 
 /// Runs the controller over `namespaces` (`None`: all) until `shutdown` completes.
 pub async fn run(
