@@ -7,6 +7,8 @@ use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, PolicyRule, Ro
 use kube::api::ObjectMeta;
 use serde::Serialize;
 
+use blockwork_runtime::rbac::rule;
+
 use crate::controllers::Controller;
 
 /// Where the operator runs: its ServiceAccount, and the namespace of its leader-election Lease.
@@ -20,22 +22,12 @@ pub struct Identity {
 
 /// The rules every controller of the process shares: publishing events.
 pub fn process_rules() -> Vec<PolicyRule> {
-    vec![rule("events.k8s.io", "events", &["create", "patch"])]
+    vec![rule("events.k8s.io", &["events"], &["create", "patch"])]
 }
 
 /// The rules of the leader-election Lease, granted only in the operator's own namespace.
 pub fn leader_election_rules() -> Vec<PolicyRule> {
-    vec![rule("coordination.k8s.io", "leases", &["get", "create", "update", "patch"])]
-}
-
-/// A rule for one resource of one API group (`""` is the core group).
-pub fn rule(group: &str, resource: &str, verbs: &[&str]) -> PolicyRule {
-    PolicyRule {
-        api_groups: Some(vec![group.to_owned()]),
-        resources: Some(vec![resource.to_owned()]),
-        verbs: verbs.iter().map(|v| (*v).to_owned()).collect(),
-        ..PolicyRule::default()
-    }
+    vec![rule("coordination.k8s.io", &["leases"], &["get", "create", "update", "patch"])]
 }
 
 /// The process's rules and the controllers', merged by (group, resource) so each pair appears once.
@@ -125,8 +117,8 @@ mod tests {
 
     #[test]
     fn rules_of_several_controllers_merge_per_resource() {
-        let a = controller(|| vec![rule("", "secrets", &["get", "list"]), rule("events.k8s.io", "events", &["create"])]);
-        let b = controller(|| vec![rule("", "secrets", &["watch", "get"])]);
+        let a = controller(|| vec![rule("", &["secrets"], &["get", "list"]), rule("events.k8s.io", &["events"], &["create"])]);
+        let b = controller(|| vec![rule("", &["secrets"], &["watch", "get"])]);
         let rules = cluster_rules(&[a, b]);
         let secrets = rules.iter().find(|r| r.resources.as_deref() == Some(&["secrets".to_owned()][..])).expect("secrets rule");
         assert_eq!(secrets.verbs, ["get", "list", "watch"]);

@@ -28,10 +28,5 @@ use k8s_openapi::api::rbac::v1::PolicyRule;
 /// The cluster permissions the rotator needs (see `blockwork rbac`; the Kustomize overlays grant
 /// the same, which `tests/overlays.rs` checks). Never `delete`: targets hold signing keys.
 pub fn rbac() -> Vec<PolicyRule> {
-    vec![PolicyRule {
-        api_groups: Some(vec![String::new()]),
-        resources: Some(vec!["secrets".into()]),
-        verbs: ["get", "list", "watch", "create", "update", "patch"].map(String::from).to_vec(),
-        ..PolicyRule::default()
-    }]
+    vec![blockwork_runtime::rbac::rule("", &["secrets"], &["get", "list", "watch", "create", "update", "patch"])]
 }

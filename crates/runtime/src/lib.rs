@@ -12,6 +12,7 @@ pub mod manager;
 pub mod metrics;
 pub mod outcome;
 pub mod policy;
+pub mod rbac;
 pub mod reconciler;
 pub mod shutdown;
 pub mod status;

@@ -25,6 +25,7 @@ pub mod validate;
 use std::future::Future;
 use std::sync::Arc;
 
+use blockwork_runtime::rbac::rule;
 use blockwork_runtime::{Context, ControllerConfig, RuntimeMetrics};
 use futures::{FutureExt as _, StreamExt as _};
 use k8s_openapi::api::rbac::v1::PolicyRule;
@@ -92,16 +93,10 @@ pub async fn run(
 /// The cluster permissions the controller needs (beyond events and leases, which the binary
 /// grants every controller): its own objects, their status and finalizers.
 pub fn rbac() -> Vec<PolicyRule> {
-    let rule = |resources: &[&str], verbs: &[&str]| PolicyRule {
-        api_groups: Some(vec![GROUP.to_owned()]),
-        resources: Some(resources.iter().map(|r| (*r).to_owned()).collect()),
-        verbs: verbs.iter().map(|v| (*v).to_owned()).collect(),
-        ..PolicyRule::default()
-    };
     vec![
-        rule(&["distributiontenants"], &["get", "list", "watch", "patch", "update"]),
-        rule(&["distributiontenants/status"], &["get", "patch", "update"]),
-        rule(&["distributiontenants/finalizers"], &["update"]),
+        rule(GROUP, &["distributiontenants"], &["get", "list", "watch", "patch", "update"]),
+        rule(GROUP, &["distributiontenants/status"], &["get", "patch", "update"]),
+        rule(GROUP, &["distributiontenants/finalizers"], &["update"]),
     ]
 }
 
