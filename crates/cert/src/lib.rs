@@ -7,7 +7,8 @@
 //! - [`api`]: the CRD. [`logic`]: pure decisions (FQDN, zones, token, records, states, admission
 //!   rules). [`zones`]: `--dns-zones`.
 //! - [`aws`]: ACM/Route53 traits, the SDK implementation and its decorators (cache, retry,
-//!   rate limits). [`manager`]: the runtime's `ExternalResource`.
+//!   rate limits). [`manager`]: the runtime's `ExternalResource`. [`publish`]: the ConfigMap
+//!   with the ARN for consumers. [`metrics`]: seed 000's metric suite.
 //!
 //! It runs as the `cert` controller of `blockwork run`, with [`CertArgs`] flattened into that
 //! command's flags.
@@ -89,12 +90,7 @@ pub async fn run(
 /// grants every controller): its own objects, their status and finalizers, and the ConfigMaps
 /// that publish each certificate's ARN ([`publish`]). No Secrets: the certificate stays in ACM.
 pub fn rbac() -> Vec<PolicyRule> {
-    let rule = |group: &str, resources: &[&str], verbs: &[&str]| PolicyRule {
-        api_groups: Some(vec![group.to_owned()]),
-        resources: Some(resources.iter().map(|r| (*r).to_owned()).collect()),
-        verbs: verbs.iter().map(|v| (*v).to_owned()).collect(),
-        ..PolicyRule::default()
-    };
+    use blockwork_runtime::rbac::rule;
     vec![
         rule(GROUP, &["certs"], &["get", "list", "watch", "patch", "update"]),
         rule(GROUP, &["certs/status"], &["get", "patch", "update"]),

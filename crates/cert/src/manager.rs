@@ -1,4 +1,5 @@
-//! The Cert operator's `ExternalResource`: ACM and Route53 calls, and nothing about Kubernetes.
+//! The Cert operator's `ExternalResource`: ACM and Route53 calls, and on Kubernetes only the
+//! ConfigMap that publishes the ARN.
 //!
 //! - `verify` finds the certificate (by the ARN in status, else by FQDN and request-token tag:
 //!   adoption after a crash), writes the DNS validation records while ACM waits for them (an
@@ -7,6 +8,8 @@
 //! - `create` requests the certificate with an idempotency token and owner tags.
 //! - `delete` keeps the certificate unless `deleteOnRemoval`, never deletes one in use, and
 //!   removes only the validation records this operator created.
+//! - `on_success` publishes the ARN in the ConfigMap `<name>-certificate` ([`crate::publish`]),
+//!   which `verify` and `delete` remove when the Cert goes.
 
 use std::collections::HashSet;
 use std::sync::{Arc, Mutex, PoisonError};
