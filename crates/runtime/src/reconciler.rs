@@ -607,16 +607,26 @@ async fn finalize<M: ExternalResource>(
     let mut observation = current.observation.clone();
     let manager = &context.manager;
     let verified = context.timed(Operation::Verify, manager.verify(&request, &mut observation), verify_label).await;
+    // Terminating: an earlier reconcile of this deletion called delete (or saw it under way).
+    let mut deleted = current.state() == ReconcileState::Terminating;
     let plan = match machine::plan_delete(verified) {
         DeletePlan::Delete => {
             let outcome = context.timed(Operation::Delete, manager.delete(&request, &mut observation), delete_label).await;
+            deleted = true;
             machine::after_delete(outcome)
         }
         other => other,
     };
     let settled = match plan {
-        DeletePlan::Release => {
+        // Only a delete call deletes: when verify finds nothing at once (gone already, or
+        // nothing the operator deletes, like a Cert without deleteOnRemoval), the event must not
+        // say so.
+        DeletePlan::Release if deleted => {
             return release(object, api, context, uid, EventType::Normal, "Deleted", "the external resource was deleted").await;
+        }
+        DeletePlan::Release => {
+            let note = "nothing to delete: the external resource is gone, or the operator keeps it";
+            return release(object, api, context, uid, EventType::Normal, "Released", note).await;
         }
         DeletePlan::Delete | DeletePlan::Wait => {
             Settled::waiting(ReconcileState::Terminating, "Deleting", "waiting for the external resource to be deleted".to_owned())

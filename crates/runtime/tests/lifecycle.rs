@@ -452,6 +452,21 @@ async fn resource_already_gone_on_delete_is_not_an_error() {
 }
 
 #[tokio::test]
+async fn nothing_to_delete_releases_without_claiming_a_deletion() {
+    // No periodic reconcile may notice the removal (and recreate the widget) before the delete.
+    let h = Harness::start_slow("delete-nothing", &[ReconcileState::Succeeded]).await;
+    let created = h.create(widget("a", 1)).await;
+    h.wait_for_state("a", ReconcileState::Succeeded).await;
+    h.backend.remove(&token(&created));
+    h.api().delete("a", &DeleteParams::default()).await.unwrap();
+    h.wait_gone("a").await;
+    assert_eq!(h.backend.calls("delete"), 0, "verify found nothing, so nothing was deleted");
+    let events = h.wait_for_event("a", "Released").await;
+    assert!(events.iter().all(|(_, note)| note.contains("nothing to delete")), "{events:?}");
+    assert!(!h.event_reasons("a").await.iter().any(|r| r == "Deleted"), "no Deleted event");
+}
+
+#[tokio::test]
 async fn retryable_delete_error_stays_terminating_then_releases() {
     let h = Harness::start("delete-retry").await;
     h.create(widget("a", 1)).await;
