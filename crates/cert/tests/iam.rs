@@ -1,11 +1,11 @@
-//! The IAM policy shipped in config/iam/cert-operator-policy.json allows every AWS operation
+//! The IAM policy shipped in docs/iam/cert-operator-policy.json allows every AWS operation
 //! the operator's SDK layer calls, and nothing beyond ACM and Route53.
 
 #![allow(clippy::unwrap_used, clippy::panic)]
 
 use std::collections::BTreeSet;
 
-const POLICY: &str = include_str!("../../../config/iam/cert-operator-policy.json");
+const POLICY: &str = include_str!("../../../docs/iam/cert-operator-policy.json");
 const SDK: &str = include_str!("../src/aws/sdk.rs");
 
 fn allowed_actions() -> BTreeSet<String> {
