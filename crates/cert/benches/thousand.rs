@@ -23,6 +23,7 @@ use aws_config::BehaviorVersion;
 use blockwork_cert::{Cert, CertArgs, CertConfig, CertMetrics, CertSpec, CertState};
 use blockwork_runtime::RuntimeMetrics;
 use blockwork_testenv::fault_proxy::FaultProxy;
+use blockwork_testenv::measure::mib;
 use futures::{StreamExt as _, TryStreamExt as _};
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{Api, ListParams, PostParams};
@@ -115,30 +116,18 @@ impl Operator {
 
     /// (VmRSS, VmHWM) in KiB.
     fn memory(&self) -> (u64, u64) {
-        let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id())).unwrap();
-        let field = |name: &str| -> u64 {
-            status.lines().find_map(|l| l.strip_prefix(name)).and_then(|v| v.split_whitespace().next()).unwrap().parse().unwrap()
-        };
-        (field("VmRSS:"), field("VmHWM:"))
+        blockwork_testenv::measure::memory_kib(self.child.id()).unwrap()
     }
 
     /// User + system CPU seconds so far.
     fn cpu_seconds(&self) -> f64 {
-        let stat = std::fs::read_to_string(format!("/proc/{}/stat", self.child.id())).unwrap();
-        let after = &stat[stat.rfind(')').unwrap() + 2..];
-        let fields: Vec<&str> = after.split_whitespace().collect();
-        let ticks: u64 = fields[11].parse::<u64>().unwrap() + fields[12].parse::<u64>().unwrap();
-        ticks as f64 / 100.0
+        blockwork_testenv::measure::cpu_seconds(self.child.id()).unwrap()
     }
 
     fn kill(mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
-}
-
-fn mib(kib: u64) -> String {
-    format!("{:.1} MiB", kib as f64 / 1024.0)
 }
 
 /// The sum of every sample of `name` in the text exposition `text`.

@@ -19,6 +19,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use blockwork_rotator::{Config, Metrics, RotatorArgs};
+use blockwork_testenv::measure::mib;
 use futures::{StreamExt as _, TryStreamExt as _};
 use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::Secret;
@@ -96,30 +97,18 @@ impl Rotator {
 
     /// (VmRSS, VmHWM) in KiB.
     fn memory(&self) -> (u64, u64) {
-        let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id())).unwrap();
-        let field = |name: &str| -> u64 {
-            status.lines().find_map(|l| l.strip_prefix(name)).and_then(|v| v.split_whitespace().next()).unwrap().parse().unwrap()
-        };
-        (field("VmRSS:"), field("VmHWM:"))
+        blockwork_testenv::measure::memory_kib(self.child.id()).unwrap()
     }
 
     /// User + system CPU seconds so far.
     fn cpu_seconds(&self) -> f64 {
-        let stat = std::fs::read_to_string(format!("/proc/{}/stat", self.child.id())).unwrap();
-        let after = &stat[stat.rfind(')').unwrap() + 2..];
-        let fields: Vec<&str> = after.split_whitespace().collect();
-        let ticks: u64 = fields[11].parse::<u64>().unwrap() + fields[12].parse::<u64>().unwrap();
-        ticks as f64 / 100.0
+        blockwork_testenv::measure::cpu_seconds(self.child.id()).unwrap()
     }
 
     fn kill(mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
-}
-
-fn mib(kib: u64) -> String {
-    format!("{:.1} MiB", kib as f64 / 1024.0)
 }
 
 fn cert(i: usize) -> (String, String) {

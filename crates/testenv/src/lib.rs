@@ -7,6 +7,7 @@
 //!   CloudFront tenant APIs moto lacks).
 //! - [`fault_proxy`]: an HTTP proxy between the AWS SDK and an emulator that answers chosen
 //!   calls with real AWS errors, latency or PENDING changes.
+//! - [`measure`]: memory and CPU of a process, for benchmarks.
 //!
 //! The binaries come from `scripts/install-test-tools`, found in `$BLOCKWORK_TOOLS_DIR`
 //! (default `~/.cache/blockwork-tools`).
@@ -14,5 +15,6 @@
 pub mod control_plane;
 pub mod emulators;
 pub mod fault_proxy;
+pub mod measure;
 mod process;
 mod tools;
