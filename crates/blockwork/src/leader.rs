@@ -160,12 +160,17 @@ impl Elector {
                             return Outcome::Lost(reason);
                         }
                     }
-                    None => {
-                        if released(api, &self.lease_name).await {
+                    None => match standby_look(api, &self.lease_name, &self.identity).await {
+                        StandbyLook::Released => return Outcome::Released,
+                        // A Lease update can succeed on the server while its reply is lost:
+                        // the manager's state then says standby forever. A new manager reads
+                        // the Lease afresh and sees this process as the holder.
+                        StandbyLook::HeldByUs => {
+                            debug!(lease = %self.lease_name, "the Lease names this process; re-reading it");
                             return Outcome::Released;
                         }
-                        standby_poll = Instant::now() + RETRY_PERIOD;
-                    }
+                        StandbyLook::HeldByOther => standby_poll = Instant::now() + RETRY_PERIOD,
+                    },
                 },
                 result = &mut change => {
                     let retry_at = match result {
@@ -223,16 +228,30 @@ async fn next_change(manager: &LeaseManager, retry_at: Option<Instant>) -> kube_
     manager.changed().await
 }
 
-/// Whether the Lease has no holder; `false` if it cannot be read.
-async fn released(api: &Api<Lease>, name: &str) -> bool {
+/// What a standby sees of the Lease.
+#[derive(Debug, PartialEq, Eq)]
+enum StandbyLook {
+    /// No holder (or no Lease): compete for it.
+    Released,
+    /// This process holds it, though its manager does not know.
+    HeldByUs,
+    /// Someone else holds it, or it cannot be read.
+    HeldByOther,
+}
+
+async fn standby_look(api: &Api<Lease>, name: &str, identity: &str) -> StandbyLook {
     match timeout(RETRY_PERIOD, api.get_opt(name)).await {
-        Ok(Ok(Some(lease))) => lease.spec.is_none_or(|spec| spec.holder_identity.is_none()),
-        Ok(Ok(None)) => true,
+        Ok(Ok(Some(lease))) => match lease.spec.and_then(|spec| spec.holder_identity) {
+            None => StandbyLook::Released,
+            Some(holder) if holder == identity => StandbyLook::HeldByUs,
+            Some(_) => StandbyLook::HeldByOther,
+        },
+        Ok(Ok(None)) => StandbyLook::Released,
         Ok(Err(e)) => {
             debug!(error = %e, "leader election: cannot read the Lease");
-            false
+            StandbyLook::HeldByOther
         }
-        Err(_) => false,
+        Err(_) => StandbyLook::HeldByOther,
     }
 }
 
