@@ -85,6 +85,8 @@ pub struct Context<M: ExternalResource> {
     api_resources: Mutex<HashMap<(String, String), DependencyKind>>,
     /// Shared with the dependency watch tasks, which look up whom a change concerns.
     dependencies: Arc<Mutex<DependencyIndex<M::Object>>>,
+    /// The caches of the watches [`run`] keeps, one per `Api` it was started with.
+    stores: Mutex<Vec<reflector::Store<M::Object>>>,
 }
 
 #[derive(Clone, Debug)]
@@ -173,6 +175,7 @@ impl<M: ExternalResource> Context<M> {
             metrics,
             attempts: Mutex::default(),
             api_resources: Mutex::default(),
+            stores: Mutex::default(),
             dependencies: Arc::default(),
         })
     }
@@ -187,6 +190,12 @@ impl<M: ExternalResource> Context<M> {
             *entry = (state, 1);
         }
         entry.1 - 1
+    }
+
+    /// Every object the controller's watches hold now, from their caches: for metrics computed
+    /// at scrape time without a watch of their own.
+    pub fn cached(&self) -> Vec<Arc<M::Object>> {
+        self.stores.lock().unwrap_or_else(PoisonError::into_inner).iter().flat_map(reflector::Store::state).collect()
     }
 
     fn forget(&self, uid: &str, object: &ObjectRef<M::Object>) {
@@ -231,6 +240,7 @@ pub async fn run<M: ExternalResource>(
     shutdown: impl Future<Output = ()> + Send + Sync + 'static,
 ) {
     let (reader, writer) = reflector::store();
+    context.stores.lock().unwrap_or_else(PoisonError::into_inner).push(reader.clone());
     // Our own status writes must not trigger reconciles (the requeue decides when to look
     // again), but spec, annotation (policies, pause) and finalizer changes must.
     let triggers = watcher(api, watcher::Config::default().any_semantic())

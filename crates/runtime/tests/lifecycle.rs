@@ -832,3 +832,22 @@ async fn spec_patch_is_the_reconciles_only_write_and_the_next_reconcile_applies_
     assert_eq!(before.status, patched.status, "the spec write carried no status change");
     assert!(h.event_reasons("a").await.contains(&"SpecUpdated".to_owned()));
 }
+
+#[tokio::test]
+async fn the_controllers_cache_is_shared_with_the_operator() {
+    let h = Harness::start("cached").await;
+    h.create(widget("a", 1)).await;
+    h.wait_for_state("a", ReconcileState::Succeeded).await;
+    let context = h.context.clone().unwrap();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    // The cache follows the watch: the status write lands there shortly after the API server.
+    while !context
+        .cached()
+        .iter()
+        .any(|w| w.name_any() == "a" && w.status.as_ref().is_some_and(|s| s.reconcile_state == Some(ReconcileState::Succeeded)))
+    {
+        assert!(tokio::time::Instant::now() < deadline, "the cache never shows the Succeeded widget");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(context.cached().len(), 1, "only this test's namespace is watched");
+}

@@ -27,9 +27,8 @@ use std::sync::Arc;
 
 use blockwork_runtime::rbac::rule;
 use blockwork_runtime::{Context, ControllerConfig, RuntimeMetrics};
-use futures::{FutureExt as _, StreamExt as _};
+use futures::FutureExt as _;
 use k8s_openapi::api::rbac::v1::PolicyRule;
-use kube::runtime::{WatchStreamExt as _, reflector, watcher};
 use kube::{Api, Client};
 use tracing::info;
 
@@ -70,24 +69,11 @@ pub async fn run(
         Some(namespaces) => namespaces.iter().map(|ns| Api::namespaced(client.clone(), ns)).collect(),
     };
     info!(?namespaces, drift_policy = %args.drift_policy, "starting the tenant controller");
+    let counted = Arc::clone(&context);
+    metrics.count_from(move || counted.cached());
     let shutdown = shutdown.boxed().shared();
-    let controllers: Vec<_> =
-        apis.iter().cloned().map(|api| blockwork_runtime::run(api, Arc::clone(&context), concurrency, shutdown.clone())).collect();
-    // The tenant count is computed at scrape time from a store of its own: the runtime keeps
-    // its reflector to itself.
-    let counters = apis.into_iter().map(|api| {
-        let (store, writer) = reflector::store();
-        metrics.count_from(store);
-        let stream = watcher(api, watcher::Config::default()).default_backoff().reflect(writer).for_each(|_| async {});
-        let shutdown = shutdown.clone();
-        async move {
-            tokio::select! {
-                () = stream => {}
-                () = shutdown => {}
-            }
-        }
-    });
-    futures::future::join(futures::future::join_all(controllers), futures::future::join_all(counters)).await;
+    futures::future::join_all(apis.into_iter().map(|api| blockwork_runtime::run(api, Arc::clone(&context), concurrency, shutdown.clone())))
+        .await;
 }
 
 /// The cluster permissions the controller needs (beyond events and leases, which the binary

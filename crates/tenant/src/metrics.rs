@@ -10,7 +10,6 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
-use kube::runtime::reflector::Store;
 use prometheus_client::collector::Collector;
 use prometheus_client::encoding::{DescriptorEncoder, EncodeLabelSet, EncodeMetric};
 use prometheus_client::metrics::MetricType;
@@ -88,16 +87,25 @@ impl TenantMetrics {
         self.aws_call_duration.get_or_create(&OperationLabels { operation: operation.to_owned() }).observe(duration.as_secs_f64());
     }
 
-    /// The store the tenant count is computed from at scrape time; one per watched namespace.
-    pub fn count_from(&self, store: Store<DistributionTenant>) {
-        self.tenants.stores.lock().unwrap_or_else(PoisonError::into_inner).push(store);
+    /// Where the tenant count comes from at scrape time: the controller's own caches
+    /// (`blockwork_runtime::Context::cached`), so counting costs no watch of its own.
+    pub fn count_from(&self, tenants: impl Fn() -> Vec<Arc<DistributionTenant>> + Send + Sync + 'static) {
+        *self.tenants.source.lock().unwrap_or_else(PoisonError::into_inner) = Some(Box::new(tenants));
     }
 }
 
-/// `..._tenants_total`, counted from the reflector stores on each scrape.
-#[derive(Debug, Default)]
+type TenantSource = Box<dyn Fn() -> Vec<Arc<DistributionTenant>> + Send + Sync>;
+
+/// `..._tenants_total`, counted from the controller's caches on each scrape.
+#[derive(Default)]
 struct TenantCount {
-    stores: Mutex<Vec<Store<DistributionTenant>>>,
+    source: Mutex<Option<TenantSource>>,
+}
+
+impl std::fmt::Debug for TenantCount {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TenantCount").finish_non_exhaustive()
+    }
 }
 
 /// Tenants per (namespace, Ready/NotReady).
@@ -113,9 +121,7 @@ pub fn count_tenants<'a>(tenants: impl IntoIterator<Item = &'a DistributionTenan
 
 impl Collector for TenantCount {
     fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
-        let stores = self.stores.lock().unwrap_or_else(PoisonError::into_inner);
-        let snapshot: Vec<Arc<DistributionTenant>> = stores.iter().flat_map(Store::state).collect();
-        drop(stores);
+        let snapshot = self.source.lock().unwrap_or_else(PoisonError::into_inner).as_ref().map(|tenants| tenants()).unwrap_or_default();
         let counts = count_tenants(snapshot.iter().map(Arc::as_ref));
         let name = format!("{PREFIX}_tenants_total");
         let mut metric =
@@ -158,7 +164,7 @@ mod tests {
         let mut registry = Registry::default();
         let metrics = TenantMetrics::register(&mut registry);
         let (store, mut writer) = kube::runtime::reflector::store();
-        metrics.count_from(store);
+        metrics.count_from(move || store.state());
         let mut ready = tenant("shop", Some(true));
         ready.metadata.name = Some("a".to_owned());
         writer.apply_watcher_event(&kube::runtime::watcher::Event::Apply(ready));

@@ -344,6 +344,8 @@ pub struct Harness {
     pub backend: Backend,
     pub registry: Registry,
     controller: Option<JoinHandle<()>>,
+    /// The running controller's context.
+    pub context: Option<Arc<Context<WidgetManager>>>,
     plane: &'static ControlPlane,
     slow_states: Vec<ReconcileState>,
 }
@@ -372,6 +374,7 @@ impl Harness {
             backend: Backend::default(),
             registry: Registry::with_prefix("blockwork"),
             controller: None,
+            context: None,
             plane,
             slow_states: slow_states.to_vec(),
         };
@@ -385,6 +388,7 @@ impl Harness {
         let manager = WidgetManager { backend: self.backend.clone(), default_deletion, slow_states: self.slow_states.clone() };
         let client = self.plane.client();
         let context = Context::new(client.clone(), manager, ControllerConfig::new("widget", GROUP), metrics);
+        self.context = Some(Arc::clone(&context));
         let api: Api<Widget> = Api::namespaced(client, &self.namespace);
         self.controller = Some(tokio::spawn(blockwork_runtime::run(api, context, 4, std::future::pending())));
     }
