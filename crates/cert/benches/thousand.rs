@@ -15,7 +15,7 @@
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -23,7 +23,7 @@ use aws_config::BehaviorVersion;
 use blockwork_cert::{Cert, CertArgs, CertConfig, CertMetrics, CertSpec, CertState};
 use blockwork_runtime::RuntimeMetrics;
 use blockwork_testenv::fault_proxy::FaultProxy;
-use blockwork_testenv::measure::mib;
+use blockwork_testenv::measure::{MeasuredChild, mib};
 use futures::{StreamExt as _, TryStreamExt as _};
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{Api, ListParams, PostParams};
@@ -92,13 +92,10 @@ async fn child() {
     blockwork_cert::run(client, config, runtime_metrics, metrics, None, CONCURRENCY, std::future::pending()).await.unwrap();
 }
 
-struct Operator {
-    child: Child,
-}
-
-impl Operator {
-    fn spawn(kubeconfig: &Path, zones: &str, endpoint: &str, metrics_file: &Path) -> Self {
-        let child = Command::new(std::env::current_exe().unwrap())
+/// The bench binary itself in `--child` mode: the cert controller.
+fn spawn_operator(kubeconfig: &Path, zones: &str, endpoint: &str, metrics_file: &Path) -> MeasuredChild {
+    MeasuredChild::spawn(
+        Command::new(std::env::current_exe().unwrap())
             .arg("--child")
             .env("KUBECONFIG", kubeconfig)
             .env("BENCH_DNS_ZONES", zones)
@@ -108,26 +105,9 @@ impl Operator {
             .env("AWS_SECRET_ACCESS_KEY", "test")
             .env("RUST_LOG", "warn")
             .stdout(Stdio::null())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .unwrap();
-        Self { child }
-    }
-
-    /// (VmRSS, VmHWM) in KiB.
-    fn memory(&self) -> (u64, u64) {
-        blockwork_testenv::measure::memory_kib(self.child.id()).unwrap()
-    }
-
-    /// User + system CPU seconds so far.
-    fn cpu_seconds(&self) -> f64 {
-        blockwork_testenv::measure::cpu_seconds(self.child.id()).unwrap()
-    }
-
-    fn kill(mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
+            .stderr(Stdio::inherit()),
+    )
+    .unwrap()
 }
 
 /// The sum of every sample of `name` in the text exposition `text`.
@@ -177,9 +157,9 @@ async fn bench() {
     let metrics_file = plane.dir().join("cert-bench-metrics.txt");
     let _ = std::fs::remove_file(&metrics_file);
 
-    let operator = Operator::spawn(plane.kubeconfig_path(), &zone_flag, &proxy.endpoint(), &metrics_file);
+    let operator = spawn_operator(plane.kubeconfig_path(), &zone_flag, &proxy.endpoint(), &metrics_file);
     tokio::time::sleep(Duration::from_secs(2)).await;
-    let (idle_rss, _) = operator.memory();
+    let (idle_rss, _) = operator.memory().unwrap();
 
     let api: Api<Cert> = Api::namespaced(client.clone(), &namespace);
     let started = Instant::now();
@@ -208,7 +188,7 @@ async fn bench() {
     let mut last_report = Instant::now();
     let all_ready = loop {
         let ready = ready_count(&api).await;
-        peak_rss = peak_rss.max(operator.memory().0);
+        peak_rss = peak_rss.max(operator.memory().unwrap().0);
         if ready == CERTS {
             break started.elapsed();
         }
@@ -220,8 +200,8 @@ async fn bench() {
         tokio::time::sleep(Duration::from_secs(1)).await;
     };
     let calls = calls_by_operation(&proxy);
-    let (rss_ready, hwm_ready) = operator.memory();
-    let cpu = operator.cpu_seconds();
+    let (rss_ready, hwm_ready) = operator.memory().unwrap();
+    let cpu = operator.cpu_seconds().unwrap();
     tokio::time::sleep(Duration::from_secs(2)).await;
     let metrics = std::fs::read_to_string(&metrics_file).unwrap();
     let throttled = metric_sum(&metrics, "cert_operator_throttling_events_total");
@@ -237,7 +217,7 @@ async fn bench() {
     let before_quiet = proxy.all_calls().values().sum::<usize>();
     tokio::time::sleep(QUIET).await;
     let quiet_calls = proxy.all_calls().values().sum::<usize>() - before_quiet;
-    let (rss_end, hwm_end) = operator.memory();
+    let (rss_end, hwm_end) = operator.memory().unwrap();
     operator.kill();
 
     let acm: usize = calls.iter().filter(|(op, _)| ACM_OPERATIONS.contains(&op.as_str())).map(|(_, n)| n).sum();

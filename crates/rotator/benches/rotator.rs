@@ -15,11 +15,11 @@
 
 use std::collections::BTreeMap;
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use blockwork_rotator::{Config, Metrics, RotatorArgs};
-use blockwork_testenv::measure::mib;
+use blockwork_testenv::measure::{MeasuredChild, mib};
 use futures::{StreamExt as _, TryStreamExt as _};
 use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::Secret;
@@ -78,37 +78,17 @@ where
     futures::join!(printer, drain);
 }
 
-struct Rotator {
-    child: Child,
-}
-
-impl Rotator {
-    fn spawn(mode: &str, kubeconfig: &Path) -> Self {
-        let child = Command::new(std::env::current_exe().unwrap())
+/// The bench binary itself in `--child mode`.
+fn spawn_child(mode: &str, kubeconfig: &Path) -> MeasuredChild {
+    MeasuredChild::spawn(
+        Command::new(std::env::current_exe().unwrap())
             .args(["--child", mode])
             .env("KUBECONFIG", kubeconfig)
             .env("RUST_LOG", "warn")
             .stdout(Stdio::null())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .unwrap();
-        Self { child }
-    }
-
-    /// (VmRSS, VmHWM) in KiB.
-    fn memory(&self) -> (u64, u64) {
-        blockwork_testenv::measure::memory_kib(self.child.id()).unwrap()
-    }
-
-    /// User + system CPU seconds so far.
-    fn cpu_seconds(&self) -> f64 {
-        blockwork_testenv::measure::cpu_seconds(self.child.id()).unwrap()
-    }
-
-    fn kill(mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
+            .stderr(Stdio::inherit()),
+    )
+    .unwrap()
 }
 
 fn cert(i: usize) -> (String, String) {
@@ -209,30 +189,30 @@ async fn bench() {
             secret(&format!("source-{i}"), annotations, data, "kubernetes.io/tls")
         })
         .collect();
-    let rotator = Rotator::spawn("rotator", &kubeconfig);
+    let rotator = spawn_child("rotator", &kubeconfig);
     tokio::time::sleep(Duration::from_secs(2)).await;
-    let idle = rotator.memory();
+    let idle = rotator.memory().unwrap();
     let started = Instant::now();
     create_all(&sources_api, sources).await;
     wait_for_targets(&sources_api, &expected).await;
     let first_sight = started.elapsed();
     tokio::time::sleep(SETTLE).await;
-    let only_sources = rotator.memory();
+    let only_sources = rotator.memory().unwrap();
     rotator.kill();
 
     // 2. Restarted with only the sources (and their targets) in the cluster: the baseline of a
     //    start-up.
-    let rotator = Rotator::spawn("rotator", &kubeconfig);
+    let rotator = spawn_child("rotator", &kubeconfig);
     tokio::time::sleep(SETTLE).await;
-    let restarted_small = rotator.memory();
+    let restarted_small = rotator.memory().unwrap();
 
     // 3. 10,000 unrelated Secrets stream past the running rotator.
     let started = Instant::now();
     create_unrelated(&unrelated_api).await;
     let created_in = started.elapsed();
     tokio::time::sleep(SETTLE).await;
-    let cpu_streamed = rotator.cpu_seconds();
-    let with_unrelated = rotator.memory();
+    let cpu_streamed = rotator.cpu_seconds().unwrap();
+    let with_unrelated = rotator.memory().unwrap();
     rotator.kill();
 
     // 4. Every source renewed while the rotator is down; a fresh rotator lists all 10,200
@@ -244,11 +224,11 @@ async fn bench() {
         expected.insert(format!("target-{i}"), crt.clone());
     }
     let started = Instant::now();
-    let rotator = Rotator::spawn("rotator", &kubeconfig);
+    let rotator = spawn_child("rotator", &kubeconfig);
     wait_for_targets(&sources_api, &expected).await;
     let catch_up = started.elapsed();
     tokio::time::sleep(SETTLE).await;
-    let restarted = rotator.memory();
+    let restarted = rotator.memory().unwrap();
 
     // 4. Latency: 200 rotations, one at a time, timed from just before the source update to the
     //    watch event of the target with the new certificate in next-tls.
@@ -264,7 +244,7 @@ async fn bench() {
     });
     tokio::time::sleep(Duration::from_secs(2)).await;
     while rx.try_recv().is_ok() {}
-    let cpu_at_rotations = rotator.cpu_seconds();
+    let cpu_at_rotations = rotator.cpu_seconds().unwrap();
     let mut latencies = Vec::with_capacity(ROTATIONS);
     for r in 0..ROTATIONS {
         let i = r % SOURCES;
@@ -281,8 +261,8 @@ async fn bench() {
             }
         }
     }
-    let cpu_rotations = rotator.cpu_seconds() - cpu_at_rotations;
-    let after_rotations = rotator.memory();
+    let cpu_rotations = rotator.cpu_seconds().unwrap() - cpu_at_rotations;
+    let after_rotations = rotator.memory().unwrap();
     watch.abort();
     rotator.kill();
     latencies.sort();
@@ -291,18 +271,18 @@ async fn bench() {
     // 5. What caching every Secret would cost, in the same cluster.
     let mut naive = Vec::new();
     for mode in ["full-cache", "metadata-cache"] {
-        let cache = Rotator::spawn(mode, &kubeconfig);
+        let cache = spawn_child(mode, &kubeconfig);
         tokio::time::sleep(Duration::from_secs(15)).await;
-        naive.push((mode, cache.memory()));
+        naive.push((mode, cache.memory().unwrap()));
         cache.kill();
     }
 
     // 6. Twice as many unrelated Secrets, and a restart: memory does not follow their number.
     let more_ns = plane.namespace("bench-unrelated-more").await.unwrap();
     create_unrelated(&Api::namespaced(client.clone(), &more_ns)).await;
-    let rotator = Rotator::spawn("rotator", &kubeconfig);
+    let rotator = spawn_child("rotator", &kubeconfig);
     tokio::time::sleep(Duration::from_secs(15)).await;
-    let doubled = rotator.memory();
+    let doubled = rotator.memory().unwrap();
     rotator.kill();
 
     println!();

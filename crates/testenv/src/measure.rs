@@ -2,6 +2,40 @@
 //! child process.
 
 use std::io;
+use std::process::{Child, Command};
+
+/// A child process a benchmark measures (the operator, typically the bench binary itself in a
+/// `--child` mode); killed when dropped.
+#[derive(Debug)]
+pub struct MeasuredChild(Child);
+
+impl MeasuredChild {
+    pub fn spawn(command: &mut Command) -> io::Result<Self> {
+        command.spawn().map(Self)
+    }
+
+    /// (VmRSS, VmHWM) in KiB.
+    pub fn memory(&self) -> io::Result<(u64, u64)> {
+        memory_kib(self.0.id())
+    }
+
+    /// User + system CPU seconds so far.
+    pub fn cpu_seconds(&self) -> io::Result<f64> {
+        cpu_seconds(self.0.id())
+    }
+
+    /// Kills the child and waits for it.
+    pub fn kill(self) {
+        drop(self);
+    }
+}
+
+impl Drop for MeasuredChild {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
 
 /// (VmRSS, VmHWM) of `pid` in KiB: resident memory now, and its peak.
 pub fn memory_kib(pid: u32) -> io::Result<(u64, u64)> {
