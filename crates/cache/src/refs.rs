@@ -27,7 +27,7 @@ pub enum Hold {
 /// (`blockwork_runtime::policy`).
 pub fn hold(annotations: &BTreeMap<String, String>) -> Option<Hold> {
     let checked = policy::paused(annotations).and_then(|paused| {
-        policy::unknown_annotation(annotations, CACHE_ANNOTATIONS)?;
+        policy::unknown_annotation(annotations, policy::PREFIX, CACHE_ANNOTATIONS)?;
         if let Some(value) = annotations.get(HIGH_AVAILABILITY_ANNOTATION) {
             return Err(AnnotationError::invalid(
                 HIGH_AVAILABILITY_ANNOTATION,

@@ -56,9 +56,10 @@ pub fn parse_flag(annotation: &str, value: &str) -> Result<bool, AnnotationError
     }
 }
 
-/// The first key under [`PREFIX`] that is not in `known`, as an error listing `known`.
-pub fn unknown_annotation(annotations: &BTreeMap<String, String>, known: &[&str]) -> Result<(), AnnotationError> {
-    match annotations.iter().find(|(key, _)| key.starts_with(PREFIX) && !known.contains(&key.as_str())) {
+/// The first key under `prefix` (e.g. [`PREFIX`]) that is not in `known`, as an error listing
+/// `known`.
+pub fn unknown_annotation(annotations: &BTreeMap<String, String>, prefix: &str, known: &[&str]) -> Result<(), AnnotationError> {
+    match annotations.iter().find(|(key, _)| key.starts_with(prefix) && !known.contains(&key.as_str())) {
         Some((key, value)) => Err(AnnotationError::invalid(key, value, format!("one of the annotations {}", known.join(", ")))),
         None => Ok(()),
     }
@@ -182,7 +183,7 @@ impl Policies {
         default_deletion: DeletionPolicy,
         default_drift: DriftPolicy,
     ) -> Result<Self, AnnotationError> {
-        unknown_annotation(annotations, RUNTIME_ANNOTATIONS)?;
+        unknown_annotation(annotations, PREFIX, RUNTIME_ANNOTATIONS)?;
         let paused = paused(annotations)?;
         let access = annotations.get(ACCESS_ANNOTATION).map(|v| v.parse()).transpose()?.unwrap_or_default();
         let deletion = annotations.get(DELETION_POLICY_ANNOTATION).map(|v| v.parse()).transpose()?.unwrap_or(default_deletion);
@@ -207,7 +208,7 @@ pub fn paused(annotations: &BTreeMap<String, String>) -> Result<bool, Annotation
 /// decide it (access and deletion policy, and keys nobody reads, which may be a misspelt
 /// deletion policy), so a misspelt drift policy cannot block deletion.
 pub fn deletes_on_delete(annotations: &BTreeMap<String, String>, default_deletion: DeletionPolicy) -> Result<bool, AnnotationError> {
-    unknown_annotation(annotations, RUNTIME_ANNOTATIONS)?;
+    unknown_annotation(annotations, PREFIX, RUNTIME_ANNOTATIONS)?;
     let access: AccessPermissions = annotations.get(ACCESS_ANNOTATION).map(|v| v.parse()).transpose()?.unwrap_or_default();
     let deletion = annotations.get(DELETION_POLICY_ANNOTATION).map(|v| v.parse()).transpose()?.unwrap_or(default_deletion);
     Ok(deletion == DeletionPolicy::Delete && access.delete)
