@@ -102,7 +102,14 @@ async fn every_hostile_manifest_is_refused_at_its_layer_naming_the_field() {
         }
     }
     assert!(operator.child.try_wait().unwrap().is_none(), "blockwork run exited during the corpus\n{}", operator.logs());
-    assert!(failures.is_empty(), "{} of {} cases failed:\n{}\n\noperator log:\n{}", failures.len(), results.len(), failures.join("\n"), operator.logs());
+    assert!(
+        failures.is_empty(),
+        "{} of {} cases failed:\n{}\n\noperator log:\n{}",
+        failures.len(),
+        results.len(),
+        failures.join("\n"),
+        operator.logs()
+    );
 }
 
 /// Every `*.yaml` of the corpus, by file name.
@@ -120,7 +127,10 @@ fn corpus() -> Vec<(String, Case)> {
             let case: Case = serde_saphyr::from_str(&std::fs::read_to_string(&path).unwrap())
                 .unwrap_or_else(|e| panic!("{}: not a corpus case: {e}", path.display()));
             if matches!(case.expect.layer, Layer::Condition) {
-                assert!(case.expect.condition.is_some() && case.expect.reason.is_some(), "{name}: a condition case names the condition and reason");
+                assert!(
+                    case.expect.condition.is_some() && case.expect.reason.is_some(),
+                    "{name}: a condition case names the condition and reason"
+                );
             }
             if matches!(case.expect.layer, Layer::Event) {
                 assert!(case.expect.reason.is_some(), "{name}: an event case names the reason");
@@ -222,7 +232,8 @@ async fn resource_of(client: &Client, object: &Value) -> Result<kube::discovery:
     let api_version = object["apiVersion"].as_str().ok_or("the manifest has no apiVersion")?;
     let kind = object["kind"].as_str().ok_or("the manifest has no kind")?;
     let (group, version) = api_version.rsplit_once('/').unwrap_or(("", api_version));
-    let (resource, _) = pinned_kind(client, &GroupVersionKind::gvk(group, version, kind)).await.map_err(|e| format!("{api_version} {kind}: {e}"))?;
+    let (resource, _) =
+        pinned_kind(client, &GroupVersionKind::gvk(group, version, kind)).await.map_err(|e| format!("{api_version} {kind}: {e}"))?;
     Ok(resource)
 }
 
@@ -251,7 +262,8 @@ struct Operator {
 impl Operator {
     async fn start() -> Self {
         let plane = blockwork_testenv::control_plane::control_plane().await.unwrap();
-        let (moto, ministack) = (blockwork_testenv::emulators::moto().await.unwrap(), blockwork_testenv::emulators::ministack().await.unwrap());
+        let (moto, ministack) =
+            (blockwork_testenv::emulators::moto().await.unwrap(), blockwork_testenv::emulators::ministack().await.unwrap());
         let dir = tempfile::tempdir().unwrap();
         let tls = blockwork_webhook::TlsMaterial::self_signed(&["127.0.0.1"]).unwrap();
         std::fs::write(dir.path().join("tls.crt"), &tls.cert_pem).unwrap();
@@ -261,11 +273,8 @@ impl Operator {
         let url = format!("https://127.0.0.1:{port}");
         let ca_file = dir.path().join("ca.crt");
         let location = |command: &str| {
-            let output = std::process::Command::new(BIN)
-                .args([command, "--webhook-url", &url, "--webhook-ca-file"])
-                .arg(&ca_file)
-                .output()
-                .unwrap();
+            let output =
+                std::process::Command::new(BIN).args([command, "--webhook-url", &url, "--webhook-ca-file"]).arg(&ca_file).output().unwrap();
             assert!(output.status.success(), "blockwork {command}: {}", String::from_utf8_lossy(&output.stderr));
             String::from_utf8(output.stdout).unwrap()
         };

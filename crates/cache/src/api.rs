@@ -121,7 +121,9 @@ fn memory_rule() -> String {
 }
 
 fn memory_message() -> String {
-    format!("memory must be from {MIN_MEMORY} to {MAX_MEMORY}: less leaves a server no room for data, more is one process too many (shard it)")
+    format!(
+        "memory must be from {MIN_MEMORY} to {MAX_MEMORY}: less leaves a server no room for data, more is one process too many (shard it)"
+    )
 }
 
 fn default_replicas() -> i32 {

@@ -183,9 +183,12 @@ mod tests {
 
     #[test]
     fn an_annotation_that_is_not_a_high_availability_object_is_refused() {
-        for (annotation, expected) in
-            [("yes", "not JSON"), ("[true]", "not an object"), (r#"{"enabled":"yes"}"#, "invalid type"), (r#"{"enable":true}"#, "\"enable\"")]
-        {
+        for (annotation, expected) in [
+            ("yes", "not JSON"),
+            ("[true]", "not an object"),
+            (r#"{"enabled":"yes"}"#, "invalid type"),
+            (r#"{"enable":true}"#, "\"enable\""),
+        ] {
             let alpha = alpha_with(json!({"engine": "redis", "memory": "64Mi", "replicas": 3}), annotation);
             let error = convert(alpha, V1BETA1).expect_err(annotation);
             assert!(error.contains(expected) && error.contains(HIGH_AVAILABILITY_ANNOTATION), "{annotation}: {error}");

@@ -114,10 +114,7 @@ mod tests {
     }
 
     fn secret(keys: &[&str]) -> Secret {
-        Secret {
-            data: Some(keys.iter().map(|k| ((*k).to_owned(), ByteString(b"x".to_vec()))).collect()),
-            ..Secret::default()
-        }
+        Secret { data: Some(keys.iter().map(|k| ((*k).to_owned(), ByteString(b"x".to_vec()))).collect()), ..Secret::default() }
     }
 
     #[test]
@@ -133,9 +130,7 @@ mod tests {
 
     #[test]
     fn an_invalid_pause_value_holds_the_cache_as_an_invalid_annotation() {
-        let Some(Hold::InvalidAnnotation(error)) = hold(&annotations(&[(PAUSED_ANNOTATION, "yes")])) else {
-            unreachable!("held")
-        };
+        let Some(Hold::InvalidAnnotation(error)) = hold(&annotations(&[(PAUSED_ANNOTATION, "yes")])) else { unreachable!("held") };
         assert!(error.to_string().contains("true or false"), "{error}");
     }
 

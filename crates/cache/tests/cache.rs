@@ -333,7 +333,9 @@ async fn names_that_cannot_name_the_derived_objects_are_rejected() {
     }
     let longest = "a".repeat(46);
     h.caches().create(&PostParams::default(), &cache(&longest, Engine::Redis, "64Mi", 1)).await.unwrap();
-    let service = h.eventually("the headless Service", async || h.api::<Service>().get_opt(&format!("{longest}-cache-headless")).await.unwrap()).await;
+    let service = h
+        .eventually("the headless Service", async || h.api::<Service>().get_opt(&format!("{longest}-cache-headless")).await.unwrap())
+        .await;
     assert_eq!(service.name_any().len(), 61);
 }
 
@@ -393,7 +395,9 @@ async fn a_missing_tls_secret_is_a_condition_that_clears_when_the_secret_appears
     c.spec.tls = Some(Tls { enabled: true, secret_name: Some("c-tls".into()) });
     h.caches().create(&PostParams::default(), &c).await.unwrap();
     let (status, reason, message) = h
-        .eventually("ResolvedRefs=False", async || condition(&h.caches().get("c").await.unwrap(), "ResolvedRefs").filter(|c| c.0 == "False"))
+        .eventually("ResolvedRefs=False", async || {
+            condition(&h.caches().get("c").await.unwrap(), "ResolvedRefs").filter(|c| c.0 == "False")
+        })
         .await;
     assert_eq!((status.as_str(), reason.as_str()), ("False", "TLSSecretNotFound"));
     assert!(message.contains("c-tls"), "{message}");
@@ -415,8 +419,9 @@ async fn a_missing_tls_secret_is_a_condition_that_clears_when_the_secret_appears
     .await;
     // The Secret is watched: completing it clears the condition without touching the Cache.
     secrets.replace("c-tls", &PostParams::default(), &secret(&["tls.crt", "tls.key"])).await.unwrap();
-    let resolved =
-        h.eventually("ResolvedRefs=True", async || condition(&h.caches().get("c").await.unwrap(), "ResolvedRefs").filter(|c| c.0 == "True")).await;
+    let resolved = h
+        .eventually("ResolvedRefs=True", async || condition(&h.caches().get("c").await.unwrap(), "ResolvedRefs").filter(|c| c.0 == "True"))
+        .await;
     assert_eq!(resolved.1, "ResolvedRefs");
     assert_eq!(condition(&h.caches().get("c").await.unwrap(), "Ready").unwrap().1, "ReplicasNotReady");
 }
@@ -477,9 +482,8 @@ async fn an_owned_object_the_api_server_refuses_is_a_condition_and_a_warning_eve
     let h = Harness::start("cache-apply-fails").await;
     let policy = NoServices::install(&h).await;
     h.caches().create(&PostParams::default(), &cache("c", Engine::Redis, "64Mi", 1)).await.unwrap();
-    let (status, reason, message) = h
-        .eventually("Synced=False", async || condition(&h.caches().get("c").await.unwrap(), "Synced").filter(|c| c.0 == "False"))
-        .await;
+    let (status, reason, message) =
+        h.eventually("Synced=False", async || condition(&h.caches().get("c").await.unwrap(), "Synced").filter(|c| c.0 == "False")).await;
     assert_eq!((status.as_str(), reason.as_str()), ("False", "ApplyFailed"));
     assert!(message.contains("applying Service c-cache") && message.contains("Services are not allowed"), "{message}");
     let notes = h.eventually("a Warning event", async || Some(warnings(&h, "c", "ApplyFailed").await).filter(|n| !n.is_empty())).await;
@@ -498,9 +502,8 @@ async fn a_paused_cache_is_left_alone_and_an_invalid_pause_value_holds_it_with_a
     let mut c = cache("c", Engine::Redis, "64Mi", 1);
     c.metadata.annotations = Some([("blockwork.dev/paused".to_owned(), "yes".to_owned())].into());
     h.caches().create(&PostParams::default(), &c).await.unwrap();
-    let (_, reason, message) = h
-        .eventually("Synced=False", async || condition(&h.caches().get("c").await.unwrap(), "Synced").filter(|c| c.0 == "False"))
-        .await;
+    let (_, reason, message) =
+        h.eventually("Synced=False", async || condition(&h.caches().get("c").await.unwrap(), "Synced").filter(|c| c.0 == "False")).await;
     assert_eq!(reason, "InvalidAnnotation");
     assert!(message.contains("blockwork.dev/paused") && message.contains("true or false"), "{message}");
     h.eventually("a Warning event", async || (!warnings(&h, "c", "InvalidAnnotation").await.is_empty()).then_some(())).await;

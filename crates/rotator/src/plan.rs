@@ -285,7 +285,10 @@ pub fn plan(input: &Input<'_>) -> Plan {
             let adopt = match keys.flag(target.annotations(), &keys.adopt) {
                 Ok(adopt) => adopt,
                 Err(invalid) => {
-                    return blocked(Some(target_name.clone()), Blocked::InvalidAnnotation(format!("on the target {target_name}: {invalid}")));
+                    return blocked(
+                        Some(target_name.clone()),
+                        Blocked::InvalidAnnotation(format!("on the target {target_name}: {invalid}")),
+                    );
                 }
             };
             if adopt {

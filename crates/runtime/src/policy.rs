@@ -280,7 +280,10 @@ mod tests {
         assert_eq!(deletes(&[(DRIFT_POLICY_ANNOTATION, "sometimes")]), Ok(true), "an invalid drift policy does not matter here");
         assert_eq!(deletes(&[(ACCESS_ANNOTATION, "CU")]), Ok(false));
         assert_eq!(deletes(&[(DELETION_POLICY_ANNOTATION, "Orphan")]), Ok(false));
-        assert_eq!(deletes(&[(DELETION_POLICY_ANNOTATION, "Orpahn")]).map_err(|e| e.annotation), Err(DELETION_POLICY_ANNOTATION.to_owned()));
+        assert_eq!(
+            deletes(&[(DELETION_POLICY_ANNOTATION, "Orpahn")]).map_err(|e| e.annotation),
+            Err(DELETION_POLICY_ANNOTATION.to_owned())
+        );
         assert_eq!(deletes(&[(ACCESS_ANNOTATION, "CUX")]).map_err(|e| e.annotation), Err(ACCESS_ANNOTATION.to_owned()));
     }
 

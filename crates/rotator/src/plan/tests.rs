@@ -413,7 +413,11 @@ fn a_misspelt_rotator_annotation_on_the_source_blocks_it() {
     let mut src = source("cert", "key");
     src.annotations_mut().insert(keys().jwks.replace("jwks", "jwk"), "true".into());
     let plan = run(&src, None);
-    assert!(matches!(&plan.action, Action::Blocked(Blocked::InvalidAnnotation(why)) if why.contains("/jwk\"") || why.contains("/jwk=")), "{:?}", plan.action);
+    assert!(
+        matches!(&plan.action, Action::Blocked(Blocked::InvalidAnnotation(why)) if why.contains("/jwk\"") || why.contains("/jwk=")),
+        "{:?}",
+        plan.action
+    );
 }
 
 #[test]
