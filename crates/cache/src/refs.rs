@@ -81,10 +81,7 @@ pub fn check_tls_secret(cache: &Cache, secret: Option<&Secret>) -> Result<(), Un
     if topology(cache) != Topology::Standalone {
         needed.push("ca.crt");
     }
-    let has = |key: &str| {
-        secret.data.as_ref().and_then(|d| d.get(key)).is_some_and(|v| !v.0.is_empty())
-            || secret.string_data.as_ref().and_then(|d| d.get(key)).is_some_and(|v| !v.is_empty())
-    };
+    let has = |key: &str| secret.data.as_ref().and_then(|d| d.get(key)).is_some_and(|v| !v.0.is_empty());
     let missing: Vec<&'static str> = needed.into_iter().filter(|key| !has(key)).collect();
     if missing.is_empty() { Ok(()) } else { Err(Unresolved::SecretIncomplete { name: name.to_owned(), missing }) }
 }
