@@ -178,7 +178,7 @@ pub struct ManagedCertificateRequest {
     /// Who serves the HTTP validation token: `cloudfront` (needs the CNAMEs to resolve to
     /// CloudFront first) or `self-hosted` (your origin serves it).
     pub validation_token_host: ValidationTokenHost,
-    /// The certificate's primary domain; absent: CloudFront picks one of the tenant's domains.
+    /// The certificate's primary domain, one of `domains`; absent: CloudFront picks one of them.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub primary_domain_name: Option<String>,
     /// Whether the certificate is logged to certificate transparency logs.

@@ -172,7 +172,7 @@ fn sdk_write(operation: &'static str, write: TenantWrite<'_>) -> Result<SdkWrite
             });
             let built = SdkManagedRequest::builder()
                 .validation_token_host(host)
-                .set_primary_domain_name(request.primary_domain_name.clone())
+                .set_primary_domain_name(request.primary_domain_name.as_deref().map(blockwork_aws::dns_name::normalize))
                 .set_certificate_transparency_logging_preference(preference)
                 .build()
                 .map_err(|e| build_error(operation, &e))?;

@@ -35,6 +35,10 @@ pub enum SpecError {
     Domain(DnsNameError),
     #[error("spec.domains lists {0} more than once (a trailing dot names the same domain)")]
     DuplicateDomain(String),
+    #[error("spec.managedCertificateRequest.primaryDomainName: {0}")]
+    PrimaryDomainName(DnsNameError),
+    #[error("spec.managedCertificateRequest.primaryDomainName {0} is not one of spec.domains")]
+    PrimaryDomainNotADomain(String),
     #[error("spec.parameters: parameter {0:?} is given more than once")]
     DuplicateParameter(String),
     #[error("spec.customizations.webAcl.arn is required with action override")]
@@ -111,6 +115,12 @@ pub fn validate(name: &str, spec: &DistributionTenantSpec) -> Result<(), SpecErr
         let normal = dns_name::parse(&domain.domain).map_err(SpecError::Domain)?;
         if !domains.insert(normal.clone()) {
             return Err(SpecError::DuplicateDomain(normal));
+        }
+    }
+    if let Some(primary) = spec.managed_certificate_request.as_ref().and_then(|r| r.primary_domain_name.as_deref()) {
+        let normal = dns_name::parse(primary).map_err(SpecError::PrimaryDomainName)?;
+        if !domains.contains(&normal) {
+            return Err(SpecError::PrimaryDomainNotADomain(normal));
         }
     }
     if let Some(name) = first_duplicate(spec.parameters.iter().map(|p| p.name.as_str())) {
@@ -348,6 +358,21 @@ mod tests {
         let error = validate("tenant", &spec(&["xn--zz.example.com"])).expect_err("xn--zz does not decode");
         assert!(matches!(error, SpecError::Domain(DnsNameError::ALabel { .. })), "{error:?}");
         assert!(error.to_string().starts_with("spec.domains: label \"xn--zz\""), "{error}");
+    }
+
+    #[test]
+    fn primary_domain_of_a_managed_certificate_is_one_of_the_domains() {
+        let mut spec = spec(&["www.example.com", "api.example.com"]);
+        let request = |primary: &str| ManagedCertificateRequest {
+            primary_domain_name: Some(primary.to_owned()),
+            ..ManagedCertificateRequest::default()
+        };
+        spec.managed_certificate_request = Some(request("api.example.com."));
+        assert_eq!(validate("tenant", &spec), Ok(()));
+        spec.managed_certificate_request = Some(request("shop.example.com"));
+        assert_eq!(validate("tenant", &spec), Err(SpecError::PrimaryDomainNotADomain("shop.example.com".to_owned())));
+        spec.managed_certificate_request = Some(request("xn--zz.example.com"));
+        assert!(matches!(validate("tenant", &spec), Err(SpecError::PrimaryDomainName(DnsNameError::ALabel { .. }))));
     }
 
     #[test]
