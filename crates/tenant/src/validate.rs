@@ -136,9 +136,11 @@ pub fn validate(name: &str, spec: &DistributionTenantSpec) -> Result<(), SpecErr
     if let Some(certificate) = customizations.and_then(|c| c.certificate.as_ref()) {
         validate_certificate_region(&certificate.arn)?;
     }
+    // Any case here: objects stored before the CRD's enum (which takes capitals only) may have
+    // lowercase codes, which are sent in capitals; what is no code at all stops them.
     if let Some(location) = customizations
         .and_then(|c| c.geo_restrictions.as_ref())
-        .and_then(|g| g.locations.iter().find(|l| isocountry::CountryCode::for_alpha2(l).is_err()))
+        .and_then(|g| g.locations.iter().find(|l| isocountry::CountryCode::for_alpha2_caseless(l).is_err()))
     {
         return Err(SpecError::GeoLocation(location.clone()));
     }
@@ -382,8 +384,8 @@ mod tests {
             restriction_type: GeoRestrictionType::Whitelist,
             locations: codes.iter().map(|c| (*c).to_owned()).collect(),
         };
-        spec.customizations = Some(Customizations { geo_restrictions: Some(geo(&["DE", "FR"])), ..Customizations::default() });
-        assert_eq!(validate("tenant", &spec), Ok(()));
+        spec.customizations = Some(Customizations { geo_restrictions: Some(geo(&["DE", "fr"])), ..Customizations::default() });
+        assert_eq!(validate("tenant", &spec), Ok(()), "stored before the CRD took capitals only");
         spec.customizations = Some(Customizations { geo_restrictions: Some(geo(&["DE", "UK"])), ..Customizations::default() });
         assert_eq!(validate("tenant", &spec), Err(SpecError::GeoLocation("UK".to_owned())));
     }
