@@ -5,6 +5,7 @@
 use std::collections::{BTreeMap, HashMap};
 use std::time::Duration;
 
+use blockwork_aws::dns_name;
 use sha2::{Digest, Sha256};
 
 use crate::api::{CertSpec, CertState, MAX_SANS};
@@ -227,24 +228,8 @@ fn humanize(duration: Duration) -> String {
 
 // --- Admission rules -------------------------------------------------------------------------
 
-/// Whether `label` is an RFC 1123 label (lowercase alphanumerics and hyphens, 1–63 characters,
-/// no hyphen at either end).
-pub fn is_rfc1123_label(label: &str) -> bool {
-    let bytes = label.as_bytes();
-    !bytes.is_empty()
-        && bytes.len() <= 63
-        && bytes.iter().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || *b == b'-')
-        && bytes.first() != Some(&b'-')
-        && bytes.last() != Some(&b'-')
-}
-
-/// Whether `name` is a DNS name ACM accepts: at least two RFC 1123 labels, at most 253
-/// characters, optionally a leading `*.` wildcard; a trailing dot is allowed.
-pub fn is_dns_name(name: &str) -> bool {
-    let name = name.strip_suffix('.').unwrap_or(name);
-    let name = base_domain(name);
-    name.len() <= 253 && name.split('.').count() >= 2 && name.split('.').all(is_rfc1123_label)
-}
+// DNS names follow Blockwork's one rule (`blockwork_aws::dns_name`): the same in every CRD, a
+// trailing dot included, and A-labels that do not decode refused.
 
 /// Who already holds a certificate for an FQDN.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -293,16 +278,14 @@ impl FqdnIndex {
 pub fn validate(spec: &CertSpec, registry: &ZoneRegistry, uid: Option<&str>, index: &FqdnIndex) -> Vec<String> {
     let mut violations = Vec::new();
     for (field, value) in [("serviceName", &spec.service_name), ("environment", &spec.environment)] {
-        if !is_rfc1123_label(value) {
+        if !dns_name::is_label(value) {
             violations.push(format!(
                 "spec.{field} {value:?} must be an RFC 1123 label: lowercase letters, digits and '-', at most 63 characters, starting and ending with a letter or digit"
             ));
         }
     }
-    if let Some(domain) = &spec.domain_name
-        && !is_dns_name(domain)
-    {
-        violations.push(format!("spec.domainName {domain:?} is not a valid DNS name"));
+    if let Some(Err(invalid)) = spec.domain_name.as_deref().map(dns_name::parse) {
+        violations.push(format!("spec.domainName: {invalid}"));
     }
     if spec.subject_alternative_names.len() > MAX_SANS {
         violations.push(format!(
@@ -310,8 +293,8 @@ pub fn validate(spec: &CertSpec, registry: &ZoneRegistry, uid: Option<&str>, ind
             spec.subject_alternative_names.len()
         ));
     }
-    for san in spec.subject_alternative_names.iter().filter(|s| !is_dns_name(s)) {
-        violations.push(format!("spec.subjectAlternativeNames: {san:?} is not a valid DNS name"));
+    for invalid in spec.subject_alternative_names.iter().filter_map(|san| dns_name::parse(san).err()) {
+        violations.push(format!("spec.subjectAlternativeNames: {invalid}"));
     }
     if !violations.is_empty() {
         return violations;
@@ -319,7 +302,7 @@ pub fn validate(spec: &CertSpec, registry: &ZoneRegistry, uid: Option<&str>, ind
     match desired(spec, registry) {
         Err(error) => violations.push(format!("zone: {error}")),
         Ok(desired) => {
-            if spec.domain_name.is_none() && !is_dns_name(&desired.domain) {
+            if spec.domain_name.is_none() && dns_name::parse(&desired.domain).is_err() {
                 violations.push(format!("the generated domain {} is not a valid DNS name; set domainName", desired.domain));
             }
             if let Some(holder) = index.other_holder(&desired.domain, uid) {
@@ -507,19 +490,19 @@ mod tests {
     }
 
     #[test]
-    fn labels_and_dns_names() {
-        for ok in ["a", "api", "my-service", "a1", &"a".repeat(63)] {
-            assert!(is_rfc1123_label(ok), "{ok}");
-        }
-        for bad in ["", "-a", "a-", "A", "a_b", "a.b", &"a".repeat(64)] {
-            assert!(!is_rfc1123_label(bad), "{bad}");
-        }
-        for ok in ["example.com", "*.example.com", "a.b.example.com.", "x1.io"] {
-            assert!(is_dns_name(ok), "{ok}");
-        }
-        for bad in ["example", "*.com.*", "a..b", "-a.com", "a.*.com", "Example.com", &format!("{}.com", "a.".repeat(130))] {
-            assert!(!is_dns_name(bad), "{bad}");
-        }
+    fn a_san_with_an_undecodable_a_label_is_refused_naming_the_label() {
+        let index = FqdnIndex::default();
+        let spec = CertSpec { subject_alternative_names: vec!["xn--zz.k8s.example.com".into()], ..spec("api", "prod") };
+        let violations = validate(&spec, &zones(), None, &index);
+        assert_eq!(violations.len(), 1, "{violations:?}");
+        assert!(violations[0].starts_with("spec.subjectAlternativeNames: label \"xn--zz\""), "{violations:?}");
+    }
+
+    #[test]
+    fn a_trailing_dot_names_the_same_domain() {
+        let absolute = CertSpec { domain_name: Some("api.k8s.example.com.".into()), ..spec("api", "prod") };
+        let relative = CertSpec { domain_name: Some("api.k8s.example.com".into()), ..spec("api", "prod") };
+        assert_eq!(desired(&absolute, &zones()).map(|d| d.domain), desired(&relative, &zones()).map(|d| d.domain));
     }
 
     #[test]

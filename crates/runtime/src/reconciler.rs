@@ -809,8 +809,29 @@ async fn patch_spec<M: ExternalResource>(
     let params = PatchParams { field_manager: Some(context.config.field_manager.clone()), ..PatchParams::default() };
     api.patch(&object.name_any(), &params, &Patch::Merge(&body)).await?;
     info!(controller = context.config.name, object = %ObjectRef::from_obj(object), "spec updated by the operator");
-    publish(context, object, EventType::Normal, "SpecUpdated", &format!("the operator set {patch} in the spec")).await;
+    let note = format!("the operator set {} (the values are in the spec)", patched_fields(patch).join(", "));
+    publish(context, object, EventType::Normal, "SpecUpdated", &note).await;
     Ok(true)
+}
+
+/// The fields a merge patch of the spec sets, as paths (`spec.customizations.certificate.arn`),
+/// for the event that reports it. Paths, not values: a value the operator writes can be an
+/// identifier users must not read in events (an ARN with its account id); the spec shows it to
+/// those who may read the object.
+fn patched_fields(patch: &serde_json::Value) -> Vec<String> {
+    fn walk(value: &serde_json::Value, path: String, out: &mut Vec<String>) {
+        match value.as_object() {
+            Some(fields) if !fields.is_empty() => {
+                for (name, value) in fields {
+                    walk(value, format!("{path}.{name}"), out);
+                }
+            }
+            _ => out.push(path),
+        }
+    }
+    let mut out = Vec::new();
+    walk(patch, "spec".to_owned(), &mut out);
+    out
 }
 
 /// The marker's timestamp is when it was first written, not when it was last re-set.
@@ -1094,6 +1115,13 @@ mod tests {
         let seen: Vec<(&str, &str)> = conditions.iter().map(|c| (c.type_.as_str(), c.reason.as_str())).collect();
         assert_eq!(seen, [(READY, "Available"), (SYNCED, "ReconcileSuccess"), ("DNSReady", "DNSRecordCreating")]);
         assert_eq!(conditions[2].last_transition_time, dns_since, "same status: the transition time stays");
+    }
+
+    #[test]
+    fn spec_updated_event_names_the_fields_set_and_not_their_values() {
+        let patch =
+            json!({ "customizations": { "certificate": { "arn": "arn:aws:acm:us-east-1:123456789012:certificate/c" } }, "enabled": true });
+        assert_eq!(patched_fields(&patch), ["spec.customizations.certificate.arn", "spec.enabled"]);
     }
 
     #[test]

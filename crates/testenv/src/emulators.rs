@@ -1,5 +1,6 @@
 //! AWS emulators on loopback, one of each per test binary: moto (ACM, Route53, STS,
 //! CloudFront distributions) and MiniStack (the CloudFront tenant APIs moto answers with 404).
+//! A test that needs an account of its own starts a private pair ([`Emulators::for_account`]).
 
 use std::time::Duration;
 
@@ -23,48 +24,67 @@ pub struct Emulator {
 static MOTO: OnceCell<Emulator> = OnceCell::const_new();
 static MINISTACK: OnceCell<Emulator> = OnceCell::const_new();
 
-/// The moto server shared by the tests of this binary.
+/// The moto server shared by the tests of this binary, answering as [`ACCOUNT_ID`].
 pub async fn moto() -> Result<&'static Emulator, Error> {
-    MOTO.get_or_try_init(|| {
-        retry_on_port_clash(|| async {
-            let port = free_port()?;
-            let process = Process::start(
-                "moto",
-                &tool("moto_server")?,
-                &["-H".into(), "127.0.0.1".into(), "-p".into(), port.to_string()],
-                &[("MOTO_ACM_VALIDATION_WAIT", MOTO_ACM_VALIDATION_WAIT_SECONDS.to_string()), ("MOTO_ACCOUNT_ID", ACCOUNT_ID.to_owned())],
-                &state_dir()?,
-            )?;
-            wait_until(&process, Duration::from_secs(60), || accepts(port)).await?;
-            Ok(Emulator { port, process })
-        })
+    MOTO.get_or_try_init(|| start_moto("moto", ACCOUNT_ID)).await
+}
+
+/// The MiniStack server shared by the tests of this binary, answering as [`ACCOUNT_ID`].
+pub async fn ministack() -> Result<&'static Emulator, Error> {
+    MINISTACK.get_or_try_init(|| start_ministack("ministack", ACCOUNT_ID)).await
+}
+
+/// A moto and a MiniStack of a test's own that answer as `account`, stopped when dropped: for a
+/// test that looks for the account id where it must not appear (statuses, events, logs).
+#[derive(Debug)]
+pub struct Emulators {
+    pub moto: Emulator,
+    pub ministack: Emulator,
+}
+
+impl Emulators {
+    pub async fn for_account(account: &str) -> Result<Self, Error> {
+        let (moto_name, ministack_name) = (format!("moto-{account}"), format!("ministack-{account}"));
+        let (moto, ministack) = tokio::try_join!(start_moto(&moto_name, account), start_ministack(&ministack_name, account))?;
+        Ok(Self { moto, ministack })
+    }
+}
+
+async fn start_moto(name: &str, account: &str) -> Result<Emulator, Error> {
+    retry_on_port_clash(|| async {
+        let port = free_port()?;
+        let process = Process::start(
+            name,
+            &tool("moto_server")?,
+            &["-H".into(), "127.0.0.1".into(), "-p".into(), port.to_string()],
+            &[("MOTO_ACM_VALIDATION_WAIT", MOTO_ACM_VALIDATION_WAIT_SECONDS.to_string()), ("MOTO_ACCOUNT_ID", account.to_owned())],
+            &state_dir()?,
+        )?;
+        wait_until(&process, Duration::from_secs(60), || accepts(port)).await?;
+        Ok(Emulator { port, process })
     })
     .await
 }
 
-/// The MiniStack server shared by the tests of this binary.
-pub async fn ministack() -> Result<&'static Emulator, Error> {
-    MINISTACK
-        .get_or_try_init(|| {
-            retry_on_port_clash(|| async {
-                let port = free_port()?;
-                let process = Process::start(
-                    "ministack",
-                    &tool("ministack")?,
-                    &[],
-                    &[
-                        ("GATEWAY_PORT", port.to_string()),
-                        ("BIND_HOST", "127.0.0.1".to_owned()),
-                        ("MINISTACK_ACCOUNT_ID", ACCOUNT_ID.to_owned()),
-                        ("LOG_LEVEL", "WARNING".to_owned()),
-                    ],
-                    &state_dir()?,
-                )?;
-                wait_until(&process, Duration::from_secs(60), || accepts(port)).await?;
-                Ok(Emulator { port, process })
-            })
-        })
-        .await
+async fn start_ministack(name: &str, account: &str) -> Result<Emulator, Error> {
+    retry_on_port_clash(|| async {
+        let port = free_port()?;
+        let process = Process::start(
+            name,
+            &tool("ministack")?,
+            &[],
+            &[
+                ("GATEWAY_PORT", port.to_string()),
+                ("BIND_HOST", "127.0.0.1".to_owned()),
+                ("MINISTACK_ACCOUNT_ID", account.to_owned()),
+                ("LOG_LEVEL", "WARNING".to_owned()),
+            ],
+            &state_dir()?,
+        )?;
+        wait_until(&process, Duration::from_secs(60), || accepts(port)).await?;
+        Ok(Emulator { port, process })
+    })
+    .await
 }
 
 impl Emulator {

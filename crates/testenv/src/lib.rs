@@ -8,6 +8,7 @@
 //! - [`fault_proxy`]: an HTTP proxy between the AWS SDK and an emulator that answers chosen
 //!   calls with real AWS errors, latency or PENDING changes.
 //! - [`measure`]: memory and CPU of a process, for benchmarks.
+//! - [`leaks`]: looks for account ids (or any secret) in statuses, events, logs and metrics.
 //!
 //! The binaries come from `scripts/install-test-tools`, found in `$BLOCKWORK_TOOLS_DIR`
 //! (default `~/.cache/blockwork-tools`).
@@ -15,6 +16,7 @@
 pub mod control_plane;
 pub mod emulators;
 pub mod fault_proxy;
+pub mod leaks;
 pub mod measure;
 mod process;
 mod tools;
