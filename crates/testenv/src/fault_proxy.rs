@@ -1,6 +1,7 @@
 //! An HTTP proxy between the AWS SDK and an emulator that answers chosen calls with real AWS
-//! errors (in each protocol's wire format, so the SDK parses the code), adds latency, or turns
-//! Route53 changes PENDING. It counts the calls of each operation.
+//! errors (in each protocol's wire format, so the SDK parses the code), adds latency before or
+//! after the call takes effect, or turns Route53 changes PENDING. It counts the calls of each
+//! operation.
 
 use std::collections::HashMap;
 use std::convert::Infallible;
@@ -56,6 +57,10 @@ pub enum Fault {
     PriorRequestNotComplete,
     /// Wait, then forward.
     Latency(Duration),
+    /// Forward at once, then wait before answering: the call has taken effect while its caller
+    /// still waits (and never hears of it, if it dies meanwhile), as when a process is killed
+    /// between an AWS call and recording its result.
+    SlowResponse(Duration),
     /// Forward, then report Route53 change status `PENDING` instead of `INSYNC`.
     PendingChange,
     /// Any error code and message.
@@ -173,6 +178,11 @@ async fn handle(
             tokio::time::sleep(delay).await;
             forward(parts, body, upstream, client, false).await
         }
+        Some(Fault::SlowResponse(delay)) => {
+            let response = forward(parts, body, upstream, client, false).await;
+            tokio::time::sleep(delay).await;
+            response
+        }
         Some(Fault::PendingChange) => forward(parts, body, upstream, client, true).await,
         Some(fault) => error_response(protocol, &fault),
         None => forward(parts, body, upstream, client, false).await,
@@ -289,7 +299,9 @@ fn error_response(protocol: Protocol, fault: &Fault) -> Response<Full<Bytes>> {
             "The request was rejected because Route 53 was still processing a prior request.",
         ),
         Fault::Custom { status, code, message } => (*status, code.as_str(), code.as_str(), message.as_str()),
-        Fault::Latency(_) | Fault::PendingChange => (500, "InternalFailure", "InternalFailure", "fault proxy: not an error fault"),
+        Fault::Latency(_) | Fault::SlowResponse(_) | Fault::PendingChange => {
+            (500, "InternalFailure", "InternalFailure", "fault proxy: not an error fault")
+        }
     };
     let status = StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
     let request_id = uuid::Uuid::new_v4().to_string();
