@@ -10,6 +10,7 @@ mod support;
 
 use std::time::Duration;
 
+use blockwork_tenant::DistributionTenant;
 use blockwork_testenv::fault_proxy::{Fault, Operation};
 use kube::api::{DeleteParams, Patch, PatchParams};
 use support::{Harness, condition};
@@ -32,6 +33,15 @@ impl Harness {
             assert!(tokio::time::Instant::now() < deadline, "the tenant {name} was never created");
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
+    }
+
+    /// Waits until the tenant is Ready for the spec of `generation`.
+    async fn wait_ready_at(&self, name: &str, generation: i64) -> DistributionTenant {
+        self.wait_for(name, &format!("Ready at generation {generation}"), |t| {
+            condition(t, "Ready").is_some_and(|c| c.0 == "True")
+                && t.status.as_ref().and_then(|s| s.observed_generation) == Some(generation)
+        })
+        .await
     }
 
     async fn wait_for_records(&self, expected: &[String]) {
@@ -81,14 +91,28 @@ async fn a_domain_change_while_the_records_are_written_leaves_no_record_of_the_r
     h.wait_for_records(&[h.domain("api"), h.domain("www")]).await;
     let patch = serde_json::json!({"spec": {"domains": [{"domain": h.domain("www")}]}});
     h.api().patch("trk-domains", &PatchParams::default(), &Patch::Merge(patch)).await.unwrap();
-    h.wait_for("trk-domains", "Ready for the new domains", |t| {
-        condition(t, "Ready").is_some_and(|c| c.0 == "True") && t.status.as_ref().and_then(|s| s.observed_generation) == Some(2)
-    })
-    .await;
+    h.wait_ready_at("trk-domains", 2).await;
 
     h.wait_for_records(&[h.domain("www")]).await;
     let (tenant, _) = h.aws_tenant("trk-domains").await.unwrap();
     assert_eq!(tenant.domains().iter().map(|d| d.domain()).collect::<Vec<_>>(), [h.domain("www")]);
+}
+
+#[tokio::test]
+async fn a_domain_change_while_the_tenant_is_created_ends_with_one_tenant_for_the_new_domains() {
+    let h = Harness::start("trk-domains-tenant").await;
+    h.proxy.inject(Operation::named("CreateDistributionTenant"), Fault::SlowResponse(HELD), 1);
+    h.create("trk-domains-tenant", h.dns_spec(&["www", "api"], &h.zone_id, 300)).await;
+    h.wait_for_tenant("trk-domains-tenant").await;
+    let patch = serde_json::json!({"spec": {"domains": [{"domain": h.domain("www")}]}});
+    h.api().patch("trk-domains-tenant", &PatchParams::default(), &Patch::Merge(patch)).await.unwrap();
+    let ready = h.wait_ready_at("trk-domains-tenant", 2).await;
+
+    let (tenant, _) = h.aws_tenant("trk-domains-tenant").await.unwrap();
+    assert_eq!(ready.status.unwrap().observation.id.as_deref(), tenant.id(), "the tenant created first, adopted");
+    assert_eq!(tenant.domains().iter().map(|d| d.domain()).collect::<Vec<_>>(), [h.domain("www")]);
+    assert_eq!(h.proxy.calls("CreateDistributionTenant"), 1);
+    h.wait_for_records(&[h.domain("www")]).await;
 }
 
 #[tokio::test]
