@@ -396,6 +396,9 @@ impl<C: CloudFront + Acm, D: DnsRecords> ExternalResource for TenantManager<C, D
 
     async fn verify(&self, request: &Request<'_, DistributionTenant>, observation: &mut TenantObservation) -> VerifyOutcome {
         let object = request.object;
+        if object.spec.dns.is_some() {
+            own_records(observation, &marked_dns_domains(request));
+        }
         if object.meta().deletion_timestamp.is_some() {
             return self.verify_deletion(request, observation).await;
         }
@@ -746,6 +749,21 @@ fn dns_in_sync(object: &DistributionTenant) -> bool {
     object.status.as_ref().and_then(|s| s.condition(DNS_READY)).is_some_and(|c| c.status == "True" && c.reason == "DNSReady")
 }
 
+/// The domains whose records a create under the create-pending marker may have written: its
+/// status write (which lists them in `dnsRecords`) may have been refused or never made. They are
+/// owned like written ones; deleting one that was never written finds nothing to delete, and a
+/// record is deleted only while it still points at the tenant's routing endpoint. The tenant
+/// itself needs no such care: it is found again by its name and owner tag.
+fn marked_dns_domains(request: &Request<'_, DistributionTenant>) -> Vec<String> {
+    request
+        .create_pending
+        .and_then(|marker| marker.spec.as_deref())
+        .and_then(|spec| serde_json::from_str::<DistributionTenantSpec>(spec).ok())
+        .filter(|spec| spec.dns.is_some())
+        .map(|spec| domains(&spec))
+        .unwrap_or_default()
+}
+
 /// Adds `domains` to the records this operator owns, keeping ones not yet cleaned up.
 fn own_records(observation: &mut TenantObservation, domains: &[String]) {
     for domain in domains {
@@ -767,6 +785,35 @@ mod tests {
             managed_certificate_request: request,
             ..DistributionTenantSpec::default()
         }
+    }
+
+    #[test]
+    fn a_create_pending_marker_names_the_dns_records_its_create_may_have_written() {
+        let dns = serde_json::from_value(serde_json::json!({"provider": "route53", "hostedZoneId": "Z1"})).expect("parses");
+        let domain = |d: &str| crate::api::DomainName { domain: d.to_owned() };
+        let marked = DistributionTenantSpec {
+            domains: vec![domain("a.example.com"), domain("b.example.com")],
+            dns: Some(dns),
+            ..with_request(None)
+        };
+        let object = DistributionTenant::new("shop", DistributionTenantSpec { domains: vec![domain("a.example.com")], ..marked.clone() });
+        let marker = |spec: &DistributionTenantSpec| blockwork_runtime::status::CreatePending {
+            token: "t".to_owned(),
+            since: k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(jiff::Timestamp::UNIX_EPOCH),
+            spec: Some(serde_json::to_string(spec).expect("serializes")),
+        };
+        let without_dns = DistributionTenantSpec { dns: None, ..marked.clone() };
+        let (with_dns, without_dns) = (marker(&marked), marker(&without_dns));
+        let request = |create_pending| Request {
+            object: &object,
+            dependencies: &[],
+            idempotency_token: "t",
+            last_applied_spec: None,
+            create_pending,
+        };
+        assert_eq!(marked_dns_domains(&request(Some(&with_dns))), ["a.example.com", "b.example.com"]);
+        assert!(marked_dns_domains(&request(Some(&without_dns))).is_empty(), "no DNS management, no records");
+        assert!(marked_dns_domains(&request(None)).is_empty());
     }
 
     #[test]

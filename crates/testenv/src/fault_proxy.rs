@@ -1,7 +1,7 @@
 //! An HTTP proxy between the AWS SDK and an emulator that answers chosen calls with real AWS
-//! errors (in each protocol's wire format, so the SDK parses the code), adds latency, or turns
-//! Route53 changes PENDING and CloudFront-managed certificates `pending-validation`. It counts
-//! the calls of each operation.
+//! errors (in each protocol's wire format, so the SDK parses the code), adds latency before or
+//! after the call takes effect, or turns Route53 changes PENDING and CloudFront-managed
+//! certificates `pending-validation`. It counts the calls of each operation.
 //!
 //! The two "pending" faults stand in for AWS's asynchronous work that the emulators finish at
 //! once: moto reports every record change INSYNC, MiniStack issues every managed certificate
@@ -62,6 +62,10 @@ pub enum Fault {
     PriorRequestNotComplete,
     /// Wait, then forward.
     Latency(Duration),
+    /// Forward at once, then wait before answering: the call has taken effect while its caller
+    /// still waits (and never hears of it, if it dies meanwhile), as when a process is killed
+    /// between an AWS call and recording its result.
+    SlowResponse(Duration),
     /// Forward, then report Route53 change status `PENDING` instead of `INSYNC`.
     PendingChange,
     /// Forward, then report a CloudFront-managed certificate (`GetManagedCertificateDetails`)
@@ -182,6 +186,11 @@ async fn handle(
         Some(Fault::Latency(delay)) => {
             tokio::time::sleep(delay).await;
             forward(parts, body, upstream, client, None).await
+        }
+        Some(Fault::SlowResponse(delay)) => {
+            let response = forward(parts, body, upstream, client, None).await;
+            tokio::time::sleep(delay).await;
+            response
         }
         Some(Fault::PendingChange) => forward(parts, body, upstream, client, Some(PENDING_CHANGE)).await,
         Some(Fault::PendingCertificate) => forward(parts, body, upstream, client, Some(PENDING_CERTIFICATE)).await,
@@ -306,7 +315,7 @@ fn error_response(protocol: Protocol, fault: &Fault) -> Response<Full<Bytes>> {
             "The request was rejected because Route 53 was still processing a prior request.",
         ),
         Fault::Custom { status, code, message } => (*status, code.as_str(), code.as_str(), message.as_str()),
-        Fault::Latency(_) | Fault::PendingChange | Fault::PendingCertificate => {
+        Fault::Latency(_) | Fault::SlowResponse(_) | Fault::PendingChange | Fault::PendingCertificate => {
             (500, "InternalFailure", "InternalFailure", "fault proxy: not an error fault")
         }
     };

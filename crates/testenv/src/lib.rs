@@ -6,7 +6,8 @@
 //! - [`emulators`]: the moto AWS emulator (ACM, Route53, STS, CloudFront) and MiniStack (the
 //!   CloudFront tenant APIs moto lacks).
 //! - [`fault_proxy`]: an HTTP proxy between the AWS SDK and an emulator that answers chosen
-//!   calls with real AWS errors, latency or PENDING changes.
+//!   calls with real AWS errors, latency (before or after the call takes effect) or PENDING
+//!   changes.
 //! - [`measure`]: memory and CPU of a process, for benchmarks.
 //! - [`leaks`]: looks for account ids (or any secret) in statuses, events, logs and metrics.
 //!
