@@ -99,6 +99,10 @@ pub struct CacheStatus {
     /// The metadata.generation this status describes.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub observed_generation: Option<i64>,
+    /// The value of the `blockwork.dev/reconcile-requested-at` annotation the controller last
+    /// acted on (`blockwork retry`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_handled_reconcile_at: Option<String>,
 }
 
 /// `metadata.name` is a DNS-1035 label of at most [`MAX_NAME_LENGTH`] characters.

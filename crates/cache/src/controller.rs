@@ -374,6 +374,12 @@ async fn write_status(cache: &Cache, context: &Context, report: Report) -> Resul
         endpoint: Some(build::endpoint(cache)),
         conditions: current.conditions.clone(),
         observed_generation: cache.metadata.generation,
+        // Every reconcile acts on the annotation's value: the change of it triggered this one.
+        last_handled_reconcile_at: cache
+            .annotations()
+            .get(blockwork_runtime::policy::RECONCILE_REQUESTED_ANNOTATION)
+            .cloned()
+            .or(current.last_handled_reconcile_at.clone()),
     };
     for condition in report.conditions {
         set_condition(&mut next.conditions, condition);

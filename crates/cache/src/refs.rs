@@ -4,14 +4,16 @@
 
 use std::collections::BTreeMap;
 
-use blockwork_runtime::policy::{self, AnnotationError, PAUSED_ANNOTATION};
+use blockwork_runtime::policy::{self, AnnotationError, PAUSED_ANNOTATION, RECONCILE_REQUESTED_ANNOTATION};
 use k8s_openapi::api::core::v1::Secret;
 
 use crate::api::{Cache, HIGH_AVAILABILITY_ANNOTATION};
 use crate::build::{Topology, topology};
 
 /// The `blockwork.dev/` annotations the Cache controller reads.
-pub const CACHE_ANNOTATIONS: &[&str] = &[PAUSED_ANNOTATION];
+/// (`reconcile-requested-at`: any value; its change reconciles the Cache at once, and the
+/// status records it in `lastHandledReconcileAt`.)
+pub const CACHE_ANNOTATIONS: &[&str] = &[PAUSED_ANNOTATION, RECONCILE_REQUESTED_ANNOTATION];
 
 /// Why the controller leaves a Cache's objects as they are.
 #[derive(Clone, Debug, PartialEq, Eq)]

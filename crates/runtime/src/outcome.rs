@@ -2,8 +2,12 @@
 
 use std::fmt;
 
-/// How the runtime reacts to a failed call to the external API.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+/// How the runtime reacts to a failed call to the external API. In status (`lastError.class`)
+/// as `Terminal`, `Retryable`, `Throttled` or `NotFound`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
 pub enum ErrorClass {
     /// Needs a person: the object goes to `Failed` and is retried on the `Failed` interval, or
     /// as soon as its spec changes.

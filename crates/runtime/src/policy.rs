@@ -25,8 +25,15 @@ pub const ACCESS_ANNOTATION: &str = "blockwork.dev/access-permissions";
 pub const DELETION_POLICY_ANNOTATION: &str = "blockwork.dev/deletion-policy";
 /// `enforce`, `report` or `suspend`: what happens when the external resource drifts.
 pub const DRIFT_POLICY_ANNOTATION: &str = "blockwork.dev/drift-policy";
+/// A retry request: any value (`blockwork retry` writes the current time, RFC 3339). A value the
+/// controller has not acted on yet (`status.lastHandledReconcileAt` differs) reconciles the
+/// object at once — the annotation change itself triggers the reconcile — with its backoff
+/// cleared, and is then recorded in `status.lastHandledReconcileAt`. Every value is documented,
+/// so none is invalid (as Flux's `reconcile.fluxcd.io/requestedAt`).
+pub const RECONCILE_REQUESTED_ANNOTATION: &str = "blockwork.dev/reconcile-requested-at";
 /// The annotations the runtime reads on every object it reconciles.
-pub const RUNTIME_ANNOTATIONS: &[&str] = &[PAUSED_ANNOTATION, ACCESS_ANNOTATION, DELETION_POLICY_ANNOTATION, DRIFT_POLICY_ANNOTATION];
+pub const RUNTIME_ANNOTATIONS: &[&str] =
+    &[PAUSED_ANNOTATION, ACCESS_ANNOTATION, DELETION_POLICY_ANNOTATION, DRIFT_POLICY_ANNOTATION, RECONCILE_REQUESTED_ANNOTATION];
 
 /// What a yes/no annotation accepts.
 pub const FLAG_VALUES: &str = "true or false";

@@ -30,7 +30,7 @@ use crate::manager::{DependencyRef, ExternalResource, Request};
 use crate::metrics::RuntimeMetrics;
 use crate::outcome::{DeleteOutcome, ErrorClass, ExternalError, MutateOutcome, Operation, VerifyOutcome};
 use crate::policy::{self, AnnotationError, DriftPolicy, Policies};
-use crate::status::{CreatePending, ManagedStatus, READY, ReconcileState, SYNCED, condition, set_condition};
+use crate::status::{CreatePending, LastError, ManagedStatus, READY, ReconcileState, SYNCED, condition, set_condition};
 
 /// Names one controller: metric label, event reporter, finalizer and field manager.
 #[derive(Clone, Debug)]
@@ -190,6 +190,11 @@ impl<M: ExternalResource> Context<M> {
             *entry = (state, 1);
         }
         entry.1 - 1
+    }
+
+    /// A retry was requested (`blockwork.dev/reconcile-requested-at`): the backoff starts over.
+    fn clear_backoff(&self, uid: &str) {
+        self.attempts.lock().unwrap_or_else(PoisonError::into_inner).remove(uid);
     }
 
     /// Every object the controller's watches hold now, from their caches: for metrics computed
@@ -361,6 +366,9 @@ struct Settled {
     drift_detected: Option<bool>,
     requeue: Requeue,
     warning: Option<(String, String)>,
+    /// Set when the reconcile failed: the warning is then the error, recorded in
+    /// `status.lastError` with this class.
+    error_class: Option<ErrorClass>,
 }
 
 enum Marker {
@@ -391,6 +399,7 @@ impl Settled {
             drift_detected: None,
             requeue: Requeue::InState,
             warning: None,
+            error_class: None,
         }
     }
 
@@ -405,6 +414,7 @@ impl Settled {
             warning: Some((reason.to_owned(), message.clone())),
             message: Some(message),
             marker: Marker::Clear,
+            error_class: Some(ErrorClass::Terminal),
             ..Self::new(ReconcileState::Failed)
         }
     }
@@ -419,6 +429,7 @@ impl Settled {
             warning: Some((error.reason, error.message.clone())),
             message: Some(error.message),
             requeue: Requeue::AfterError(error.class),
+            error_class: Some(error.class),
             ..Self::new(state)
         }
     }
@@ -467,12 +478,21 @@ async fn reconcile_object<M: ExternalResource>(object: &M::Object, context: &Con
         // The finalizer change comes back as a watch event and triggers the next step.
         return Ok(Action::await_change());
     }
+    // A retry request not acted on yet: this reconcile is it (the annotation change triggered
+    // it); its backoff starts over, and the status records the request as handled.
+    let mut base = current.clone();
+    if let Some(requested) = object.annotations().get(policy::RECONCILE_REQUESTED_ANNOTATION)
+        && current.last_handled_reconcile_at.as_ref() != Some(requested)
+    {
+        context.clear_backoff(&uid);
+        base.last_handled_reconcile_at = Some(requested.clone());
+    }
 
     let dependencies = match resolve_dependencies(object, context, &namespace).await? {
         Ok(dependencies) => dependencies,
         Err(waiting_for) => {
             let settled = Settled::waiting(ReconcileState::Pending, "DependenciesNotReady", waiting_for);
-            return write_status(object, &api, context, &current, settled, Some(&uid)).await;
+            return write_status_from(object, &api, context, &current, base, settled, Some(&uid)).await;
         }
     };
 
@@ -541,10 +561,11 @@ async fn reconcile_object<M: ExternalResource>(object: &M::Object, context: &Con
             settled.synced = (false, "SuccessHookFailed".to_owned(), error.message.clone());
             settled.warning = Some(("SuccessHookFailed".to_owned(), error.message));
             settled.requeue = Requeue::AfterError(error.class);
+            settled.error_class = Some(error.class);
         }
     }
 
-    let mut next = current.clone();
+    let mut next = base;
     next.observation = observation;
     if let Some(last_applied) = settled.last_applied.take() {
         next.last_applied_spec = Some(last_applied);
@@ -733,9 +754,25 @@ async fn write_status_from<M: ExternalResource>(
     uid: Option<&str>,
 ) -> Result<Action, Error> {
     let generation = object.meta().generation;
+    let now = jiff::Timestamp::now();
+    // When to look again, decided before the write so that a failure's retry time is in it.
+    let delay = uid.map(|uid| {
+        let attempt = context.next_attempt(uid, settled.state);
+        requeue_delay(&context.manager, settled.requeue, settled.state, attempt)
+    });
+    if current.reconcile_state != Some(settled.state) {
+        next.reconcile_state_since = Some(Time(now));
+    }
     next.reconcile_state = Some(settled.state);
     next.message = settled.message.clone();
     next.observed_generation = generation;
+    next.last_error = match (settled.error_class, &settled.warning, delay) {
+        (Some(class), Some((reason, message)), Some(delay)) => {
+            let retry_at = now.checked_add(delay).unwrap_or(now);
+            Some(LastError::after(current.last_error.as_ref(), class, reason, message, now, retry_at))
+        }
+        _ => None,
+    };
     match &settled.marker {
         Marker::Keep => {}
         Marker::Set { token, spec } => {
@@ -787,12 +824,11 @@ async fn write_status_from<M: ExternalResource>(
         publish(context, object, EventType::Warning, reason, note).await;
     }
 
-    let Some(uid) = uid else {
+    let (Some(uid), Some(delay)) = (uid, delay) else {
         return Ok(Action::await_change());
     };
     context.metrics.object_state(context.config.name, uid, Some(settled.state));
-    let attempt = context.next_attempt(uid, settled.state);
-    Ok(Action::requeue(requeue_delay(&context.manager, settled.requeue, settled.state, attempt)))
+    Ok(Action::requeue(delay))
 }
 
 /// The operator's conditions replace the previous ones (see [`ExternalResource::conditions`]);

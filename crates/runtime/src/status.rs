@@ -6,6 +6,8 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
+use crate::outcome::ErrorClass;
+
 /// Where an object is in its lifecycle (seed 003's reconcile states).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
 pub enum ReconcileState {
@@ -105,6 +107,17 @@ pub struct ManagedStatus<O> {
     /// True when the external resource was seen to differ from the last applied spec.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub drift_detected: Option<bool>,
+    /// When `reconcileState` last changed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reconcile_state_since: Option<Time>,
+    /// Why the last reconcile failed and when the controller tries again; absent once a
+    /// reconcile does not fail.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_error: Option<LastError>,
+    /// The value of the `blockwork.dev/reconcile-requested-at` annotation the controller last
+    /// acted on: a retry was handled when this equals the annotation.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_handled_reconcile_at: Option<String>,
     #[serde(flatten)]
     pub observation: O,
 }
@@ -116,6 +129,48 @@ impl<O> ManagedStatus<O> {
 
     pub fn condition(&self, type_: &str) -> Option<&Condition> {
         self.conditions.iter().find(|c| c.type_ == type_)
+    }
+}
+
+/// A failure the controller retries: what failed, since when, and when it looks again. Written
+/// with the status write of each failed reconcile (a failed reconcile is retried on a backoff,
+/// so this costs at most one write per retry); the attempt count and the next retry are in
+/// memory otherwise and lost on restart.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct LastError {
+    /// Terminal (needs a person; retried on the Failed interval or when the spec changes),
+    /// Retryable, Throttled or NotFound.
+    pub class: ErrorClass,
+    /// The condition and event reason, e.g. the AWS error code.
+    pub reason: String,
+    pub message: String,
+    /// When this error (same reason and class) was first seen, in a row.
+    pub since: Time,
+    /// Reconciles in a row that ended with this error.
+    pub attempts: u32,
+    /// When the controller tries again (sooner if the spec or an annotation changes).
+    pub retry_at: Time,
+}
+
+impl LastError {
+    /// The record after another failed reconcile: the same error in a row keeps its `since`
+    /// and counts on; another error starts again.
+    pub fn after(
+        previous: Option<&Self>,
+        class: ErrorClass,
+        reason: &str,
+        message: &str,
+        now: jiff::Timestamp,
+        retry_at: jiff::Timestamp,
+    ) -> Self {
+        let (since, attempts) = match previous {
+            Some(previous) if previous.class == class && previous.reason == reason => {
+                (previous.since.clone(), previous.attempts.saturating_add(1))
+            }
+            _ => (Time(now), 1),
+        };
+        Self { class, reason: reason.to_owned(), message: message.to_owned(), since, attempts, retry_at: Time(retry_at) }
     }
 }
 
@@ -168,6 +223,25 @@ mod tests {
         set_condition(&mut conditions, condition(READY, true, "Available", "b", Some(1)));
         assert_ne!(conditions[0].last_transition_time, first);
         assert_eq!(conditions.len(), 1);
+    }
+
+    #[test]
+    fn the_same_error_in_a_row_keeps_its_since_and_counts_attempts() {
+        let t0 = jiff::Timestamp::from_second(1_000).expect("valid");
+        let t1 = jiff::Timestamp::from_second(1_060).expect("valid");
+        let first = LastError::after(None, ErrorClass::Throttled, "ThrottlingException", "slow down", t0, t1);
+        assert_eq!((first.attempts, first.since.0), (1, t0));
+        let second = LastError::after(Some(&first), ErrorClass::Throttled, "ThrottlingException", "slow down", t1, t1);
+        assert_eq!((second.attempts, second.since.0, second.retry_at.0), (2, t0, t1));
+    }
+
+    #[test]
+    fn another_error_starts_counting_again() {
+        let t0 = jiff::Timestamp::from_second(1_000).expect("valid");
+        let t1 = jiff::Timestamp::from_second(1_060).expect("valid");
+        let first = LastError::after(None, ErrorClass::Throttled, "ThrottlingException", "slow down", t0, t0);
+        let other = LastError::after(Some(&first), ErrorClass::Terminal, "AccessDeniedException", "denied", t1, t1);
+        assert_eq!((other.attempts, other.since.0, other.class), (1, t1, ErrorClass::Terminal));
     }
 
     #[test]

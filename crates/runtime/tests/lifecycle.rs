@@ -6,9 +6,9 @@
 mod support;
 
 use blockwork_runtime::policy::{
-    ACCESS_ANNOTATION, DELETION_POLICY_ANNOTATION, DRIFT_POLICY_ANNOTATION, DeletionPolicy, PAUSED_ANNOTATION,
+    ACCESS_ANNOTATION, DELETION_POLICY_ANNOTATION, DRIFT_POLICY_ANNOTATION, DeletionPolicy, PAUSED_ANNOTATION, RECONCILE_REQUESTED_ANNOTATION,
 };
-use blockwork_runtime::{ExternalError, ReconcileState, VerifyOutcome};
+use blockwork_runtime::{ErrorClass, ExternalError, ReconcileState, VerifyOutcome};
 use k8s_openapi::api::core::v1::Node;
 use kube::ResourceExt;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
@@ -270,6 +270,47 @@ async fn retryable_error_keeps_the_state_and_retries() {
     let after_throttled = creates[2].at - creates[1].at;
     assert!(after_throttled >= Duration::from_millis(900), "throttled retry came after {after_throttled:?}");
     assert!(after_retryable < Duration::from_millis(900), "retryable retry came after {after_retryable:?}");
+}
+
+#[tokio::test]
+async fn a_failure_in_a_row_is_recorded_with_its_class_attempts_and_next_retry_then_cleared() {
+    let h = Harness::start("last-error").await;
+    for _ in 0..3 {
+        h.backend.script("verify", Script::Fail(ExternalError::throttled("Throttling", "slow down")));
+    }
+    h.create(widget("a", 1)).await;
+    let seen = h.wait_for("a", "two throttled attempts", |w| w.status.as_ref().and_then(|s| s.last_error.as_ref()).is_some_and(|e| e.attempts >= 2)).await;
+    let error = seen.status.as_ref().and_then(|s| s.last_error.clone()).unwrap();
+    assert_eq!((error.class, error.reason.as_str(), error.message.as_str()), (ErrorClass::Throttled, "Throttling", "slow down"));
+    // The throttle floor is 1 s (±10 %): the retry is planned that far after the attempt.
+    let planned = error.retry_at.0.duration_since(jiff::Timestamp::now());
+    assert!(planned <= jiff::SignedDuration::from_millis(1100), "retry planned {planned:?} ahead");
+    assert!(error.since.0 <= error.retry_at.0, "{error:?}");
+    let w = h.wait_for_state("a", ReconcileState::Succeeded).await;
+    let status = w.status.as_ref().unwrap();
+    assert!(status.last_error.is_none(), "a reconcile that does not fail clears it: {:?}", status.last_error);
+    assert!(status.reconcile_state_since.is_some(), "the state's start is recorded");
+}
+
+#[tokio::test]
+async fn a_retry_request_reconciles_a_failed_object_at_once_and_is_recorded_as_handled() {
+    // Failed objects come back only after an hour here: only the request can bring this one back.
+    let h = Harness::start_slow("retry-request", &[ReconcileState::Failed]).await;
+    h.backend.script("create", Script::Fail(ExternalError::terminal("AccessDenied", "not allowed to create widgets")));
+    h.create(widget("a", 1)).await;
+    let failed = h.wait_for_state("a", ReconcileState::Failed).await;
+    let error = failed.status.as_ref().and_then(|s| s.last_error.clone()).unwrap();
+    assert_eq!((error.class, error.reason.as_str(), error.attempts), (ErrorClass::Terminal, "AccessDenied", 1));
+    assert!(error.retry_at.0.duration_since(jiff::Timestamp::now()) > jiff::SignedDuration::from_secs(3000), "{error:?}");
+
+    let requested = "2026-01-01T00:00:00Z";
+    let patch = json!({"metadata": {"annotations": {RECONCILE_REQUESTED_ANNOTATION: requested}}});
+    h.api().patch("a", &PatchParams::default(), &Patch::Merge(patch)).await.unwrap();
+    let w = h.wait_for_state("a", ReconcileState::Succeeded).await;
+    let status = w.status.as_ref().unwrap();
+    assert_eq!(status.last_handled_reconcile_at.as_deref(), Some(requested));
+    assert!(status.last_error.is_none());
+    assert_eq!(condition(&w, "Synced"), Some(("True".into(), "ReconcileSuccess".into())), "the annotation is a valid one");
 }
 
 #[tokio::test]
