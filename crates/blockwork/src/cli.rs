@@ -29,6 +29,41 @@ pub enum Command {
     /// controllers' CRDs, so the CRDs and namespaces can be deleted. Stop the operator first;
     /// external resources are left as they are.
     RemoveFinalizers(RemoveFinalizersArgs),
+    /// One line per Blockwork object: state, Ready, time in that state, last error, next retry.
+    Status(blockwork_inspect::commands::StatusArgs),
+    /// Why is it stuck? The whole story of one object and what to do next.
+    Explain(blockwork_inspect::commands::ExplainArgs),
+    /// Reconcile an object now, clearing its backoff (annotates blockwork.dev/reconcile-requested-at).
+    Retry(blockwork_inspect::commands::RetryArgs),
+    /// Stop reconciling an object, deletion included (annotates blockwork.dev/paused=true).
+    Pause(blockwork_inspect::commands::PauseArgs),
+    /// Reconcile a paused object again (removes blockwork.dev/paused).
+    Resume(blockwork_inspect::commands::PauseArgs),
+    /// Preflight after installing: API server, CRDs, webhooks, leader Lease, AWS access, hosted
+    /// zones; each finding pass or fail with the fix. Run it with the operator's flags and
+    /// environment (e.g. `kubectl exec deploy/blockwork -- blockwork check`) to test its identity.
+    Check(Box<blockwork_inspect::check::CheckArgs>),
+    /// Print a shell completion script (e.g. `source <(blockwork completions bash)`).
+    Completions(CompletionsArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct CompletionsArgs {
+    #[arg(value_enum)]
+    pub shell: clap_complete::Shell,
+}
+
+/// The name the binary runs under: `kubectl blockwork` when installed as the kubectl plugin
+/// `kubectl-blockwork` (kubectl runs plugins by that file name), else `blockwork`.
+pub fn display_name(argv0: &std::ffi::OsStr) -> &'static str {
+    let file = std::path::Path::new(argv0).file_name().and_then(|f| f.to_str()).unwrap_or_default();
+    if file.starts_with("kubectl-blockwork") { "kubectl blockwork" } else { "blockwork" }
+}
+
+/// The command line, named as it was run.
+pub fn command(name: &'static str) -> clap::Command {
+    use clap::CommandFactory as _;
+    Cli::command().name(name).bin_name(name)
 }
 
 #[derive(Debug, Args)]
@@ -189,6 +224,21 @@ mod tests {
     #[test]
     fn cli_is_consistent() {
         Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn the_kubectl_plugin_is_named_as_kubectl_runs_it() {
+        assert_eq!(display_name(std::ffi::OsStr::new("/usr/local/bin/kubectl-blockwork")), "kubectl blockwork");
+        assert_eq!(display_name(std::ffi::OsStr::new("kubectl-blockwork")), "kubectl blockwork");
+        assert_eq!(display_name(std::ffi::OsStr::new("./target/debug/blockwork")), "blockwork");
+        command("kubectl blockwork").debug_assert();
+    }
+
+    #[test]
+    fn explain_takes_kubectl_s_flags() {
+        let cli = Cli::try_parse_from(["blockwork", "explain", "cert/api", "-n", "team-a", "--context", "prod", "-o", "json"]).expect("parses");
+        let Command::Explain(args) = cli.command else { unreachable!("explain") };
+        assert_eq!((args.target.as_str(), args.kube.namespace.as_deref(), args.kube.context.as_deref()), ("cert/api", Some("team-a"), Some("prod")));
     }
 
     #[test]

@@ -6,11 +6,29 @@ use std::process::ExitCode;
 use anyhow::Context as _;
 use blockwork::cli::{Cli, Command};
 use blockwork::{controllers, crds, finalizers, rbac, run, telemetry, webhooks};
-use clap::{CommandFactory as _, Parser as _};
+use clap::{CommandFactory as _, FromArgMatches as _};
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let name = blockwork::cli::display_name(&std::env::args_os().next().unwrap_or_default());
+    let cli = match Cli::from_arg_matches(&blockwork::cli::command(name).get_matches()) {
+        Ok(cli) => cli,
+        Err(e) => e.exit(),
+    };
     match cli.command {
+        Command::Status(args) => report(blockwork_inspect::commands::block_on(blockwork_inspect::commands::status(&args))),
+        Command::Explain(args) => report(blockwork_inspect::commands::block_on(blockwork_inspect::commands::explain(&args))),
+        Command::Retry(args) => report(blockwork_inspect::commands::block_on(blockwork_inspect::commands::retry(&args))),
+        Command::Pause(args) => report(blockwork_inspect::commands::block_on(blockwork_inspect::commands::pause(&args, true))),
+        Command::Resume(args) => report(blockwork_inspect::commands::block_on(blockwork_inspect::commands::pause(&args, false))),
+        Command::Check(args) => match blockwork_inspect::commands::block_on_check(blockwork_inspect::check::run(&args, &expected())) {
+            Ok(true) => ExitCode::SUCCESS,
+            Ok(false) => ExitCode::FAILURE,
+            Err(e) => report(Err(e)),
+        },
+        Command::Completions(args) => {
+            clap_complete::generate(args.shell, &mut blockwork::cli::command(name), name, &mut std::io::stdout());
+            ExitCode::SUCCESS
+        }
         Command::Crds(args) => report(
             webhooks::Endpoint::from_location(&args.location)
                 .and_then(|endpoint| crds::run(&controllers::registered(), args.output_dir.as_deref(), &endpoint)),
@@ -70,6 +88,14 @@ fn main() -> ExitCode {
             }
         }
     }
+}
+
+/// What `blockwork check` expects installed: each registered controller's CRDs and webhooks.
+fn expected() -> Vec<blockwork_inspect::check::Expected> {
+    controllers::registered()
+        .iter()
+        .map(|c| blockwork_inspect::check::Expected { controller: c.name, crds: (c.crds)(), webhooks: (c.webhooks.validating)() })
+        .collect()
 }
 
 /// Exits like clap does on a bad argument: message, usage of `subcommand`, exit code 2.

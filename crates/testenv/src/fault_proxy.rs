@@ -1,11 +1,12 @@
 //! An HTTP proxy between the AWS SDK and an emulator that answers chosen calls with real AWS
 //! errors (in each protocol's wire format, so the SDK parses the code), adds latency before or
-//! after the call takes effect, or turns Route53 changes PENDING and CloudFront-managed
-//! certificates `pending-validation`. It counts the calls of each operation.
+//! after the call takes effect, or turns Route53 changes PENDING, CloudFront-managed
+//! certificates `pending-validation` and ACM certificates `PENDING_VALIDATION`. It counts the
+//! calls of each operation.
 //!
-//! The two "pending" faults stand in for AWS's asynchronous work that the emulators finish at
-//! once: moto reports every record change INSYNC, MiniStack issues every managed certificate
-//! immediately. They forward the call and rewrite only the status in the answer, so everything
+//! The "pending" faults stand in for AWS's asynchronous work that the emulators finish at once:
+//! moto reports every record change INSYNC and issues every certificate after a second,
+//! MiniStack issues every managed certificate immediately. They forward the call and rewrite only the status in the answer, so everything
 //! else (the change id, the certificate's ARN) is the emulator's.
 
 use std::collections::HashMap;
@@ -72,6 +73,10 @@ pub enum Fault {
     /// as `pending-validation` instead of `issued`, as CloudFront does until the certificate's
     /// domains are validated.
     PendingCertificate,
+    /// Forward, then report an ACM certificate (`DescribeCertificate`) as `PENDING_VALIDATION`
+    /// instead of `ISSUED`, as ACM does until its validation records resolve (moto issues after
+    /// a second).
+    PendingValidation,
     /// Any error code and message.
     Custom { status: u16, code: String, message: String },
 }
@@ -194,6 +199,7 @@ async fn handle(
         }
         Some(Fault::PendingChange) => forward(parts, body, upstream, client, Some(PENDING_CHANGE)).await,
         Some(Fault::PendingCertificate) => forward(parts, body, upstream, client, Some(PENDING_CERTIFICATE)).await,
+        Some(Fault::PendingValidation) => forward(parts, body, upstream, client, Some(PENDING_VALIDATION)).await,
         Some(fault) => error_response(protocol, &fault),
         None => forward(parts, body, upstream, client, None).await,
     }
@@ -204,6 +210,9 @@ type Rewrite = (&'static str, &'static str);
 const PENDING_CHANGE: Rewrite = ("<Status>INSYNC</Status>", "<Status>PENDING</Status>");
 const PENDING_CERTIFICATE: Rewrite =
     ("<CertificateStatus>issued</CertificateStatus>", "<CertificateStatus>pending-validation</CertificateStatus>");
+/// In ACM's JSON, `"ISSUED"` is only ever the certificate's status (validation and renewal
+/// statuses have other values).
+const PENDING_VALIDATION: Rewrite = ("\"ISSUED\"", "\"PENDING_VALIDATION\"");
 
 async fn forward(
     parts: http::request::Parts,
@@ -315,7 +324,7 @@ fn error_response(protocol: Protocol, fault: &Fault) -> Response<Full<Bytes>> {
             "The request was rejected because Route 53 was still processing a prior request.",
         ),
         Fault::Custom { status, code, message } => (*status, code.as_str(), code.as_str(), message.as_str()),
-        Fault::Latency(_) | Fault::SlowResponse(_) | Fault::PendingChange | Fault::PendingCertificate => {
+        Fault::Latency(_) | Fault::SlowResponse(_) | Fault::PendingChange | Fault::PendingCertificate | Fault::PendingValidation => {
             (500, "InternalFailure", "InternalFailure", "fault proxy: not an error fault")
         }
     };

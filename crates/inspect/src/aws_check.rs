@@ -1,0 +1,231 @@
+//! `blockwork check`'s AWS probes: the credentials, and each read call the enabled controllers
+//! make, against what they are configured with (the Cert's `--dns-zones`) or asked for (the
+//! distributions and hosted zones DistributionTenants name). Read calls only: the write
+//! permissions cannot be exercised without writing, and are named for the user to compare.
+
+use std::collections::BTreeSet;
+
+use blockwork_aws::{AwsError, ErrorClass, classify_sdk_error, mask_accounts};
+use blockwork_tenant::DistributionTenant;
+use kube::api::ListParams;
+use kube::{Api, Client};
+
+use crate::check::{CheckArgs, Finding, Verdict};
+
+const CERT_POLICY: &str = "docs/iam/cert-operator-policy.json";
+const TENANT_POLICY: &str = "docs/iam/cloudfront-tenant-operator-policy.json";
+
+/// The findings of one controller's AWS access.
+pub async fn findings(controller: &str, args: &CheckArgs, client: &Client) -> Vec<Finding> {
+    match controller {
+        "cert" => cert(args).await,
+        "tenant" => tenant(args, client).await,
+        _ => Vec::new(),
+    }
+}
+
+/// A read call's outcome as a finding: what it shows when allowed, the fix when not.
+pub fn call_finding(check: String, result: Result<String, AwsError>, policy: &str) -> Finding {
+    match result {
+        Ok(detail) => Finding { check, verdict: Verdict::Pass, detail, fix: None },
+        Err(error) => {
+            let code = error.code.clone().unwrap_or_else(|| "no error code".into());
+            let fix = match (error.class, code.as_str()) {
+                (_, c) if c.contains("AccessDenied") || c.contains("Unauthorized") => {
+                    format!("grant the operator's IAM identity {} (the policy is {policy})", error.operation_action())
+                }
+                (ErrorClass::NotFound, _) => "fix the id: it names nothing in this account".to_owned(),
+                (ErrorClass::Throttled, _) => "AWS throttled the check; run it again".to_owned(),
+                (_, "InvalidClientTokenId" | "UnrecognizedClientException" | "ExpiredToken" | "SignatureDoesNotMatch") => {
+                    "the credentials are invalid or expired: check the operator's AWS credentials (IRSA / Pod Identity / AWS_* variables)".to_owned()
+                }
+                (ErrorClass::Retryable, _) => {
+                    "AWS could not be reached: check the network path (proxy, VPC endpoints) and --aws-endpoint-url".to_owned()
+                }
+                _ => "read AWS's message above".to_owned(),
+            };
+            Finding { check, verdict: Verdict::Fail, detail: format!("{code}: {}", error.message), fix: Some(fix) }
+        }
+    }
+}
+
+trait ActionName {
+    /// The IAM action of the failed call, e.g. `acm:ListCertificates`.
+    fn operation_action(&self) -> String;
+}
+
+impl ActionName for AwsError {
+    fn operation_action(&self) -> String {
+        let service = match self.operation {
+            "ListCertificates" | "DescribeCertificate" => "acm",
+            "ListResourceRecordSets" | "GetHostedZone" => "route53",
+            "GetCallerIdentity" => "sts",
+            _ => "cloudfront",
+        };
+        format!("{service}:{}", self.operation)
+    }
+}
+
+async fn identity(config: &aws_config::SdkConfig, check: &str) -> Finding {
+    const OP: &str = "GetCallerIdentity";
+    let result = aws_sdk_sts::Client::new(config)
+        .get_caller_identity()
+        .send()
+        .await
+        .map(|out| format!("usable, as {}", mask_accounts(out.arn().unwrap_or("an unnamed identity"))))
+        .map_err(|e| classify_sdk_error(OP, &e));
+    let mut finding = call_finding(check.to_owned(), result, "any");
+    if finding.verdict == Verdict::Fail {
+        finding.fix = Some(
+            "give the operator AWS credentials: IRSA or EKS Pod Identity in a cluster, AWS_* variables or a profile elsewhere".to_owned(),
+        );
+    }
+    finding
+}
+
+/// The Cert controller: configured zones, credentials, ACM and Route53 reads.
+async fn cert(args: &CheckArgs) -> Vec<Finding> {
+    let config = match blockwork_cert::CertConfig::from_args(&args.cert) {
+        Ok(config) => config,
+        Err(error) => {
+            return vec![Finding {
+                check: "cert: configuration".into(),
+                verdict: Verdict::Fail,
+                detail: error.to_string(),
+                fix: Some("pass the operator's flags or environment (--dns-zones NAME:ID,… / CERT_DNS_ZONES), or leave `cert` out of --controllers".into()),
+            }];
+        }
+    };
+    let sdk = blockwork_aws::sdk_config(config.aws_endpoint_url.as_deref(), config.aws_region.as_deref()).await;
+    let mut findings = vec![identity(&sdk, "cert: AWS credentials").await];
+    if findings[0].verdict == Verdict::Fail {
+        return findings;
+    }
+    let listed = aws_sdk_acm::Client::new(&sdk)
+        .list_certificates()
+        .max_items(1)
+        .send()
+        .await
+        .map(|_| "allowed (acm:ListCertificates)".to_owned())
+        .map_err(|e| classify_sdk_error("ListCertificates", &e));
+    findings.push(call_finding("cert: ACM read access".into(), listed, CERT_POLICY));
+    let route53 = aws_sdk_route53::Client::new(&sdk);
+    for zone in config.zones.zones() {
+        findings.push(zone_finding(&route53, &zone.id, Some(&zone.name), "cert", CERT_POLICY).await);
+    }
+    findings.push(writes_not_exercised(
+        "cert",
+        "acm:RequestCertificate, acm:AddTagsToCertificate, acm:DeleteCertificate, route53:ChangeResourceRecordSets",
+        CERT_POLICY,
+    ));
+    findings
+}
+
+/// A hosted zone by id: it exists, its records can be read (route53:ListResourceRecordSets,
+/// which the controllers call), and it is the zone `name` says (the first record of a zone is
+/// its apex).
+async fn zone_finding(route53: &aws_sdk_route53::Client, id: &str, name: Option<&str>, controller: &str, policy: &str) -> Finding {
+    const OP: &str = "ListResourceRecordSets";
+    let check = format!("{controller}: hosted zone {id}");
+    let listed = route53.list_resource_record_sets().hosted_zone_id(id).max_items(1).send().await.map_err(|e| classify_sdk_error(OP, &e));
+    let apex = match listed {
+        Ok(out) => out.resource_record_sets().first().map(|r| r.name().trim_end_matches('.').to_ascii_lowercase()),
+        Err(error) => return call_finding(check, Err(error), policy),
+    };
+    match (name, apex) {
+        (Some(want), Some(apex)) if apex != want.trim_end_matches('.').to_ascii_lowercase() => Finding {
+            check,
+            verdict: Verdict::Fail,
+            detail: format!("found, but it is the zone {apex}, not {want}"),
+            fix: Some("fix the zone's id or name in --dns-zones (NAME:ID)".into()),
+        },
+        (_, apex) => Finding {
+            check,
+            verdict: Verdict::Pass,
+            detail: format!("found{}, records readable (route53:ListResourceRecordSets)", apex.map(|a| format!(": {a}")).unwrap_or_default()),
+            fix: None,
+        },
+    }
+}
+
+fn writes_not_exercised(controller: &str, actions: &str, policy: &str) -> Finding {
+    Finding {
+        check: format!("{controller}: write permissions"),
+        verdict: Verdict::Skip,
+        detail: format!("not exercised: {actions} have no dry run in AWS, and check never writes"),
+        fix: Some(format!("compare the identity's policy with {policy}")),
+    }
+}
+
+/// The DistributionTenant controller: credentials, CloudFront reads, and the distributions and
+/// hosted zones the tenants in the cluster name.
+async fn tenant(args: &CheckArgs, client: &Client) -> Vec<Finding> {
+    let tenant = &args.tenant;
+    let sdk = blockwork_aws::sdk_config(tenant.aws_endpoint_url.as_deref(), tenant.aws_region.as_deref()).await;
+    let mut findings = vec![identity(&sdk, "tenant: AWS credentials").await];
+    if findings[0].verdict == Verdict::Fail {
+        return findings;
+    }
+    let cloudfront = aws_sdk_cloudfront::Client::new(&sdk);
+    let groups = cloudfront
+        .list_connection_groups()
+        .send()
+        .await
+        .map(|out| format!("allowed (cloudfront:ListConnectionGroups: {} group(s))", out.connection_groups().len()))
+        .map_err(|e| classify_sdk_error("ListConnectionGroups", &e));
+    findings.push(call_finding("tenant: CloudFront read access".into(), groups, TENANT_POLICY));
+    let tenants = match Api::<DistributionTenant>::all(client.clone()).list(&ListParams::default()).await {
+        Ok(list) => list.items,
+        Err(_) => Vec::new(),
+    };
+    let distributions: BTreeSet<&str> = tenants.iter().map(|t| t.spec.distribution_id.as_str()).collect();
+    for id in distributions {
+        const OP: &str = "GetDistribution";
+        let named = tenants.iter().filter(|t| t.spec.distribution_id == id).count();
+        let result = cloudfront
+            .get_distribution()
+            .id(id)
+            .send()
+            .await
+            .map(|_| format!("found; named by {named} DistributionTenant(s)"))
+            .map_err(|e| classify_sdk_error(OP, &e));
+        findings.push(call_finding(format!("tenant: distribution {id}"), result, TENANT_POLICY));
+    }
+    let dns_endpoint = tenant.route53_endpoint_url.as_deref().or(tenant.aws_endpoint_url.as_deref());
+    let dns_sdk = blockwork_aws::sdk_config(dns_endpoint, tenant.aws_region.as_deref()).await;
+    let route53 = aws_sdk_route53::Client::new(&dns_sdk);
+    let zones: BTreeSet<&str> =
+        tenants.iter().filter_map(|t| t.spec.dns.as_ref()).filter(|d| d.assume_role_arn.is_none()).map(|d| d.hosted_zone_id.as_str()).collect();
+    for zone in zones {
+        findings.push(zone_finding(&route53, zone, None, "tenant", TENANT_POLICY).await);
+    }
+    findings.push(writes_not_exercised(
+        "tenant",
+        "cloudfront:CreateDistributionTenant, cloudfront:UpdateDistributionTenant, cloudfront:DeleteDistributionTenant, route53:ChangeResourceRecordSets",
+        TENANT_POLICY,
+    ));
+    findings
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn error(operation: &'static str, code: &str, class: ErrorClass) -> AwsError {
+        AwsError { operation, code: Some(code.into()), class, message: "m".into() }
+    }
+
+    #[test]
+    fn access_denied_names_the_action_to_grant_and_the_policy() {
+        let finding = call_finding("c".into(), Err(error("ListCertificates", "AccessDeniedException", ErrorClass::Terminal)), CERT_POLICY);
+        assert_eq!(finding.verdict, Verdict::Fail);
+        let fix = finding.fix.unwrap_or_default();
+        assert!(fix.contains("acm:ListCertificates") && fix.contains(CERT_POLICY), "{fix}");
+    }
+
+    #[test]
+    fn invalid_credentials_say_so() {
+        let finding = call_finding("c".into(), Err(error("GetCallerIdentity", "InvalidClientTokenId", ErrorClass::Terminal)), "any");
+        assert!(finding.fix.unwrap_or_default().contains("credentials are invalid"));
+    }
+}

@@ -1,0 +1,523 @@
+//! One [`Report`] builder per kind: pure functions of the objects as read, and the time now.
+//! Here is what only the kind knows — a Cert's validation records and expiry, a tenant's DNS and
+//! managed certificate, a Cache's pods, a rotator target's key slots — written as notes with the
+//! numbers a person needs.
+
+use blockwork_aws::mask_accounts;
+use blockwork_cache::api::{Cache, Phase};
+use blockwork_cert::{Cert, CertState};
+use blockwork_rotator::Keys;
+use blockwork_tenant::DistributionTenant;
+use jiff::Timestamp;
+use k8s_openapi::api::apps::v1::StatefulSet;
+use k8s_openapi::api::core::v1::{Event, Pod, Secret, Service};
+use kube::ResourceExt;
+
+use crate::report::{self, ConditionView, ErrorView, Field, Kind, Origin, Owned, Policy, Reference, Report};
+use crate::text::{age, ago_or_in};
+
+/// How long ACM usually takes to issue once the validation records resolve.
+pub const ACM_USUAL_MINUTES: i64 = 30;
+
+/// A Cert: the runtime's status, the ACM certificate as last observed, its validation records.
+pub fn cert(cert: &Cert, events: &[Event], now: Timestamp) -> Report {
+    let mut report = Report::new(Kind::Cert, &cert.namespace().unwrap_or_default(), &cert.name_any());
+    report.deleting = cert.metadata.deletion_timestamp.is_some();
+    report::runtime_status(&mut report, cert.status.as_ref(), cert.metadata.generation);
+    report.set_events(events);
+    report.policies = report::runtime_policies(cert.annotations(), None, ("enforce", "the controller's"), "Delete");
+    report.policies.push(Policy {
+        name: "deleteOnRemoval",
+        value: cert.spec.delete_on_removal.to_string(),
+        origin: Origin::Spec,
+        source: "spec.deleteOnRemoval (the ACM certificate and its records go with the Cert only when true)".to_owned(),
+    });
+    let Some(status) = cert.status.as_ref() else { return report };
+    let observation = &status.observation;
+    report.operator_state = observation.state.map(|s| s.as_str().to_owned());
+    match &observation.resolved_zone {
+        Some(zone) => report.references.push(Reference {
+            what: "hosted zone".into(),
+            name: zone_name(zone.name.as_deref(), zone.id.as_deref()),
+            state: "one of the controller's --dns-zones".into(),
+            ok: true,
+        }),
+        None if cert.spec.dns_zone.is_some() || cert.spec.domain_name.is_some() => report.references.push(Reference {
+            what: "hosted zone".into(),
+            name: cert.spec.dns_zone.as_ref().map(|z| zone_name(z.name.as_deref(), z.id.as_deref())).unwrap_or_else(|| "(by domain)".into()),
+            state: "not resolved yet".into(),
+            ok: false,
+        }),
+        None => {}
+    }
+    if let Some(domain) = &observation.domain_name {
+        report.observed.push(Field::new("domain", domain));
+    }
+    if !cert.spec.subject_alternative_names.is_empty() {
+        report.observed.push(Field::new("alternative names", cert.spec.subject_alternative_names.join(", ")));
+    }
+    if let Some(arn) = &observation.certificate_arn {
+        report.observed.push(Field::new("ARN", mask_accounts(arn)));
+    }
+    let acm_status = match (observation.cert_ready, observation.state) {
+        (true, _) => Some("ISSUED"),
+        (false, Some(CertState::Created | CertState::Validated)) => Some("PENDING_VALIDATION"),
+        _ => None,
+    };
+    if let Some(acm_status) = acm_status {
+        report.observed.push(Field::new("ACM status", acm_status));
+    }
+    if let Some(expiry) = &observation.expiration_date {
+        report.observed.push(Field::new("expires", format!("{} ({})", expiry.0.strftime("%Y-%m-%d %H:%M UTC"), ago_or_in(expiry.0, now))));
+    }
+    if let Some(renewal) = &observation.renewal_status {
+        report.observed.push(Field::new("renewal", renewal));
+    }
+    for record in &observation.validation_records {
+        let written = if record.pending { "listed, not written yet" } else { "written" };
+        let owner = if record.owned { "made by Blockwork" } else { "someone else's, shared" };
+        report.observed.push(Field::new(
+            "validation record",
+            format!("{} CNAME {} in zone {} ({written}; {owner})", record.name, record.value, record.zone_id),
+        ));
+    }
+    if !observation.previous_certificate_arns.is_empty() {
+        report.observed.push(Field::new(
+            "replaced certificates",
+            format!("{} kept until the new one is issued", observation.previous_certificate_arns.len()),
+        ));
+    }
+    report.notes.extend(cert_notes(cert, now));
+    report
+}
+
+/// A Cert waiting for ACM: for how long, which records are in which zone, what is usual.
+fn cert_notes(cert: &Cert, now: Timestamp) -> Vec<String> {
+    let Some(status) = cert.status.as_ref() else { return Vec::new() };
+    let observation = &status.observation;
+    let mut notes = Vec::new();
+    let validating = matches!(observation.state, Some(CertState::Created | CertState::Validated)) && !observation.cert_ready;
+    if validating {
+        let since = status.reconcile_state_since.as_ref().map(|t| t.0);
+        let waited = since.map(|s| format!(" for {}", age(s, now))).unwrap_or_default();
+        let records = &observation.validation_records;
+        let written: Vec<&str> = records.iter().filter(|r| !r.pending).map(|r| r.name.as_str()).collect();
+        let zones: Vec<&str> = {
+            let mut zones: Vec<&str> = records.iter().map(|r| r.zone_id.as_str()).collect();
+            zones.dedup();
+            zones
+        };
+        let domain = observation.domain_name.as_deref().unwrap_or("the domain");
+        if records.is_empty() {
+            notes.push(format!(
+                "DNS validation of {domain} pending{waited}: ACM has not published the validation records yet (usually seconds after the request); the controller writes them on its next look."
+            ));
+        } else if written.len() < records.len() {
+            notes.push(format!(
+                "DNS validation of {domain} pending{waited}: {} of {} validation record(s) written to zone {}; the rest are written on the controller's next look.",
+                written.len(),
+                records.len(),
+                zones.join(", ")
+            ));
+        } else {
+            let overdue = since.is_some_and(|s| now.duration_since(s).as_secs() > ACM_USUAL_MINUTES * 60);
+            let advice = if overdue {
+                format!(
+                    " That is longer than the usual {ACM_USUAL_MINUTES} min: check that zone {} is the one the public DNS delegates to (`dig CNAME {}`).",
+                    zones.join(", "),
+                    written.first().copied().unwrap_or(domain)
+                )
+            } else {
+                String::new()
+            };
+            notes.push(format!(
+                "DNS validation of {domain} pending{waited}: the CNAME {} is written in zone {}; ACM usually issues within {ACM_USUAL_MINUTES} min once it resolves, and the Cert fails after the controller's --validation-timeout (72 h by default).{advice}",
+                written.join(", "),
+                zones.join(", ")
+            ));
+        }
+    }
+    if let Some(expiry) = &observation.expiration_date {
+        let days = expiry.0.duration_since(now).as_secs() / 86_400;
+        if observation.cert_ready && days < 30 && observation.renewal_status.as_deref() != Some("SUCCESS") {
+            notes.push(format!(
+                "The certificate expires in {days} days and ACM has not renewed it (renewal: {}): ACM renews only certificates in use whose validation records still resolve.",
+                observation.renewal_status.as_deref().unwrap_or("not started")
+            ));
+        }
+    }
+    notes
+}
+
+fn zone_name(name: Option<&str>, id: Option<&str>) -> String {
+    match (name, id) {
+        (Some(name), Some(id)) => format!("{name} ({id})"),
+        (Some(one), None) | (None, Some(one)) => one.to_owned(),
+        (None, None) => "(unnamed)".to_owned(),
+    }
+}
+
+/// A DistributionTenant: the runtime's status, the tenant in CloudFront, its DNS and managed
+/// certificate.
+pub fn tenant(tenant: &DistributionTenant, events: &[Event], now: Timestamp) -> Report {
+    let mut report = Report::new(Kind::DistributionTenant, &tenant.namespace().unwrap_or_default(), &tenant.name_any());
+    report.deleting = tenant.metadata.deletion_timestamp.is_some();
+    report::runtime_status(&mut report, tenant.status.as_ref(), tenant.metadata.generation);
+    report.set_events(events);
+    let spec = &tenant.spec;
+    let spec_drift = spec.drift_policy.map(|p| ("spec.driftPolicy", blockwork_runtime::DriftPolicy::from(p).to_string()));
+    report.policies =
+        report::runtime_policies(tenant.annotations(), spec_drift, ("enforce", "the controller's --drift-policy (enforce unless set)"), "Delete");
+    let conditions = report.conditions.clone();
+    let condition = |type_: &str| conditions.iter().find(|c| c.type_ == type_).cloned();
+    report.references.push(Reference {
+        what: "distribution".into(),
+        name: spec.distribution_id.clone(),
+        state: match report.last_error.as_ref().map(|e| e.reason.as_str()) {
+            Some("DistributionNotFound") => "not found".into(),
+            _ => "named in spec.distributionId".into(),
+        },
+        ok: report.last_error.as_ref().is_none_or(|e| e.reason != "DistributionNotFound"),
+    });
+    if let Some(group) = &spec.connection_group_id {
+        let missing = report.last_error.as_ref().is_some_and(|e| e.reason == "ConnectionGroupNotFound");
+        report.references.push(Reference {
+            what: "connection group".into(),
+            name: group.clone(),
+            state: if missing { "not found".into() } else { "named in spec.connectionGroupId".into() },
+            ok: !missing,
+        });
+    }
+    if let Some(certificate) = spec.customizations.as_ref().and_then(|c| c.certificate.as_ref()) {
+        let certificate_ready = condition(blockwork_tenant::api::CERTIFICATE_READY);
+        report.references.push(Reference {
+            what: "certificate".into(),
+            name: mask_accounts(&certificate.arn),
+            state: certificate_ready.as_ref().map(|c| c.reason.clone()).unwrap_or_else(|| "named in the spec".into()),
+            ok: certificate_ready.as_ref().is_none_or(ConditionView::is_true),
+        });
+    }
+    if let Some(dns) = &spec.dns {
+        let dns_ready = condition(blockwork_tenant::api::DNS_READY);
+        report.references.push(Reference {
+            what: "hosted zone".into(),
+            name: dns.hosted_zone_id.clone(),
+            state: dns_ready.as_ref().map(|c| format!("{} ({})", c.reason, c.message)).unwrap_or_else(|| "not written yet".into()),
+            ok: dns_ready.as_ref().is_some_and(ConditionView::is_true),
+        });
+    }
+    report.observed.push(Field::new("domains", spec.domains.iter().map(|d| d.domain.as_str()).collect::<Vec<_>>().join(", ")));
+    let Some(status) = tenant.status.as_ref() else { return report };
+    let observation = &status.observation;
+    if let Some(id) = &observation.id {
+        report.observed.push(Field::new("tenant id", id));
+    }
+    if let Some(arn) = &observation.arn {
+        report.observed.push(Field::new("ARN", mask_accounts(arn)));
+    }
+    if let Some(aws_status) = &observation.distribution_tenant_status {
+        report.observed.push(Field::new("CloudFront status", aws_status));
+    }
+    if let Some(target) = &observation.dns_target {
+        report.observed.push(Field::new("DNS target", target));
+    }
+    if !observation.dns_records.is_empty() {
+        report.observed.push(Field::new("DNS records (CNAME, made by Blockwork)", observation.dns_records.join(", ")));
+    }
+    if let Some(change) = &observation.dns_change_id {
+        report.observed.push(Field::new("last Route53 change", change));
+    }
+    if let Some(certificate_status) = &observation.managed_certificate_status {
+        report.observed.push(Field::new("managed certificate", certificate_status));
+    }
+    if let Some(arn) = &observation.certificate_arn {
+        report.observed.push(Field::new("managed certificate ARN", mask_accounts(arn)));
+    }
+    if let Some(dns) = condition(blockwork_tenant::api::DNS_READY).filter(|c| c.reason == "DNSPropagating" || c.reason == "DNSRecordCreating") {
+        report.notes.push(format!(
+            "DNS change {} submitted to zone {} {} and not INSYNC yet; Route53 usually takes under a minute.",
+            observation.dns_change_id.as_deref().unwrap_or("(unknown)"),
+            spec.dns.as_ref().map(|d| d.hosted_zone_id.as_str()).unwrap_or("?"),
+            ago_or_in(dns.since, now)
+        ));
+    }
+    if observation.distribution_tenant_status.as_deref() == Some("InProgress") {
+        report.notes.push("CloudFront is deploying the tenant's last change (InProgress, usually a few minutes).".to_owned());
+    }
+    report
+}
+
+/// What a Cache owns and references, as read.
+#[derive(Clone, Debug, Default)]
+pub struct CacheObjects {
+    pub stateful_set: Option<StatefulSet>,
+    pub services: Vec<Service>,
+    pub pods: Vec<Pod>,
+    /// The TLS Secret the spec names, if it names one: `None` when it does not exist.
+    pub tls_secret: Option<Option<Secret>>,
+}
+
+/// A Cache: its phase and conditions, the StatefulSet, Services and pods it owns, its TLS Secret.
+pub fn cache(cache: &Cache, events: &[Event], objects: &CacheObjects, now: Timestamp) -> Report {
+    let mut report = Report::new(Kind::Cache, &cache.namespace().unwrap_or_default(), &cache.name_any());
+    report.deleting = cache.metadata.deletion_timestamp.is_some();
+    report.set_events(events);
+    let status = cache.status.clone().unwrap_or_default();
+    report.state = status.phase.map(|p| format!("{p:?}")).unwrap_or_else(|| "New".to_owned());
+    report.conditions = status.conditions.iter().map(ConditionView::from_condition).collect();
+    report.ready = Some(status.phase == Some(Phase::Ready));
+    report.state_since = report.condition("Ready").map(|c| c.since);
+    report.behind = report::behind(cache.metadata.generation, status.observed_generation);
+    report.message = report.condition("Ready").map(|c| c.message.clone()).filter(|m| !m.is_empty());
+    // The Cache controller records no error class or retry time: the latest failing condition is
+    // the error, retried every 10 s (API errors) or on the 5-minute resync.
+    report.last_error = report.conditions.iter().find(|c| !c.is_true() && c.type_ != "Ready").map(|c| ErrorView {
+        reason: c.reason.clone(),
+        message: c.message.clone(),
+        class: None,
+        since: Some(c.since),
+        attempts: None,
+        retry_at: None,
+    });
+    let paused = cache.annotations().get(blockwork_runtime::policy::PAUSED_ANNOTATION);
+    report.policies.push(match paused {
+        Some(value) => Policy {
+            name: "paused",
+            value: value.trim().to_owned(),
+            origin: Origin::Annotation,
+            source: blockwork_runtime::policy::PAUSED_ANNOTATION.to_owned(),
+        },
+        None => Policy { name: "paused", value: "false".into(), origin: Origin::Default, source: "not annotated".into() },
+    });
+    report.observed.push(Field::new("engine", format!("{:?}", cache.spec.engine).to_lowercase()));
+    report.observed.push(Field::new("replicas", format!("{} ready of {}", status.ready_replicas, cache.spec.replicas)));
+    if let Some(endpoint) = &status.endpoint {
+        report.observed.push(Field::new("endpoint", endpoint));
+    }
+    if let Some(name) = blockwork_cache::refs::tls_secret_name(cache) {
+        let (state, ok) = match &objects.tls_secret {
+            Some(Some(secret)) => {
+                let data = secret.data.clone().unwrap_or_default();
+                let missing: Vec<&str> = ["tls.crt", "tls.key"].into_iter().filter(|k| data.get(*k).is_none_or(|v| v.0.is_empty())).collect();
+                if missing.is_empty() { ("exists with tls.crt and tls.key".to_owned(), true) } else { (format!("lacks {}", missing.join(", ")), false) }
+            }
+            Some(None) => ("does not exist (read now)".to_owned(), false),
+            None => ("not read".to_owned(), false),
+        };
+        report.references.push(Reference { what: "TLS Secret".into(), name: name.to_owned(), state, ok });
+    }
+    if let Some(sts) = &objects.stateful_set {
+        let sts_status = sts.status.clone().unwrap_or_default();
+        let wanted = sts.spec.as_ref().and_then(|s| s.replicas).unwrap_or(1);
+        let ready = sts_status.ready_replicas.unwrap_or(0);
+        report.owned.push(Owned {
+            kind: "StatefulSet".into(),
+            name: sts.name_any(),
+            state: format!("{ready}/{wanted} ready, {} created", sts_status.replicas),
+            ready: ready >= wanted,
+        });
+    } else {
+        report.owned.push(Owned { kind: "StatefulSet".into(), name: blockwork_cache::build::resource_name(cache), state: "missing".into(), ready: false });
+    }
+    for service in &objects.services {
+        let headless = service.spec.as_ref().and_then(|s| s.cluster_ip.as_deref()) == Some("None");
+        report.owned.push(Owned {
+            kind: "Service".into(),
+            name: service.name_any(),
+            state: if headless { "headless".into() } else { "exists".into() },
+            ready: true,
+        });
+    }
+    for pod in &objects.pods {
+        let (state, ready) = pod_state(pod, now);
+        report.owned.push(Owned { kind: "Pod".into(), name: pod.name_any(), state, ready });
+    }
+    if status.phase != Some(Phase::Ready) && objects.pods.is_empty() && objects.stateful_set.is_some() {
+        report.notes.push(
+            "The StatefulSet has no pods: nothing has created them yet (is the cluster's controller-manager running? a quota or an admission webhook refusing them shows in `kubectl describe statefulset`)."
+                .to_owned(),
+        );
+    }
+    report
+}
+
+/// A pod's readiness in a few words, with why it is not ready where the pod says.
+pub fn pod_state(pod: &Pod, now: Timestamp) -> (String, bool) {
+    let status = pod.status.clone().unwrap_or_default();
+    let ready = status.conditions.iter().flatten().any(|c| c.type_ == "Ready" && c.status == "True");
+    let phase = status.phase.clone().unwrap_or_else(|| "Pending".into());
+    if ready {
+        let started = status.start_time.as_ref().map(|t| format!(", up {}", age(t.0, now))).unwrap_or_default();
+        return (format!("{phase}, ready{started}"), true);
+    }
+    let waiting = status
+        .container_statuses
+        .iter()
+        .flatten()
+        .find_map(|c| c.state.as_ref().and_then(|s| s.waiting.as_ref()).map(|w| w.reason.clone().unwrap_or_default()));
+    let unschedulable = status.conditions.iter().flatten().find(|c| c.type_ == "PodScheduled" && c.status == "False").map(|c| {
+        format!("{}: {}", c.reason.clone().unwrap_or_default(), c.message.clone().unwrap_or_default())
+    });
+    let why = waiting.or(unschedulable).map(|w| format!(" ({w})")).unwrap_or_default();
+    (format!("{phase}, not ready{why}"), false)
+}
+
+/// The rotator's view of a source Secret and its target.
+#[derive(Clone, Debug, Default)]
+pub struct RotatorObjects {
+    /// The target the source names, if it exists.
+    pub target: Option<Secret>,
+    pub source_events: Vec<Event>,
+    pub target_events: Vec<Event>,
+}
+
+/// Reasons the rotator gives when it writes nothing.
+const BLOCKED: &[&str] = &["InvalidSource", "InvalidDestination", "TargetNotManaged", "TargetConflict", "InvalidAnnotation", "WriteFailed"];
+
+/// A source Secret: whether its target holds its certificate as next-tls, or why not.
+pub fn rotator_source(source: &Secret, keys: &Keys, objects: &RotatorObjects, now: Timestamp) -> Report {
+    let mut report = Report::new(Kind::RotatorSource, &source.namespace().unwrap_or_default(), &source.name_any());
+    report.deleting = source.metadata.deletion_timestamp.is_some();
+    report.set_events(&objects.source_events);
+    let annotations = source.annotations();
+    let destination = annotations.get(&keys.destination).map(|d| d.trim().to_owned());
+    let source_crt = secret_bytes(source, "tls.crt");
+    let target = objects.target.as_ref();
+    let claimed = target.and_then(|t| keys.claimed_by(t.annotations())).map(str::to_owned);
+    let in_sync = target.is_some_and(|t| {
+        claimed.as_deref() == Some(source.name_any().as_str())
+            && !source_crt.is_empty()
+            && t.annotations().get(&keys.next_cert_sha256).map(String::as_str) == Some(blockwork_rotator::kid::cert_sha256(&source_crt).as_str())
+    });
+    let last_rotation = target.and_then(|t| t.annotations().get(&keys.last_rotation_time)).and_then(|t| t.parse::<Timestamp>().ok());
+    // The newest warning about the source that no later write answered.
+    let blocked = report
+        .events
+        .iter()
+        .find(|e| BLOCKED.contains(&e.reason.as_str()))
+        .filter(|e| e.is_warning() && !(in_sync && e.last_seen <= last_rotation))
+        .cloned();
+    report.state = match (&blocked, in_sync) {
+        (Some(_), _) if !in_sync => "Blocked".to_owned(),
+        (_, true) => "InSync".to_owned(),
+        _ => "Pending".to_owned(),
+    };
+    report.ready = Some(in_sync);
+    report.state_since = if in_sync { last_rotation } else { blocked.as_ref().and_then(|e| e.last_seen) };
+    if let Some(event) = blocked.filter(|_| !in_sync) {
+        report.message = Some(event.note.clone());
+        report.last_error = Some(ErrorView {
+            reason: event.reason.clone(),
+            message: event.note.clone(),
+            class: None,
+            since: event.last_seen,
+            attempts: Some(u32::try_from(event.count).unwrap_or(1)),
+            retry_at: None,
+        });
+    }
+    report.policies.push(Policy {
+        name: "jwks",
+        value: annotations.get(&keys.jwks).map(|v| v.trim().to_owned()).unwrap_or_else(|| "false".into()),
+        origin: if annotations.contains_key(&keys.jwks) { Origin::Annotation } else { Origin::Default },
+        source: keys.jwks.clone(),
+    });
+    match (&destination, target) {
+        (None, _) => report.references.push(Reference {
+            what: "target".into(),
+            name: "(none)".into(),
+            state: format!("no {} annotation", keys.destination),
+            ok: false,
+        }),
+        (Some(name), None) => report.references.push(Reference {
+            what: "target".into(),
+            name: name.clone(),
+            state: "does not exist yet".into(),
+            ok: false,
+        }),
+        (Some(name), Some(_)) => {
+            let state = match claimed.as_deref() {
+                Some(owner) if owner == source.name_any() => {
+                    if in_sync { "rotated from this source; next-tls is this source's certificate".to_owned() } else { "rotated from this source; behind it".to_owned() }
+                }
+                Some(other) => format!("rotated from another source, {other}"),
+                None => "exists and is not managed by a rotator".to_owned(),
+            };
+            report.references.push(Reference { what: "target".into(), name: name.clone(), state, ok: in_sync });
+        }
+    }
+    if !source_crt.is_empty() {
+        report.observed.push(Field::new("source certificate", describe_certificate(&source_crt, now)));
+    }
+    if let Some(target) = target {
+        report.observed.extend(slots(target, keys, now));
+    }
+    report
+}
+
+/// A target Secret: its key slots, who rotates it, when it last rotated.
+pub fn rotator_target(target: &Secret, keys: &Keys, events: &[Event], now: Timestamp) -> Report {
+    let mut report = Report::new(Kind::RotatorTarget, &target.namespace().unwrap_or_default(), &target.name_any());
+    report.set_events(events);
+    let annotations = target.annotations();
+    let last_rotation = annotations.get(&keys.last_rotation_time).and_then(|t| t.parse::<Timestamp>().ok());
+    let source_deleted = report.events.first().is_some_and(|e| e.reason == "SourceDeleted");
+    report.state = match (keys.claimed_by(annotations), source_deleted) {
+        (Some(_), true) => "Orphaned".to_owned(),
+        (Some(_), false) => "Managed".to_owned(),
+        (None, _) => "NotManaged".to_owned(),
+    };
+    report.ready = Some(report.state == "Managed");
+    report.state_since = last_rotation;
+    if let Some(source) = keys.claimed_by(annotations) {
+        report.references.push(Reference {
+            what: "source".into(),
+            name: source.to_owned(),
+            state: if source_deleted { "deleted; this target no longer rotates".into() } else { "rotates this target".into() },
+            ok: !source_deleted,
+        });
+    }
+    if let Some(rotations) = annotations.get(&keys.rotations) {
+        report.observed.push(Field::new("rotations", rotations));
+    }
+    if let Some(at) = last_rotation {
+        report.observed.push(Field::new("last rotation", format!("{} ({})", at.strftime("%Y-%m-%d %H:%M UTC"), ago_or_in(at, now))));
+    }
+    report.observed.extend(slots(target, keys, now));
+    report
+}
+
+/// prev-tls, tls and next-tls of a target: key id and certificate expiry.
+fn slots(target: &Secret, _keys: &Keys, now: Timestamp) -> Vec<Field> {
+    blockwork_rotator::plan::SLOTS
+        .iter()
+        .map(|slot| {
+            let kid = String::from_utf8_lossy(&secret_bytes(target, slot.kid)).into_owned();
+            let crt = secret_bytes(target, slot.crt);
+            let value = if crt.is_empty() {
+                "(empty)".to_owned()
+            } else {
+                format!("kid {}, {}", if kid.is_empty() { "(none)" } else { kid.as_str() }, describe_certificate(&crt, now))
+            };
+            Field::new(slot.name, value)
+        })
+        .collect()
+}
+
+fn secret_bytes(secret: &Secret, key: &str) -> Vec<u8> {
+    secret.data.as_ref().and_then(|d| d.get(key)).map(|b| b.0.clone()).unwrap_or_default()
+}
+
+/// "expires 2027-01-02 (in 40 days)" for the first PEM certificate, or why it cannot be read.
+pub fn describe_certificate(pem: &[u8], now: Timestamp) -> String {
+    match certificate_expiry(pem) {
+        Some(expiry) => format!("expires {} ({})", expiry.strftime("%Y-%m-%d %H:%M UTC"), ago_or_in(expiry, now)),
+        None => "not a PEM X.509 certificate".to_owned(),
+    }
+}
+
+/// The not-after time of the first certificate in a PEM bundle.
+pub fn certificate_expiry(pem: &[u8]) -> Option<Timestamp> {
+    let (_, pem) = x509_parser::pem::parse_x509_pem(pem).ok()?;
+    let certificate = pem.parse_x509().ok()?;
+    Timestamp::from_second(certificate.validity().not_after.timestamp()).ok()
+}

@@ -1,0 +1,306 @@
+//! The reads: objects, their events and what they own, through the API server as any client
+//! reads them (never the controller's memory), turned into [`Report`]s by [`crate::kinds`].
+
+use std::collections::BTreeSet;
+
+use anyhow::{Context as _, bail};
+use blockwork_cache::api::Cache;
+use blockwork_cert::Cert;
+pub use blockwork_rotator::Keys;
+use blockwork_tenant::DistributionTenant;
+use jiff::Timestamp;
+use k8s_openapi::api::apps::v1::StatefulSet;
+use k8s_openapi::api::core::v1::{Event, Pod, Secret, Service};
+use kube::api::{ListParams, PartialObjectMeta};
+use kube::core::NamespaceResourceScope;
+use kube::{Api, Client, Resource, ResourceExt};
+use serde::de::DeserializeOwned;
+
+use crate::kinds::{self, CacheObjects, RotatorObjects};
+use crate::report::{Kind, Report};
+
+/// The key rotator's annotations under its default prefix.
+pub fn default_keys() -> Keys {
+    #[allow(clippy::expect_used)]
+    Keys::new(blockwork_rotator::DEFAULT_ANNOTATION_PREFIX).expect("the default prefix is a DNS subdomain")
+}
+
+/// Which kinds a command is about, as typed on the command line.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum KindArg {
+    Cert,
+    DistributionTenant,
+    Cache,
+    /// Rotator sources and targets.
+    Secret,
+}
+
+impl KindArg {
+    pub const ALL: [Self; 4] = [Self::Cert, Self::DistributionTenant, Self::Cache, Self::Secret];
+
+    /// kubectl's names: singular, plural, short name, `kind.group`, any case.
+    pub fn parse(text: &str) -> Result<Self, String> {
+        let lower = text.trim().to_ascii_lowercase();
+        let base = lower.split('.').next().unwrap_or_default();
+        match base {
+            "cert" | "certs" => Ok(Self::Cert),
+            "dt" | "distributiontenant" | "distributiontenants" | "tenant" | "tenants" => Ok(Self::DistributionTenant),
+            "cache" | "caches" | "ch" => Ok(Self::Cache),
+            "secret" | "secrets" | "rotator" => Ok(Self::Secret),
+            _ => Err(format!("unknown kind `{text}`: expected cert, dt (distributiontenant), cache or secret (the key rotator's)")),
+        }
+    }
+}
+
+/// `KIND/NAME`, e.g. `cert/api-prod`.
+pub fn parse_target(text: &str) -> Result<(KindArg, String), String> {
+    let Some((kind, name)) = text.split_once('/') else {
+        return Err(format!("expected KIND/NAME (e.g. cert/api-prod), got `{text}`"));
+    };
+    if name.is_empty() || name.contains('/') {
+        return Err(format!("expected KIND/NAME (e.g. cert/api-prod), got `{text}`"));
+    }
+    Ok((KindArg::parse(kind)?, name.to_owned()))
+}
+
+/// Where to look: one namespace, or all.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Scope {
+    All,
+    Namespace(String),
+}
+
+fn api<K>(client: &Client, scope: &Scope) -> Api<K>
+where
+    K: Resource<Scope = NamespaceResourceScope, DynamicType = ()> + Clone + DeserializeOwned + std::fmt::Debug,
+{
+    match scope {
+        Scope::All => Api::all(client.clone()),
+        Scope::Namespace(namespace) => Api::namespaced(client.clone(), namespace),
+    }
+}
+
+/// Lists a kind; `None` when the API server does not serve it (its CRD is not installed).
+async fn list<K>(client: &Client, scope: &Scope) -> anyhow::Result<Option<Vec<K>>>
+where
+    K: Resource<Scope = NamespaceResourceScope, DynamicType = ()> + Clone + DeserializeOwned + std::fmt::Debug,
+{
+    match api::<K>(client, scope).list(&ListParams::default()).await {
+        Ok(list) => Ok(Some(list.items)),
+        Err(kube::Error::Api(status)) if status.code == 404 => Ok(None),
+        Err(error) => Err(error).with_context(|| format!("listing {}", K::plural(&()))),
+    }
+}
+
+/// The events about one object (by UID, so a deleted and re-created namesake's are left out).
+pub async fn events_of<K: Resource<DynamicType = ()>>(client: &Client, object: &K) -> anyhow::Result<Vec<Event>> {
+    let (Some(namespace), Some(uid)) = (object.meta().namespace.as_deref(), object.meta().uid.as_deref()) else {
+        return Ok(Vec::new());
+    };
+    let events: Api<Event> = Api::namespaced(client.clone(), namespace);
+    let params = ListParams::default().fields(&format!("involvedObject.uid={uid}"));
+    Ok(events.list(&params).await.context("listing events")?.items)
+}
+
+/// Everything `blockwork status` shows, kind by kind; kinds the cluster does not serve are
+/// skipped (and named in the second value).
+pub async fn reports(client: &Client, scope: &Scope, kinds: &[KindArg], keys: &Keys, now: Timestamp) -> anyhow::Result<(Vec<Report>, Vec<&'static str>)> {
+    let mut reports = Vec::new();
+    let mut missing = Vec::new();
+    for kind in kinds {
+        match kind {
+            KindArg::Cert => match list::<Cert>(client, scope).await? {
+                Some(certs) => reports.extend(certs.iter().map(|c| kinds::cert(c, &[], now))),
+                None => missing.push("certs.acm.blockwork.dev"),
+            },
+            KindArg::DistributionTenant => match list::<DistributionTenant>(client, scope).await? {
+                Some(tenants) => reports.extend(tenants.iter().map(|t| kinds::tenant(t, &[], now))),
+                None => missing.push("distributiontenants.cloudfront.blockwork.dev"),
+            },
+            KindArg::Cache => match list::<Cache>(client, scope).await? {
+                Some(caches) => reports.extend(caches.iter().map(|c| kinds::cache(c, &[], &CacheObjects::default(), now))),
+                None => missing.push("caches.cache.blockwork.dev"),
+            },
+            KindArg::Secret => reports.extend(rotator_reports(client, scope, keys, now).await?),
+        }
+    }
+    reports.sort_by(|a, b| (a.kind, &a.namespace, &a.name).cmp(&(b.kind, &b.namespace, &b.name)));
+    Ok((reports, missing))
+}
+
+/// Rotator sources, and targets no listed source rotates (orphaned or foreign ones the
+/// rotator's label marks).
+async fn rotator_reports(client: &Client, scope: &Scope, keys: &Keys, now: Timestamp) -> anyhow::Result<Vec<Report>> {
+    // Metadata only: no Secret's data passes unless it is a source or a target.
+    let metas: Vec<PartialObjectMeta<Secret>> = match scope {
+        Scope::All => Api::all(client.clone()),
+        Scope::Namespace(namespace) => Api::namespaced(client.clone(), namespace),
+    }
+    .list_metadata(&ListParams::default())
+    .await
+    .context("listing Secrets (metadata)")?
+    .items;
+    let mut reports = Vec::new();
+    let mut rotated = BTreeSet::new();
+    for meta in metas.iter().filter(|m| keys.is_source(m.annotations())) {
+        let namespace = meta.namespace().unwrap_or_default();
+        let Some(source) = Api::<Secret>::namespaced(client.clone(), &namespace).get_opt(&meta.name_any()).await? else { continue };
+        let objects = rotator_objects(client, &source, keys).await?;
+        if let Some(target) = &objects.target {
+            rotated.insert((namespace.clone(), target.name_any()));
+        }
+        reports.push(kinds::rotator_source(&source, keys, &objects, now));
+    }
+    let managed = |m: &PartialObjectMeta<Secret>| {
+        m.labels().get(blockwork_rotator::plan::MANAGED_BY_LABEL).map(String::as_str) == Some(blockwork_rotator::config::MANAGED_BY)
+    };
+    for meta in metas.iter().filter(|m| managed(m)) {
+        let namespace = meta.namespace().unwrap_or_default();
+        if rotated.contains(&(namespace.clone(), meta.name_any())) {
+            continue;
+        }
+        let Some(target) = Api::<Secret>::namespaced(client.clone(), &namespace).get_opt(&meta.name_any()).await? else { continue };
+        let events = events_of(client, &target).await?;
+        reports.push(kinds::rotator_target(&target, keys, &events, now));
+    }
+    Ok(reports)
+}
+
+async fn rotator_objects(client: &Client, source: &Secret, keys: &Keys) -> anyhow::Result<RotatorObjects> {
+    let namespace = source.namespace().unwrap_or_default();
+    let target = match source.annotations().get(&keys.destination).map(|d| d.trim()) {
+        Some(name) if !name.is_empty() && name != source.name_any() => {
+            Api::<Secret>::namespaced(client.clone(), &namespace).get_opt(name).await.ok().flatten()
+        }
+        _ => None,
+    };
+    let source_events = events_of(client, source).await?;
+    let target_events = match &target {
+        Some(target) => events_of(client, target).await?,
+        None => Vec::new(),
+    };
+    Ok(RotatorObjects { target, source_events, target_events })
+}
+
+/// Everything `blockwork explain` tells about one object.
+pub async fn report(client: &Client, namespace: &str, kind: KindArg, name: &str, keys: &Keys, now: Timestamp) -> anyhow::Result<Report> {
+    let not_found = || anyhow::anyhow!("{} {name} not found in namespace {namespace}", kind_name(kind));
+    match kind {
+        KindArg::Cert => {
+            let cert = get::<Cert>(client, namespace, name).await?.ok_or_else(not_found)?;
+            let events = events_of(client, &cert).await?;
+            Ok(kinds::cert(&cert, &events, now))
+        }
+        KindArg::DistributionTenant => {
+            let tenant = get::<DistributionTenant>(client, namespace, name).await?.ok_or_else(not_found)?;
+            let events = events_of(client, &tenant).await?;
+            Ok(kinds::tenant(&tenant, &events, now))
+        }
+        KindArg::Cache => {
+            let cache = get::<Cache>(client, namespace, name).await?.ok_or_else(not_found)?;
+            let events = events_of(client, &cache).await?;
+            let objects = cache_objects(client, &cache).await?;
+            Ok(kinds::cache(&cache, &events, &objects, now))
+        }
+        KindArg::Secret => {
+            let secret = get::<Secret>(client, namespace, name).await?.ok_or_else(not_found)?;
+            if keys.is_source(secret.annotations()) {
+                let objects = rotator_objects(client, &secret, keys).await?;
+                return Ok(kinds::rotator_source(&secret, keys, &objects, now));
+            }
+            let managed = secret.labels().get(blockwork_rotator::plan::MANAGED_BY_LABEL).map(String::as_str)
+                == Some(blockwork_rotator::config::MANAGED_BY);
+            if managed || keys.claimed_by(secret.annotations()).is_some() {
+                let events = events_of(client, &secret).await?;
+                return Ok(kinds::rotator_target(&secret, keys, &events, now));
+            }
+            bail!(
+                "secret {name} is neither a key rotator source (annotation {}: \"true\") nor a target it writes (label {}={})",
+                keys.source,
+                blockwork_rotator::plan::MANAGED_BY_LABEL,
+                blockwork_rotator::config::MANAGED_BY
+            )
+        }
+    }
+}
+
+pub fn kind_name(kind: KindArg) -> &'static str {
+    match kind {
+        KindArg::Cert => "Cert",
+        KindArg::DistributionTenant => "DistributionTenant",
+        KindArg::Cache => "Cache",
+        KindArg::Secret => "Secret",
+    }
+}
+
+async fn get<K>(client: &Client, namespace: &str, name: &str) -> anyhow::Result<Option<K>>
+where
+    K: Resource<Scope = NamespaceResourceScope, DynamicType = ()> + Clone + DeserializeOwned + std::fmt::Debug,
+{
+    match Api::<K>::namespaced(client.clone(), namespace).get_opt(name).await {
+        Ok(found) => Ok(found),
+        Err(kube::Error::Api(status)) if status.code == 404 => {
+            bail!("the API server does not serve {} (is Blockwork's CRD installed? `blockwork check`)", K::plural(&()))
+        }
+        Err(error) => Err(error).with_context(|| format!("reading {} {name}", K::kind(&()))),
+    }
+}
+
+/// The StatefulSet, Services and pods of a Cache, and its TLS Secret.
+async fn cache_objects(client: &Client, cache: &Cache) -> anyhow::Result<CacheObjects> {
+    let namespace = cache.namespace().unwrap_or_default();
+    let name = blockwork_cache::build::resource_name(cache);
+    let stateful_set = Api::<StatefulSet>::namespaced(client.clone(), &namespace).get_opt(&name).await?;
+    let mut services = Vec::new();
+    for service in [name.clone(), blockwork_cache::build::headless_name(cache)] {
+        if let Some(found) = Api::<Service>::namespaced(client.clone(), &namespace).get_opt(&service).await? {
+            services.push(found);
+        }
+    }
+    let selector = format!("app.kubernetes.io/name=cache,app.kubernetes.io/instance={}", cache.name_any());
+    let pods = Api::<Pod>::namespaced(client.clone(), &namespace).list(&ListParams::default().labels(&selector)).await?.items;
+    let tls_secret = match blockwork_cache::refs::tls_secret_name(cache) {
+        Some(secret) => Some(Api::<Secret>::namespaced(client.clone(), &namespace).get_opt(secret).await?),
+        None => None,
+    };
+    Ok(CacheObjects { stateful_set, services, pods, tls_secret })
+}
+
+/// The report's kind as the command line names it (for messages).
+pub fn kind_of(report: &Report) -> KindArg {
+    match report.kind {
+        Kind::Cert => KindArg::Cert,
+        Kind::DistributionTenant => KindArg::DistributionTenant,
+        Kind::Cache => KindArg::Cache,
+        Kind::RotatorSource | Kind::RotatorTarget => KindArg::Secret,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn kinds_are_named_as_kubectl_names_them() {
+        for (text, kind) in [
+            ("cert", KindArg::Cert),
+            ("Certs", KindArg::Cert),
+            ("certs.acm.blockwork.dev", KindArg::Cert),
+            ("dt", KindArg::DistributionTenant),
+            ("DistributionTenant", KindArg::DistributionTenant),
+            ("ch", KindArg::Cache),
+            ("secret", KindArg::Secret),
+        ] {
+            assert_eq!(KindArg::parse(text), Ok(kind), "{text}");
+        }
+        assert!(KindArg::parse("pod").unwrap_err().contains("expected cert, dt"));
+    }
+
+    #[test]
+    fn a_target_is_kind_slash_name() {
+        assert_eq!(parse_target("cert/api-prod"), Ok((KindArg::Cert, "api-prod".to_owned())));
+        assert!(parse_target("api-prod").is_err());
+        assert!(parse_target("cert/").is_err());
+        assert!(parse_target("cert/a/b").is_err());
+    }
+}
