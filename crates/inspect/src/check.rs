@@ -430,19 +430,18 @@ mod tests {
 
     #[test]
     fn a_webhook_that_answered_is_reachable_even_when_it_refused_the_object() {
-        let refused = Err(kube::Error::Api(kube::core::ErrorResponse {
-            status: "Failure".into(),
-            message: "admission webhook \"cert.acm.blockwork.dev\" denied the request: no zone".into(),
-            reason: "Forbidden".into(),
-            code: 403,
-        }));
+        let refused = Err(kube::Error::Api(
+            kube::core::Status::failure("admission webhook \"cert.acm.blockwork.dev\" denied the request: no zone", "Forbidden").with_code(403).boxed(),
+        ));
         assert_eq!(webhook_finding("w".into(), "dry run", &refused).verdict, Verdict::Pass);
-        let unreachable = Err(kube::Error::Api(kube::core::ErrorResponse {
-            status: "Failure".into(),
-            message: "Internal error occurred: failed calling webhook \"cert.acm.blockwork.dev\": tls: failed to verify certificate".into(),
-            reason: "InternalError".into(),
-            code: 500,
-        }));
+        let unreachable = Err(kube::Error::Api(
+            kube::core::Status::failure(
+                "Internal error occurred: failed calling webhook \"cert.acm.blockwork.dev\": tls: failed to verify certificate",
+                "InternalError",
+            )
+            .with_code(500)
+            .boxed(),
+        ));
         let finding = webhook_finding("w".into(), "dry run", &unreachable);
         assert_eq!(finding.verdict, Verdict::Fail);
         assert!(finding.detail.contains("failed to verify certificate"));
