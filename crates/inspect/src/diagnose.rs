@@ -113,7 +113,12 @@ fn headline(report: &Report, now: Timestamp, next_retry: Option<&str>) -> String
             report.message.clone().unwrap_or_else(|| "the controller removes its finalizer once the external resource is handled".into())
         );
     }
+    let unsynced = report.condition("Synced").filter(|c| !c.is_true());
     match report.ready {
+        Some(true) if unsynced.is_some() => {
+            let synced = unsynced.map(|c| format!("{}: {}", c.reason, c.message)).unwrap_or_default();
+            format!("Ready ({}{for_how_long}), but not in sync — {synced}.", report.state)
+        }
         Some(true) => format!("Ready ({}{for_how_long}).", report.state),
         Some(false) => {
             let waiting = report
@@ -200,6 +205,19 @@ mod tests {
         assert_eq!(diagnosis.headline, "Ready (Succeeded).");
         assert_eq!(diagnosis.hints.len(), 1);
         assert_eq!((diagnosis.hints[0].reason.as_str(), diagnosis.hints[0].severity), ("Available", Severity::Fine));
+    }
+
+    #[test]
+    fn a_ready_object_out_of_sync_says_why() {
+        let mut report = Report::new(Kind::DistributionTenant, "team-a", "shop");
+        report.state = "Succeeded".into();
+        report.ready = Some(true);
+        let mut synced = condition("Synced", "False", "DriftDetected", 0);
+        synced.message = "enabled is false, want true".into();
+        report.conditions = vec![condition("Ready", "True", "Available", 0), synced];
+        let diagnosis = diagnose(&report, at(3_600));
+        assert_eq!(diagnosis.headline, "Ready (Succeeded), but not in sync — DriftDetected: enabled is false, want true.");
+        assert_eq!(diagnosis.hints[0].reason, "DriftDetected");
     }
 
     #[test]

@@ -288,8 +288,8 @@ pub fn runtime_status<O>(report: &mut Report, status: Option<&blockwork_runtime:
         attempts: Some(e.attempts),
         retry_at: Some(e.retry_at.0),
     });
-    if let Some(drift) = status.drift_detected.filter(|d| *d) {
-        report.observed.push(Field::new("drift", format!("detected ({drift}): the external resource differs from the last applied spec")));
+    if status.drift_detected == Some(true) {
+        report.observed.push(Field::new("drift", "detected: the external resource differs from the last applied spec"));
     }
 }
 
