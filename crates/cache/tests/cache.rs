@@ -389,6 +389,32 @@ async fn warnings(h: &Harness, name: &str, reason: &str) -> Vec<String> {
 }
 
 #[tokio::test]
+async fn explain_names_the_missing_tls_secret_the_cache_waits_for_and_its_objects() {
+    use blockwork_inspect::read::{self, KindArg};
+    use blockwork_inspect::render::{self, Explanation};
+    let h = Harness::start("cache-explain").await;
+    let mut c = cache("sessions", Engine::Redis, "64Mi", 2);
+    c.spec.tls = Some(Tls { enabled: true, secret_name: Some("sessions-tls".into()) });
+    h.caches().create(&PostParams::default(), &c).await.unwrap();
+    h.eventually("ResolvedRefs=False", async || condition(&h.caches().get("sessions").await.unwrap(), "ResolvedRefs").filter(|c| c.0 == "False")).await;
+    h.eventually("the StatefulSet", async || h.api::<StatefulSet>().get_opt("sessions-cache").await.unwrap()).await;
+
+    let now = jiff::Timestamp::now();
+    let report = read::report(&h.client, &h.namespace, KindArg::Cache, "sessions", &read::default_keys(), now).await.unwrap();
+    let explanation = Explanation::of(report, now);
+    let text = render::explain(&explanation, now);
+    eprintln!("{text}");
+    let first = &explanation.diagnosis.hints[0];
+    assert_eq!(first.reason, "TLSSecretNotFound", "{:?}", explanation.diagnosis.hints);
+    assert!(first.fix.contains("Create it"), "{first:?}");
+    assert!(text.contains("TLS Secret      sessions-tls  [NOT OK] does not exist (read now)"), "{text}");
+    assert!(text.contains("StatefulSet/sessions-cache  0/2 ready, 0 created"), "{text}");
+    assert!(text.contains("Service/sessions-cache-headless  headless"), "{text}");
+    assert!(text.contains("replicas              0 ready of 2"), "{text}");
+    assert!(text.contains("The StatefulSet has no pods"), "no kubelet here: {text}");
+}
+
+#[tokio::test]
 async fn a_missing_tls_secret_is_a_condition_that_clears_when_the_secret_appears() {
     let h = Harness::start("cache-tls-secret").await;
     let mut c = cache("c", Engine::Redis, "64Mi", 1);
