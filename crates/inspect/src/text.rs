@@ -26,8 +26,11 @@ pub fn age(then: Timestamp, now: Timestamp) -> String {
 
 /// `in 52s` or `3m ago`.
 pub fn ago_or_in(at: Timestamp, now: Timestamp) -> String {
-    let seconds = at.duration_since(now).as_secs();
-    if seconds >= 0 { format!("in {}", duration(seconds)) } else { format!("{} ago", duration(-seconds)) }
+    match at.duration_since(now).as_secs() {
+        0 => "now".to_owned(),
+        seconds if seconds > 0 => format!("in {}", duration(seconds)),
+        seconds => format!("{} ago", duration(-seconds)),
+    }
 }
 
 /// `text` cut to `max` characters, with an ellipsis when cut.
@@ -59,6 +62,7 @@ mod tests {
         let now = Timestamp::from_second(10_000).expect("valid");
         assert_eq!(ago_or_in(Timestamp::from_second(10_052).expect("valid"), now), "in 52s");
         assert_eq!(ago_or_in(Timestamp::from_second(9_820).expect("valid"), now), "3m ago");
+        assert_eq!(ago_or_in(now, now), "now");
     }
 
     #[test]
