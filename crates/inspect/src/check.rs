@@ -322,7 +322,7 @@ async fn validating_webhooks(client: &Client, selected: &[&Expected], namespace:
             continue;
         };
         let bundle = found.client_config.ca_bundle.as_ref().map(|b| b.0.as_slice());
-        findings.push(ca_bundle_finding(format!("{check}: caBundle"), bundle, now));
+        findings.push(ca_bundle_finding(check.clone(), bundle, now));
         let Some(rule) = found.rules.iter().flatten().next() else { continue };
         let (Some(group), Some(version), Some(plural)) =
             (rule.api_groups.iter().flatten().next(), rule.api_versions.iter().flatten().next(), rule.resources.iter().flatten().next())
