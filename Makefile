@@ -1,4 +1,4 @@
-.PHONY: dev test crds install-test-tools
+.PHONY: dev test crds install install-test-tools
 
 # Local control plane + AWS emulators + `blockwork run` + examples, until Ctrl-C.
 dev:
@@ -11,6 +11,11 @@ test:
 # Regenerate config/crd/ from the Rust types.
 crds:
 	cargo run -q -p blockwork -- crds --output-dir config/crd
+
+# The binary, also as the kubectl plugin `kubectl-blockwork` (kubectl finds it on the PATH).
+install:
+	cargo install --locked --path crates/blockwork
+	ln -sf blockwork "$${CARGO_HOME:-$$HOME/.cargo}/bin/kubectl-blockwork"
 
 install-test-tools:
 	scripts/install-test-tools

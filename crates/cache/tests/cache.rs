@@ -407,7 +407,7 @@ async fn explain_names_the_missing_tls_secret_the_cache_waits_for_and_its_object
     let first = &explanation.diagnosis.hints[0];
     assert_eq!(first.reason, "TLSSecretNotFound", "{:?}", explanation.diagnosis.hints);
     assert!(first.fix.contains("Create it"), "{first:?}");
-    assert!(text.contains("TLS Secret      sessions-tls  [NOT OK] does not exist (read now)"), "{text}");
+    assert!(text.contains("TLS Secret        sessions-tls  [NOT OK] does not exist (read now)"), "{text}");
     assert!(text.contains("StatefulSet/sessions-cache  0/2 ready, 0 created"), "{text}");
     assert!(text.contains("Service/sessions-cache-headless  headless"), "{text}");
     assert!(text.contains("replicas              0 ready of 2"), "{text}");

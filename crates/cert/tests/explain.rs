@@ -50,7 +50,7 @@ async fn a_cert_pending_validation_names_its_record_zone_and_how_long_it_waited(
     assert!(text.contains(&format!("the CNAME {} is written in zone {}", record.name, h.zones[0].id)), "{text}");
     assert!(text.contains("ACM usually issues within 30 min"), "{text}");
     assert!(text.contains("ACM status            PENDING_VALIDATION"), "{text}");
-    assert!(text.contains(&format!("hosted zone     {} ({})  [ok]", h.zones[0].name, h.zones[0].id)), "{text}");
+    assert!(text.contains(&format!("hosted zone       {} ({})  [ok]", h.zones[0].name, h.zones[0].id)), "{text}");
     assert!(text.contains("State:      Verifying for ") && text.contains("(Cert state Validated)"), "{text}");
     assert!(text.contains("InProgress (Ready)"), "the Ready reason is explained: {text}");
 }

@@ -30,7 +30,7 @@ pub fn cert(cert: &Cert, events: &[Event], now: Timestamp) -> Report {
         name: "deleteOnRemoval",
         value: cert.spec.delete_on_removal.to_string(),
         origin: Origin::Spec,
-        source: "spec.deleteOnRemoval (the ACM certificate and its records go with the Cert only when true)".to_owned(),
+        source: "spec.deleteOnRemoval; the ACM certificate and its records go with the Cert only when true".to_owned(),
     });
     let Some(status) = cert.status.as_ref() else { return report };
     let observation = &status.observation;

@@ -26,15 +26,23 @@ pub struct Row {
 }
 
 impl Row {
+    /// A paused object says so in its state; one out of sync without an error (a drift, a
+    /// pause) shows its `Synced` reason as the last error.
     pub fn of(report: &Report, now: Timestamp) -> Self {
+        let paused = report.policies.iter().any(|p| p.name == "paused" && p.value.eq_ignore_ascii_case("true"));
+        let unsynced = report.condition("Synced").filter(|c| !c.is_true() && c.reason != "ReconcilePaused");
         Self {
             kind: report.kind.as_str().to_owned(),
             namespace: report.namespace.clone(),
             name: report.name.clone(),
-            state: report.state.clone(),
+            state: if paused { format!("{} (paused)", report.state) } else { report.state.clone() },
             ready: report.ready,
             in_state_seconds: report.state_since.map(|since| now.duration_since(since).as_secs()),
-            last_error: report.last_error.as_ref().map(|e| format!("{}: {}", e.reason, e.message)),
+            last_error: report
+                .last_error
+                .as_ref()
+                .map(|e| format!("{}: {}", e.reason, e.message))
+                .or_else(|| unsynced.map(|c| format!("{}: {}", c.reason, c.message))),
             next_retry: report.last_error.as_ref().and_then(|e| e.retry_at),
         }
     }
@@ -175,7 +183,7 @@ pub fn explain(explanation: &Explanation, now: Timestamp) -> String {
         let _ = writeln!(out, "\nDepends on:");
         for reference in &report.references {
             let mark = if reference.ok { "ok" } else { "NOT OK" };
-            let _ = writeln!(out, "  {:<16}{}  [{mark}] {}", reference.what, reference.name, reference.state);
+            let _ = writeln!(out, "  {:<18}{}  [{mark}] {}", reference.what, reference.name, reference.state);
         }
     }
     if !report.observed.is_empty() {
@@ -210,7 +218,25 @@ pub fn explain(explanation: &Explanation, now: Timestamp) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::report::{ErrorView, Kind};
+    use crate::report::{ConditionView, ErrorView, Kind, Origin, Policy};
+
+    #[test]
+    fn a_paused_or_drifted_object_says_so_in_its_row() {
+        let mut report = Report::new(Kind::DistributionTenant, "team-a", "shop");
+        report.state = "Succeeded".into();
+        report.ready = Some(true);
+        report.policies.push(Policy { name: "paused", value: "true".into(), origin: Origin::Annotation, source: String::new() });
+        report.conditions.push(ConditionView {
+            type_: "Synced".into(),
+            status: "False".into(),
+            reason: "DriftDetected".into(),
+            message: "enabled is false, want true".into(),
+            since: at(0),
+        });
+        let row = Row::of(&report, at(10));
+        assert_eq!(row.state, "Succeeded (paused)");
+        assert_eq!(row.last_error.as_deref(), Some("DriftDetected: enabled is false, want true"));
+    }
 
     fn at(second: i64) -> Timestamp {
         Timestamp::from_second(second).expect("valid")
@@ -242,6 +268,7 @@ mod tests {
         assert!(lines[1].contains("AccessDeniedException: RequestCertificate: not authorized"), "{text}");
         assert!(lines[2].contains("team-b/sessions") && lines[2].contains("True"));
         let state_column = lines[0].find("STATE").expect("a STATE column");
+        assert_eq!(Row::of(&cache, now).last_error, None);
         assert_eq!(lines[2].find("Ready"), Some(state_column), "columns are aligned:\n{text}");
     }
 }

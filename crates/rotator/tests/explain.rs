@@ -48,7 +48,7 @@ async fn a_source_blocked_by_a_foreign_target_says_how_to_hand_it_over_and_the_t
     assert!(first.fix.contains("<prefix>/adopt=true"), "{first:?}");
     let blocked_text = text(blocked);
     eprintln!("{blocked_text}");
-    assert!(blocked_text.contains("target          target  [NOT OK] exists and is not managed by a rotator"), "{blocked_text}");
+    assert!(blocked_text.contains("target            target  [NOT OK] exists and is not managed by a rotator"), "{blocked_text}");
     assert!(blocked_text.contains(&h.keys.adopt), "the event names the annotation: {blocked_text}");
 
     h.annotate("target", &h.keys.adopt.clone(), Some("true")).await;
@@ -64,6 +64,6 @@ async fn a_source_blocked_by_a_foreign_target_says_how_to_hand_it_over_and_the_t
     let their_kid = blockwork_rotator::kid::kid(theirs.as_bytes());
     assert!(target_text.contains(&format!("prev-tls              kid {their_kid}, expires 2030-01-02")), "adopting kept theirs as prev-tls: {target_text}");
     assert!(target_text.contains("tls                   (empty)"), "{target_text}");
-    assert!(target_text.contains("source          source  [ok] rotates this target"), "{target_text}");
+    assert!(target_text.contains("source            source  [ok] rotates this target"), "{target_text}");
     assert!(target_text.contains("rotations             1"), "adoption rotated the foreign certificate to tls: {target_text}");
 }

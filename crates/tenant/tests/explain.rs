@@ -34,6 +34,6 @@ async fn a_drifted_tenant_names_the_drift_the_policy_that_keeps_it_and_its_origi
     eprintln!("{text}");
     assert!(text.contains(&format!("tenant id             {id}")), "{text}");
     assert!(text.contains("drift                 detected"), "{text}");
-    assert!(text.contains(&format!("distribution    {}  [ok]", tenant.spec.distribution_id)), "{text}");
+    assert!(text.contains(&format!("distribution      {}  [ok]", tenant.spec.distribution_id)), "{text}");
     assert!(!text.contains(blockwork_testenv::emulators::ACCOUNT_ID), "no account id: {text}");
 }
