@@ -236,9 +236,13 @@ mod tests {
 
     #[test]
     fn explain_takes_kubectl_s_flags() {
-        let cli = Cli::try_parse_from(["blockwork", "explain", "cert/api", "-n", "team-a", "--context", "prod", "-o", "json"]).expect("parses");
+        let cli =
+            Cli::try_parse_from(["blockwork", "explain", "cert/api", "-n", "team-a", "--context", "prod", "-o", "json"]).expect("parses");
         let Command::Explain(args) = cli.command else { unreachable!("explain") };
-        assert_eq!((args.target.as_str(), args.kube.namespace.as_deref(), args.kube.context.as_deref()), ("cert/api", Some("team-a"), Some("prod")));
+        assert_eq!(
+            (args.target.as_str(), args.kube.namespace.as_deref(), args.kube.context.as_deref()),
+            ("cert/api", Some("team-a"), Some("prod"))
+        );
     }
 
     #[test]

@@ -89,7 +89,12 @@ async fn kubectl_runs_blockwork_as_its_plugin() {
     let explain = kubectl(plugins.path(), kubeconfig, &["blockwork", "explain", "cert/api", "-n", &namespace]);
     assert!(explain.status.success(), "{}", text(&explain));
     let story = String::from_utf8_lossy(&explain.stdout);
-    assert!(story.contains("Summary:    Cert Failed for 12m: AccessDeniedException (Terminal), 3 times in a row since 12m ago; next retry in 3m"), "{story}");
+    assert!(
+        story.contains(
+            "Summary:    Cert Failed for 12m: AccessDeniedException (Terminal), 3 times in a row since 12m ago; next retry in 3m"
+        ),
+        "{story}"
+    );
     assert!(story.contains("Next step:  Grant the operator's IAM identity the action named in the message"), "{story}");
 
     let json = kubectl(plugins.path(), kubeconfig, &["blockwork", "explain", "cert/api", "-n", &namespace, "-o", "json"]);
@@ -266,8 +271,13 @@ async fn check_passes_against_a_working_install_and_names_the_fix_of_each_failur
     line(&report, "PASS  CRD caches.cache.blockwork.dev: installed and Established, versions v1beta1, v1alpha1");
     line(&report, "PASS  conversion webhook of caches.cache.blockwork.dev: caBundle is a CA valid until");
     line(&report, "PASS  admission webhook certs.acm.blockwork.dev: caBundle is a CA valid until");
-    assert!(line(&report, "PASS  conversion webhook of caches.cache.blockwork.dev (https://127.0.0.1:").contains("a dry-run Cache v1alpha1 was converted"));
-    assert!(line(&report, "PASS  admission webhook certs.acm.blockwork.dev (https://127.0.0.1:").contains("a dry-run Cert went through it"));
+    assert!(
+        line(&report, "PASS  conversion webhook of caches.cache.blockwork.dev (https://127.0.0.1:")
+            .contains("a dry-run Cache v1alpha1 was converted")
+    );
+    assert!(
+        line(&report, "PASS  admission webhook certs.acm.blockwork.dev (https://127.0.0.1:").contains("a dry-run Cert went through it")
+    );
     assert!(line(&report, &format!("PASS  leader Lease {lease_namespace}/blockwork-leader: held by ")).contains("renewed"));
     line(&report, "PASS  cert: AWS credentials: usable, as arn:aws:");
     line(&report, "PASS  cert: ACM read access: allowed (acm:ListCertificates)");
@@ -281,7 +291,8 @@ async fn check_passes_against_a_working_install_and_names_the_fix_of_each_failur
     assert_eq!(code, Some(1), "{report}");
     let missing = line(&report, "FAIL  cert: hosted zone ZNOSUCHZONE0000000000: NoSuchHostedZone");
     assert!(report.contains("fix: fix the id: it names nothing in this account"), "{missing}\n{report}");
-    let mismatch = line(&report, &format!("FAIL  cert: hosted zone {zone_id}: found, but it is the zone {zone_name}, not elsewhere.example.com"));
+    let mismatch =
+        line(&report, &format!("FAIL  cert: hosted zone {zone_id}: found, but it is the zone {zone_name}, not elsewhere.example.com"));
     assert!(!mismatch.is_empty());
 
     // The operator stops: its webhooks cannot be called, and the Lease runs out.

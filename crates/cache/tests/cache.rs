@@ -396,7 +396,10 @@ async fn explain_names_the_missing_tls_secret_the_cache_waits_for_and_its_object
     let mut c = cache("sessions", Engine::Redis, "64Mi", 2);
     c.spec.tls = Some(Tls { enabled: true, secret_name: Some("sessions-tls".into()) });
     h.caches().create(&PostParams::default(), &c).await.unwrap();
-    h.eventually("ResolvedRefs=False", async || condition(&h.caches().get("sessions").await.unwrap(), "ResolvedRefs").filter(|c| c.0 == "False")).await;
+    h.eventually("ResolvedRefs=False", async || {
+        condition(&h.caches().get("sessions").await.unwrap(), "ResolvedRefs").filter(|c| c.0 == "False")
+    })
+    .await;
     h.eventually("the StatefulSet", async || h.api::<StatefulSet>().get_opt("sessions-cache").await.unwrap()).await;
 
     let now = jiff::Timestamp::now();

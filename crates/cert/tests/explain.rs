@@ -121,17 +121,25 @@ async fn a_paused_cert_says_so_and_where_the_pause_came_from_until_resumed() {
     h.wait_for_state("api", CertState::Ready).await;
     let message = actions::set_paused(&h.client, &h.namespace, KindArg::Cert, "api", true).await.unwrap();
     assert!(message.contains("until `blockwork resume`"), "{message}");
-    h.wait_for("api", "paused", |c| c.status.as_ref().and_then(|s| s.condition("Synced")).is_some_and(|c| c.reason == "ReconcilePaused")).await;
+    h.wait_for("api", "paused", |c| c.status.as_ref().and_then(|s| s.condition("Synced")).is_some_and(|c| c.reason == "ReconcilePaused"))
+        .await;
     let report = read_report(&h, "api").await;
     let paused = report.policies.iter().find(|p| p.name == "paused").unwrap();
     assert_eq!((paused.value.as_str(), paused.origin, paused.source.as_str()), ("true", Origin::Annotation, "blockwork.dev/paused"));
     let headline = diagnose(&report, Timestamp::now()).headline;
     assert!(headline.starts_with("Paused by the annotation blockwork.dev/paused (since "), "{headline}");
     assert!(headline.contains("`blockwork resume cert/api`"), "{headline}");
-    assert!(actions::retry(&h.client, &h.namespace, KindArg::Cert, "api", &keys(), Duration::ZERO).await.unwrap_err().to_string().contains("resume"));
+    assert!(
+        actions::retry(&h.client, &h.namespace, KindArg::Cert, "api", &keys(), Duration::ZERO)
+            .await
+            .unwrap_err()
+            .to_string()
+            .contains("resume")
+    );
 
     actions::set_paused(&h.client, &h.namespace, KindArg::Cert, "api", false).await.unwrap();
-    h.wait_for("api", "resumed", |c| c.status.as_ref().and_then(|s| s.condition("Synced")).is_some_and(|c| c.reason == "ReconcileSuccess")).await;
+    h.wait_for("api", "resumed", |c| c.status.as_ref().and_then(|s| s.condition("Synced")).is_some_and(|c| c.reason == "ReconcileSuccess"))
+        .await;
     assert_eq!(diagnose(&read_report(&h, "api").await, Timestamp::now()).headline.split(' ').next(), Some("Ready"));
 }
 
@@ -142,10 +150,14 @@ async fn status_lists_every_cert_of_the_namespace_with_its_state() {
     h.create("denied", spec("denied", "a")).await;
     h.wait_for("denied", "Failed", |c| state(c) == Some(ReconcileState::Failed)).await;
     let now = Timestamp::now();
-    let (reports, missing) = read::reports(&h.client, &Scope::Namespace(h.namespace.clone()), &[KindArg::Cert], &keys(), now).await.unwrap();
+    let (reports, missing) =
+        read::reports(&h.client, &Scope::Namespace(h.namespace.clone()), &[KindArg::Cert], &keys(), now).await.unwrap();
     assert!(missing.is_empty());
     let rows: Vec<Row> = reports.iter().map(|r| Row::of(r, now)).collect();
     assert_eq!(rows.len(), 1, "{rows:?}");
     let table = render::table(&rows, now);
-    assert!(table.contains(&format!("{}/denied", h.namespace)) && table.contains("Failed") && table.contains("AccessDeniedException"), "{table}");
+    assert!(
+        table.contains(&format!("{}/denied", h.namespace)) && table.contains("Failed") && table.contains("AccessDeniedException"),
+        "{table}"
+    );
 }

@@ -39,7 +39,12 @@ where
 }
 
 /// Annotations of the object, read to decide (paused? which source?).
-async fn annotations(client: &Client, namespace: &str, kind: KindArg, name: &str) -> anyhow::Result<std::collections::BTreeMap<String, String>> {
+async fn annotations(
+    client: &Client,
+    namespace: &str,
+    kind: KindArg,
+    name: &str,
+) -> anyhow::Result<std::collections::BTreeMap<String, String>> {
     macro_rules! read {
         ($k:ty) => {
             Api::<$k>::namespaced(client.clone(), namespace)
@@ -76,7 +81,10 @@ pub async fn set_paused(client: &Client, namespace: &str, kind: KindArg, name: &
     let value = paused.then_some("true");
     annotate(client, namespace, kind, name, &annotation_patch(PAUSED_ANNOTATION, value)).await?;
     Ok(if paused {
-        format!("paused {}/{name}: nothing is reconciled, deletion included, until `blockwork resume`", crate::read::kind_name(kind).to_lowercase())
+        format!(
+            "paused {}/{name}: nothing is reconciled, deletion included, until `blockwork resume`",
+            crate::read::kind_name(kind).to_lowercase()
+        )
     } else {
         format!("resumed {}/{name}: the controller reconciles it now", crate::read::kind_name(kind).to_lowercase())
     })
@@ -127,11 +135,17 @@ pub async fn retry(client: &Client, namespace: &str, kind: KindArg, name: &str, 
 /// `status.lastHandledReconcileAt` as the object says now.
 async fn handled(client: &Client, namespace: &str, kind: KindArg, name: &str) -> anyhow::Result<Option<String>> {
     Ok(match kind {
-        KindArg::Cert => Api::<Cert>::namespaced(client.clone(), namespace).get(name).await?.status.and_then(|s| s.last_handled_reconcile_at),
-        KindArg::DistributionTenant => {
-            Api::<DistributionTenant>::namespaced(client.clone(), namespace).get(name).await?.status.and_then(|s| s.last_handled_reconcile_at)
+        KindArg::Cert => {
+            Api::<Cert>::namespaced(client.clone(), namespace).get(name).await?.status.and_then(|s| s.last_handled_reconcile_at)
         }
-        KindArg::Cache => Api::<Cache>::namespaced(client.clone(), namespace).get(name).await?.status.and_then(|s| s.last_handled_reconcile_at),
+        KindArg::DistributionTenant => Api::<DistributionTenant>::namespaced(client.clone(), namespace)
+            .get(name)
+            .await?
+            .status
+            .and_then(|s| s.last_handled_reconcile_at),
+        KindArg::Cache => {
+            Api::<Cache>::namespaced(client.clone(), namespace).get(name).await?.status.and_then(|s| s.last_handled_reconcile_at)
+        }
         KindArg::Secret => None,
     })
 }
@@ -142,7 +156,10 @@ mod tests {
 
     #[test]
     fn an_annotation_is_set_or_removed_by_one_merge_patch() {
-        assert_eq!(annotation_patch("blockwork.dev/paused", Some("true")), json!({"metadata": {"annotations": {"blockwork.dev/paused": "true"}}}));
+        assert_eq!(
+            annotation_patch("blockwork.dev/paused", Some("true")),
+            json!({"metadata": {"annotations": {"blockwork.dev/paused": "true"}}})
+        );
         assert_eq!(annotation_patch("blockwork.dev/paused", None), json!({"metadata": {"annotations": {"blockwork.dev/paused": null}}}));
     }
 }

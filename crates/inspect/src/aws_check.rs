@@ -37,7 +37,8 @@ pub fn call_finding(check: String, result: Result<String, AwsError>, policy: &st
                 (ErrorClass::NotFound, _) => "fix the id: it names nothing in this account".to_owned(),
                 (ErrorClass::Throttled, _) => "AWS throttled the check; run it again".to_owned(),
                 (_, "InvalidClientTokenId" | "UnrecognizedClientException" | "ExpiredToken" | "SignatureDoesNotMatch") => {
-                    "the credentials are invalid or expired: check the operator's AWS credentials (IRSA / Pod Identity / AWS_* variables)".to_owned()
+                    "the credentials are invalid or expired: check the operator's AWS credentials (IRSA / Pod Identity / AWS_* variables)"
+                        .to_owned()
                 }
                 (ErrorClass::Retryable, _) => {
                     "AWS could not be reached: check the network path (proxy, VPC endpoints) and --aws-endpoint-url".to_owned()
@@ -142,7 +143,10 @@ async fn zone_finding(route53: &aws_sdk_route53::Client, id: &str, name: Option<
         (_, apex) => Finding {
             check,
             verdict: Verdict::Pass,
-            detail: format!("found{}, records readable (route53:ListResourceRecordSets)", apex.map(|a| format!(": {a}")).unwrap_or_default()),
+            detail: format!(
+                "found{}, records readable (route53:ListResourceRecordSets)",
+                apex.map(|a| format!(": {a}")).unwrap_or_default()
+            ),
             fix: None,
         },
     }
@@ -194,8 +198,12 @@ async fn tenant(args: &CheckArgs, client: &Client) -> Vec<Finding> {
     let dns_endpoint = tenant.route53_endpoint_url.as_deref().or(tenant.aws_endpoint_url.as_deref());
     let dns_sdk = blockwork_aws::sdk_config(dns_endpoint, tenant.aws_region.as_deref()).await;
     let route53 = aws_sdk_route53::Client::new(&dns_sdk);
-    let zones: BTreeSet<&str> =
-        tenants.iter().filter_map(|t| t.spec.dns.as_ref()).filter(|d| d.assume_role_arn.is_none()).map(|d| d.hosted_zone_id.as_str()).collect();
+    let zones: BTreeSet<&str> = tenants
+        .iter()
+        .filter_map(|t| t.spec.dns.as_ref())
+        .filter(|d| d.assume_role_arn.is_none())
+        .map(|d| d.hosted_zone_id.as_str())
+        .collect();
     for zone in zones {
         findings.push(zone_finding(&route53, zone, None, "tenant", TENANT_POLICY).await);
     }

@@ -88,9 +88,19 @@ pub const ENTRIES: &[Entry] = &[
     waiting("Pending", Runtime, "Not created yet, or waiting for dependencies.", WAIT_STATE),
     waiting("Creating", Runtime, "The create-pending marker is written; the create call follows.", WAIT_STATE),
     waiting("Updating", Runtime, "An update was accepted or is being retried.", WAIT_STATE),
-    waiting("Verifying", Runtime, "Waiting for the external resource to become ready (e.g. ACM validation, CloudFront deployment).", WAIT_STATE),
+    waiting(
+        "Verifying",
+        Runtime,
+        "Waiting for the external resource to become ready (e.g. ACM validation, CloudFront deployment).",
+        WAIT_STATE,
+    ),
     fine("Succeeded", Runtime, "The external resource is ready and matches the spec.", NOTHING),
-    waiting("Recreating", Runtime, "The external resource is being deleted so it can be created again (a change that needs a new one).", WAIT_STATE),
+    waiting(
+        "Recreating",
+        Runtime,
+        "The external resource is being deleted so it can be created again (a change that needs a new one).",
+        WAIT_STATE,
+    ),
     problem(
         "Failed",
         Runtime,
@@ -100,7 +110,12 @@ pub const ENTRIES: &[Entry] = &[
     waiting("Terminating", Runtime, "The object is being deleted and so is its external resource.", WAIT_STATE),
     // --- The runtime: Ready and Synced ------------------------------------------------------
     fine("Available", Runtime, "Ready: the external resource is ready for use.", NOTHING),
-    waiting("InProgress", Runtime, "The external resource is being created or changed by its API; the message says what it waits for.", WAIT_STATE),
+    waiting(
+        "InProgress",
+        Runtime,
+        "The external resource is being created or changed by its API; the message says what it waits for.",
+        WAIT_STATE,
+    ),
     waiting(
         "Deleting",
         Runtime,
@@ -169,7 +184,12 @@ pub const ENTRIES: &[Entry] = &[
         "Add C and D to blockwork.dev/access-permissions, or undo the spec change that needs a new resource.",
     ),
     // --- The runtime: events only -----------------------------------------------------------
-    fine("SpecUpdated", Runtime, "The controller wrote a value the external system assigned into the spec (e.g. an issued certificate's ARN).", NOTHING),
+    fine(
+        "SpecUpdated",
+        Runtime,
+        "The controller wrote a value the external system assigned into the spec (e.g. an issued certificate's ARN).",
+        NOTHING,
+    ),
     fine("Orphaned", Runtime, "The object was deleted and its external resource kept (deletion policy Orphan).", NOTHING),
     fine("Deleted", Runtime, "The object was deleted and so was its external resource.", NOTHING),
     fine(
@@ -258,7 +278,12 @@ pub const ENTRIES: &[Entry] = &[
         "Nothing to do unless it lasts minutes; then check the change in Route53.",
     ),
     fine("DNSReady", Tenant, "The CNAME records are INSYNC in Route53.", NOTHING),
-    fine("DNSNotConfigured", Tenant, "spec.dns is not set: the operator does not manage the tenant's DNS.", "Point the domains at status.dnsTarget yourself."),
+    fine(
+        "DNSNotConfigured",
+        Tenant,
+        "spec.dns is not set: the operator does not manage the tenant's DNS.",
+        "Point the domains at status.dnsTarget yourself.",
+    ),
     problem(
         "DNSError",
         Tenant,
@@ -271,8 +296,18 @@ pub const ENTRIES: &[Entry] = &[
         "Route53 throttled the operator (Throttling or PriorRequestNotComplete); retried after at least a minute.",
         THROTTLED,
     ),
-    waiting("CertificatePending", Tenant, "CloudFront's managed certificate waits for validation of the domains.", "Make sure every domain's CNAME points at status.dnsTarget (CloudFront validates through it)."),
-    waiting("CertificateIssued", Tenant, "The managed certificate is issued; the operator writes its ARN into the spec and attaches it.", WAIT_STATE),
+    waiting(
+        "CertificatePending",
+        Tenant,
+        "CloudFront's managed certificate waits for validation of the domains.",
+        "Make sure every domain's CNAME points at status.dnsTarget (CloudFront validates through it).",
+    ),
+    waiting(
+        "CertificateIssued",
+        Tenant,
+        "The managed certificate is issued; the operator writes its ARN into the spec and attaches it.",
+        WAIT_STATE,
+    ),
     fine("CertificateAttached", Tenant, "The managed certificate is issued and attached to the tenant.", NOTHING),
     problem(
         "CertificateFailed",
@@ -292,7 +327,12 @@ pub const ENTRIES: &[Entry] = &[
         "The certificate in spec.customizations.certificate.arn does not cover every domain of the tenant.",
         "Use a certificate whose names (or wildcards) cover every domain in spec.domains.",
     ),
-    waiting("PreconditionFailed", Tenant, "The tenant changed in CloudFront while it was being written (a stale ETag); re-read and retried at once.", WAIT_STATE),
+    waiting(
+        "PreconditionFailed",
+        Tenant,
+        "The tenant changed in CloudFront while it was being written (a stale ETag); re-read and retried at once.",
+        WAIT_STATE,
+    ),
     waiting("MissingETag", Tenant, "CloudFront returned the tenant without an ETag; retried.", WAIT_STATE),
     waiting("NotObserved", Tenant, "The tenant's id is not known yet; the next look reads it.", WAIT_STATE),
     problem(
@@ -343,19 +383,54 @@ pub const ENTRIES: &[Entry] = &[
         "Route53 is still applying an earlier change to the same records; retried after at least a minute.",
         "Nothing to do unless it lasts; then look for a stuck change in the hosted zone.",
     ),
-    waiting("InternalFailure", Aws, "AWS failed internally; retried with backoff.", "Nothing to do unless it lasts; then check the AWS Health Dashboard."),
-    waiting("InternalError", Aws, "AWS failed internally; retried with backoff.", "Nothing to do unless it lasts; then check the AWS Health Dashboard."),
-    waiting("InternalServiceError", Aws, "AWS failed internally; retried with backoff.", "Nothing to do unless it lasts; then check the AWS Health Dashboard."),
-    waiting("ServiceUnavailable", Aws, "AWS is unavailable; retried with backoff.", "Nothing to do unless it lasts; then check the AWS Health Dashboard."),
-    waiting("RequestTimeout", Aws, "The AWS call timed out; retried with backoff.", "Nothing to do unless it lasts; then check the operator's network path to AWS."),
+    waiting(
+        "InternalFailure",
+        Aws,
+        "AWS failed internally; retried with backoff.",
+        "Nothing to do unless it lasts; then check the AWS Health Dashboard.",
+    ),
+    waiting(
+        "InternalError",
+        Aws,
+        "AWS failed internally; retried with backoff.",
+        "Nothing to do unless it lasts; then check the AWS Health Dashboard.",
+    ),
+    waiting(
+        "InternalServiceError",
+        Aws,
+        "AWS failed internally; retried with backoff.",
+        "Nothing to do unless it lasts; then check the AWS Health Dashboard.",
+    ),
+    waiting(
+        "ServiceUnavailable",
+        Aws,
+        "AWS is unavailable; retried with backoff.",
+        "Nothing to do unless it lasts; then check the AWS Health Dashboard.",
+    ),
+    waiting(
+        "RequestTimeout",
+        Aws,
+        "The AWS call timed out; retried with backoff.",
+        "Nothing to do unless it lasts; then check the operator's network path to AWS.",
+    ),
     problem(
         "ResourceNotFoundException",
         Aws,
         "The AWS resource the object names does not exist (any more).",
         "If it was deleted outside Kubernetes the controller creates it again (drift policy enforce); otherwise fix the reference in the spec.",
     ),
-    problem("EntityNotFound", Aws, "The CloudFront resource the object names does not exist (any more).", "Fix the id in the spec (distribution, connection group), or let the controller create the tenant again."),
-    problem("NoSuchHostedZone", Aws, "The Route53 hosted zone does not exist in the operator's account.", "Fix the zone id (Cert: --dns-zones or spec.dnsZone; DistributionTenant: spec.dns.hostedZoneId)."),
+    problem(
+        "EntityNotFound",
+        Aws,
+        "The CloudFront resource the object names does not exist (any more).",
+        "Fix the id in the spec (distribution, connection group), or let the controller create the tenant again.",
+    ),
+    problem(
+        "NoSuchHostedZone",
+        Aws,
+        "The Route53 hosted zone does not exist in the operator's account.",
+        "Fix the zone id (Cert: --dns-zones or spec.dnsZone; DistributionTenant: spec.dns.hostedZoneId).",
+    ),
     problem("NoSuchDistribution", Aws, "The CloudFront distribution does not exist.", "Fix spec.distributionId."),
     problem("NotFound", Aws, "The AWS resource does not exist.", "Fix the reference in the spec, or let the controller create it again."),
     problem(
@@ -371,7 +446,12 @@ pub const ENTRIES: &[Entry] = &[
         "Look at the records of that name in the zone; remove what conflicts.",
     ),
     problem("InvalidInput", Aws, "AWS refused the call's input; the message says which.", "Fix the field of the spec the message names."),
-    problem("InvalidArgument", Aws, "CloudFront refused the call's input; the message says which.", "Fix the field of the spec the message names."),
+    problem(
+        "InvalidArgument",
+        Aws,
+        "CloudFront refused the call's input; the message says which.",
+        "Fix the field of the spec the message names.",
+    ),
     problem(
         "CNAMEAlreadyExists",
         Aws,
@@ -403,7 +483,12 @@ pub const ENTRIES: &[Entry] = &[
         "Ask AWS for a higher quota (Service Quotas), or delete unused resources; then `blockwork retry`.",
     ),
     // --- Cache ----------------------------------------------------------------------------------
-    waiting("Pending", Cache, "The StatefulSet has no pods yet.", "Nothing to do unless it lasts; then `kubectl describe statefulset NAME-cache` (quota, scheduling)."),
+    waiting(
+        "Pending",
+        Cache,
+        "The StatefulSet has no pods yet.",
+        "Nothing to do unless it lasts; then `kubectl describe statefulset NAME-cache` (quota, scheduling).",
+    ),
     waiting(
         "Provisioning",
         Cache,
@@ -411,7 +496,12 @@ pub const ENTRIES: &[Entry] = &[
         "Nothing to do unless it lasts; then look at the pods `blockwork explain` lists (image pulls, scheduling, memory).",
     ),
     fine("Ready", Cache, "Every replica is ready.", NOTHING),
-    problem("Failed", Cache, "The spec cannot be built into objects (see InvalidSpec).", "Fix the spec as the Ready condition's message says."),
+    problem(
+        "Failed",
+        Cache,
+        "The spec cannot be built into objects (see InvalidSpec).",
+        "Fix the spec as the Ready condition's message says.",
+    ),
     fine("AllReplicasAvailable", Cache, "Every replica's pod is ready.", NOTHING),
     waiting(
         "ReplicasNotReady",
@@ -445,7 +535,12 @@ pub const ENTRIES: &[Entry] = &[
         "Fix what the API server names (often a quota or a policy admission webhook); refusals wait for a spec change, other errors are retried.",
     ),
     problem("ReconcilePanicked", Cache, "The Cache controller panicked on this object; retried.", "Report a bug with the event's message."),
-    problem("CleanupIncomplete", Cache, "Deleting the Cache's objects failed in part; the Cache was released anyway.", "Delete the objects named in the message."),
+    problem(
+        "CleanupIncomplete",
+        Cache,
+        "Deleting the Cache's objects failed in part; the Cache was released anyway.",
+        "Delete the objects named in the message.",
+    ),
     problem(
         "CleanupTimedOut",
         Cache,
@@ -453,7 +548,12 @@ pub const ENTRIES: &[Entry] = &[
         "Delete what is left: `kubectl get statefulset,service,configmap,pdb -l app.kubernetes.io/instance=NAME`.",
     ),
     fine("ReconcileSuccess", Cache, "Every object of the Cache is applied.", NOTHING),
-    waiting("ReconcilePaused", Cache, "Reconciling is paused by the annotation blockwork.dev/paused.", "`blockwork resume cache/NAME` to reconcile again."),
+    waiting(
+        "ReconcilePaused",
+        Cache,
+        "Reconciling is paused by the annotation blockwork.dev/paused.",
+        "`blockwork resume cache/NAME` to reconcile again.",
+    ),
     problem(
         "InvalidAnnotation",
         Cache,
@@ -472,7 +572,12 @@ pub const ENTRIES: &[Entry] = &[
     fine("Rotated", Rotator, "prev-tls ← tls ← next-tls ← source: the key set moved one step.", NOTHING),
     fine("TargetUpdated", Rotator, "The target was written without rotating (adoption, repair, JWKS on or off).", NOTHING),
     fine("Updated", Rotator, "This target was written without rotating (adoption, repair, JWKS on or off).", NOTHING),
-    fine("SourceDeleted", Rotator, "The source was deleted; the target is kept as it is and no longer rotates.", "Point a new source at it to continue rotating, or delete it."),
+    fine(
+        "SourceDeleted",
+        Rotator,
+        "The source was deleted; the target is kept as it is and no longer rotates.",
+        "Point a new source at it to continue rotating, or delete it.",
+    ),
     problem(
         "InvalidSource",
         Rotator,
@@ -503,7 +608,12 @@ pub const ENTRIES: &[Entry] = &[
         "An annotation under the rotator's prefix has a value (or a key) the rotator does not accept; nothing is written.",
         "Fix the annotation named in the message (true or false, or a known key).",
     ),
-    problem("JwksKeySkipped", Rotator, "A certificate could not be put into jwks.json (not PEM X.509, or an unsupported key type).", "Use RSA, P-256, P-384 or Ed25519 keys."),
+    problem(
+        "JwksKeySkipped",
+        Rotator,
+        "A certificate could not be put into jwks.json (not PEM X.509, or an unsupported key type).",
+        "Use RSA, P-256, P-384 or Ed25519 keys.",
+    ),
     problem(
         "WriteFailed",
         Rotator,
@@ -512,8 +622,11 @@ pub const ENTRIES: &[Entry] = &[
     ),
 ];
 
+/// Whether a reason belongs to a family.
+type Member = fn(&str) -> bool;
+
 /// Where a reason found no entry of its own: explained by its family.
-const FAMILIES: &[(fn(&str) -> bool, Entry)] = &[
+const FAMILIES: &[(Member, Entry)] = &[
     (
         |r| r.contains("AccessDenied") || r.contains("NotAuthorized") || r.contains("Unauthorized") || r.contains("Forbidden"),
         problem("AccessDenied*", Aws, "AWS refused the call: the operator's IAM identity lacks a permission.", ACCESS),
@@ -524,7 +637,12 @@ const FAMILIES: &[(fn(&str) -> bool, Entry)] = &[
     ),
     (
         |r| r.contains("LimitExceeded") || r.contains("QuotaExceeded"),
-        problem("*LimitExceeded", Aws, "An AWS quota or limit is reached.", "Ask AWS for a higher quota (Service Quotas), or delete unused resources; then `blockwork retry`."),
+        problem(
+            "*LimitExceeded",
+            Aws,
+            "An AWS quota or limit is reached.",
+            "Ask AWS for a higher quota (Service Quotas), or delete unused resources; then `blockwork retry`.",
+        ),
     ),
     (
         |r| r.ends_with("NotFound") || r.ends_with("NotFoundException") || r.starts_with("NoSuch"),
@@ -580,7 +698,12 @@ pub fn markdown() -> String {
             Severity::Waiting => "waiting",
             Severity::Problem => "**problem**",
         };
-        out.push_str(&format!("| `{}` | {severity} | {} | {} |\n", entry.reason, entry.meaning.replace('|', "\\|"), entry.fix.replace('|', "\\|")));
+        out.push_str(&format!(
+            "| `{}` | {severity} | {} | {} |\n",
+            entry.reason,
+            entry.meaning.replace('|', "\\|"),
+            entry.fix.replace('|', "\\|")
+        ));
     }
     out
 }

@@ -100,7 +100,12 @@ pub fn crd_finding(expected: &CustomResourceDefinition, installed: Option<&Custo
     let (want, have) = (versions(expected), versions(installed));
     let missing: Vec<&str> = want.iter().filter(|w| !have.contains(w)).map(|w| w.0.as_str()).collect();
     if !missing.is_empty() {
-        let have: Vec<String> = have.iter().map(|(n, served, storage)| format!("{n}{}{}", if *served { "" } else { " (not served)" }, if *storage { " (storage)" } else { "" })).collect();
+        let have: Vec<String> = have
+            .iter()
+            .map(|(n, served, storage)| {
+                format!("{n}{}{}", if *served { "" } else { " (not served)" }, if *storage { " (storage)" } else { "" })
+            })
+            .collect();
         return Finding::with(
             Verdict::Fail,
             check,
@@ -160,7 +165,9 @@ pub fn webhook_finding(check: String, how: &str, answer: &Result<(), kube::Error
     match answer {
         Ok(()) => Finding::pass(check, format!("reachable: {how}")),
         // The webhook answered and refused the object: it is reachable, which is what is checked.
-        Err(kube::Error::Api(status)) if !status.message.contains("failed calling webhook") && !status.message.contains("conversion webhook") => {
+        Err(kube::Error::Api(status))
+            if !status.message.contains("failed calling webhook") && !status.message.contains("conversion webhook") =>
+        {
             Finding::pass(check, format!("reachable: {how} (it answered: {})", crate::text::short(&status.message, 100)))
         }
         Err(kube::Error::Api(status)) => Finding::with(
@@ -288,7 +295,17 @@ async fn conversion_webhook(client: &Client, crd: &CustomResourceDefinition, nam
     let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), namespace, &resource);
     let answer = api.create(&PostParams { dry_run: true, field_manager: Some("blockwork-check".into()) }, &sample).await.map(drop);
     let how = format!("a dry-run {} {} was converted to the storage version", crd.spec.names.kind, version.name);
-    findings.push(webhook_finding(format!("conversion webhook of {name} ({})", where_(config.and_then(|c| c.url.clone()), config.and_then(|c| c.service.as_ref().map(|s| (s.namespace.clone(), s.name.clone())))) ), &how, &answer));
+    findings.push(webhook_finding(
+        format!(
+            "conversion webhook of {name} ({})",
+            where_(
+                config.and_then(|c| c.url.clone()),
+                config.and_then(|c| c.service.as_ref().map(|s| (s.namespace.clone(), s.name.clone())))
+            )
+        ),
+        &how,
+        &answer,
+    ));
     findings
 }
 
@@ -344,7 +361,8 @@ async fn validating_webhooks(client: &Client, selected: &[&Expected], namespace:
         };
         let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), namespace, &resource);
         let answer = api.create(&PostParams { dry_run: true, field_manager: Some("blockwork-check".into()) }, &sample).await.map(drop);
-        let location = where_(found.client_config.url.clone(), found.client_config.service.as_ref().map(|s| (s.namespace.clone(), s.name.clone())));
+        let location =
+            where_(found.client_config.url.clone(), found.client_config.service.as_ref().map(|s| (s.namespace.clone(), s.name.clone())));
         findings.push(webhook_finding(format!("{check} ({location})"), &format!("a dry-run {kind} went through it"), &answer));
     }
     Ok(findings)
@@ -355,7 +373,9 @@ fn sample(group: &str, kind: &str, version: &str) -> Option<DynamicObject> {
     let spec = match kind {
         "Cache" => serde_json::json!({"engine": "redis", "memory": "64Mi"}),
         "Cert" => serde_json::json!({"serviceName": "blockwork-check", "environment": "dryrun"}),
-        "DistributionTenant" => serde_json::json!({"distributionId": "EBLOCKWORKCHECK", "domains": [{"domain": "check.blockwork.invalid"}]}),
+        "DistributionTenant" => {
+            serde_json::json!({"distributionId": "EBLOCKWORKCHECK", "domains": [{"domain": "check.blockwork.invalid"}]})
+        }
         _ => return None,
     };
     serde_json::from_value(serde_json::json!({
@@ -422,7 +442,8 @@ mod tests {
         let mut installed = expected.clone();
         installed.spec.versions.retain(|v| v.name == "v1alpha1");
         installed.spec.versions[0].storage = true;
-        installed.status = Some(serde_json::from_value(serde_json::json!({"conditions": [{"type": "Established", "status": "True"}]})).expect("status"));
+        installed.status =
+            Some(serde_json::from_value(serde_json::json!({"conditions": [{"type": "Established", "status": "True"}]})).expect("status"));
         let finding = crd_finding(&expected, Some(&installed));
         assert_eq!(finding.verdict, Verdict::Fail);
         assert!(finding.detail.contains("needs v1beta1"), "{}", finding.detail);
@@ -431,7 +452,9 @@ mod tests {
     #[test]
     fn a_webhook_that_answered_is_reachable_even_when_it_refused_the_object() {
         let refused = Err(kube::Error::Api(
-            kube::core::Status::failure("admission webhook \"cert.acm.blockwork.dev\" denied the request: no zone", "Forbidden").with_code(403).boxed(),
+            kube::core::Status::failure("admission webhook \"cert.acm.blockwork.dev\" denied the request: no zone", "Forbidden")
+                .with_code(403)
+                .boxed(),
         ));
         assert_eq!(webhook_finding("w".into(), "dry run", &refused).verdict, Verdict::Pass);
         let unreachable = Err(kube::Error::Api(

@@ -84,7 +84,11 @@ fn headline(report: &Report, now: Timestamp, next_retry: Option<&str>) -> String
     if paused {
         return format!(
             "Paused by the annotation blockwork.dev/paused{}: nothing is reconciled, deletion included. `blockwork resume {}` to go on.",
-            report.condition("Synced").filter(|c| c.reason == "ReconcilePaused").map(|c| format!(" (since {} ago)", age(c.since, now))).unwrap_or_default(),
+            report
+                .condition("Synced")
+                .filter(|c| c.reason == "ReconcilePaused")
+                .map(|c| format!(" (since {} ago)", age(c.since, now)))
+                .unwrap_or_default(),
             report.reference()
         );
     }
@@ -150,7 +154,8 @@ mod tests {
         report.state = "Verifying".into();
         report.ready = Some(false);
         report.state_since = Some(at(1_000));
-        report.conditions = vec![condition("Ready", "False", "InProgress", 1_000), condition("Synced", "False", "ThrottlingException", 1_500)];
+        report.conditions =
+            vec![condition("Ready", "False", "InProgress", 1_000), condition("Synced", "False", "ThrottlingException", 1_500)];
         report.last_error = Some(ErrorView {
             reason: "ThrottlingException".into(),
             message: "Rate exceeded".into(),
@@ -184,15 +189,28 @@ mod tests {
             error.attempts = Some(1);
         }
         let headline = diagnose(&report, at(3_600)).headline;
-        assert!(headline.contains("AccessDeniedException (Terminal), since 35m ago; next retry in 52s (or at once with `blockwork retry cert/api`)"), "{headline}");
+        assert!(
+            headline.contains(
+                "AccessDeniedException (Terminal), since 35m ago; next retry in 52s (or at once with `blockwork retry cert/api`)"
+            ),
+            "{headline}"
+        );
     }
 
     #[test]
     fn a_paused_object_says_so_before_anything_else() {
         let mut report = throttled_cert();
-        report.policies.push(Policy { name: "paused", value: "True".into(), origin: Origin::Annotation, source: "blockwork.dev/paused".into() });
+        report.policies.push(Policy {
+            name: "paused",
+            value: "True".into(),
+            origin: Origin::Annotation,
+            source: "blockwork.dev/paused".into(),
+        });
         let headline = diagnose(&report, at(3_600)).headline;
-        assert!(headline.starts_with("Paused by the annotation blockwork.dev/paused") && headline.contains("blockwork resume cert/api"), "{headline}");
+        assert!(
+            headline.starts_with("Paused by the annotation blockwork.dev/paused") && headline.contains("blockwork resume cert/api"),
+            "{headline}"
+        );
     }
 
     #[test]

@@ -44,7 +44,12 @@ pub fn cert(cert: &Cert, events: &[Event], now: Timestamp) -> Report {
         }),
         None if cert.spec.dns_zone.is_some() || cert.spec.domain_name.is_some() => report.references.push(Reference {
             what: "hosted zone".into(),
-            name: cert.spec.dns_zone.as_ref().map(|z| zone_name(z.name.as_deref(), z.id.as_deref())).unwrap_or_else(|| "(by domain)".into()),
+            name: cert
+                .spec
+                .dns_zone
+                .as_ref()
+                .map(|z| zone_name(z.name.as_deref(), z.id.as_deref()))
+                .unwrap_or_else(|| "(by domain)".into()),
             state: "not resolved yet".into(),
             ok: false,
         }),
@@ -166,8 +171,12 @@ pub fn tenant(tenant: &DistributionTenant, events: &[Event], now: Timestamp) -> 
     report.set_events(events);
     let spec = &tenant.spec;
     let spec_drift = spec.drift_policy.map(|p| ("spec.driftPolicy", blockwork_runtime::DriftPolicy::from(p).to_string()));
-    report.policies =
-        report::runtime_policies(tenant.annotations(), spec_drift, ("enforce", "the controller's --drift-policy (enforce unless set)"), "Delete");
+    report.policies = report::runtime_policies(
+        tenant.annotations(),
+        spec_drift,
+        ("enforce", "the controller's --drift-policy (enforce unless set)"),
+        "Delete",
+    );
     let conditions = report.conditions.clone();
     let condition = |type_: &str| conditions.iter().find(|c| c.type_ == type_).cloned();
     report.references.push(Reference {
@@ -233,7 +242,9 @@ pub fn tenant(tenant: &DistributionTenant, events: &[Event], now: Timestamp) -> 
     if let Some(arn) = &observation.certificate_arn {
         report.observed.push(Field::new("managed certificate ARN", mask_accounts(arn)));
     }
-    if let Some(dns) = condition(blockwork_tenant::api::DNS_READY).filter(|c| c.reason == "DNSPropagating" || c.reason == "DNSRecordCreating") {
+    if let Some(dns) =
+        condition(blockwork_tenant::api::DNS_READY).filter(|c| c.reason == "DNSPropagating" || c.reason == "DNSRecordCreating")
+    {
         report.notes.push(format!(
             "DNS change {} submitted to zone {} {} and not INSYNC yet; Route53 usually takes under a minute.",
             observation.dns_change_id.as_deref().unwrap_or("(unknown)"),
@@ -298,8 +309,13 @@ pub fn cache(cache: &Cache, events: &[Event], objects: &CacheObjects, now: Times
         let (state, ok) = match &objects.tls_secret {
             Some(Some(secret)) => {
                 let data = secret.data.clone().unwrap_or_default();
-                let missing: Vec<&str> = ["tls.crt", "tls.key"].into_iter().filter(|k| data.get(*k).is_none_or(|v| v.0.is_empty())).collect();
-                if missing.is_empty() { ("exists with tls.crt and tls.key".to_owned(), true) } else { (format!("lacks {}", missing.join(", ")), false) }
+                let missing: Vec<&str> =
+                    ["tls.crt", "tls.key"].into_iter().filter(|k| data.get(*k).is_none_or(|v| v.0.is_empty())).collect();
+                if missing.is_empty() {
+                    ("exists with tls.crt and tls.key".to_owned(), true)
+                } else {
+                    (format!("lacks {}", missing.join(", ")), false)
+                }
             }
             Some(None) => ("does not exist (read now)".to_owned(), false),
             None => ("not read".to_owned(), false),
@@ -317,7 +333,12 @@ pub fn cache(cache: &Cache, events: &[Event], objects: &CacheObjects, now: Times
             ready: ready >= wanted,
         });
     } else {
-        report.owned.push(Owned { kind: "StatefulSet".into(), name: blockwork_cache::build::resource_name(cache), state: "missing".into(), ready: false });
+        report.owned.push(Owned {
+            kind: "StatefulSet".into(),
+            name: blockwork_cache::build::resource_name(cache),
+            state: "missing".into(),
+            ready: false,
+        });
     }
     for service in &objects.services {
         let headless = service.spec.as_ref().and_then(|s| s.cluster_ip.as_deref()) == Some("None");
@@ -355,9 +376,12 @@ pub fn pod_state(pod: &Pod, now: Timestamp) -> (String, bool) {
         .iter()
         .flatten()
         .find_map(|c| c.state.as_ref().and_then(|s| s.waiting.as_ref()).map(|w| w.reason.clone().unwrap_or_default()));
-    let unschedulable = status.conditions.iter().flatten().find(|c| c.type_ == "PodScheduled" && c.status == "False").map(|c| {
-        format!("{}: {}", c.reason.clone().unwrap_or_default(), c.message.clone().unwrap_or_default())
-    });
+    let unschedulable = status
+        .conditions
+        .iter()
+        .flatten()
+        .find(|c| c.type_ == "PodScheduled" && c.status == "False")
+        .map(|c| format!("{}: {}", c.reason.clone().unwrap_or_default(), c.message.clone().unwrap_or_default()));
     let why = waiting.or(unschedulable).map(|w| format!(" ({w})")).unwrap_or_default();
     (format!("{phase}, not ready{why}"), false)
 }
@@ -387,7 +411,8 @@ pub fn rotator_source(source: &Secret, keys: &Keys, objects: &RotatorObjects, no
     let in_sync = target.is_some_and(|t| {
         claimed.as_deref() == Some(source.name_any().as_str())
             && !source_crt.is_empty()
-            && t.annotations().get(&keys.next_cert_sha256).map(String::as_str) == Some(blockwork_rotator::kid::cert_sha256(&source_crt).as_str())
+            && t.annotations().get(&keys.next_cert_sha256).map(String::as_str)
+                == Some(blockwork_rotator::kid::cert_sha256(&source_crt).as_str())
     });
     let last_rotation = target.and_then(|t| t.annotations().get(&keys.last_rotation_time)).and_then(|t| t.parse::<Timestamp>().ok());
     // The newest warning about the source that no later write answered.
@@ -428,16 +453,17 @@ pub fn rotator_source(source: &Secret, keys: &Keys, objects: &RotatorObjects, no
             state: format!("no {} annotation", keys.destination),
             ok: false,
         }),
-        (Some(name), None) => report.references.push(Reference {
-            what: "target".into(),
-            name: name.clone(),
-            state: "does not exist yet".into(),
-            ok: false,
-        }),
+        (Some(name), None) => {
+            report.references.push(Reference { what: "target".into(), name: name.clone(), state: "does not exist yet".into(), ok: false })
+        }
         (Some(name), Some(_)) => {
             let state = match claimed.as_deref() {
                 Some(owner) if owner == source.name_any() => {
-                    if in_sync { "rotated from this source; next-tls is this source's certificate".to_owned() } else { "rotated from this source; behind it".to_owned() }
+                    if in_sync {
+                        "rotated from this source; next-tls is this source's certificate".to_owned()
+                    } else {
+                        "rotated from this source; behind it".to_owned()
+                    }
                 }
                 Some(other) => format!("rotated from another source, {other}"),
                 None => "exists and is not managed by a rotator".to_owned(),

@@ -17,7 +17,7 @@ use kube::{Api, Client, Resource, ResourceExt};
 use serde::de::DeserializeOwned;
 
 use crate::kinds::{self, CacheObjects, RotatorObjects};
-use crate::report::{Kind, Report};
+use crate::report::Report;
 
 /// The key rotator's annotations under its default prefix.
 pub fn default_keys() -> Keys {
@@ -104,7 +104,13 @@ pub async fn events_of<K: Resource<DynamicType = ()>>(client: &Client, object: &
 
 /// Everything `blockwork status` shows, kind by kind; kinds the cluster does not serve are
 /// skipped (and named in the second value).
-pub async fn reports(client: &Client, scope: &Scope, kinds: &[KindArg], keys: &Keys, now: Timestamp) -> anyhow::Result<(Vec<Report>, Vec<&'static str>)> {
+pub async fn reports(
+    client: &Client,
+    scope: &Scope,
+    kinds: &[KindArg],
+    keys: &Keys,
+    now: Timestamp,
+) -> anyhow::Result<(Vec<Report>, Vec<&'static str>)> {
     let mut reports = Vec::new();
     let mut missing = Vec::new();
     for kind in kinds {
@@ -266,16 +272,6 @@ async fn cache_objects(client: &Client, cache: &Cache) -> anyhow::Result<CacheOb
     Ok(CacheObjects { stateful_set, services, pods, tls_secret })
 }
 
-/// The report's kind as the command line names it (for messages).
-pub fn kind_of(report: &Report) -> KindArg {
-    match report.kind {
-        Kind::Cert => KindArg::Cert,
-        Kind::DistributionTenant => KindArg::DistributionTenant,
-        Kind::Cache => KindArg::Cache,
-        Kind::RotatorSource | Kind::RotatorTarget => KindArg::Secret,
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -293,7 +289,7 @@ mod tests {
         ] {
             assert_eq!(KindArg::parse(text), Ok(kind), "{text}");
         }
-        assert!(KindArg::parse("pod").unwrap_err().contains("expected cert, dt"));
+        assert!(KindArg::parse("pod").expect_err("not a Blockwork kind").contains("expected cert, dt"));
     }
 
     #[test]

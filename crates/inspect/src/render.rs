@@ -264,7 +264,10 @@ mod tests {
         let lines: Vec<&str> = text.lines().collect();
         assert_eq!(lines.len(), 3);
         assert!(lines[0].starts_with("KIND") && lines[0].contains("NEXT RETRY"));
-        assert!(lines[1].contains("team-a/api") && lines[1].contains("Failed") && lines[1].contains("1h") && lines[1].contains("in 5m"), "{text}");
+        assert!(
+            lines[1].contains("team-a/api") && lines[1].contains("Failed") && lines[1].contains("1h") && lines[1].contains("in 5m"),
+            "{text}"
+        );
         assert!(lines[1].contains("AccessDeniedException: RequestCertificate: not authorized"), "{text}");
         assert!(lines[2].contains("team-b/sessions") && lines[2].contains("True"));
         let state_column = lines[0].find("STATE").expect("a STATE column");

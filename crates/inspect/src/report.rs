@@ -252,7 +252,7 @@ impl Report {
     /// Events, newest first (the order `explain` shows).
     pub fn set_events(&mut self, events: &[Event]) {
         let mut views: Vec<EventView> = events.iter().map(EventView::from_event).collect();
-        views.sort_by(|a, b| b.last_seen.cmp(&a.last_seen));
+        views.sort_by_key(|view| std::cmp::Reverse(view.last_seen));
         self.events = views;
     }
 }
@@ -320,7 +320,8 @@ pub fn runtime_policies(
     let mut policies = vec![
         from_annotation("paused", PAUSED_ANNOTATION).unwrap_or_else(|| default("paused", "false", "not annotated")),
         from_annotation("access", ACCESS_ANNOTATION).unwrap_or_else(|| default("access", "CUD", "create, update and delete")),
-        from_annotation("deletion", DELETION_POLICY_ANNOTATION).unwrap_or_else(|| default("deletion", default_deletion, "the controller's")),
+        from_annotation("deletion", DELETION_POLICY_ANNOTATION)
+            .unwrap_or_else(|| default("deletion", default_deletion, "the controller's")),
     ];
     let drift = from_annotation("drift", DRIFT_POLICY_ANNOTATION)
         .or_else(|| spec_drift.map(|(field, value)| Policy { name: "drift", value, origin: Origin::Spec, source: field.to_owned() }))
@@ -345,7 +346,12 @@ mod tests {
     #[test]
     fn an_annotation_beats_the_spec_which_beats_the_controller_s_default() {
         let spec = Some(("spec.driftPolicy", "report".to_owned()));
-        let by_annotation = runtime_policies(&annotations(&[("blockwork.dev/drift-policy", "suspend")]), spec.clone(), ("enforce", "the controller's"), "Delete");
+        let by_annotation = runtime_policies(
+            &annotations(&[("blockwork.dev/drift-policy", "suspend")]),
+            spec.clone(),
+            ("enforce", "the controller's"),
+            "Delete",
+        );
         let drift = |policies: &[Policy]| policies.iter().find(|p| p.name == "drift").cloned().expect("a drift policy");
         assert_eq!((drift(&by_annotation).value.as_str(), drift(&by_annotation).origin), ("suspend", Origin::Annotation));
         let by_spec = runtime_policies(&annotations(&[]), spec, ("enforce", "the controller's"), "Delete");

@@ -62,7 +62,10 @@ async fn a_source_blocked_by_a_foreign_target_says_how_to_hand_it_over_and_the_t
     let kid = blockwork_rotator::kid::kid(crt.as_bytes());
     assert!(target_text.contains(&format!("next-tls              kid {kid}, expires 2030-01-02 00:00 UTC (in ")), "{target_text}");
     let their_kid = blockwork_rotator::kid::kid(theirs.as_bytes());
-    assert!(target_text.contains(&format!("prev-tls              kid {their_kid}, expires 2030-01-02")), "adopting kept theirs as prev-tls: {target_text}");
+    assert!(
+        target_text.contains(&format!("prev-tls              kid {their_kid}, expires 2030-01-02")),
+        "adopting kept theirs as prev-tls: {target_text}"
+    );
     assert!(target_text.contains("tls                   (empty)"), "{target_text}");
     assert!(target_text.contains("source            source  [ok] rotates this target"), "{target_text}");
     assert!(target_text.contains("rotations             1"), "adoption rotated the foreign certificate to tls: {target_text}");

@@ -6,7 +6,8 @@
 mod support;
 
 use blockwork_runtime::policy::{
-    ACCESS_ANNOTATION, DELETION_POLICY_ANNOTATION, DRIFT_POLICY_ANNOTATION, DeletionPolicy, PAUSED_ANNOTATION, RECONCILE_REQUESTED_ANNOTATION,
+    ACCESS_ANNOTATION, DELETION_POLICY_ANNOTATION, DRIFT_POLICY_ANNOTATION, DeletionPolicy, PAUSED_ANNOTATION,
+    RECONCILE_REQUESTED_ANNOTATION,
 };
 use blockwork_runtime::{ErrorClass, ExternalError, ReconcileState, VerifyOutcome};
 use k8s_openapi::api::core::v1::Node;
@@ -279,7 +280,9 @@ async fn a_failure_in_a_row_is_recorded_with_its_class_attempts_and_next_retry_t
         h.backend.script("verify", Script::Fail(ExternalError::throttled("Throttling", "slow down")));
     }
     h.create(widget("a", 1)).await;
-    let seen = h.wait_for("a", "two throttled attempts", |w| w.status.as_ref().and_then(|s| s.last_error.as_ref()).is_some_and(|e| e.attempts >= 2)).await;
+    let seen = h
+        .wait_for("a", "two throttled attempts", |w| w.status.as_ref().and_then(|s| s.last_error.as_ref()).is_some_and(|e| e.attempts >= 2))
+        .await;
     let error = seen.status.as_ref().and_then(|s| s.last_error.clone()).unwrap();
     assert_eq!((error.class, error.reason.as_str(), error.message.as_str()), (ErrorClass::Throttled, "Throttling", "slow down"));
     // The throttle floor is 1 s (±10 %): the retry is planned that far after the attempt.

@@ -22,12 +22,17 @@ async fn a_drifted_tenant_names_the_drift_the_policy_that_keeps_it_and_its_origi
     let id = tenant.status.as_ref().and_then(|s| s.observation.id.clone()).unwrap();
 
     let now = Timestamp::now();
-    let report = read::report(&h.client, &h.namespace, KindArg::DistributionTenant, "shop-drift", &read::default_keys(), now).await.unwrap();
+    let report =
+        read::report(&h.client, &h.namespace, KindArg::DistributionTenant, "shop-drift", &read::default_keys(), now).await.unwrap();
     let drift = report.policies.iter().find(|p| p.name == "drift").unwrap();
     assert_eq!((drift.value.as_str(), drift.origin, drift.source.as_str()), ("report", Origin::Annotation, "blockwork.dev/drift-policy"));
     let diagnosis = diagnose(&report, now);
     assert!(diagnosis.headline.starts_with("Ready (Succeeded"), "{}", diagnosis.headline);
-    assert!(diagnosis.headline.contains("but not in sync — DriftDetected: ") && diagnosis.headline.contains("enabled is false, want true"), "{}", diagnosis.headline);
+    assert!(
+        diagnosis.headline.contains("but not in sync — DriftDetected: ") && diagnosis.headline.contains("enabled is false, want true"),
+        "{}",
+        diagnosis.headline
+    );
     assert_eq!(diagnosis.hints[0].reason, "DriftDetected");
     assert!(diagnosis.hints[0].fix.contains("drift-policy=enforce"), "{:?}", diagnosis.hints[0]);
     let text = render::explain(&Explanation::of(report, now), now);
