@@ -284,8 +284,13 @@ impl<A: CertificateApi + DnsApi> CertManager<A> {
             Assessment::Ready => {
                 observation.state = Some(CertState::Ready);
                 observation.cert_ready = true;
-                if certificate.renewal_status.as_deref() == Some("PENDING_VALIDATION") && may_create(object) {
-                    // A renewal needs the same records; put back any we have not written.
+                // A renewal needs the same records: put back any we have not written. So does a
+                // certificate issued before the look that writes the records an earlier look
+                // listed (ACM reuses an account's validation record for the same name, and an
+                // emulator issues by time) — without them it could not renew.
+                let renewing = certificate.renewal_status.as_deref() == Some("PENDING_VALIDATION");
+                let unwritten = observation.validation_records.iter().any(|r| r.pending);
+                if (renewing || unwritten) && may_create(object) {
                     self.ensure_records(&certificate, &desired, observation).await?;
                 }
                 if let Some(message) = logic::renewal_message(certificate.renewal_status.as_deref()) {
