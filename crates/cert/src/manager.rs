@@ -118,6 +118,11 @@ impl<A: CertificateApi + DnsApi> CertManager<A> {
     }
 
     fn desired(&self, object: &Cert, observation: &mut CertObservation) -> Result<Desired, ExternalError> {
+        // The webhook refuses these names at admission; this holds for objects stored without
+        // it (webhook off or failing open), before ACM is asked.
+        for name in object.spec.domain_name.iter().chain(&object.spec.subject_alternative_names) {
+            blockwork_aws::dns_name::parse(name).map_err(|e| ExternalError::terminal("InvalidSpec", e.to_string()))?;
+        }
         let desired = logic::desired(&object.spec, &self.zones).map_err(|e| ExternalError::terminal("InvalidSpec", e.to_string()))?;
         observation.domain_name = Some(desired.domain.clone());
         observation.resolved_zone = Some(desired.zone.to_ref());

@@ -7,7 +7,7 @@ mod support;
 
 use std::time::Duration;
 
-use blockwork_cert::CertState;
+use blockwork_cert::{CertSpec, CertState};
 use blockwork_runtime::ReconcileState;
 use blockwork_testenv::fault_proxy::{Fault, Operation};
 use kube::ResourceExt;
@@ -128,6 +128,17 @@ async fn access_denied_fails_the_cert_with_a_sanitized_message() {
     assert_eq!(status(&cert).reconcile_state, Some(ReconcileState::Failed));
     h.proxy.clear();
     h.wait_for_state("api", CertState::Ready).await;
+}
+
+#[tokio::test]
+async fn an_undecodable_a_label_stored_without_the_webhook_fails_the_cert_before_acm_is_asked() {
+    let h = Harness::start("a-label", &["main"]).await;
+    let san = format!("xn--zz.{}", h.zones[0].name);
+    h.create("api", CertSpec { subject_alternative_names: vec![san.clone()], ..spec("api", "dev") }).await;
+    let cert = h.wait_for_state("api", CertState::Failed).await;
+    let message = status(&cert).message.clone().unwrap();
+    assert!(message.contains("xn--zz") && message.contains("A-label"), "{message}");
+    assert_eq!(h.proxy.calls("RequestCertificate"), 0, "nothing is requested");
 }
 
 #[tokio::test]
