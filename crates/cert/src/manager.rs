@@ -118,6 +118,11 @@ impl<A: CertificateApi + DnsApi> CertManager<A> {
     }
 
     fn desired(&self, object: &Cert, observation: &mut CertObservation) -> Result<Desired, ExternalError> {
+        // The webhook refuses these names at admission; this holds for objects stored without
+        // it (webhook off or failing open), before ACM is asked.
+        for name in object.spec.domain_name.iter().chain(&object.spec.subject_alternative_names) {
+            blockwork_aws::dns_name::parse(name).map_err(|e| ExternalError::terminal("InvalidSpec", e.to_string()))?;
+        }
         let desired = logic::desired(&object.spec, &self.zones).map_err(|e| ExternalError::terminal("InvalidSpec", e.to_string()))?;
         observation.domain_name = Some(desired.domain.clone());
         observation.resolved_zone = Some(desired.zone.to_ref());
@@ -284,8 +289,13 @@ impl<A: CertificateApi + DnsApi> CertManager<A> {
             Assessment::Ready => {
                 observation.state = Some(CertState::Ready);
                 observation.cert_ready = true;
-                if certificate.renewal_status.as_deref() == Some("PENDING_VALIDATION") && may_create(object) {
-                    // A renewal needs the same records; put back any we have not written.
+                // A renewal needs the same records: put back any we have not written. So does a
+                // certificate issued before the look that writes the records an earlier look
+                // listed (ACM reuses an account's validation record for the same name, and an
+                // emulator issues by time) — without them it could not renew.
+                let renewing = certificate.renewal_status.as_deref() == Some("PENDING_VALIDATION");
+                let unwritten = observation.validation_records.iter().any(|r| r.pending);
+                if (renewing || unwritten) && may_create(object) {
                     self.ensure_records(&certificate, &desired, observation).await?;
                 }
                 if let Some(message) = logic::renewal_message(certificate.renewal_status.as_deref()) {
