@@ -547,3 +547,76 @@ pub fn certificate_expiry(pem: &[u8]) -> Option<Timestamp> {
     let certificate = pem.parse_x509().ok()?;
     Timestamp::from_second(certificate.validity().not_after.timestamp()).ok()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use blockwork_cert::api::ValidationRecordStatus;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+
+    fn at(second: i64) -> Timestamp {
+        Timestamp::from_second(second).expect("valid")
+    }
+
+    fn validating_cert(pending: bool) -> Cert {
+        let mut cert =
+            Cert::new("api", blockwork_cert::CertSpec { service_name: "api".into(), environment: "prod".into(), ..Default::default() });
+        cert.metadata.namespace = Some("team-a".into());
+        let mut status = blockwork_cert::CertStatus {
+            reconcile_state: Some(blockwork_runtime::ReconcileState::Verifying),
+            reconcile_state_since: Some(Time(at(0))),
+            ..Default::default()
+        };
+        status.observation.state = Some(CertState::Validated);
+        status.observation.domain_name = Some("api-prod.k8s.example.com".into());
+        status.observation.validation_records = vec![ValidationRecordStatus {
+            zone_id: "Z123".into(),
+            name: "_x.api-prod.k8s.example.com.".into(),
+            value: "_y.acm-validations.aws.".into(),
+            owned: true,
+            pending,
+        }];
+        cert.status = Some(status);
+        cert
+    }
+
+    #[test]
+    fn a_cert_waiting_longer_than_acm_usually_takes_says_where_to_look() {
+        let report = cert(&validating_cert(false), &[], at(43 * 60));
+        let note = report.notes.first().expect("a note");
+        assert!(
+            note.starts_with(
+                "DNS validation of api-prod.k8s.example.com pending for 43m: the CNAME _x.api-prod.k8s.example.com. is written in zone Z123"
+            ),
+            "{note}"
+        );
+        assert!(note.contains("longer than the usual 30 min") && note.contains("`dig CNAME _x.api-prod.k8s.example.com.`"), "{note}");
+        assert!(!cert(&validating_cert(false), &[], at(10 * 60)).notes[0].contains("longer than the usual"), "10 minutes is usual");
+    }
+
+    #[test]
+    fn a_record_not_written_yet_is_counted() {
+        let report = cert(&validating_cert(true), &[], at(60));
+        assert!(report.notes[0].contains("0 of 1 validation record(s) written to zone Z123"), "{:?}", report.notes);
+    }
+
+    fn pod(status: serde_json::Value) -> Pod {
+        serde_json::from_value(serde_json::json!({"metadata": {"name": "p"}, "status": status})).expect("a pod")
+    }
+
+    #[test]
+    fn a_pod_says_why_it_is_not_ready() {
+        let pulling = pod(serde_json::json!({"phase": "Pending", "containerStatuses": [
+            {"name": "redis", "image": "redis", "imageID": "", "ready": false, "restartCount": 0, "state": {"waiting": {"reason": "ImagePullBackOff"}}}
+        ]}));
+        assert_eq!(pod_state(&pulling, at(0)), ("Pending, not ready (ImagePullBackOff)".to_owned(), false));
+        let unschedulable = pod(serde_json::json!({"phase": "Pending", "conditions": [
+            {"type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": "0/3 nodes have enough memory"}
+        ]}));
+        assert_eq!(pod_state(&unschedulable, at(0)).0, "Pending, not ready (Unschedulable: 0/3 nodes have enough memory)");
+        let ready = pod(
+            serde_json::json!({"phase": "Running", "startTime": "1970-01-01T00:00:00Z", "conditions": [{"type": "Ready", "status": "True"}]}),
+        );
+        assert_eq!(pod_state(&ready, at(7200)), ("Running, ready, up 2h".to_owned(), true));
+    }
+}
