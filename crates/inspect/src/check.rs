@@ -267,8 +267,15 @@ fn print(findings: &[Finding], output: Output) -> (String, bool) {
                     let _ = writeln!(out, "      fix: {fix}");
                 }
             }
-            let failed = findings.iter().filter(|f| f.verdict == Verdict::Fail).count();
-            let _ = writeln!(out, "\n{} passed, {failed} failed", findings.iter().filter(|f| f.verdict == Verdict::Pass).count());
+            let count = |verdict| findings.iter().filter(|f| f.verdict == verdict).count();
+            let _ = writeln!(
+                out,
+                "\nfindings: {} pass, {} warn, {} fail, {} skip",
+                count(Verdict::Pass),
+                count(Verdict::Warn),
+                count(Verdict::Fail),
+                count(Verdict::Skip)
+            );
             out
         }
     };
