@@ -33,7 +33,7 @@ fn help_lists_the_subcommands() {
     let output = blockwork(&["--help"]);
     assert!(output.status.success(), "{}", stderr(&output));
     let help = stdout(&output);
-    for command in ["crds", "rbac", "run", "remove-finalizers"] {
+    for command in ["crds", "rbac", "run", "remove-finalizers", "status", "explain", "retry", "pause", "resume", "check", "completions"] {
         assert!(help.lines().any(|l| l.trim_start().starts_with(command)), "`{command}` missing from:\n{help}");
     }
 }
