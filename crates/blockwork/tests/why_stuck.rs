@@ -332,3 +332,39 @@ async fn check_warns_about_a_missing_lease_and_fails_an_unconfigured_controller(
     assert_eq!(output.status.code(), Some(1), "{report}");
     line(&report, "FAIL  cert: configuration");
 }
+
+#[tokio::test]
+async fn check_as_the_operator_s_service_account_skips_what_its_rbac_may_not_read() {
+    let plane = plane().await;
+    let namespace = plane.namespace("check-rbac").await.unwrap();
+    let rbac = std::process::Command::new(BIN).args(["rbac", "--namespace", &namespace]).output().unwrap();
+    assert!(rbac.status.success(), "{}", text(&rbac));
+    apply(plane.kubeconfig_path(), &rbac.stdout);
+    // The admin's kubeconfig, impersonating the operator's ServiceAccount, as `kubectl exec
+    // deploy/blockwork -- blockwork check` would run.
+    let mut kubeconfig = kube::config::Kubeconfig::read_from(plane.kubeconfig_path()).unwrap();
+    for user in &mut kubeconfig.auth_infos {
+        if let Some(auth) = user.auth_info.as_mut() {
+            auth.impersonate = Some(format!("system:serviceaccount:{namespace}:blockwork"));
+        }
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("kubeconfig");
+    std::fs::write(&path, serde_json::to_string(&kubeconfig).unwrap()).unwrap();
+
+    let output = std::process::Command::new(BIN)
+        .args(["check", "--controllers", "cert", "-n", &namespace, "--leader-election-namespace", &namespace])
+        .args(["--dns-zones", "example.com:Z1", "--aws-region", "us-east-1", "--aws-endpoint-url", "http://127.0.0.1:9"])
+        .env("KUBECONFIG", &path)
+        .envs(aws_credentials())
+        .output()
+        .unwrap();
+    let report = text(&output);
+    line(&report, "SKIP  CRD certs.acm.blockwork.dev: not tested: this identity may not read CustomResourceDefinitions");
+    line(&report, "SKIP  admission webhooks: not tested: this identity may not read ValidatingWebhookConfigurations");
+    line(&report, &format!("WARN  leader Lease {namespace}/blockwork-leader: not found"));
+    // No AWS at port 9: the credentials cannot be tried, and the fix is the network path.
+    let aws = line(&report, "FAIL  cert: AWS credentials:");
+    assert!(!aws.is_empty() && report.contains("fix: AWS could not be reached: check the network path"), "{report}");
+    assert_eq!(output.status.code(), Some(1), "{report}");
+}

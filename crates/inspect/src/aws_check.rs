@@ -75,8 +75,9 @@ async fn identity(config: &aws_config::SdkConfig, check: &str) -> Finding {
         .await
         .map(|out| format!("usable, as {}", mask_accounts(out.arn().unwrap_or("an unnamed identity"))))
         .map_err(|e| classify_sdk_error(OP, &e));
+    let unreachable = matches!(&result, Err(error) if error.class == ErrorClass::Retryable);
     let mut finding = call_finding(check.to_owned(), result, "any");
-    if finding.verdict == Verdict::Fail {
+    if finding.verdict == Verdict::Fail && !unreachable {
         finding.fix = Some(
             "give the operator AWS credentials: IRSA or EKS Pod Identity in a cluster, AWS_* variables or a profile elsewhere".to_owned(),
         );

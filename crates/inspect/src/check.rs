@@ -5,7 +5,6 @@
 
 use std::fmt::Write as _;
 
-use anyhow::Context as _;
 use clap::Args;
 use jiff::Timestamp;
 use k8s_openapi::api::admissionregistration::v1::{ValidatingWebhook, ValidatingWebhookConfiguration};
@@ -160,23 +159,50 @@ pub fn lease_finding(namespace: &str, name: &str, lease: Option<&Lease>, now: Ti
     }
 }
 
-/// What a dry-run create through a webhook answered.
+/// What a dry-run create through a webhook answered. The webhook answered when the object was
+/// stored (and discarded) or refused by the webhook itself; the API server names a webhook it
+/// could not call. A refusal by RBAC means the dry run never reached the webhook.
 pub fn webhook_finding(check: String, how: &str, answer: &Result<(), kube::Error>) -> Finding {
     match answer {
         Ok(()) => Finding::pass(check, format!("reachable: {how}")),
-        // The webhook answered and refused the object: it is reachable, which is what is checked.
         Err(kube::Error::Api(status))
-            if !status.message.contains("failed calling webhook") && !status.message.contains("conversion webhook") =>
+            if status.message.contains("failed calling webhook") || status.message.contains("conversion webhook") =>
         {
+            Finding::with(
+                Verdict::Fail,
+                check,
+                format!("the API server cannot call it: {}", status.message),
+                "check that the operator runs, that its webhook Service has ready endpoints, and that caBundle is the CA of the serving certificate (cert-manager's CA injector, or `blockwork crds/webhooks --webhook-ca-file`)",
+            )
+        }
+        Err(kube::Error::Api(status)) if status.message.contains("admission webhook") && status.message.contains("denied the request") => {
             Finding::pass(check, format!("reachable: {how} (it answered: {})", crate::text::short(&status.message, 100)))
         }
-        Err(kube::Error::Api(status)) => Finding::with(
+        Err(kube::Error::Api(status)) if status.code == 403 => Finding::with(
+            Verdict::Skip,
+            check,
+            format!("not tested: this identity may not create the dry-run object ({})", crate::text::short(&status.message, 120)),
+            "run check as someone who may create the kind (a dry run needs create), e.g. from your workstation",
+        ),
+        Err(error) => Finding::with(
             Verdict::Fail,
             check,
-            format!("the API server cannot call it: {}", status.message),
-            "check that the operator runs, that its webhook Service has ready endpoints, and that caBundle is the CA of the serving certificate (cert-manager's CA injector, or `blockwork crds/webhooks --webhook-ca-file`)",
+            format!("the dry run failed: {error}"),
+            "read the error; report a bug if the dry-run object is refused by the schema",
         ),
-        Err(error) => Finding::with(Verdict::Fail, check, format!("the dry run failed: {error}"), "check the connection to the API server"),
+    }
+}
+
+/// A read the check needs was refused or failed: skipped (RBAC) or failed, and said so.
+fn unreadable(check: String, what: &str, error: &kube::Error) -> Finding {
+    match error {
+        kube::Error::Api(status) if status.code == 403 => Finding::with(
+            Verdict::Skip,
+            check,
+            format!("not tested: this identity may not read {what}"),
+            "run check as someone who may read it (the operator's own RBAC does not include it)",
+        ),
+        other => Finding::with(Verdict::Fail, check, format!("reading {what} failed: {other}"), "check the connection to the API server"),
     }
 }
 
@@ -231,7 +257,13 @@ pub async fn run(args: &CheckArgs, expected: &[Expected]) -> anyhow::Result<(Str
     for expected in &selected {
         for crd in &expected.crds {
             let name = crd.metadata.name.clone().unwrap_or_default();
-            let installed = crds.get_opt(&name).await.with_context(|| format!("reading the CRD {name}"))?;
+            let installed = match crds.get_opt(&name).await {
+                Ok(installed) => installed,
+                Err(error) => {
+                    findings.push(unreadable(format!("CRD {name}"), "CustomResourceDefinitions", &error));
+                    continue;
+                }
+            };
             let finding = crd_finding(crd, installed.as_ref());
             let usable = finding.verdict != Verdict::Fail;
             findings.push(finding);
@@ -240,9 +272,15 @@ pub async fn run(args: &CheckArgs, expected: &[Expected]) -> anyhow::Result<(Str
             }
         }
     }
-    findings.extend(validating_webhooks(&client, &selected, &namespace, now).await?);
-    let lease = Api::<Lease>::namespaced(client.clone(), &args.leader_election_namespace).get_opt(&args.leader_election_id).await?;
-    findings.push(lease_finding(&args.leader_election_namespace, &args.leader_election_id, lease.as_ref(), now));
+    findings.extend(validating_webhooks(&client, &selected, &namespace, now).await);
+    match Api::<Lease>::namespaced(client.clone(), &args.leader_election_namespace).get_opt(&args.leader_election_id).await {
+        Ok(lease) => findings.push(lease_finding(&args.leader_election_namespace, &args.leader_election_id, lease.as_ref(), now)),
+        Err(error) => findings.push(unreadable(
+            format!("leader Lease {}/{}", args.leader_election_namespace, args.leader_election_id),
+            "Leases",
+            &error,
+        )),
+    }
     for expected in &selected {
         findings.extend(crate::aws_check::findings(expected.controller, args, &client).await);
     }
@@ -326,12 +364,15 @@ fn where_(url: Option<String>, service: Option<(String, String)>) -> String {
 
 /// The registered ValidatingWebhookConfiguration `blockwork`: each expected webhook present
 /// with a caBundle, and reached by a dry-run create of its kind.
-async fn validating_webhooks(client: &Client, selected: &[&Expected], namespace: &str, now: Timestamp) -> anyhow::Result<Vec<Finding>> {
+async fn validating_webhooks(client: &Client, selected: &[&Expected], namespace: &str, now: Timestamp) -> Vec<Finding> {
     let wanted: Vec<&ValidatingWebhook> = selected.iter().flat_map(|e| &e.webhooks).collect();
     if wanted.is_empty() {
-        return Ok(Vec::new());
+        return Vec::new();
     }
-    let configuration = Api::<ValidatingWebhookConfiguration>::all(client.clone()).get_opt("blockwork").await?;
+    let configuration = match Api::<ValidatingWebhookConfiguration>::all(client.clone()).get_opt("blockwork").await {
+        Ok(configuration) => configuration,
+        Err(error) => return vec![unreadable("admission webhooks".to_owned(), "ValidatingWebhookConfigurations", &error)],
+    };
     let registered = configuration.and_then(|c| c.webhooks).unwrap_or_default();
     let mut findings = Vec::new();
     for webhook in wanted {
@@ -372,7 +413,7 @@ async fn validating_webhooks(client: &Client, selected: &[&Expected], namespace:
             where_(found.client_config.url.clone(), found.client_config.service.as_ref().map(|s| (s.namespace.clone(), s.name.clone())));
         findings.push(webhook_finding(format!("{check} ({location})"), &format!("a dry-run {kind} went through it"), &answer));
     }
-    Ok(findings)
+    findings
 }
 
 /// A small object of a kind that passes its schema, for a dry run.
@@ -475,6 +516,21 @@ mod tests {
         let finding = webhook_finding("w".into(), "dry run", &unreachable);
         assert_eq!(finding.verdict, Verdict::Fail);
         assert!(finding.detail.contains("failed to verify certificate"));
+    }
+
+    #[test]
+    fn a_dry_run_refused_by_rbac_is_not_a_webhook_answer() {
+        let forbidden = Err(kube::Error::Api(
+            kube::core::Status::failure(
+                "certs.acm.blockwork.dev \"blockwork-check-dry-run\" is forbidden: User \"system:serviceaccount:ops:blockwork\" cannot create resource \"certs\"",
+                "Forbidden",
+            )
+            .with_code(403)
+            .boxed(),
+        ));
+        let finding = webhook_finding("w".into(), "dry run", &forbidden);
+        assert_eq!(finding.verdict, Verdict::Skip, "{finding:?}");
+        assert!(finding.detail.contains("may not create"));
     }
 
     #[test]
