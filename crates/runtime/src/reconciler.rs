@@ -478,15 +478,7 @@ async fn reconcile_object<M: ExternalResource>(object: &M::Object, context: &Con
         // The finalizer change comes back as a watch event and triggers the next step.
         return Ok(Action::await_change());
     }
-    // A retry request not acted on yet: this reconcile is it (the annotation change triggered
-    // it); its backoff starts over, and the status records the request as handled.
-    let mut base = current.clone();
-    if let Some(requested) = object.annotations().get(policy::RECONCILE_REQUESTED_ANNOTATION)
-        && current.last_handled_reconcile_at.as_ref() != Some(requested)
-    {
-        context.clear_backoff(&uid);
-        base.last_handled_reconcile_at = Some(requested.clone());
-    }
+    let base = handle_retry_request(object, context, &current, &uid);
 
     let dependencies = match resolve_dependencies(object, context, &namespace).await? {
         Ok(dependencies) => dependencies,
@@ -711,9 +703,28 @@ async fn finalize<M: ExternalResource>(
             settled
         }
     };
-    let mut next = current.clone();
+    let mut next = handle_retry_request(object, context, current, uid);
     next.observation = observation;
     write_status_from(object, api, context, current, next, settled, Some(uid)).await
+}
+
+/// A retry request not acted on yet (`blockwork.dev/reconcile-requested-at`): this reconcile is
+/// it — the annotation change triggered it — so the object's backoff starts over, and the status
+/// to write records the request as handled.
+fn handle_retry_request<M: ExternalResource>(
+    object: &M::Object,
+    context: &Context<M>,
+    current: &ManagedStatus<M::Observation>,
+    uid: &str,
+) -> ManagedStatus<M::Observation> {
+    let mut next = current.clone();
+    if let Some(requested) = object.annotations().get(policy::RECONCILE_REQUESTED_ANNOTATION)
+        && current.last_handled_reconcile_at.as_ref() != Some(requested)
+    {
+        context.clear_backoff(uid);
+        next.last_handled_reconcile_at = Some(requested.clone());
+    }
+    next
 }
 
 async fn release<M: ExternalResource>(
