@@ -391,8 +391,8 @@ pub fn pod_state(pod: &Pod, now: Timestamp) -> (String, bool) {
 pub struct RotatorObjects {
     /// The target the source names, if it exists.
     pub target: Option<Secret>,
+    /// The events about the source (the rotator reports each write on the source too).
     pub source_events: Vec<Event>,
-    pub target_events: Vec<Event>,
 }
 
 /// Reasons the rotator gives when it writes nothing.
@@ -475,7 +475,7 @@ pub fn rotator_source(source: &Secret, keys: &Keys, objects: &RotatorObjects, no
         report.observed.push(Field::new("source certificate", describe_certificate(&source_crt, now)));
     }
     if let Some(target) = target {
-        report.observed.extend(slots(target, keys, now));
+        report.observed.extend(slots(target, now));
     }
     report
 }
@@ -508,12 +508,12 @@ pub fn rotator_target(target: &Secret, keys: &Keys, events: &[Event], now: Times
     if let Some(at) = last_rotation {
         report.observed.push(Field::new("last rotation", format!("{} ({})", at.strftime("%Y-%m-%d %H:%M UTC"), ago_or_in(at, now))));
     }
-    report.observed.extend(slots(target, keys, now));
+    report.observed.extend(slots(target, now));
     report
 }
 
 /// prev-tls, tls and next-tls of a target: key id and certificate expiry.
-fn slots(target: &Secret, _keys: &Keys, now: Timestamp) -> Vec<Field> {
+fn slots(target: &Secret, now: Timestamp) -> Vec<Field> {
     blockwork_rotator::plan::SLOTS
         .iter()
         .map(|slot| {

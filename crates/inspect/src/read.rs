@@ -181,11 +181,7 @@ async fn rotator_objects(client: &Client, source: &Secret, keys: &Keys) -> anyho
         _ => None,
     };
     let source_events = events_of(client, source).await?;
-    let target_events = match &target {
-        Some(target) => events_of(client, target).await?,
-        None => Vec::new(),
-    };
-    Ok(RotatorObjects { target, source_events, target_events })
+    Ok(RotatorObjects { target, source_events })
 }
 
 /// Everything `blockwork explain` tells about one object.

@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 
 use jiff::Timestamp;
 use k8s_openapi::api::core::v1::Event;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use serde::Serialize;
 
 use crate::catalog::Scope;
@@ -328,11 +328,6 @@ pub fn runtime_policies(
         .unwrap_or_else(|| default("drift", default_drift.0, default_drift.1));
     policies.push(drift);
     policies
-}
-
-/// A time for a status field that may be missing.
-pub fn time(t: Option<&Time>) -> Option<Timestamp> {
-    t.map(|t| t.0)
 }
 
 #[cfg(test)]
