@@ -5,6 +5,7 @@
 //!
 //! Operators plug in through [`controllers::registered`].
 
+pub mod certificates;
 pub mod cli;
 pub mod controllers;
 pub mod crds;

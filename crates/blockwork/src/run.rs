@@ -24,6 +24,7 @@ use tokio::sync::watch;
 use tokio::task::{JoinHandle, JoinSet};
 use tracing::{error, info, warn};
 
+use crate::certificates::{self, SelfManaged};
 use crate::cli::{BindAddress, RunArgs};
 use crate::controllers::{Controller, ControllerContext, ControllerMetrics, Namespaces, WebhookContext};
 use crate::leader::{self, Elector, LeadershipLost, Role};
@@ -61,9 +62,11 @@ pub async fn run(args: RunArgs, controllers: Vec<Controller>) -> anyhow::Result<
 
     // Before the servers: webhooks check requests against the cluster. Builds no connection yet.
     let client = Client::try_default().await.context("building the Kubernetes client")?;
+    let self_managed = SelfManaged::from_args(&args.webhook_certificates, &controllers, &pod_namespace())?;
     let (servers_trigger, servers_stop) = shutdown::channel();
     let webhook_context = WebhookContext { client: client.clone(), fail_closed: args.webhook_fail_closed, args: Arc::new(args.clone()) };
-    let servers = Servers::start(&args, &controllers, &webhook_context, Arc::clone(&status), Arc::new(registry), &servers_stop).await?;
+    let servers = Servers::start(&args, &controllers, &webhook_context, self_managed.as_ref(), Arc::clone(&status), Arc::new(registry), &servers_stop)
+        .await?;
     require_crds(&client, &controllers).await?;
     let names: Vec<_> = controllers.iter().map(|c| c.name).collect();
     let namespaces = Namespaces::from_list(args.namespaces.clone());
@@ -98,6 +101,9 @@ pub async fn run(args: RunArgs, controllers: Vec<Controller>) -> anyhow::Result<
         args: Arc::new(args.clone()),
     };
     let mut running = Running::start(&controllers, metrics, &context);
+    if let Some(config) = self_managed.filter(|_| servers.webhooks) {
+        running.spawn("webhook-certificates", certificates::maintain(context.client.clone(), config, context.shutdown.clone()));
+    }
     status.set_ready();
     info!(controllers = ?names, "controllers started");
 
@@ -195,6 +201,8 @@ impl Signals {
 
 struct Servers {
     tasks: Vec<JoinHandle<anyhow::Result<()>>>,
+    /// Whether the webhook server runs (some selected controller has webhooks).
+    webhooks: bool,
 }
 
 impl Servers {
@@ -203,6 +211,7 @@ impl Servers {
         args: &RunArgs,
         controllers: &[Controller],
         webhook_context: &WebhookContext,
+        self_managed: Option<&SelfManaged>,
         status: Arc<Status>,
         registry: Arc<Registry>,
         stop: &Shutdown,
@@ -216,8 +225,9 @@ impl Servers {
             BindAddress::Disabled => None,
         };
         let mut tasks = Vec::new();
+        let mut webhooks_served = false;
         if let Some(listener) = health {
-            tasks.push(server::spawn(listener, server::health_router(status), stop.clone(), "health probe"));
+            tasks.push(server::spawn(listener, server::health_router(Arc::clone(&status)), stop.clone(), "health probe"));
         }
         if let Some(listener) = metrics {
             tasks.push(server::spawn(listener, server::metrics_router(registry), stop.clone(), "metrics"));
@@ -228,13 +238,27 @@ impl Servers {
                 webhooks = webhooks.merge((controller.webhooks.routes)(webhook_context)?);
             }
             if webhooks.has_routes() {
-                let certificate = match &args.webhook_cert_dir {
-                    Some(dir) => {
+                let certificate = match (&args.webhook_cert_dir, self_managed) {
+                    (Some(dir), _) => {
                         let certificate = ServingCertificate::new(&TlsMaterial::from_dir(dir)?)?;
                         certificate.reload_from(dir.clone(), CERTIFICATE_RELOAD, stop.clone().wait_owned());
                         certificate
                     }
-                    None => {
+                    (None, Some(config)) => {
+                        // A stand-in nobody trusts until the Secret's certificate is loaded; not ready meanwhile.
+                        status.wait_for_webhook_certificate(format!("Secret {}/{}", config.namespace, config.secret));
+                        let certificate = ServingCertificate::new(&TlsMaterial::self_signed(&config.policy.hosts.iter().map(String::as_str).collect::<Vec<_>>())?)?;
+                        let loaded = Arc::clone(&status);
+                        tokio::spawn(certificates::follow(
+                            webhook_context.client.clone(),
+                            config.clone(),
+                            Arc::clone(&certificate),
+                            move || loaded.set_webhook_certificate_loaded(),
+                            stop.clone(),
+                        ));
+                        certificate
+                    }
+                    (None, None) => {
                         warn!("no --webhook-cert-dir: serving webhooks with a self-signed certificate (development only)");
                         ServingCertificate::new(&TlsMaterial::self_signed(&["localhost", "127.0.0.1"])?)?
                     }
@@ -242,9 +266,10 @@ impl Servers {
                 let (bound, task) = blockwork_webhook::serve(addr, webhooks, &certificate, stop.clone().wait_owned()).await?;
                 info!(server = "webhook", addr = %bound, "serving");
                 tasks.push(tokio::spawn(async move { task.await.context("webhook server") }));
+                webhooks_served = true;
             }
         }
-        Ok(Self { tasks })
+        Ok(Self { tasks, webhooks: webhooks_served })
     }
 
     async fn stop(self, trigger: ShutdownTrigger) {
@@ -348,6 +373,13 @@ impl Running {
             names.insert(handle.id(), controller.name);
         }
         Self { tasks, names }
+    }
+
+    /// Runs `task` beside the controllers, under `name`: it stops the process like a controller
+    /// when it ends before shutdown.
+    fn spawn(&mut self, name: &'static str, task: impl std::future::Future<Output = anyhow::Result<()>> + Send + 'static) {
+        let handle = self.tasks.spawn(task);
+        self.names.insert(handle.id(), name);
     }
 
     /// Completes when a controller stops, with why; never if none runs.
