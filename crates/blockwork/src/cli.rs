@@ -26,6 +26,10 @@ pub enum Command {
     /// Print the ValidatingWebhookConfiguration of the selected controllers' admission webhooks
     /// as YAML (nothing if none has any).
     Webhooks(WebhooksArgs),
+    /// Write what the Helm chart is generated from (CRDs, each controller's RBAC rules and
+    /// admission webhooks) into the chart's `files/` directory; `make chart` runs it.
+    #[command(hide = true)]
+    ChartFiles(ChartFilesArgs),
     /// For uninstalling: remove Blockwork's finalizers from every object of the selected
     /// controllers' CRDs, so the CRDs and namespaces can be deleted. Stop the operator first;
     /// external resources are left as they are.
@@ -66,10 +70,13 @@ pub struct RbacArgs {
     /// The ValidatingWebhookConfiguration whose `caBundle` the operator patches.
     #[arg(long, default_value = "blockwork", value_name = "NAME")]
     pub webhook_configuration_name: String,
-    /// Print the rule sets the Helm chart assembles its RBAC from, as YAML, instead of manifests
-    /// (`make chart` writes them to charts/blockwork/files/rbac.yaml).
-    #[arg(long)]
-    pub chart_rules: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct ChartFilesArgs {
+    /// The chart's `files/` directory (charts/blockwork/files).
+    #[arg(long, value_name = "DIR")]
+    pub output_dir: PathBuf,
 }
 
 #[derive(Debug, Args)]

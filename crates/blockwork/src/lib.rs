@@ -6,6 +6,7 @@
 //! Operators plug in through [`controllers::registered`].
 
 pub mod certificates;
+pub mod chart;
 pub mod cli;
 pub mod controllers;
 pub mod crds;
