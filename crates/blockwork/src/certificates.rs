@@ -204,7 +204,9 @@ async fn step(client: &Client, config: &SelfManaged) -> anyhow::Result<Step> {
                             labels: Some([("app.kubernetes.io/managed-by".to_owned(), "blockwork".to_owned())].into()),
                             ..ObjectMeta::default()
                         },
-                        type_: Some("kubernetes.io/tls".to_owned()),
+                        // Opaque: a `kubernetes.io/tls` Secret must hold a serving certificate
+                        // from the start, and the CA comes first.
+                        type_: Some("Opaque".to_owned()),
                         data: Some(data),
                         ..Secret::default()
                     };

@@ -42,6 +42,9 @@ pub const TLS_KEY: &str = "tls.key";
 
 /// Certificates start this long in the past, for API servers whose clock is behind.
 const CLOCK_SKEW: Duration = Duration::from_secs(300);
+/// How long a new CA waits, once in the bundle, before it replaces a serving certificate that
+/// is still valid: the API server picks a `caBundle` change up through its watch, which can lag.
+pub const PROPAGATION: Duration = Duration::from_secs(10);
 
 /// What the certificates must be.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -150,9 +153,15 @@ impl Parsed {
         now >= self.renew_at()
     }
 
+    /// A third of the validity before expiry, measured from issuance (`not_before` is
+    /// backdated by [`CLOCK_SKEW`]).
     fn renew_at(&self) -> SystemTime {
-        let lifetime = self.not_after.duration_since(self.not_before).unwrap_or_default();
+        let lifetime = self.not_after.duration_since(self.issued()).unwrap_or_default();
         self.not_after.checked_sub(lifetime / 3).unwrap_or(self.not_after)
+    }
+
+    fn issued(&self) -> SystemTime {
+        self.not_before + CLOCK_SKEW
     }
 }
 
@@ -214,6 +223,12 @@ pub fn plan(data: Option<&Data>, policy: &Policy, now: SystemTime) -> Result<Pla
         Some(cert) if !policy.hosts.iter().all(|h| cert.hosts.contains(h)) => Some(Reason::HostsChanged),
         Some(_) => None,
     };
+    // A CA younger than PROPAGATION may not be trusted by the API server yet: a certificate it
+    // signed waits, unless there is no valid one to serve meanwhile.
+    let trusted_at = signing.cert.issued() + PROPAGATION;
+    if reissue.is_some() && now < trusted_at && serving.as_ref().is_some_and(|cert| cert.not_after > now) {
+        return Ok(Plan::Keep { next_check: trusted_at });
+    }
     if let Some(reason) = reissue {
         let mut next = data.clone();
         let (cert_pem, key_pem) = issue_serving(&signing, policy, now)?;
@@ -366,8 +381,8 @@ mod tests {
         assert_eq!(reason, Reason::RenewCa);
         assert_eq!(step1[TLS_CERT], data[TLS_CERT], "the serving certificate waits for the bundle to be published");
         assert_eq!(cas(&step1).iter().map(|ca| ca.subject.clone()).last(), Some(old_ca.clone()));
-        // Next plan: the serving certificate moves to the new CA.
-        let (step2, reasons, _) = settle(Some(step1.clone()), &policy(), at(201));
+        // Once the API server can trust it, the serving certificate moves to the new CA.
+        let (step2, reasons, _) = settle(Some(step1.clone()), &policy(), at(202));
         assert_eq!(reasons, [Reason::ReissueFromNewestCa]);
         assert_eq!(serving(&step2).issuer, cas(&step1)[0].subject);
         assert_eq!(cas(&step2).len(), 2, "the old CA is still trusted");
@@ -378,6 +393,30 @@ mod tests {
         assert_eq!(reasons, [Reason::DropExpiredCas]);
         assert_eq!(cas(&step4).len(), 1);
         assert!(cas(&step4).iter().all(|ca| ca.subject != old_ca));
+    }
+
+    #[test]
+    fn a_new_ca_signs_a_replacement_only_once_the_api_server_can_trust_it() {
+        let seconds = |n: u64| SystemTime::UNIX_EPOCH + Duration::from_secs(1_700_000_000 + n);
+        let short = Policy { ca_validity: Duration::from_secs(90), serving_validity: Duration::from_secs(30), ..policy() };
+        let (data, _, _) = settle(None, &short, seconds(0));
+        // 61 s in: the CA (90 s) and the serving certificate (30 s, renewed at 20 s and 40 s) are due.
+        let (data, _, _) = settle(Some(data), &short, seconds(20));
+        let (data, _, _) = settle(Some(data), &short, seconds(40));
+        let Plan::Write { data: with_new_ca, reason } = plan(Some(&data), &short, seconds(61)).expect("plans") else { unreachable!("write") };
+        assert_eq!(reason, Reason::RenewCa);
+        assert_eq!(plan(Some(&with_new_ca), &short, seconds(62)).expect("plans"), Plan::Keep { next_check: seconds(61) + PROPAGATION });
+        let (_, reasons, _) = settle(Some(with_new_ca), &short, seconds(61) + PROPAGATION);
+        assert_eq!(reasons, [Reason::RenewServingCertificate]);
+    }
+
+    #[test]
+    fn short_validities_settle_instead_of_renewing_in_a_loop() {
+        let short = Policy { ca_validity: Duration::from_secs(90), serving_validity: Duration::from_secs(30), ..policy() };
+        let now = SystemTime::UNIX_EPOCH + Duration::from_secs(1_700_000_000);
+        let (_, reasons, next_check) = settle(None, &short, now);
+        assert_eq!(reasons, [Reason::NewCa, Reason::NewServingCertificate]);
+        assert_eq!(next_check, now + Duration::from_secs(20));
     }
 
     #[test]
