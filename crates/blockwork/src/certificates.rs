@@ -93,6 +93,12 @@ pub fn conversion_crds(controllers: &[Controller]) -> Vec<String> {
     names
 }
 
+/// Whether `controllers` serve any webhook (conversion or admission): else there is no server
+/// and no certificate to manage.
+pub fn has_webhooks(controllers: &[Controller]) -> bool {
+    !conversion_crds(controllers).is_empty() || has_admission_webhooks(controllers)
+}
+
 pub fn has_admission_webhooks(controllers: &[Controller]) -> bool {
     controllers.iter().any(|c| !(c.webhooks.validating)().is_empty())
 }
@@ -149,7 +155,9 @@ pub async fn follow(client: Client, config: SelfManaged, certificate: Arc<Servin
                 info!(secret = %config.secret, "serving the webhook certificate from the Secret");
                 loaded();
             }
-            Err(e) => warn!(error = %e, secret = %config.secret, "the webhook certificate in the Secret is unusable; serving the current one"),
+            Err(e) => {
+                warn!(error = %e, secret = %config.secret, "the webhook certificate in the Secret is unusable; serving the current one")
+            }
         }
     }
 }
@@ -161,7 +169,9 @@ pub async fn maintain(client: Client, config: SelfManaged, shutdown: Shutdown) -
     loop {
         let wait = match step(&client, &config).await {
             Ok(Step::Wrote) => Duration::ZERO,
-            Ok(Step::Settled { next_check }) => next_check.duration_since(SystemTime::now()).unwrap_or_default().clamp(Duration::from_secs(1), RECHECK),
+            Ok(Step::Settled { next_check }) => {
+                next_check.duration_since(SystemTime::now()).unwrap_or_default().clamp(Duration::from_secs(1), RECHECK)
+            }
             Err(e) => {
                 warn!(error = crate::telemetry::error_chain(&e), "webhook certificates: retrying in {RETRY:?}");
                 RETRY
@@ -195,7 +205,10 @@ async fn step(client: &Client, config: &SelfManaged) -> anyhow::Result<Step> {
                 Some(mut existing) => {
                     // Replaced with its resourceVersion: a concurrent writer makes this fail, not overwrite.
                     existing.data = Some(data);
-                    secrets.replace(&config.secret, &PostParams::default(), &existing).await.context("updating the webhook certificate Secret")?;
+                    secrets
+                        .replace(&config.secret, &PostParams::default(), &existing)
+                        .await
+                        .context("updating the webhook certificate Secret")?;
                 }
                 None => {
                     let secret = Secret {
@@ -232,7 +245,9 @@ async fn publish(client: &Client, config: &SelfManaged, bundle: &[u8]) -> anyhow
             debug!(crd = %name, "CRD not installed; no caBundle to set");
             continue;
         };
-        let Some(webhook) = crd.spec.conversion.as_ref().filter(|c| c.strategy == "Webhook").and_then(|c| c.webhook.as_ref()) else { continue };
+        let Some(webhook) = crd.spec.conversion.as_ref().filter(|c| c.strategy == "Webhook").and_then(|c| c.webhook.as_ref()) else {
+            continue;
+        };
         if webhook.client_config.as_ref().and_then(|c| c.ca_bundle.as_ref()).is_some_and(|b| b.0 == bundle) {
             continue;
         }
@@ -247,7 +262,9 @@ async fn publish(client: &Client, config: &SelfManaged, bundle: &[u8]) -> anyhow
     }
     let Some(name) = &config.webhook_configuration else { return Ok(()) };
     let configurations: Api<ValidatingWebhookConfiguration> = Api::all(client.clone());
-    let Some(configuration) = configurations.get_opt(name).await.with_context(|| format!("reading ValidatingWebhookConfiguration {name}"))? else {
+    let Some(configuration) =
+        configurations.get_opt(name).await.with_context(|| format!("reading ValidatingWebhookConfiguration {name}"))?
+    else {
         debug!(configuration = %name, "ValidatingWebhookConfiguration not installed; no caBundle to set");
         return Ok(());
     };
@@ -263,7 +280,10 @@ async fn publish(client: &Client, config: &SelfManaged, bundle: &[u8]) -> anyhow
         "metadata": { "name": name },
         "webhooks": entries,
     });
-    configurations.patch(name, &params, &Patch::Apply(patch)).await.with_context(|| format!("setting the caBundle of ValidatingWebhookConfiguration {name}"))?;
+    configurations
+        .patch(name, &params, &Patch::Apply(patch))
+        .await
+        .with_context(|| format!("setting the caBundle of ValidatingWebhookConfiguration {name}"))?;
     info!(configuration = %name, "caBundle updated");
     Ok(())
 }

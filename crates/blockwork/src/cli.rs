@@ -209,7 +209,12 @@ pub struct WebhookCertificateArgs {
     pub service_namespace: Option<String>,
 
     /// The ValidatingWebhookConfiguration whose `caBundle` to keep current (if it exists).
-    #[arg(long = "webhook-configuration-name", env = "BLOCKWORK_WEBHOOK_CONFIGURATION_NAME", default_value = "blockwork", value_name = "NAME")]
+    #[arg(
+        long = "webhook-configuration-name",
+        env = "BLOCKWORK_WEBHOOK_CONFIGURATION_NAME",
+        default_value = "blockwork",
+        value_name = "NAME"
+    )]
     pub configuration_name: String,
 
     /// Validity of each serving certificate; renewed when a third is left.

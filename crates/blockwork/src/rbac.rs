@@ -114,7 +114,7 @@ pub fn manifests(controllers: &[Controller], identity: &Identity, scope: &Scope)
         crate::controllers::Namespaces::All => cluster_role(&identity.name, cluster_rules(controllers))?,
         crate::controllers::Namespaces::Only(_) => cluster_role(&identity.name, own_kind_reads(controllers))?,
     }
-    let injection = scope.webhook_certificates.as_ref().map(|certificates| {
+    let injection = scope.webhook_certificates.as_ref().filter(|_| crate::certificates::has_webhooks(controllers)).map(|certificates| {
         let crds = crate::certificates::conversion_crds(controllers);
         let configuration = crate::certificates::has_admission_webhooks(controllers).then_some(certificates.configuration_name.as_str());
         crate::certificates::ca_injection_rules(&crds, configuration)
@@ -137,8 +137,12 @@ pub fn manifests(controllers: &[Controller], identity: &Identity, scope: &Scope)
         }
     }
     role(&format!("{}-leader-election", identity.name), &identity.namespace, leader_election_rules())?;
-    if let Some(certificates) = &scope.webhook_certificates {
-        role(&format!("{}-webhook-certificates", identity.name), &identity.namespace, crate::certificates::secret_rules(&certificates.secret))?;
+    if let Some(certificates) = scope.webhook_certificates.as_ref().filter(|_| crate::certificates::has_webhooks(controllers)) {
+        role(
+            &format!("{}-webhook-certificates", identity.name),
+            &identity.namespace,
+            crate::certificates::secret_rules(&certificates.secret),
+        )?;
     }
     Ok(documents.join("---\n"))
 }
@@ -226,9 +230,15 @@ mod tests {
             webhook_certificates: Some(WebhookCertificates { secret: "hooks-tls".into(), configuration_name: "hooks".into() }),
         };
         let yaml = manifests(&crate::controllers::registered(), &identity(), &scope).expect("renders");
-        let injection = yaml.split("---\n").find(|d| d.contains("name: blockwork-webhook-ca-injection\n") && d.lines().any(|l| l == "kind: ClusterRole")).expect("injection role");
+        let injection = yaml
+            .split("---\n")
+            .find(|d| d.contains("name: blockwork-webhook-ca-injection\n") && d.lines().any(|l| l == "kind: ClusterRole"))
+            .expect("injection role");
         assert!(injection.contains("caches.cache.blockwork.dev") && injection.contains("- hooks\n"), "{injection}");
-        let secret = yaml.split("---\n").find(|d| d.contains("name: blockwork-webhook-certificates\n") && d.lines().any(|l| l == "kind: Role")).expect("secret role");
+        let secret = yaml
+            .split("---\n")
+            .find(|d| d.contains("name: blockwork-webhook-certificates\n") && d.lines().any(|l| l == "kind: Role"))
+            .expect("secret role");
         assert!(secret.contains("hooks-tls") && secret.contains("namespace: blockwork-system"), "{secret}");
     }
 }

@@ -54,19 +54,24 @@ pub async fn run(args: RunArgs, controllers: Vec<Controller>) -> anyhow::Result<
         identity: leader::identity(),
     });
 
-    let mut registry = Registry::default();
-    let process = registry.sub_registry_with_prefix("blockwork");
-    let status = Status::new(elector.as_ref().map(|e| e.identity.clone()), process);
-    let runtime_metrics = RuntimeMetrics::register(process);
-    let metrics: Vec<ControllerMetrics> = controllers.iter().map(|c| (c.register_metrics)(&mut registry)).collect();
+    let Metrics { registry, status, runtime: runtime_metrics, controllers: metrics } =
+        register_metrics(&controllers, elector.as_ref().map(|e| e.identity.clone()));
 
     // Before the servers: webhooks check requests against the cluster. Builds no connection yet.
     let client = Client::try_default().await.context("building the Kubernetes client")?;
     let self_managed = SelfManaged::from_args(&args.webhook_certificates, &controllers, &pod_namespace())?;
     let (servers_trigger, servers_stop) = shutdown::channel();
     let webhook_context = WebhookContext { client: client.clone(), fail_closed: args.webhook_fail_closed, args: Arc::new(args.clone()) };
-    let servers = Servers::start(&args, &controllers, &webhook_context, self_managed.as_ref(), Arc::clone(&status), Arc::new(registry), &servers_stop)
-        .await?;
+    let servers = Servers::start(
+        &args,
+        &controllers,
+        &webhook_context,
+        self_managed.as_ref(),
+        Arc::clone(&status),
+        Arc::new(registry),
+        &servers_stop,
+    )
+    .await?;
     require_crds(&client, &controllers).await?;
     let names: Vec<_> = controllers.iter().map(|c| c.name).collect();
     let namespaces = Namespaces::from_list(args.namespaces.clone());
@@ -142,6 +147,26 @@ pub async fn run(args: RunArgs, controllers: Vec<Controller>) -> anyhow::Result<
             Ok(())
         }
     }
+}
+
+/// Every metric the process exports, registered once.
+pub struct Metrics {
+    pub registry: Registry,
+    pub status: Arc<Status>,
+    pub runtime: Arc<RuntimeMetrics>,
+    /// What each controller's `register_metrics` returned, in order.
+    pub controllers: Vec<ControllerMetrics>,
+}
+
+/// The process's metrics (`blockwork_…`: leadership, the runtime's), then each controller's.
+/// `identity` is the leader-election identity, if any.
+pub fn register_metrics(controllers: &[Controller], identity: Option<String>) -> Metrics {
+    let mut registry = Registry::default();
+    let process = registry.sub_registry_with_prefix("blockwork");
+    let status = Status::new(identity, process);
+    let runtime = RuntimeMetrics::register(process);
+    let controllers = controllers.iter().map(|c| (c.register_metrics)(&mut registry)).collect();
+    Metrics { registry, status, runtime, controllers }
 }
 
 /// The pod's namespace, or `default` outside a pod.
@@ -247,7 +272,9 @@ impl Servers {
                     (None, Some(config)) => {
                         // A stand-in nobody trusts until the Secret's certificate is loaded; not ready meanwhile.
                         status.wait_for_webhook_certificate(format!("Secret {}/{}", config.namespace, config.secret));
-                        let certificate = ServingCertificate::new(&TlsMaterial::self_signed(&config.policy.hosts.iter().map(String::as_str).collect::<Vec<_>>())?)?;
+                        let certificate = ServingCertificate::new(&TlsMaterial::self_signed(
+                            &config.policy.hosts.iter().map(String::as_str).collect::<Vec<_>>(),
+                        )?)?;
                         let loaded = Arc::clone(&status);
                         tokio::spawn(certificates::follow(
                             webhook_context.client.clone(),

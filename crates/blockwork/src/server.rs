@@ -150,7 +150,13 @@ mod tests {
         let status = Status::new(None, &mut Registry::default());
         status.wait_for_webhook_certificate("Secret ops/hooks".to_owned());
         status.set_ready();
-        assert_eq!(status.readyz(), (StatusCode::SERVICE_UNAVAILABLE, "waiting for the webhook certificate: Secret ops/hooks\nleader: true\nleader election: disabled\n".to_owned()));
+        assert_eq!(
+            status.readyz(),
+            (
+                StatusCode::SERVICE_UNAVAILABLE,
+                "waiting for the webhook certificate: Secret ops/hooks\nleader: true\nleader election: disabled\n".to_owned()
+            )
+        );
         status.set_webhook_certificate_loaded();
         assert_eq!(status.readyz().0, StatusCode::OK);
     }

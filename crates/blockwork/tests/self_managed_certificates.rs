@@ -123,7 +123,8 @@ impl Replica {
             .with_no_client_auth();
         let connector = tokio_rustls::TlsConnector::from(Arc::new(config));
         let tcp = tokio::net::TcpStream::connect(("127.0.0.1", self.webhook)).await.map_err(|e| e.to_string())?;
-        let tls = connector.connect(ServerName::try_from(host.to_owned()).map_err(|e| e.to_string())?, tcp).await.map_err(|e| e.to_string())?;
+        let tls =
+            connector.connect(ServerName::try_from(host.to_owned()).map_err(|e| e.to_string())?, tcp).await.map_err(|e| e.to_string())?;
         let (_, session) = tls.get_ref();
         Ok(session.peer_certificates().and_then(|c| c.first()).map(|c| c.to_vec()).unwrap_or_default())
     }
@@ -231,11 +232,8 @@ async fn self_managed_certificates_are_trusted_and_renewed_without_a_failed_requ
     beta.create(&PostParams::default(), &cache).await.unwrap();
     // A Cert outside the operator's zones: only the webhook knows the zones, so its denial
     // proves the request reached it over TLS the API server trusted.
-    let certs: Api<DynamicObject> = Api::namespaced_with(
-        client.clone(),
-        &namespace,
-        &ApiResource::from_gvk(&GroupVersionKind::gvk("acm.blockwork.dev", "v1", "Cert")),
-    );
+    let certs: Api<DynamicObject> =
+        Api::namespaced_with(client.clone(), &namespace, &ApiResource::from_gvk(&GroupVersionKind::gvk("acm.blockwork.dev", "v1", "Cert")));
     let outside: DynamicObject = serde_json::from_value(serde_json::json!({
         "apiVersion": "acm.blockwork.dev/v1", "kind": "Cert",
         "metadata": { "name": "outside" },
@@ -261,7 +259,9 @@ async fn self_managed_certificates_are_trusted_and_renewed_without_a_failed_requ
         serving_certificates.insert(data(&secret, "tls.crt"));
         cas.insert(der(&data(&secret, "ca.crt")));
         match certs.create(&dry_run, &outside).await {
-            Err(kube::Error::Api(status)) if status.message.contains("shop.other.org") && !status.message.contains("failed calling webhook") => {
+            Err(kube::Error::Api(status))
+                if status.message.contains("shop.other.org") && !status.message.contains("failed calling webhook") =>
+            {
                 admissions += 1;
             }
             other => failures.push(format!("admission: {other:?}")),

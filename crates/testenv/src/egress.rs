@@ -79,7 +79,8 @@ async fn tunnel(mut client: UnixStream, routes: Arc<Routes>) {
         head.push(byte[0]);
     }
     let request = String::from_utf8_lossy(&head);
-    let target = request.lines().next().and_then(|line| line.strip_prefix("CONNECT ")).and_then(|rest| rest.split(' ').next()).unwrap_or("");
+    let target =
+        request.lines().next().and_then(|line| line.strip_prefix("CONNECT ")).and_then(|rest| rest.split(' ').next()).unwrap_or("");
     let Some(address) = routes.resolve(target) else {
         let _ = client.write_all(b"HTTP/1.1 403 Forbidden\r\n\r\n").await;
         return;

@@ -119,7 +119,8 @@ impl Parsed {
 
     fn from_der(der: &CertificateDer<'_>) -> Option<Self> {
         let (_, cert) = x509_parser::parse_x509_certificate(der).ok()?;
-        let time = |t: x509_parser::time::ASN1Time| SystemTime::UNIX_EPOCH.checked_add(Duration::from_secs(u64::try_from(t.timestamp()).ok()?));
+        let time =
+            |t: x509_parser::time::ASN1Time| SystemTime::UNIX_EPOCH.checked_add(Duration::from_secs(u64::try_from(t.timestamp()).ok()?));
         let hosts = cert
             .subject_alternative_name()
             .ok()
@@ -246,7 +247,8 @@ pub fn plan(data: Option<&Data>, policy: &Policy, now: SystemTime) -> Result<Pla
     }
 
     let serving_renewal = serving.as_ref().map_or(now, Parsed::renew_at);
-    let next_check = [signing.cert.renew_at(), serving_renewal].into_iter().chain(bundle.iter().map(|ca| ca.not_after)).min().unwrap_or(now);
+    let next_check =
+        [signing.cert.renew_at(), serving_renewal].into_iter().chain(bundle.iter().map(|ca| ca.not_after)).min().unwrap_or(now);
     Ok(Plan::Keep { next_check })
 }
 
@@ -403,7 +405,9 @@ mod tests {
         // 61 s in: the CA (90 s) and the serving certificate (30 s, renewed at 20 s and 40 s) are due.
         let (data, _, _) = settle(Some(data), &short, seconds(20));
         let (data, _, _) = settle(Some(data), &short, seconds(40));
-        let Plan::Write { data: with_new_ca, reason } = plan(Some(&data), &short, seconds(61)).expect("plans") else { unreachable!("write") };
+        let Plan::Write { data: with_new_ca, reason } = plan(Some(&data), &short, seconds(61)).expect("plans") else {
+            unreachable!("write")
+        };
         assert_eq!(reason, Reason::RenewCa);
         assert_eq!(plan(Some(&with_new_ca), &short, seconds(62)).expect("plans"), Plan::Keep { next_check: seconds(61) + PROPAGATION });
         let (_, reasons, _) = settle(Some(with_new_ca), &short, seconds(61) + PROPAGATION);
