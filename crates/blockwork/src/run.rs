@@ -43,6 +43,8 @@ const SERVICE_ACCOUNT_NAMESPACE: &str = "/var/run/secrets/kubernetes.io/servicea
 
 /// Runs `controllers` (already selected) until shutdown. `Ok` after a clean shutdown.
 pub async fn run(args: RunArgs, controllers: Vec<Controller>) -> anyhow::Result<()> {
+    // Bad settings fail before anything starts, with the flag in the message.
+    let self_managed = SelfManaged::from_args(&args.webhook_certificates, &controllers, &pod_namespace())?;
     let (trigger, shutdown) = shutdown::channel();
     let signals = Signals::install()?;
     tokio::spawn(signals.forward(trigger));
@@ -59,7 +61,6 @@ pub async fn run(args: RunArgs, controllers: Vec<Controller>) -> anyhow::Result<
 
     // Before the servers: webhooks check requests against the cluster. Builds no connection yet.
     let client = Client::try_default().await.context("building the Kubernetes client")?;
-    let self_managed = SelfManaged::from_args(&args.webhook_certificates, &controllers, &pod_namespace())?;
     let (servers_trigger, servers_stop) = shutdown::channel();
     let webhook_context = WebhookContext { client: client.clone(), fail_closed: args.webhook_fail_closed, args: Arc::new(args.clone()) };
     let servers = Servers::start(
