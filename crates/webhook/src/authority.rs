@@ -382,7 +382,7 @@ mod tests {
         let Plan::Write { data: step1, reason } = plan(Some(&data), &policy(), at(201)).expect("plans") else { unreachable!("write") };
         assert_eq!(reason, Reason::RenewCa);
         assert_eq!(step1[TLS_CERT], data[TLS_CERT], "the serving certificate waits for the bundle to be published");
-        assert_eq!(cas(&step1).iter().map(|ca| ca.subject.clone()).last(), Some(old_ca.clone()));
+        assert_eq!(cas(&step1).iter().map(|ca| ca.subject.clone()).next_back(), Some(old_ca.clone()));
         // Once the API server can trust it, the serving certificate moves to the new CA.
         let (step2, reasons, _) = settle(Some(step1.clone()), &policy(), at(202));
         assert_eq!(reasons, [Reason::ReissueFromNewestCa]);
