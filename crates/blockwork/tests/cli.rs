@@ -57,6 +57,9 @@ fn run_help_lists_every_flag() {
         "--webhook-bind-address",
         "--rotator-annotation-prefix",
         "--rotator-namespaces",
+        "--webhook-certificate-secret",
+        "--webhook-certificate-validity",
+        "--webhook-ca-validity",
     ] {
         assert!(help.contains(&format!("{flag} ")) || help.contains(&format!("{flag}\n")), "{flag} missing from:\n{help}");
     }
