@@ -4,10 +4,11 @@
 //! registered by Service or by URL — through its egress selector: here an HTTP CONNECT proxy on
 //! a Unix socket (`--egress-selector-config-file`). The proxy connects a request for a
 //! Service's `ClusterIP:port` to the local processes routed to it with
-//! [`crate::control_plane::ControlPlane::route_service`], in turn, as kube-proxy would; a
-//! loopback target (a webhook registered by URL) is connected as it is; anything else is
-//! refused. The API server still resolves the Service and checks the serving certificate
-//! against `<service>.<namespace>.svc`, exactly as in a cluster.
+//! [`crate::control_plane::ControlPlane::route_service`], in turn, as kube-proxy would; any
+//! other target (a webhook registered by URL, a kubelet) is connected as it is, as the API
+//! server itself would without an egress selector. The API server still resolves the Service
+//! and checks the serving certificate against `<service>.<namespace>.svc`, exactly as in a
+//! cluster.
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -32,11 +33,11 @@ impl Routes {
         self.targets.lock().unwrap_or_else(PoisonError::into_inner).insert(cluster_address, backends);
     }
 
-    fn resolve(&self, target: &str) -> Option<SocketAddr> {
-        if let Some(backends) = self.targets.lock().unwrap_or_else(PoisonError::into_inner).get(target).filter(|b| !b.is_empty()) {
-            return Some(backends[self.turn.fetch_add(1, Ordering::Relaxed) % backends.len()]);
-        }
-        target.parse::<SocketAddr>().ok().filter(|address| address.ip().is_loopback())
+    /// The next backend of a routed Service address; `None` for any other target.
+    fn route(&self, target: &str) -> Option<SocketAddr> {
+        let targets = self.targets.lock().unwrap_or_else(PoisonError::into_inner);
+        let backends = targets.get(target).filter(|b| !b.is_empty())?;
+        Some(backends[self.turn.fetch_add(1, Ordering::Relaxed) % backends.len()])
     }
 }
 
@@ -81,11 +82,11 @@ async fn tunnel(mut client: UnixStream, routes: Arc<Routes>) {
     let request = String::from_utf8_lossy(&head);
     let target =
         request.lines().next().and_then(|line| line.strip_prefix("CONNECT ")).and_then(|rest| rest.split(' ').next()).unwrap_or("");
-    let Some(address) = routes.resolve(target) else {
-        let _ = client.write_all(b"HTTP/1.1 403 Forbidden\r\n\r\n").await;
-        return;
+    let upstream = match routes.route(target) {
+        Some(address) => TcpStream::connect(address).await,
+        None => TcpStream::connect(target).await,
     };
-    let Ok(mut upstream) = TcpStream::connect(address).await else {
+    let Ok(mut upstream) = upstream else {
         let _ = client.write_all(b"HTTP/1.1 502 Bad Gateway\r\n\r\n").await;
         return;
     };
