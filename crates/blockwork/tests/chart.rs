@@ -576,3 +576,18 @@ fn a_broken_expression_or_unknown_metric_is_caught() {
     assert!(check_expression("blockwork_reconciles_total{no_such_label=\"x\"}", &exported).is_err());
     assert!(check_expression("sum(rate(blockwork_reconciles_total{job=~\"$job\"}[$__rate_interval]))", &exported).is_ok());
 }
+
+#[tokio::test]
+async fn helm_install_against_the_api_server_prints_how_to_check_the_install() {
+    let plane = blockwork_testenv::control_plane::control_plane().await.unwrap();
+    let namespace = plane.namespace("chart-install").await.unwrap();
+    let chart = chart();
+    let args = ["install", "blockwork", chart.to_str().unwrap(), "--namespace", &namespace, "--dry-run=server"];
+    let out = output(&tool("helm"), &args, &[("KUBECONFIG", plane.kubeconfig_path())], "");
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let stdout = text(&out.stdout);
+    let notes = stdout.split("NOTES:").nth(1).unwrap_or_else(|| panic!("no NOTES:\n{stdout}"));
+    assert!(notes.contains(&format!("kubectl -n {namespace} rollout status deployment/blockwork")), "{notes}");
+    assert!(notes.contains("Controllers: cache, rotator"), "{notes}");
+    assert!(notes.contains("get secret blockwork-webhook-tls"), "{notes}");
+}
