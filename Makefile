@@ -1,4 +1,4 @@
-.PHONY: dev test crds install install-test-tools
+.PHONY: dev test crds chart install install-test-tools
 
 # Local control plane + AWS emulators + `blockwork run` + examples, until Ctrl-C.
 dev:
@@ -19,3 +19,9 @@ install:
 
 install-test-tools:
 	scripts/install-test-tools
+
+# Regenerate what the Helm chart is generated from (charts/blockwork/files/).
+chart:
+	cargo run -q -p blockwork -- chart-files --output-dir charts/blockwork/files
+	mkdir -p charts/blockwork/files/prometheus
+	cp config/prometheus/*.yaml charts/blockwork/files/prometheus/
