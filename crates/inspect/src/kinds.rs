@@ -163,8 +163,9 @@ fn zone_name(name: Option<&str>, id: Option<&str>) -> String {
 }
 
 /// A DistributionTenant: the runtime's status, the tenant in CloudFront, its DNS and managed
-/// certificate.
-pub fn tenant(tenant: &DistributionTenant, events: &[Event], now: Timestamp) -> Report {
+/// certificate. `certs` are the Certs of its namespace as read: the one whose ACM certificate the
+/// tenant names, if any, is a dependency, shown with its state.
+pub fn tenant(tenant: &DistributionTenant, events: &[Event], certs: &[Cert], now: Timestamp) -> Report {
     let mut report = Report::new(Kind::DistributionTenant, &tenant.namespace().unwrap_or_default(), &tenant.name_any());
     report.deleting = tenant.metadata.deletion_timestamp.is_some();
     report::runtime_status(&mut report, tenant.status.as_ref(), tenant.metadata.generation);
@@ -205,6 +206,12 @@ pub fn tenant(tenant: &DistributionTenant, events: &[Event], now: Timestamp) -> 
             state: certificate_ready.as_ref().map(|c| c.reason.clone()).unwrap_or_else(|| "named in the spec".into()),
             ok: certificate_ready.as_ref().is_none_or(ConditionView::is_true),
         });
+        let issuing = certs
+            .iter()
+            .find(|c| c.status.as_ref().and_then(|s| s.observation.certificate_arn.as_deref()) == Some(certificate.arn.as_str()));
+        if let Some(issuing) = issuing {
+            report.references.push(cert_reference(issuing, now));
+        }
     }
     if let Some(dns) = &spec.dns {
         let dns_ready = condition(blockwork_tenant::api::DNS_READY);
@@ -256,6 +263,30 @@ pub fn tenant(tenant: &DistributionTenant, events: &[Event], now: Timestamp) -> 
         report.notes.push("CloudFront is deploying the tenant's last change (InProgress, usually a few minutes).".to_owned());
     }
     report
+}
+
+/// A Cert another object depends on: its state and whether it is Ready, in a few words.
+fn cert_reference(issuing: &Cert, now: Timestamp) -> Reference {
+    let report = cert(issuing, &[], now);
+    let since = report.state_since.map(|s| format!(" for {}", age(s, now))).unwrap_or_default();
+    let ready = report.ready == Some(true);
+    let why = report
+        .last_error
+        .as_ref()
+        .map(|e| format!(": {}", e.reason))
+        .or_else(|| report.condition("Ready").filter(|c| !c.is_true()).map(|c| format!(": {}", c.reason)))
+        .unwrap_or_default();
+    Reference {
+        what: "Cert".into(),
+        name: report.name.clone(),
+        state: format!(
+            "{}{since}, {}{why} (`blockwork explain {}`)",
+            report.state,
+            if ready { "Ready" } else { "not Ready" },
+            report.reference()
+        ),
+        ok: ready,
+    }
 }
 
 /// What a Cache owns and references, as read.
@@ -598,6 +629,35 @@ mod tests {
     fn a_record_not_written_yet_is_counted() {
         let report = cert(&validating_cert(true), &[], at(60));
         assert!(report.notes[0].contains("0 of 1 validation record(s) written to zone Z123"), "{:?}", report.notes);
+    }
+
+    #[test]
+    fn a_tenant_names_the_cert_its_certificate_comes_from_and_that_cert_s_wait() {
+        const ARN: &str = "arn:aws:acm:us-east-1:123456789012:certificate/abc";
+        let mut issuing = validating_cert(false);
+        if let Some(status) = issuing.status.as_mut() {
+            status.observation.certificate_arn = Some(ARN.into());
+        }
+        let mut other = validating_cert(false);
+        other.metadata.name = Some("web".into());
+        let shop = DistributionTenant::new(
+            "shop",
+            blockwork_tenant::api::DistributionTenantSpec {
+                distribution_id: "E123".into(),
+                customizations: Some(blockwork_tenant::api::Customizations {
+                    certificate: Some(blockwork_tenant::api::CertificateRef { arn: ARN.into() }),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            },
+        );
+        let report = tenant(&shop, &[], &[other, issuing], at(43 * 60));
+        let cert = report.references.iter().find(|r| r.what == "Cert").expect("the Cert is a dependency");
+        assert_eq!(cert.name, "api");
+        assert_eq!(cert.state, "Verifying for 43m, not Ready (`blockwork explain cert/api`)");
+        assert!(!cert.ok);
+        let unrelated = tenant(&shop, &[], &[validating_cert(false)], at(0));
+        assert!(unrelated.references.iter().all(|r| r.what != "Cert"), "a Cert of another certificate is no dependency");
     }
 
     fn pod(status: serde_json::Value) -> Pod {

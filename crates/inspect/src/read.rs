@@ -120,7 +120,7 @@ pub async fn reports(
                 None => missing.push("certs.acm.blockwork.dev"),
             },
             KindArg::DistributionTenant => match list::<DistributionTenant>(client, scope).await? {
-                Some(tenants) => reports.extend(tenants.iter().map(|t| kinds::tenant(t, &[], now))),
+                Some(tenants) => reports.extend(tenants.iter().map(|t| kinds::tenant(t, &[], &[], now))),
                 None => missing.push("distributiontenants.cloudfront.blockwork.dev"),
             },
             KindArg::Cache => match list::<Cache>(client, scope).await? {
@@ -196,7 +196,8 @@ pub async fn report(client: &Client, namespace: &str, kind: KindArg, name: &str,
         KindArg::DistributionTenant => {
             let tenant = get::<DistributionTenant>(client, namespace, name).await?.ok_or_else(not_found)?;
             let events = events_of(client, &tenant).await?;
-            Ok(kinds::tenant(&tenant, &events, now))
+            let certs = certs_of_namespace(client, namespace).await?;
+            Ok(kinds::tenant(&tenant, &events, &certs, now))
         }
         KindArg::Cache => {
             let cache = get::<Cache>(client, namespace, name).await?.ok_or_else(not_found)?;
@@ -223,6 +224,16 @@ pub async fn report(client: &Client, namespace: &str, kind: KindArg, name: &str,
                 blockwork_rotator::config::MANAGED_BY
             )
         }
+    }
+}
+
+/// The Certs of a namespace, for the one a tenant's certificate may come from: none where the
+/// Cert CRD is not installed or the reader may not list them (a tenant needs no Cert).
+async fn certs_of_namespace(client: &Client, namespace: &str) -> anyhow::Result<Vec<Cert>> {
+    match Api::<Cert>::namespaced(client.clone(), namespace).list(&ListParams::default()).await {
+        Ok(list) => Ok(list.items),
+        Err(kube::Error::Api(status)) if status.code == 403 || status.code == 404 => Ok(Vec::new()),
+        Err(error) => Err(error).context("listing certs"),
     }
 }
 
