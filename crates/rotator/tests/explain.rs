@@ -6,6 +6,9 @@
 
 mod support;
 
+use std::time::Duration;
+
+use blockwork_inspect::actions::Retried;
 use blockwork_inspect::read::{self, KindArg};
 use blockwork_inspect::render::{self, Explanation};
 use blockwork_inspect::report::Report;
@@ -69,4 +72,25 @@ async fn a_source_blocked_by_a_foreign_target_says_how_to_hand_it_over_and_the_t
     assert!(target_text.contains("tls                   (empty)"), "{target_text}");
     assert!(target_text.contains("source            source  [ok] rotates this target"), "{target_text}");
     assert!(target_text.contains("rotations             1"), "adoption rotated the foreign certificate to tls: {target_text}");
+}
+
+#[tokio::test]
+async fn retry_of_a_target_reconciles_its_source_which_the_request_does_not_block() {
+    let h = Harness::start("explain-retry").await;
+    let crt = certificate("stargate.example");
+    h.create_source("source", "target", &crt, "key").await;
+    h.wait_for_next("target", &crt).await;
+    let unchanged = r#"rotator_rotations_total{result="unchanged"}"#;
+    let blocked = r#"rotator_rotations_total{result="blocked"}"#;
+    let (unchanged_before, blocked_before) = (h.sample(unchanged), h.sample(blocked));
+
+    let retried =
+        blockwork_inspect::actions::retry(&h.client, &h.namespace, KindArg::Secret, "target", &h.keys, Duration::ZERO).await.unwrap();
+    assert_eq!(retried, Retried::Source { name: "source".into() });
+    let source = h.get("source").await.unwrap();
+    let requested = annotation(&source, blockwork_runtime::policy::RECONCILE_REQUESTED_ANNOTATION);
+    assert!(requested.is_some_and(|at| at.parse::<Timestamp>().is_ok()), "the source carries the request: {source:?}");
+    h.wait_for_sample(unchanged, unchanged_before).await;
+    assert_eq!(h.sample(blocked), blocked_before, "the request annotation is not one the rotator refuses");
+    assert_eq!(report(&h, "source").await.state, "InSync");
 }
