@@ -340,17 +340,8 @@ async fn check_as_the_operator_s_service_account_skips_what_its_rbac_may_not_rea
     let rbac = std::process::Command::new(BIN).args(["rbac", "--namespace", &namespace]).output().unwrap();
     assert!(rbac.status.success(), "{}", text(&rbac));
     apply(plane.kubeconfig_path(), &rbac.stdout);
-    // The admin's kubeconfig, impersonating the operator's ServiceAccount, as `kubectl exec
-    // deploy/blockwork -- blockwork check` would run.
-    let mut kubeconfig = kube::config::Kubeconfig::read_from(plane.kubeconfig_path()).unwrap();
-    for user in &mut kubeconfig.auth_infos {
-        if let Some(auth) = user.auth_info.as_mut() {
-            auth.impersonate = Some(format!("system:serviceaccount:{namespace}:blockwork"));
-        }
-    }
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("kubeconfig");
-    std::fs::write(&path, serde_json::to_string(&kubeconfig).unwrap()).unwrap();
+    // As `kubectl exec deploy/blockwork -- blockwork check` would run.
+    let (_dir, path) = impersonating(plane, &format!("system:serviceaccount:{namespace}:blockwork"));
 
     let output = std::process::Command::new(BIN)
         .args(["check", "--controllers", "cert", "-n", &namespace, "--leader-election-namespace", &namespace])
@@ -367,4 +358,48 @@ async fn check_as_the_operator_s_service_account_skips_what_its_rbac_may_not_rea
     let aws = line(&report, "FAIL  cert: AWS credentials:");
     assert!(!aws.is_empty() && report.contains("fix: AWS could not be reached: check the network path"), "{report}");
     assert_eq!(output.status.code(), Some(1), "{report}");
+}
+
+/// The admin's kubeconfig, impersonating `user`, in a directory dropped with the first value.
+fn impersonating(plane: &blockwork_testenv::control_plane::ControlPlane, user: &str) -> (tempfile::TempDir, PathBuf) {
+    let mut kubeconfig = kube::config::Kubeconfig::read_from(plane.kubeconfig_path()).unwrap();
+    for auth_info in &mut kubeconfig.auth_infos {
+        if let Some(auth) = auth_info.auth_info.as_mut() {
+            auth.impersonate = Some(user.to_owned());
+        }
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("kubeconfig");
+    std::fs::write(&path, serde_json::to_string(&kubeconfig).unwrap()).unwrap();
+    (dir, path)
+}
+
+#[tokio::test]
+async fn status_as_someone_who_may_list_only_certs_shows_them_and_names_what_it_could_not_list() {
+    let plane = plane().await;
+    let namespace = plane.namespace("status-rbac").await.unwrap();
+    failed_cert(&plane.client(), &namespace).await;
+    let role = json!({
+        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
+        "metadata": {"name": "cert-reader", "namespace": namespace},
+        "rules": [{"apiGroups": ["acm.blockwork.dev"], "resources": ["certs"], "verbs": ["get", "list"]}],
+    });
+    let binding = json!({
+        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+        "metadata": {"name": "jane-reads-certs", "namespace": namespace},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "cert-reader"},
+        "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": "jane"}],
+    });
+    apply(plane.kubeconfig_path(), format!("{role}\n---\n{binding}").as_bytes());
+    let (_dir, kubeconfig) = impersonating(plane, "jane");
+
+    let output = std::process::Command::new(BIN).args(["status", "-n", &namespace]).env("KUBECONFIG", &kubeconfig).output().unwrap();
+    let report = text(&output);
+    assert!(output.status.success(), "{report}");
+    assert!(line(&report, "Cert ").contains(&format!("{namespace}/api")), "{report}");
+    assert!(line(&report, "Cert ").contains("AccessDeniedException"), "{report}");
+    for resource in ["distributiontenants.cloudfront.blockwork.dev", "caches.cache.blockwork.dev", "secrets"] {
+        let note = format!("({resource} not listed: you may not list them (`kubectl auth can-i list {resource} -n {namespace}`))");
+        assert!(report.lines().any(|l| l == note), "{note} missing from:\n{report}");
+    }
 }

@@ -149,10 +149,16 @@ pub async fn status(args: &StatusArgs) -> anyhow::Result<String> {
         None => KindArg::ALL.to_vec(),
     };
     let now = Timestamp::now();
-    let (reports, missing) = read::reports(&client, &scope, &kinds, &args.rotator.keys()?, now).await?;
+    let (reports, unlisted) = read::reports(&client, &scope, &kinds, &args.rotator.keys()?, now).await?;
     let rows: Vec<Row> = reports.iter().map(|r| Row::of(r, now)).collect();
     Ok(match args.output {
-        Output::Json => serde_json::to_string_pretty(&rows)? + "\n",
+        Output::Json => {
+            // Scripts read the rows on stdout; what could not be listed goes to stderr.
+            for why in &unlisted {
+                eprintln!("{}", why.note(&scope));
+            }
+            serde_json::to_string_pretty(&rows)? + "\n"
+        }
         Output::Text => {
             let mut text = if rows.is_empty() {
                 match &scope {
@@ -162,8 +168,9 @@ pub async fn status(args: &StatusArgs) -> anyhow::Result<String> {
             } else {
                 render::table(&rows, now)
             };
-            for crd in missing {
-                text.push_str(&format!("(the CRD {crd} is not installed: `blockwork check`)\n"));
+            for why in &unlisted {
+                text.push_str(&why.note(&scope));
+                text.push('\n');
             }
             text
         }

@@ -80,15 +80,47 @@ where
     }
 }
 
-/// Lists a kind; `None` when the API server does not serve it (its CRD is not installed).
-async fn list<K>(client: &Client, scope: &Scope) -> anyhow::Result<Option<Vec<K>>>
+/// A kind `status` could not list, and why; the others are listed all the same.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Unlisted {
+    /// The API server does not serve it: its CRD (named) is not installed.
+    NotInstalled(&'static str),
+    /// The reader may not list it (the resource, e.g. `certs.acm.blockwork.dev`, `secrets`).
+    Forbidden(String),
+}
+
+impl Unlisted {
+    /// One line under the table, with what to do.
+    pub fn note(&self, scope: &Scope) -> String {
+        match self {
+            Self::NotInstalled(crd) => format!("(the CRD {crd} is not installed: `blockwork check`)"),
+            Self::Forbidden(resource) => {
+                let flag = match scope {
+                    Scope::All => " -A".to_owned(),
+                    Scope::Namespace(namespace) => format!(" -n {namespace}"),
+                };
+                format!("({resource} not listed: you may not list them (`kubectl auth can-i list {resource}{flag}`))")
+            }
+        }
+    }
+
+    fn of(error: kube::Error, crd: &'static str, resource: String) -> anyhow::Result<Self> {
+        match error {
+            kube::Error::Api(status) if status.code == 404 => Ok(Self::NotInstalled(crd)),
+            kube::Error::Api(status) if status.code == 403 => Ok(Self::Forbidden(resource)),
+            error => Err(error).with_context(|| format!("listing {resource}")),
+        }
+    }
+}
+
+/// Lists a kind, or says why it could not.
+async fn list<K>(client: &Client, scope: &Scope, crd: &'static str) -> anyhow::Result<Result<Vec<K>, Unlisted>>
 where
     K: Resource<Scope = NamespaceResourceScope, DynamicType = ()> + Clone + DeserializeOwned + std::fmt::Debug,
 {
     match api::<K>(client, scope).list(&ListParams::default()).await {
-        Ok(list) => Ok(Some(list.items)),
-        Err(kube::Error::Api(status)) if status.code == 404 => Ok(None),
-        Err(error) => Err(error).with_context(|| format!("listing {}", K::plural(&()))),
+        Ok(list) => Ok(Ok(list.items)),
+        Err(error) => Ok(Err(Unlisted::of(error, crd, crd.to_owned())?)),
     }
 }
 
@@ -102,50 +134,57 @@ pub async fn events_of<K: Resource<DynamicType = ()>>(client: &Client, object: &
     Ok(events.list(&params).await.context("listing events")?.items)
 }
 
-/// Everything `blockwork status` shows, kind by kind; kinds the cluster does not serve are
-/// skipped (and named in the second value).
+/// Everything `blockwork status` shows, kind by kind; kinds the cluster does not serve or the
+/// reader may not list are skipped (and said so in the second value).
 pub async fn reports(
     client: &Client,
     scope: &Scope,
     kinds: &[KindArg],
     keys: &Keys,
     now: Timestamp,
-) -> anyhow::Result<(Vec<Report>, Vec<&'static str>)> {
+) -> anyhow::Result<(Vec<Report>, Vec<Unlisted>)> {
     let mut reports = Vec::new();
-    let mut missing = Vec::new();
+    let mut unlisted = Vec::new();
     for kind in kinds {
         match kind {
-            KindArg::Cert => match list::<Cert>(client, scope).await? {
-                Some(certs) => reports.extend(certs.iter().map(|c| kinds::cert(c, &[], now))),
-                None => missing.push("certs.acm.blockwork.dev"),
+            KindArg::Cert => match list::<Cert>(client, scope, "certs.acm.blockwork.dev").await? {
+                Ok(certs) => reports.extend(certs.iter().map(|c| kinds::cert(c, &[], now))),
+                Err(why) => unlisted.push(why),
             },
-            KindArg::DistributionTenant => match list::<DistributionTenant>(client, scope).await? {
-                Some(tenants) => reports.extend(tenants.iter().map(|t| kinds::tenant(t, &[], &[], now))),
-                None => missing.push("distributiontenants.cloudfront.blockwork.dev"),
+            KindArg::DistributionTenant => {
+                match list::<DistributionTenant>(client, scope, "distributiontenants.cloudfront.blockwork.dev").await? {
+                    Ok(tenants) => reports.extend(tenants.iter().map(|t| kinds::tenant(t, &[], &[], now))),
+                    Err(why) => unlisted.push(why),
+                }
+            }
+            KindArg::Cache => match list::<Cache>(client, scope, "caches.cache.blockwork.dev").await? {
+                Ok(caches) => reports.extend(caches.iter().map(|c| kinds::cache(c, &[], &CacheObjects::default(), now))),
+                Err(why) => unlisted.push(why),
             },
-            KindArg::Cache => match list::<Cache>(client, scope).await? {
-                Some(caches) => reports.extend(caches.iter().map(|c| kinds::cache(c, &[], &CacheObjects::default(), now))),
-                None => missing.push("caches.cache.blockwork.dev"),
+            KindArg::Secret => match rotator_reports(client, scope, keys, now).await? {
+                Ok(rotator) => reports.extend(rotator),
+                Err(why) => unlisted.push(why),
             },
-            KindArg::Secret => reports.extend(rotator_reports(client, scope, keys, now).await?),
         }
     }
     reports.sort_by(|a, b| (a.kind, &a.namespace, &a.name).cmp(&(b.kind, &b.namespace, &b.name)));
-    Ok((reports, missing))
+    Ok((reports, unlisted))
 }
 
 /// Rotator sources, and targets no listed source rotates (orphaned or foreign ones the
 /// rotator's label marks).
-async fn rotator_reports(client: &Client, scope: &Scope, keys: &Keys, now: Timestamp) -> anyhow::Result<Vec<Report>> {
+async fn rotator_reports(client: &Client, scope: &Scope, keys: &Keys, now: Timestamp) -> anyhow::Result<Result<Vec<Report>, Unlisted>> {
     // Metadata only: no Secret's data passes unless it is a source or a target.
-    let metas: Vec<PartialObjectMeta<Secret>> = match scope {
+    let listed = match scope {
         Scope::All => Api::all(client.clone()),
         Scope::Namespace(namespace) => Api::namespaced(client.clone(), namespace),
     }
     .list_metadata(&ListParams::default())
-    .await
-    .context("listing Secrets (metadata)")?
-    .items;
+    .await;
+    let metas: Vec<PartialObjectMeta<Secret>> = match listed {
+        Ok(list) => list.items,
+        Err(error) => return Ok(Err(Unlisted::of(error, "secrets", "secrets".to_owned())?)),
+    };
     let mut reports = Vec::new();
     let mut rotated = BTreeSet::new();
     for meta in metas.iter().filter(|m| keys.is_source(m.annotations())) {
@@ -169,7 +208,7 @@ async fn rotator_reports(client: &Client, scope: &Scope, keys: &Keys, now: Times
         let events = events_of(client, &target).await?;
         reports.push(kinds::rotator_target(&target, keys, &events, now));
     }
-    Ok(reports)
+    Ok(Ok(reports))
 }
 
 async fn rotator_objects(client: &Client, source: &Secret, keys: &Keys) -> anyhow::Result<RotatorObjects> {
@@ -297,6 +336,16 @@ mod tests {
             assert_eq!(KindArg::parse(text), Ok(kind), "{text}");
         }
         assert!(KindArg::parse("pod").expect_err("not a Blockwork kind").contains("expected cert, dt"));
+    }
+
+    #[test]
+    fn a_kind_not_listed_says_why_and_what_to_run() {
+        let scope = Scope::Namespace("team-a".into());
+        assert_eq!(
+            Unlisted::Forbidden("secrets".into()).note(&scope),
+            "(secrets not listed: you may not list them (`kubectl auth can-i list secrets -n team-a`))"
+        );
+        assert!(Unlisted::NotInstalled("caches.cache.blockwork.dev").note(&Scope::All).contains("`blockwork check`"));
     }
 
     #[test]
