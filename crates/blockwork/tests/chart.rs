@@ -259,7 +259,10 @@ fn the_rbac_the_chart_grants_is_what_blockwork_rbac_generates() {
     ];
     for (sets, controllers, extra) in cases {
         let rendered = documents(&render("ops", &sets));
-        let chart_rbac: Vec<&Value> = rendered.iter().filter(|d| d["apiVersion"] == "rbac.authorization.k8s.io/v1").collect();
+        // The roles aggregated into Kubernetes' default roles are people's, not the operator's.
+        let for_people = |d: &Value| d["metadata"]["labels"].as_object().is_some_and(|l| l.keys().any(|k| k.contains("/aggregate-to-")));
+        let chart_rbac: Vec<&Value> =
+            rendered.iter().filter(|d| d["apiVersion"] == "rbac.authorization.k8s.io/v1" && !for_people(d)).collect();
         let mut args = vec!["rbac", "--controllers", controllers, "--name", FULLNAME, "--namespace", "ops", "--service-account", FULLNAME];
         if extra.first() == Some(&"--namespaces") {
             args.extend(&extra);
@@ -275,6 +278,40 @@ fn the_rbac_the_chart_grants_is_what_blockwork_rbac_generates() {
             "chart {sets:?} against blockwork {args:?}: run `make chart` if a controller's rules changed"
         );
     }
+}
+
+/// The verbs ClusterRoles aggregated into the default role `to` grant on `group`/`resource`.
+fn aggregated_verbs(documents: &[Value], to: &str, group: &str, resource: &str) -> BTreeSet<String> {
+    let label = format!("rbac.authorization.k8s.io/aggregate-to-{to}");
+    of_kind(documents, "ClusterRole")
+        .into_iter()
+        .filter(|role| role["metadata"]["labels"][&label] == "true")
+        .flat_map(|role| role["rules"].as_array().cloned().unwrap_or_default())
+        .filter(|rule| {
+            let has = |field: &str, value: &str| rule[field].as_array().is_some_and(|values| values.iter().any(|v| v == value));
+            has("apiGroups", group) && has("resources", resource)
+        })
+        .flat_map(|rule| rule["verbs"].as_array().cloned().unwrap_or_default())
+        .filter_map(|verb| verb.as_str().map(str::to_owned))
+        .collect()
+}
+
+#[test]
+fn people_who_may_view_or_edit_a_namespace_may_read_or_annotate_the_enabled_kinds() {
+    let rendered = documents(&render("ops", &["controllers.cert.enabled=true", ZONES[0], ZONES[1]]));
+    let set = |verbs: &[&str]| verbs.iter().map(|v| (*v).to_owned()).collect::<BTreeSet<String>>();
+    for to in ["view", "edit", "admin"] {
+        assert!(aggregated_verbs(&rendered, to, "acm.blockwork.dev", "certs").is_superset(&set(&["get", "list", "watch"])), "{to}");
+        assert!(aggregated_verbs(&rendered, to, "cache.blockwork.dev", "caches").contains("list"), "{to}");
+    }
+    for to in ["edit", "admin"] {
+        assert!(aggregated_verbs(&rendered, to, "acm.blockwork.dev", "certs").contains("patch"), "retry, pause: {to}");
+    }
+    assert!(!aggregated_verbs(&rendered, "view", "acm.blockwork.dev", "certs").contains("patch"), "view only reads");
+    assert!(aggregated_verbs(&rendered, "view", "cloudfront.blockwork.dev", "distributiontenants").is_empty(), "a disabled kind");
+
+    let off = documents(&render("ops", &["rbac.aggregateToDefaultRoles=false"]));
+    assert!(aggregated_verbs(&off, "view", "cache.blockwork.dev", "caches").is_empty());
 }
 
 #[test]
