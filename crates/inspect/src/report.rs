@@ -212,7 +212,8 @@ pub struct Report {
     pub owned: Vec<Owned>,
     /// Newest first.
     pub events: Vec<EventView>,
-    /// Facts about this object that explain its wait, with numbers (see [`crate::diagnose`]).
+    /// Facts about this object that explain its wait, with numbers (`explain` prints them as
+    /// "Why:"; each kind writes its own in [`crate::kinds`]).
     pub notes: Vec<String>,
 }
 

@@ -208,6 +208,9 @@ impl Keys {
             &self.rotations,
         ]
         .map(String::as_str);
+        // `blockwork retry` requests a reconcile of a source with the runtime's annotation: known
+        // too when the rotator's prefix is `blockwork.dev`.
+        let known: Vec<&str> = known.into_iter().chain([policy::RECONCILE_REQUESTED_ANNOTATION]).collect();
         policy::unknown_annotation(annotations, &format!("{}/", self.prefix), &known)?;
         for flag in [&self.source, &self.jwks, &self.adopt] {
             self.flag(annotations, flag)?;
@@ -305,6 +308,15 @@ mod tests {
         assert!(error.expected.contains(&keys.source) && error.expected.contains(&keys.destination), "{error}");
         let written = BTreeMap::from([(keys.rotations.clone(), "3".to_owned()), ("example.com/x".to_owned(), "y".to_owned())]);
         assert_eq!(keys.check(&written), Ok(()), "what the rotator writes, and other prefixes, are fine");
+    }
+
+    #[test]
+    fn a_retry_request_is_known_under_the_blockwork_prefix_too() {
+        let keys = Keys::new("blockwork.dev").expect("a valid prefix");
+        let requested = BTreeMap::from([(policy::RECONCILE_REQUESTED_ANNOTATION.to_owned(), "2026-11-23T22:00:00Z".to_owned())]);
+        assert_eq!(keys.check(&requested), Ok(()));
+        let typo = BTreeMap::from([("blockwork.dev/reconcile-requested".to_owned(), "now".to_owned())]);
+        assert!(keys.check(&typo).is_err(), "other unknown annotations under the prefix still are errors");
     }
 
     #[test]
