@@ -86,6 +86,17 @@ async fn kubectl_runs_blockwork_as_its_plugin() {
         assert!(row.contains(column), "{column} missing from: {row}");
     }
 
+    let json = kubectl(plugins.path(), kubeconfig, &["blockwork", "status", "-n", &namespace, "-o", "json"]);
+    let rows: serde_json::Value = serde_json::from_slice(&json.stdout).unwrap_or_else(|e| panic!("{e}: {}", text(&json)));
+    let row = rows.as_array().and_then(|rows| rows.iter().find(|r| r["name"] == "api")).unwrap_or_else(|| panic!("no row: {rows}"));
+    assert_eq!((&row["kind"], &row["state"], &row["ready"]), (&json!("Cert"), &json!("Failed"), &json!(false)), "{row}");
+    let in_state = row["inStateSeconds"].as_i64().unwrap();
+    assert!((720..780).contains(&in_state), "12 minutes in Failed: {row}");
+    assert!(row["lastError"].as_str().unwrap().starts_with("AccessDeniedException: RequestCertificate"), "{row}");
+    let next_retry: jiff::Timestamp = row["nextRetry"].as_str().unwrap().parse().unwrap();
+    let in_seconds = next_retry.duration_since(jiff::Timestamp::now()).as_secs();
+    assert!((120..=240).contains(&in_seconds), "the retry 4 minutes after the status was written: {row}");
+
     let explain = kubectl(plugins.path(), kubeconfig, &["blockwork", "explain", "cert/api", "-n", &namespace]);
     assert!(explain.status.success(), "{}", text(&explain));
     let story = String::from_utf8_lossy(&explain.stdout);
