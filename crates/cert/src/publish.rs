@@ -67,7 +67,7 @@ pub fn configmap(cert: &Cert, observation: &CertObservation) -> Result<Option<Co
 }
 
 /// Whether `existing` belongs to the Cert with `uid`.
-fn owned_by(existing: &ConfigMap, uid: &str) -> bool {
+pub fn owned_by(existing: &ConfigMap, uid: &str) -> bool {
     existing.owner_references().iter().any(|r| r.uid == uid && r.controller == Some(true))
 }
 

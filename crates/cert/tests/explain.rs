@@ -161,3 +161,24 @@ async fn status_lists_every_cert_of_the_namespace_with_its_state() {
         "{table}"
     );
 }
+
+#[tokio::test]
+async fn an_issued_cert_shows_the_configmap_it_publishes_its_arn_in() {
+    let h = Harness::start("explain-published", &["main"]).await;
+    h.create("api", spec("api", "pub")).await;
+    h.wait_for("api", "Succeeded", |c| state(c) == Some(ReconcileState::Succeeded)).await;
+    // The ConfigMap is written by the reconcile that finds the certificate issued.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(40);
+    let configmap = loop {
+        let report = read_report(&h, "api").await;
+        let configmap = report.owned.iter().find(|o| o.kind == "ConfigMap").cloned().expect("the ConfigMap is listed");
+        if configmap.ready || tokio::time::Instant::now() > deadline {
+            break configmap;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    assert_eq!(configmap.name, "api-certificate");
+    assert_eq!((configmap.state.as_str(), configmap.ready), ("published: certificateArn, domainName, expirationDate", true));
+    let text = explain(&h, "api").await;
+    assert!(text.contains("Owned objects:\n  ConfigMap/api-certificate  published: "), "{text}");
+}

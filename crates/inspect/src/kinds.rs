@@ -10,7 +10,7 @@ use blockwork_rotator::Keys;
 use blockwork_tenant::DistributionTenant;
 use jiff::Timestamp;
 use k8s_openapi::api::apps::v1::StatefulSet;
-use k8s_openapi::api::core::v1::{Event, Pod, Secret, Service};
+use k8s_openapi::api::core::v1::{ConfigMap, Event, Pod, Secret, Service};
 use kube::ResourceExt;
 
 use crate::report::{self, ConditionView, ErrorView, Field, Kind, Origin, Owned, Policy, Reference, Report};
@@ -152,6 +152,28 @@ fn cert_notes(cert: &Cert, now: Timestamp) -> Vec<String> {
         }
     }
     notes
+}
+
+/// The ConfigMap a Cert publishes its certificate's ARN in (`blockwork_cert::publish`), as read
+/// (`None`: it does not exist), against what the Cert would publish now.
+pub fn published(cert: &Cert, configmap: Option<&ConfigMap>) -> Option<Owned> {
+    let name = blockwork_cert::publish::configmap_name(&cert.name_any())?;
+    let observation = cert.status.as_ref().map(|s| &s.observation);
+    let issued = observation.is_some_and(|o| o.cert_ready);
+    let want = observation.and_then(blockwork_cert::publish::data);
+    let (state, ready) = match configmap {
+        None if !issued => ("not published until the certificate is issued".to_owned(), false),
+        None => ("missing: the controller writes it on its next look at the Cert".to_owned(), false),
+        Some(found) if !blockwork_cert::publish::owned_by(found, &cert.uid().unwrap_or_default()) => {
+            ("someone else's: the certificate ARN is not published there (rename or delete it)".to_owned(), false)
+        }
+        Some(found) if found.data == want => {
+            let keys: Vec<&str> = found.data.iter().flatten().map(|(k, _)| k.as_str()).collect();
+            (format!("published: {}", keys.join(", ")), true)
+        }
+        Some(_) => ("out of date: the controller rewrites it on its next look at the Cert".to_owned(), false),
+    };
+    Some(Owned { kind: "ConfigMap".into(), name, state, ready })
 }
 
 fn zone_name(name: Option<&str>, id: Option<&str>) -> String {
@@ -658,6 +680,32 @@ mod tests {
         assert!(!cert.ok);
         let unrelated = tenant(&shop, &[], &[validating_cert(false)], at(0));
         assert!(unrelated.references.iter().all(|r| r.what != "Cert"), "a Cert of another certificate is no dependency");
+    }
+
+    #[test]
+    fn a_cert_s_configmap_is_published_only_once_issued_and_only_if_it_is_the_cert_s() {
+        let mut cert = validating_cert(false);
+        cert.metadata.uid = Some("uid-1".into());
+        let pending = published(&cert, None).expect("a name");
+        assert_eq!((pending.name.as_str(), pending.ready), ("api-certificate", false));
+        assert!(pending.state.starts_with("not published until"), "{pending:?}");
+
+        if let Some(status) = cert.status.as_mut() {
+            status.observation.cert_ready = true;
+            status.observation.certificate_arn = Some("arn:aws:acm:us-east-1:123456789012:certificate/abc".into());
+        }
+        assert!(published(&cert, None).expect("a name").state.starts_with("missing"));
+        let ours = blockwork_cert::publish::configmap(&cert, &cert.status.as_ref().expect("a status").observation)
+            .expect("publishable")
+            .expect("an ARN to publish");
+        let current = published(&cert, Some(&ours)).expect("a name");
+        assert_eq!((current.state.as_str(), current.ready), ("published: certificateArn, domainName", true));
+        let mut stale = ours.clone();
+        stale.data = Some([("certificateArn".to_owned(), "arn:aws:acm:us-east-1:123456789012:certificate/old".to_owned())].into());
+        assert!(published(&cert, Some(&stale)).expect("a name").state.starts_with("out of date"));
+        let mut theirs = ours;
+        theirs.metadata.owner_references = None;
+        assert!(published(&cert, Some(&theirs)).expect("a name").state.starts_with("someone else's"));
     }
 
     fn pod(status: serde_json::Value) -> Pod {

@@ -10,14 +10,14 @@ pub use blockwork_rotator::Keys;
 use blockwork_tenant::DistributionTenant;
 use jiff::Timestamp;
 use k8s_openapi::api::apps::v1::StatefulSet;
-use k8s_openapi::api::core::v1::{Event, Pod, Secret, Service};
+use k8s_openapi::api::core::v1::{ConfigMap, Event, Pod, Secret, Service};
 use kube::api::{ListParams, PartialObjectMeta};
 use kube::core::NamespaceResourceScope;
 use kube::{Api, Client, Resource, ResourceExt};
 use serde::de::DeserializeOwned;
 
 use crate::kinds::{self, CacheObjects, RotatorObjects};
-use crate::report::Report;
+use crate::report::{Owned, Report};
 
 /// The key rotator's annotations under its default prefix.
 pub fn default_keys() -> Keys {
@@ -230,7 +230,9 @@ pub async fn report(client: &Client, namespace: &str, kind: KindArg, name: &str,
         KindArg::Cert => {
             let cert = get::<Cert>(client, namespace, name).await?.ok_or_else(not_found)?;
             let events = events_of(client, &cert).await?;
-            Ok(kinds::cert(&cert, &events, now))
+            let mut report = kinds::cert(&cert, &events, now);
+            report.owned.extend(published_configmap(client, &cert).await?);
+            Ok(report)
         }
         KindArg::DistributionTenant => {
             let tenant = get::<DistributionTenant>(client, namespace, name).await?.ok_or_else(not_found)?;
@@ -263,6 +265,17 @@ pub async fn report(client: &Client, namespace: &str, kind: KindArg, name: &str,
                 blockwork_rotator::config::MANAGED_BY
             )
         }
+    }
+}
+
+/// The ConfigMap a Cert publishes its ARN in, as read; nothing where the reader may not read
+/// ConfigMaps.
+async fn published_configmap(client: &Client, cert: &Cert) -> anyhow::Result<Option<Owned>> {
+    let Some(name) = blockwork_cert::publish::configmap_name(&cert.name_any()) else { return Ok(None) };
+    match Api::<ConfigMap>::namespaced(client.clone(), &cert.namespace().unwrap_or_default()).get_opt(&name).await {
+        Ok(found) => Ok(kinds::published(cert, found.as_ref())),
+        Err(kube::Error::Api(status)) if status.code == 403 => Ok(None),
+        Err(error) => Err(error).with_context(|| format!("reading the ConfigMap {name}")),
     }
 }
 
