@@ -1,6 +1,7 @@
 //! AWS emulators on loopback, one of each per test binary: moto (ACM, Route53, STS,
 //! CloudFront distributions) and MiniStack (the CloudFront tenant APIs moto answers with 404).
 
+use std::net::Ipv4Addr;
 use std::time::Duration;
 
 use tokio::sync::OnceCell;
@@ -16,6 +17,7 @@ pub const ACCOUNT_ID: &str = "123456789012";
 
 #[derive(Debug)]
 pub struct Emulator {
+    host: Ipv4Addr,
     port: u16,
     process: Process,
 }
@@ -25,52 +27,58 @@ static MINISTACK: OnceCell<Emulator> = OnceCell::const_new();
 
 /// The moto server shared by the tests of this binary.
 pub async fn moto() -> Result<&'static Emulator, Error> {
-    MOTO.get_or_try_init(|| {
+    MOTO.get_or_try_init(|| Emulator::moto(Ipv4Addr::LOCALHOST)).await
+}
+
+/// The MiniStack server shared by the tests of this binary.
+pub async fn ministack() -> Result<&'static Emulator, Error> {
+    MINISTACK.get_or_try_init(|| Emulator::ministack(Ipv4Addr::LOCALHOST)).await
+}
+
+impl Emulator {
+    /// A moto server of its own listening on `host` (the end-to-end suite binds the node's
+    /// bridge address, where pods reach it); killed with this process.
+    pub async fn moto(host: Ipv4Addr) -> Result<Self, Error> {
         retry_on_port_clash(|| async {
             let port = free_port()?;
             let process = Process::start(
                 "moto",
                 &tool("moto_server")?,
-                &["-H".into(), "127.0.0.1".into(), "-p".into(), port.to_string()],
+                &["-H".into(), host.to_string(), "-p".into(), port.to_string()],
                 &[("MOTO_ACM_VALIDATION_WAIT", MOTO_ACM_VALIDATION_WAIT_SECONDS.to_string()), ("MOTO_ACCOUNT_ID", ACCOUNT_ID.to_owned())],
                 &state_dir()?,
             )?;
-            wait_until(&process, Duration::from_secs(60), || accepts(port)).await?;
-            Ok(Emulator { port, process })
-        })
-    })
-    .await
-}
-
-/// The MiniStack server shared by the tests of this binary.
-pub async fn ministack() -> Result<&'static Emulator, Error> {
-    MINISTACK
-        .get_or_try_init(|| {
-            retry_on_port_clash(|| async {
-                let port = free_port()?;
-                let process = Process::start(
-                    "ministack",
-                    &tool("ministack")?,
-                    &[],
-                    &[
-                        ("GATEWAY_PORT", port.to_string()),
-                        ("BIND_HOST", "127.0.0.1".to_owned()),
-                        ("MINISTACK_ACCOUNT_ID", ACCOUNT_ID.to_owned()),
-                        ("LOG_LEVEL", "WARNING".to_owned()),
-                    ],
-                    &state_dir()?,
-                )?;
-                wait_until(&process, Duration::from_secs(60), || accepts(port)).await?;
-                Ok(Emulator { port, process })
-            })
+            wait_until(&process, Duration::from_secs(60), || accepts(host, port)).await?;
+            Ok(Emulator { host, port, process })
         })
         .await
-}
+    }
 
-impl Emulator {
+    /// A MiniStack server of its own listening on `host`; killed with this process.
+    pub async fn ministack(host: Ipv4Addr) -> Result<Self, Error> {
+        retry_on_port_clash(|| async {
+            let port = free_port()?;
+            let process = Process::start(
+                "ministack",
+                &tool("ministack")?,
+                &[],
+                &[
+                    ("GATEWAY_PORT", port.to_string()),
+                    ("BIND_HOST", host.to_string()),
+                    ("MINISTACK_ACCOUNT_ID", ACCOUNT_ID.to_owned()),
+                    ("LOG_LEVEL", "WARNING".to_owned()),
+                ],
+                &state_dir()?,
+            )?;
+            wait_until(&process, Duration::from_secs(60), || accepts(host, port)).await?;
+            Ok(Emulator { host, port, process })
+        })
+        .await
+    }
+
     /// e.g. `http://127.0.0.1:40123`: the SDK's endpoint override, or a fault proxy's upstream.
     pub fn endpoint(&self) -> String {
-        format!("http://127.0.0.1:{}", self.port)
+        format!("http://{}:{}", self.host, self.port)
     }
 
     pub fn pid(&self) -> u32 {

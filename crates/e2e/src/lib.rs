@@ -1,0 +1,139 @@
+//! Blockwork end to end on a real node: the node `scripts/node` brings up (etcd, kube-apiserver,
+//! controller-manager, scheduler, containerd, kubelet, kube-proxy, CoreDNS), driven the way a
+//! person drives it, with `kubectl` and `helm`.
+//!
+//! The suite itself is `tests/e2e.rs`; this library is what its scenarios share: the node's
+//! lifecycle and the commands run against it.
+
+use std::io::Write as _;
+use std::net::Ipv4Addr;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context as _, Result, anyhow, bail};
+
+/// The repository's root (scripts, chart, examples).
+pub fn workspace() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+/// `$BLOCKWORK_TOOLS_DIR/bin` (default `~/.cache/blockwork-tools/bin`).
+pub fn tools_bin() -> PathBuf {
+    let dir = std::env::var_os("BLOCKWORK_TOOLS_DIR").map(PathBuf::from).unwrap_or_else(|| {
+        let home = std::env::var_os("HOME").map(PathBuf::from).unwrap_or_else(|| PathBuf::from("/root"));
+        home.join(".cache/blockwork-tools")
+    });
+    dir.join("bin")
+}
+
+/// A node brought up by `scripts/node up`.
+#[derive(Clone, Debug)]
+pub struct Node {
+    kubeconfig: PathBuf,
+    ip: Ipv4Addr,
+}
+
+impl Node {
+    /// Brings the node up (a healthy node is reused; what a killed run left is removed first)
+    /// and reads the env file the script prints.
+    pub fn up() -> Result<Self> {
+        let env = run(Command::new(workspace().join("scripts/node")).arg("up"), None).context("scripts/node up")?;
+        let value = |name: &str| {
+            env.lines()
+                .find_map(|line| line.strip_prefix(&format!("export {name}=")))
+                .map(str::to_owned)
+                .ok_or_else(|| anyhow!("scripts/node up printed no {name}:\n{env}"))
+        };
+        Ok(Self { kubeconfig: value("KUBECONFIG")?.into(), ip: value("BLOCKWORK_NODE_IP")?.parse()? })
+    }
+
+    /// Stops the node and removes everything it made on the host; fails naming what is left.
+    pub fn down() -> Result<()> {
+        run(Command::new(workspace().join("scripts/node")).arg("down"), None).context("scripts/node down").map(|_| ())
+    }
+
+    /// The host's address on the pod network: servers the pods must reach listen here.
+    pub fn ip(&self) -> Ipv4Addr {
+        self.ip
+    }
+
+    pub fn kubeconfig(&self) -> &Path {
+        &self.kubeconfig
+    }
+
+    /// Imports an image archive into the node's containerd.
+    pub fn load_image(&self, archive: &Path) -> Result<()> {
+        run(Command::new(workspace().join("scripts/node")).arg("load").arg(archive), None).map(|_| ())
+    }
+
+    /// `kubectl ARGS...` against the node as cluster admin; its stdout.
+    pub fn kubectl(&self, args: &[&str]) -> Result<String> {
+        run(self.command("kubectl").args(args), None)
+    }
+
+    /// `kubectl ARGS...` with `stdin` (for `apply -f -`).
+    pub fn kubectl_with_input(&self, args: &[&str], stdin: &str) -> Result<String> {
+        run(self.command("kubectl").args(args), Some(stdin))
+    }
+
+    /// `kubectl get ARGS... -o json`, parsed.
+    pub fn get_json(&self, args: &[&str]) -> Result<serde_json::Value> {
+        let mut all = vec!["get"];
+        all.extend_from_slice(args);
+        all.extend_from_slice(&["-o", "json"]);
+        let text = self.kubectl(&all)?;
+        serde_json::from_str(&text).with_context(|| format!("kubectl {}: not JSON", all.join(" ")))
+    }
+
+    /// `helm ARGS...` against the node.
+    pub fn helm(&self, args: &[&str]) -> Result<String> {
+        run(self.command("helm").args(args), None)
+    }
+
+    fn command(&self, tool: &str) -> Command {
+        let mut command = Command::new(tools_bin().join(tool));
+        command.env("KUBECONFIG", &self.kubeconfig).current_dir(workspace());
+        command
+    }
+}
+
+/// Runs `command`; its stdout, or an error with its stderr.
+fn run(command: &mut Command, stdin: Option<&str>) -> Result<String> {
+    let described = format!("{command:?}");
+    command.stdin(if stdin.is_some() { Stdio::piped() } else { Stdio::null() }).stdout(Stdio::piped()).stderr(Stdio::piped());
+    let mut child = command.spawn().with_context(|| format!("starting {described}"))?;
+    if let (Some(input), Some(mut pipe)) = (stdin, child.stdin.take()) {
+        pipe.write_all(input.as_bytes())?;
+    }
+    let output = child.wait_with_output()?;
+    let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
+    if !output.status.success() {
+        bail!("{described} failed ({}):\n{}{}", output.status, String::from_utf8_lossy(&output.stderr), stdout);
+    }
+    Ok(stdout)
+}
+
+/// Polls `check` every half second until it returns `Some`, for at most `timeout`; the error
+/// names `what` and the last thing `check` failed with.
+pub fn eventually<T>(what: &str, timeout: Duration, mut check: impl FnMut() -> Result<Option<T>>) -> Result<T> {
+    let deadline = Instant::now() + timeout;
+    let mut last = String::from("not yet");
+    loop {
+        match check() {
+            Ok(Some(value)) => return Ok(value),
+            Ok(None) => {}
+            Err(error) => last = format!("{error:#}"),
+        }
+        if Instant::now() > deadline {
+            bail!("{what}: not within {timeout:?} ({last})");
+        }
+        std::thread::sleep(Duration::from_millis(500));
+    }
+}
+
+/// A namespace name `<prefix>-<random>`, unique per run.
+pub fn unique(prefix: &str) -> String {
+    let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.subsec_nanos()).unwrap_or_default();
+    format!("{prefix}-{:x}", nanos ^ std::process::id())
+}
