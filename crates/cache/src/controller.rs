@@ -23,6 +23,7 @@ use tracing::{info, warn};
 use blockwork_runtime::status::{condition, set_condition};
 
 use crate::api::{Cache, CacheStatus, GROUP, Phase};
+use crate::applied;
 use crate::build::{self, Desired, MANAGED_BY};
 
 pub const FIELD_MANAGER: &str = "blockwork-cache";
@@ -214,6 +215,13 @@ where
     let mut body = serde_json::to_value(object).map_err(Error::Serialize)?;
     body["apiVersion"] = K::api_version(&()).into();
     body["kind"] = K::kind(&()).into();
+    applied::stamp(&mut body);
+    // Nothing to change: no write (see `applied`).
+    if let Some(live) = api.get_opt(&object.name_any()).await?
+        && applied::holds(&serde_json::to_value(&live).map_err(Error::Serialize)?, &body)
+    {
+        return Ok(live);
+    }
     Ok(api.patch(&object.name_any(), &PatchParams::apply(FIELD_MANAGER).force(), &Patch::Apply(&body)).await?)
 }
 
