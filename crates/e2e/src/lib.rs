@@ -32,6 +32,7 @@ pub fn tools_bin() -> PathBuf {
 pub struct Node {
     kubeconfig: PathBuf,
     ip: Ipv4Addr,
+    audit_log: PathBuf,
 }
 
 impl Node {
@@ -45,7 +46,11 @@ impl Node {
                 .map(str::to_owned)
                 .ok_or_else(|| anyhow!("scripts/node up printed no {name}:\n{env}"))
         };
-        Ok(Self { kubeconfig: value("KUBECONFIG")?.into(), ip: value("BLOCKWORK_NODE_IP")?.parse()? })
+        Ok(Self {
+            kubeconfig: value("KUBECONFIG")?.into(),
+            ip: value("BLOCKWORK_NODE_IP")?.parse()?,
+            audit_log: value("BLOCKWORK_NODE_AUDIT_LOG")?.into(),
+        })
     }
 
     /// Stops the node and removes everything it made on the host; fails naming what is left.
@@ -60,6 +65,37 @@ impl Node {
 
     pub fn kubeconfig(&self) -> &Path {
         &self.kubeconfig
+    }
+
+    /// Where the audit log ends now: [`Node::writes_since`] reads what comes after.
+    pub fn audit_mark(&self) -> Result<u64> {
+        Ok(std::fs::metadata(&self.audit_log).map(|m| m.len()).unwrap_or(0))
+    }
+
+    /// The successful writes made with ServiceAccount tokens after `mark` (the API server's
+    /// audit log): who, what verb, on which object.
+    pub fn writes_since(&self, mark: u64) -> Result<Vec<Write>> {
+        let log = std::fs::read(&self.audit_log).with_context(|| format!("reading {}", self.audit_log.display()))?;
+        let tail = log.get(usize::try_from(mark)?..).unwrap_or_default();
+        let mut writes = Vec::new();
+        for line in String::from_utf8_lossy(tail).lines() {
+            let Ok(event) = serde_json::from_str::<serde_json::Value>(line) else { continue };
+            let code = event["responseStatus"]["code"].as_i64().unwrap_or(0);
+            if event["stage"] != "ResponseComplete" || !(200..300).contains(&code) {
+                continue;
+            }
+            let field = |value: &serde_json::Value| value.as_str().unwrap_or_default().to_owned();
+            let object = &event["objectRef"];
+            writes.push(Write {
+                user: field(&event["user"]["username"]),
+                verb: field(&event["verb"]),
+                resource: field(&object["resource"]),
+                subresource: field(&object["subresource"]),
+                namespace: field(&object["namespace"]),
+                name: field(&object["name"]),
+            });
+        }
+        Ok(writes)
     }
 
     /// Imports an image archive into the node's containerd.
@@ -96,6 +132,17 @@ impl Node {
         command.env("KUBECONFIG", &self.kubeconfig).current_dir(workspace());
         command
     }
+}
+
+/// A write the audit log recorded.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Write {
+    pub user: String,
+    pub verb: String,
+    pub resource: String,
+    pub subresource: String,
+    pub namespace: String,
+    pub name: String,
 }
 
 /// Runs `command`; its stdout, or an error with its stderr.
