@@ -3,13 +3,29 @@
 //! reject is rejected by the API server, before anything reaches the controller.
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+use kube::KubeSchema;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 pub const GROUP: &str = "cache.blockwork.dev";
 /// Holds `spec.highAvailability` while an object is read as v1alpha1, so a round trip through
-/// the older version loses nothing.
+/// the older version loses nothing. Written by the conversion, never meant for users: on a
+/// stored (v1beta1) object it means nothing and is reported as an invalid annotation.
 pub const HIGH_AVAILABILITY_ANNOTATION: &str = "cache.blockwork.dev/v1beta1-high-availability";
+
+/// The least `memory` a Cache gets. Below it a server has no room for data beside its own
+/// footprint (Redis and Valkey start at a few MiB; memcached takes 1 MiB slab pages per size
+/// class in use, and 64 MB is its own default).
+pub const MIN_MEMORY: &str = "64Mi";
+/// The most `memory` a Cache gets: one server process, single-threaded for Redis; a cache larger
+/// than this is a sharding problem, not a bigger pod.
+pub const MAX_MEMORY: &str = "1024Gi";
+
+/// Derived objects are named `NAME-cache`, `NAME-cache-headless` (Services: DNS-1035 labels of
+/// at most 63 characters) and `NAME-cache-config`; the StatefulSet `NAME-cache` labels its pods
+/// with `NAME-cache-<revision hash>`, which Kubernetes keeps within 63 characters only for
+/// StatefulSet names of at most 52. Hence at most 46 characters, a DNS-1035 label.
+pub const MAX_NAME_LENGTH: usize = 46;
 
 /// The cache server.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
@@ -34,15 +50,19 @@ pub enum EvictionPolicy {
 }
 
 /// TLS for client connections.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, KubeSchema)]
+#[x_kube(validation = Rule::new("!has(self.secretName) || self.enabled").message("tls.secretName requires tls.enabled to be true"))]
+#[x_kube(validation = Rule::new("!self.enabled || has(self.secretName)").message("tls.enabled requires tls.secretName: a kubernetes.io/tls Secret in the Cache's namespace with tls.crt and tls.key"))]
 #[serde(rename_all = "camelCase")]
 pub struct Tls {
-    /// Serve clients over TLS only.
+    /// Serve clients over TLS only. Requires `secretName`.
     #[serde(default)]
     pub enabled: bool,
-    /// A `kubernetes.io/tls` Secret in the same namespace with `tls.crt`, `tls.key` and
-    /// optionally `ca.crt`. Requires `enabled`.
+    /// A `kubernetes.io/tls` Secret in the same namespace with `tls.crt`, `tls.key` and, for a
+    /// replicated Cache (v1beta1), `ca.crt` (cert-manager writes all three). Requires `enabled`. Until
+    /// it exists with those keys the pods cannot start; the `ResolvedRefs` condition says so.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(regex(pattern = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"), length(min = 1, max = 253))]
     pub secret_name: Option<String>,
 }
 
@@ -81,6 +101,31 @@ pub struct CacheStatus {
     pub observed_generation: Option<i64>,
 }
 
+/// `metadata.name` is a DNS-1035 label of at most [`MAX_NAME_LENGTH`] characters.
+fn name_rule() -> String {
+    format!("self.metadata.name.matches('^[a-z]([-a-z0-9]*[a-z0-9])?$') && size(self.metadata.name) <= {MAX_NAME_LENGTH}")
+}
+
+fn name_message() -> String {
+    format!(
+        "metadata.name must be a DNS-1035 label of at most {MAX_NAME_LENGTH} characters (lowercase letters, digits and '-', starting with a letter): the Cache's Services and StatefulSet are named after it"
+    )
+}
+
+/// `memory` from [`MIN_MEMORY`] to [`MAX_MEMORY`]. A value that is no quantity at all is left to
+/// the pattern, which reports it on its own.
+fn memory_rule() -> String {
+    format!(
+        "!isQuantity(self) || (quantity(self).compareTo(quantity('{MIN_MEMORY}')) >= 0 && quantity(self).compareTo(quantity('{MAX_MEMORY}')) <= 0)"
+    )
+}
+
+fn memory_message() -> String {
+    format!(
+        "memory must be from {MIN_MEMORY} to {MAX_MEMORY}: less leaves a server no room for data, more is one process too many (shard it)"
+    )
+}
+
 fn default_replicas() -> i32 {
     1
 }
@@ -111,9 +156,9 @@ macro_rules! cache_version {
             printcolumn(name = "Memory", type_ = "string", json_path = ".spec.memory"),
             printcolumn(name = "Replicas", type_ = "integer", json_path = ".spec.replicas"),
             printcolumn(name = "Phase", type_ = "string", json_path = ".status.phase"),
-            printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp")
+            printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp"),
+            validation = Rule::new(super::name_rule()).message(super::name_message().as_str())
         )]
-        #[x_kube(validation = Rule::new("!has(self.tls) || !has(self.tls.secretName) || self.tls.enabled").message("tls.secretName requires tls.enabled to be true"))]
         #[x_kube(validation = Rule::new("self.engine != 'memcached' || self.evictionPolicy != 'volatile-lru'").message("memcached cannot evict only keys with a TTL: use allkeys-lru or noeviction"))]
         $($extra)*
     };
@@ -126,9 +171,10 @@ pub mod v1alpha1 {
         pub struct CacheSpec {
             /// The cache server: redis, memcached or valkey.
             pub engine: Engine,
-            /// Memory for the cache, e.g. 256Mi or 1Gi: the container's memory limit; the server
-            /// keeps its data within 80 % of it.
-            #[schemars(regex(pattern = r"^\d+(Mi|Gi)$"))]
+            /// Memory for the cache, e.g. 256Mi or 1Gi, from 64Mi to 1024Gi: the container's
+            /// memory limit; the server keeps its data within 80 % of it.
+            #[schemars(regex(pattern = r"^\d+(Mi|Gi)$"), length(max = 10))]
+            #[x_kube(validation = Rule::new(super::memory_rule()).message(super::memory_message().as_str()))]
             pub memory: String,
             /// Number of cache servers (1 to 10).
             #[serde(default = "super::default_replicas")]
@@ -154,9 +200,10 @@ pub mod v1beta1 {
         pub struct CacheSpec {
             /// The cache server: redis, memcached or valkey.
             pub engine: Engine,
-            /// Memory for the cache, e.g. 256Mi or 1Gi: the container's memory limit; the server
-            /// keeps its data within 80 % of it.
-            #[schemars(regex(pattern = r"^\d+(Mi|Gi)$"))]
+            /// Memory for the cache, e.g. 256Mi or 1Gi, from 64Mi to 1024Gi: the container's
+            /// memory limit; the server keeps its data within 80 % of it.
+            #[schemars(regex(pattern = r"^\d+(Mi|Gi)$"), length(max = 10))]
+            #[x_kube(validation = Rule::new(super::memory_rule()).message(super::memory_message().as_str()))]
             pub memory: String,
             /// Number of cache servers (1 to 10).
             #[serde(default = "super::default_replicas")]

@@ -1,5 +1,10 @@
 //! The reconcile loop: apply the built objects with server-side apply, derive status from the
 //! StatefulSet, clean up on deletion without ever blocking it.
+//!
+//! Nothing goes wrong silently: annotations the controller cannot act on hold the Cache (see
+//! [`refs::hold`]), a TLS Secret that is missing or incomplete is the `ResolvedRefs` condition
+//! (the Secrets are watched, so it clears when the Secret appears), and an owned object the API
+//! server refuses is `Synced=False` with reason `ApplyFailed`. Each comes with a Warning event.
 
 use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
@@ -7,13 +12,16 @@ use std::time::Duration;
 
 use futures::{FutureExt as _, StreamExt as _};
 use k8s_openapi::api::apps::v1::StatefulSet;
-use k8s_openapi::api::core::v1::{ConfigMap, Service};
+use k8s_openapi::api::core::v1::{ConfigMap, Secret, Service};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use kube::api::{Api, DeleteParams, Patch, PatchParams};
+use kube::core::PartialObjectMeta;
 use kube::runtime::controller::{Action, Config as RunConfig, Controller};
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use kube::runtime::finalizer::{Event as FinalizerEvent, finalizer};
-use kube::runtime::watcher;
+use kube::runtime::reflector::{ObjectRef, Store};
+use kube::runtime::{WatchStreamExt as _, watcher};
 use kube::{Client, Resource, ResourceExt};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
@@ -25,8 +33,16 @@ use blockwork_runtime::status::{condition, set_condition};
 use crate::api::{Cache, CacheStatus, GROUP, Phase};
 use crate::applied;
 use crate::build::{self, Desired, MANAGED_BY};
+use crate::refs::{self, Hold};
 
 pub const FIELD_MANAGER: &str = "blockwork-cache";
+/// Whether the replicas are ready (reasons `AllReplicasAvailable`, `ReplicasNotReady`, or the
+/// reason that keeps them from starting).
+pub const READY: &str = "Ready";
+/// Whether the last reconcile applied every owned object.
+pub const SYNCED: &str = "Synced";
+/// Whether every object the Cache references (its TLS Secret) exists with the keys it needs.
+pub const RESOLVED_REFS: &str = "ResolvedRefs";
 /// Deletion cleans up for at most this long, then lets the object go.
 const CLEANUP_TIMEOUT: Duration = Duration::from_secs(30);
 const RESYNC: Duration = Duration::from_secs(300);
@@ -43,8 +59,6 @@ pub enum Error {
     Finalizer(#[source] Box<kube::runtime::finalizer::Error<Error>>),
     #[error("the reconcile panicked: {0}")]
     Panicked(String),
-    #[error("serializing: {0}")]
-    Serialize(#[from] serde_json::Error),
 }
 
 pub struct Context {
@@ -73,11 +87,17 @@ pub async fn run(
     let shutdown = shutdown.boxed().shared();
     let controller = Controller::new(api, watcher::Config::default().any_semantic());
     let store = controller.store();
+    // Metadata only: a Secret's data never passes through the watch.
+    let secrets = watcher(child_api::<PartialObjectMeta<Secret>>(&client, namespace.as_deref()), watcher::Config::default())
+        .default_backoff()
+        .touched_objects();
+    let caches = store.clone();
     let run = controller
         .owns(child_api::<StatefulSet>(&client, namespace.as_deref()), children.clone())
         .owns(child_api::<Service>(&client, namespace.as_deref()), children.clone())
         .owns(child_api::<ConfigMap>(&client, namespace.as_deref()), children.clone())
         .owns(child_api::<PodDisruptionBudget>(&client, namespace.as_deref()), children)
+        .watches_stream(secrets, move |secret| referencing(&caches, &secret))
         .with_config(RunConfig::default().concurrency(concurrency))
         .graceful_shutdown_on(shutdown.clone())
         .run(reconcile, error_policy, context)
@@ -87,6 +107,16 @@ pub async fn run(
             }
         });
     blockwork_runtime::shutdown::drive_until_shutdown(run, shutdown, store).await;
+}
+
+/// The Caches whose TLS Secret `secret` is.
+fn referencing(caches: &Store<Cache>, secret: &PartialObjectMeta<Secret>) -> Vec<ObjectRef<Cache>> {
+    caches
+        .state()
+        .iter()
+        .filter(|cache| cache.namespace() == secret.namespace() && refs::tls_secret_name(cache) == secret.metadata.name.as_deref())
+        .map(|cache| ObjectRef::from_obj(&**cache))
+        .collect()
 }
 
 fn child_api<K>(client: &Client, namespace: Option<&str>) -> Api<K>
@@ -127,6 +157,11 @@ fn error_policy(cache: Arc<Cache>, error: &Error, _context: Arc<Context>) -> Act
 }
 
 async fn reconcile_guarded(cache: Arc<Cache>, context: Arc<Context>) -> Result<Action, Error> {
+    // Before the finalizer: a held Cache is not touched, its deletion included (as the runtime
+    // holds a paused object).
+    if let Some(hold) = refs::hold(cache.annotations()) {
+        return held(&cache, &context, hold).await;
+    }
     let namespace = cache.namespace().unwrap_or_default();
     let api: Api<Cache> = Api::namespaced(context.client.clone(), &namespace);
     finalizer(&api, &finalizer_name(), cache, |event| async {
@@ -139,40 +174,151 @@ async fn reconcile_guarded(cache: Arc<Cache>, context: Arc<Context>) -> Result<A
     .map_err(|e| Error::Finalizer(Box::new(e)))
 }
 
+/// What a reconcile found, for the status: `None` keeps what the status says.
+#[derive(Default)]
+struct Report {
+    phase: Option<Phase>,
+    ready_replicas: Option<i32>,
+    conditions: Vec<Condition>,
+    /// A Warning event: reason and note.
+    warning: Option<(String, String)>,
+}
+
+async fn held(cache: &Cache, context: &Context, hold: Hold) -> Result<Action, Error> {
+    let generation = cache.metadata.generation;
+    let report = match hold {
+        Hold::Paused => {
+            let message = format!("reconciling is paused by the annotation {}", blockwork_runtime::policy::PAUSED_ANNOTATION);
+            Report { conditions: vec![condition(SYNCED, false, "ReconcilePaused", &message, generation)], ..Report::default() }
+        }
+        Hold::InvalidAnnotation(invalid) => {
+            let message = format!("{invalid}; the Cache is held as if paused until it is fixed");
+            Report {
+                conditions: vec![condition(SYNCED, false, "InvalidAnnotation", &message, generation)],
+                warning: Some(("InvalidAnnotation".into(), message)),
+                ..Report::default()
+            }
+        }
+    };
+    write_status(cache, context, report).await?;
+    Ok(Action::await_change())
+}
+
 async fn apply(cache: &Cache, context: &Context) -> Result<Action, Error> {
     let namespace = cache.namespace().unwrap_or_default();
+    let generation = cache.metadata.generation;
     let desired = match build::desired(cache) {
         Ok(desired) => desired,
         Err(invalid) => {
             let message = invalid.to_string();
-            write_status(cache, context, Phase::Failed, 0, false, "InvalidSpec", &message).await?;
-            publish(context, cache, EventType::Warning, "InvalidSpec", &message).await;
+            let report = Report {
+                phase: Some(Phase::Failed),
+                ready_replicas: Some(0),
+                conditions: vec![
+                    condition(READY, false, "InvalidSpec", &message, generation),
+                    condition(SYNCED, false, "InvalidSpec", &message, generation),
+                ],
+                warning: Some(("InvalidSpec".into(), message)),
+            };
+            write_status(cache, context, report).await?;
             return Ok(Action::requeue(RESYNC));
         }
     };
-    let Desired { config_map, stateful_set, service, headless_service, pdb } = desired;
-    ssa(&context.client, &namespace, &config_map).await?;
-    ssa(&context.client, &namespace, &service).await?;
-    ssa(&context.client, &namespace, &headless_service).await?;
-    let stateful_set = ssa(&context.client, &namespace, &stateful_set).await?;
-    let pdbs: Api<PodDisruptionBudget> = Api::namespaced(context.client.clone(), &namespace);
-    match pdb {
-        Some(pdb) => {
-            ssa(&context.client, &namespace, &pdb).await?;
+    let secret = match refs::tls_secret_name(cache) {
+        Some(name) => Api::<Secret>::namespaced(context.client.clone(), &namespace).get_opt(name).await?,
+        None => None,
+    };
+    let unresolved = refs::check_tls_secret(cache, secret.as_ref()).err();
+    let stateful_set = match apply_children(&context.client, &namespace, cache, desired).await {
+        Ok(stateful_set) => stateful_set,
+        Err(failed) => {
+            let message = failed.to_string();
+            let report = Report {
+                conditions: vec![condition(SYNCED, false, "ApplyFailed", &message, generation)],
+                warning: Some(("ApplyFailed".into(), message)),
+                ..Report::default()
+            };
+            write_status(cache, context, report).await?;
+            // The API server's refusal stands until the spec changes; anything else is retried.
+            return if failed.is_refusal() { Ok(Action::requeue(RESYNC)) } else { Err(Error::Kube(failed.error)) };
         }
-        None => match pdbs.delete(&build::resource_name(cache), &DeleteParams::default()).await {
-            Ok(_) => {}
-            Err(kube::Error::Api(status)) if status.code == 404 => {}
-            Err(error) => return Err(error.into()),
-        },
-    }
+    };
 
     let status = stateful_set.status.unwrap_or_default();
     let (ready, created) = (status.ready_replicas.unwrap_or(0), status.replicas);
     let (phase, message) = build::phase(cache.spec.replicas, created, ready);
-    let reason = if phase == Phase::Ready { "AllReplicasAvailable" } else { "ReplicasNotReady" };
-    write_status(cache, context, phase, ready, phase == Phase::Ready, reason, &message).await?;
+    let (ready_reason, ready_message) = match (&unresolved, phase) {
+        (_, Phase::Ready) => ("AllReplicasAvailable", message),
+        // The replicas wait for the reference: say that, not only that they wait.
+        (Some(unresolved), _) => (unresolved.reason(), format!("{message}: {unresolved}")),
+        (None, _) => ("ReplicasNotReady", message),
+    };
+    let resolved = match &unresolved {
+        None => condition(RESOLVED_REFS, true, "ResolvedRefs", "every referenced Secret exists with the keys it needs", generation),
+        Some(unresolved) => condition(RESOLVED_REFS, false, unresolved.reason(), &unresolved.to_string(), generation),
+    };
+    let report = Report {
+        phase: Some(phase),
+        ready_replicas: Some(ready),
+        conditions: vec![
+            condition(READY, phase == Phase::Ready, ready_reason, &ready_message, generation),
+            condition(SYNCED, true, "ReconcileSuccess", "every object of the Cache is applied", generation),
+            resolved,
+        ],
+        warning: unresolved.map(|unresolved| (unresolved.reason().to_owned(), unresolved.to_string())),
+    };
+    write_status(cache, context, report).await?;
     Ok(Action::requeue(RESYNC))
+}
+
+/// An owned object the API server did not take.
+#[derive(Debug, thiserror::Error)]
+#[error("{action} {kind} {name}: {}", describe(.error))]
+struct ApplyFailed {
+    action: &'static str,
+    kind: String,
+    name: String,
+    error: kube::Error,
+}
+
+impl ApplyFailed {
+    /// A 4xx other than a conflict or throttling: the object as built is refused, and retrying
+    /// the same object cannot help.
+    fn is_refusal(&self) -> bool {
+        matches!(&self.error, kube::Error::Api(status) if (400..500).contains(&status.code) && status.code != 409 && status.code != 429)
+    }
+}
+
+/// The API server's own message for its errors, which names the field; the error otherwise.
+fn describe(error: &kube::Error) -> String {
+    match error {
+        kube::Error::Api(status) => status.message.clone(),
+        other => other.to_string(),
+    }
+}
+
+/// Applies every owned object (and removes the PodDisruptionBudget a single replica does not
+/// get); the StatefulSet as the API server returned it.
+async fn apply_children(client: &Client, namespace: &str, cache: &Cache, desired: Desired) -> Result<StatefulSet, ApplyFailed> {
+    let Desired { config_map, stateful_set, service, headless_service, pdb } = desired;
+    ssa(client, namespace, &config_map).await?;
+    ssa(client, namespace, &service).await?;
+    ssa(client, namespace, &headless_service).await?;
+    let stateful_set = ssa(client, namespace, &stateful_set).await?;
+    match pdb {
+        Some(pdb) => {
+            ssa(client, namespace, &pdb).await?;
+        }
+        None => {
+            let name = build::resource_name(cache);
+            match Api::<PodDisruptionBudget>::namespaced(client.clone(), namespace).delete(&name, &DeleteParams::default()).await {
+                Ok(_) => {}
+                Err(kube::Error::Api(status)) if status.code == 404 => {}
+                Err(error) => return Err(ApplyFailed { action: "deleting", kind: "PodDisruptionBudget".into(), name, error }),
+            }
+        }
+    }
+    Ok(stateful_set)
 }
 
 /// Deletes the children (there may be no garbage collector to do it) within a time bound;
@@ -207,51 +353,52 @@ async fn cleanup(cache: &Cache, context: &Context) -> Result<Action, Error> {
     Ok(Action::await_change())
 }
 
-async fn ssa<K>(client: &Client, namespace: &str, object: &K) -> Result<K, Error>
+async fn ssa<K>(client: &Client, namespace: &str, object: &K) -> Result<K, ApplyFailed>
 where
     K: Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope> + Clone + DeserializeOwned + Serialize + std::fmt::Debug,
 {
     let api: Api<K> = Api::namespaced(client.clone(), namespace);
-    let mut body = serde_json::to_value(object).map_err(Error::Serialize)?;
+    let failed = |error| ApplyFailed { action: "applying", kind: K::kind(&()).into_owned(), name: object.name_any(), error };
+    let mut body = serde_json::to_value(object).map_err(|e| failed(kube::Error::SerdeError(e)))?;
     body["apiVersion"] = K::api_version(&()).into();
     body["kind"] = K::kind(&()).into();
     applied::stamp(&mut body);
     // Nothing to change: no write (see `applied`).
-    if let Some(live) = api.get_opt(&object.name_any()).await?
-        && applied::holds(&serde_json::to_value(&live).map_err(Error::Serialize)?, &body)
+    let live = api.get_opt(&object.name_any()).await.map_err(failed)?;
+    if let Some(live) = live
+        && applied::holds(&serde_json::to_value(&live).map_err(|e| failed(kube::Error::SerdeError(e)))?, &body)
     {
         return Ok(live);
     }
-    Ok(api.patch(&object.name_any(), &PatchParams::apply(FIELD_MANAGER).force(), &Patch::Apply(&body)).await?)
+    api.patch(&object.name_any(), &PatchParams::apply(FIELD_MANAGER).force(), &Patch::Apply(&body)).await.map_err(failed)
 }
 
-async fn write_status(
-    cache: &Cache,
-    context: &Context,
-    phase: Phase,
-    ready: i32,
-    is_ready: bool,
-    reason: &str,
-    message: &str,
-) -> Result<(), Error> {
+/// Writes `report` over the current status when it changes anything, and publishes its events:
+/// a Normal event on a phase change, and the report's warning.
+async fn write_status(cache: &Cache, context: &Context, report: Report) -> Result<(), Error> {
     let current = cache.status.clone().unwrap_or_default();
-    let generation = cache.metadata.generation;
     let mut next = CacheStatus {
-        phase: Some(phase),
-        ready_replicas: ready,
+        phase: report.phase.or(current.phase),
+        ready_replicas: report.ready_replicas.unwrap_or(current.ready_replicas),
         endpoint: Some(build::endpoint(cache)),
         conditions: current.conditions.clone(),
-        observed_generation: generation,
+        observed_generation: cache.metadata.generation,
     };
-    set_condition(&mut next.conditions, condition("Ready", is_ready, reason, message, generation));
-    if next == current {
-        return Ok(());
+    for condition in report.conditions {
+        set_condition(&mut next.conditions, condition);
     }
-    let api: Api<Cache> = Api::namespaced(context.client.clone(), &cache.namespace().unwrap_or_default());
-    let patch = json!({"apiVersion": Cache::api_version(&()), "kind": "Cache", "status": next});
-    api.patch_status(&cache.name_any(), &PatchParams::apply(FIELD_MANAGER).force(), &Patch::Apply(&patch)).await?;
-    if current.phase != Some(phase) {
-        publish(context, cache, EventType::Normal, &format!("{phase:?}"), message).await;
+    if next != current {
+        let api: Api<Cache> = Api::namespaced(context.client.clone(), &cache.namespace().unwrap_or_default());
+        let patch = json!({"apiVersion": Cache::api_version(&()), "kind": "Cache", "status": next});
+        api.patch_status(&cache.name_any(), &PatchParams::apply(FIELD_MANAGER).force(), &Patch::Apply(&patch)).await?;
+    }
+    if let Some(phase) = next.phase.filter(|phase| current.phase != Some(*phase)) {
+        let message = next.conditions.iter().find(|c| c.type_ == READY).map(|c| c.message.clone()).unwrap_or_default();
+        let type_ = if phase == Phase::Failed { EventType::Warning } else { EventType::Normal };
+        publish(context, cache, type_, &format!("{phase:?}"), &message).await;
+    }
+    if let Some((reason, note)) = report.warning {
+        publish(context, cache, EventType::Warning, &reason, &note).await;
     }
     Ok(())
 }

@@ -7,6 +7,7 @@ pub mod build;
 pub mod controller;
 pub mod conversion;
 pub mod crd;
+pub mod refs;
 
 use blockwork_runtime::rbac::rule;
 use k8s_openapi::api::rbac::v1::PolicyRule;
@@ -20,5 +21,8 @@ pub fn rbac() -> Vec<PolicyRule> {
         rule("apps", &["statefulsets"], &["get", "list", "watch", "create", "patch", "delete"]),
         rule("", &["services", "configmaps"], &["get", "list", "watch", "create", "patch", "delete"]),
         rule("policy", &["poddisruptionbudgets"], &["get", "list", "watch", "create", "patch", "delete"]),
+        // The TLS Secret: watched by metadata (its changes clear the ResolvedRefs condition), read
+        // only to check that it has the keys the pods need; never written.
+        rule("", &["secrets"], &["get", "list", "watch"]),
     ]
 }

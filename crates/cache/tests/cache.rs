@@ -286,6 +286,238 @@ async fn schema_and_cel_reject_invalid_specs_with_their_messages() {
     assert!(engine.contains("spec.engine") && engine.contains("Unsupported value"), "{engine}");
 }
 
+async fn rejection_named(h: &Harness, name: &str, spec: serde_json::Value) -> String {
+    let object = json!({"apiVersion": "cache.blockwork.dev/v1beta1", "kind": "Cache", "metadata": {"name": name}, "spec": spec});
+    let api: Api<kube::api::DynamicObject> =
+        Api::namespaced_with(h.client.clone(), &h.namespace, &kube::api::ApiResource::erase::<Cache>(&()));
+    match api.create(&PostParams::default(), &serde_json::from_value(object).unwrap()).await {
+        Ok(_) => panic!("the API server accepted {name}: {spec}"),
+        Err(kube::Error::Api(status)) => status.message.clone(),
+        Err(other) => panic!("{other}"),
+    }
+}
+
+#[tokio::test]
+async fn memory_outside_64mi_to_1024gi_is_rejected_naming_the_field() {
+    let h = Harness::start("cache-memory-range").await;
+    for memory in ["0Mi", "63Mi", "0Gi", "1025Gi", "1048577Mi"] {
+        let message = raw_rejection(&h, json!({"engine": "redis", "memory": memory})).await;
+        assert!(message.contains("spec.memory") && message.contains("memory must be from 64Mi to 1024Gi"), "{memory}: {message}");
+    }
+    let long = raw_rejection(&h, json!({"engine": "redis", "memory": "99999999999Gi"})).await;
+    assert!(long.contains("spec.memory") && long.contains("may not be more than 10"), "{long}");
+    for memory in ["64Mi", "1024Gi"] {
+        let c = cache(&format!("edge-{}", memory.to_lowercase()), Engine::Memcached, memory, 1);
+        h.caches().create(&PostParams::default(), &c).await.unwrap_or_else(|e| panic!("{memory} is in range: {e}"));
+    }
+}
+
+#[tokio::test]
+async fn tls_without_a_usable_secret_name_is_rejected() {
+    let h = Harness::start("cache-tls-name").await;
+    let no_name = rejection(&h, json!({"engine": "redis", "memory": "64Mi", "tls": {"enabled": true}})).await;
+    assert!(no_name.contains("spec.tls") && no_name.contains("tls.enabled requires tls.secretName"), "{no_name}");
+    for bad in ["", "Upper", "under_score", "-leading", "a..b"] {
+        let message = rejection(&h, json!({"engine": "redis", "memory": "64Mi", "tls": {"enabled": true, "secretName": bad}})).await;
+        assert!(message.contains("spec.tls.secretName"), "{bad:?}: {message}");
+    }
+}
+
+#[tokio::test]
+async fn names_that_cannot_name_the_derived_objects_are_rejected() {
+    let h = Harness::start("cache-names").await;
+    let spec = json!({"engine": "redis", "memory": "64Mi"});
+    for name in ["a.b", "1cache", &"a".repeat(47)] {
+        let message = rejection_named(&h, name, spec.clone()).await;
+        assert!(message.contains("metadata.name must be a DNS-1035 label of at most 46 characters"), "{name}: {message}");
+    }
+    let longest = "a".repeat(46);
+    h.caches().create(&PostParams::default(), &cache(&longest, Engine::Redis, "64Mi", 1)).await.unwrap();
+    let service = h
+        .eventually("the headless Service", async || h.api::<Service>().get_opt(&format!("{longest}-cache-headless")).await.unwrap())
+        .await;
+    assert_eq!(service.name_any().len(), 61);
+}
+
+#[tokio::test]
+async fn high_availability_through_the_v1alpha1_annotation_must_hold_the_v1beta1_rules() {
+    let h = Harness::start("cache-alpha-ha").await;
+    let alpha: Api<v1alpha1::Cache> = h.api();
+    let smuggle = |name: &str, engine: Engine, replicas: i32, annotation: &str| {
+        let mut old = v1alpha1::Cache::new(
+            name,
+            v1alpha1::CacheSpec { engine, memory: "64Mi".into(), replicas, eviction_policy: EvictionPolicy::AllkeysLru, tls: None },
+        );
+        old.metadata.annotations = Some([(blockwork_cache::api::HIGH_AVAILABILITY_ANNOTATION.to_owned(), annotation.to_owned())].into());
+        old
+    };
+    for (name, engine, replicas, expected) in
+        [("memcached", Engine::Memcached, 3, "memcached does not replicate"), ("two", Engine::Redis, 2, "at least 3 replicas")]
+    {
+        let message = match alpha.create(&PostParams::default(), &smuggle(name, engine, replicas, r#"{"enabled":true}"#)).await {
+            Ok(_) => panic!("{name}: stored a v1beta1 object that v1beta1 forbids"),
+            Err(kube::Error::Api(status)) => status.message,
+            Err(other) => panic!("{other}"),
+        };
+        assert!(message.contains(expected) && message.contains(blockwork_cache::api::HIGH_AVAILABILITY_ANNOTATION), "{name}: {message}");
+        assert!(h.caches().get_opt(name).await.unwrap().is_none());
+    }
+    // What v1beta1 allows still round-trips.
+    alpha.create(&PostParams::default(), &smuggle("three", Engine::Valkey, 3, r#"{"enabled":true}"#)).await.unwrap();
+    let stored = h.caches().get("three").await.unwrap();
+    assert_eq!(stored.spec.high_availability, Some(HighAvailability { enabled: true, auto_failover: true }));
+    assert!(!stored.annotations().contains_key(blockwork_cache::api::HIGH_AVAILABILITY_ANNOTATION));
+    // And a write through v1alpha1 that breaks a v1beta1 rule of the stored object is refused.
+    let scale_down = alpha.patch("three", &PatchParams::default(), &Patch::Merge(json!({"spec": {"replicas": 2}}))).await;
+    assert!(matches!(&scale_down, Err(kube::Error::Api(s)) if s.message.contains("at least 3 replicas")), "{scale_down:?}");
+}
+
+fn condition(cache: &Cache, type_: &str) -> Option<(String, String, String)> {
+    let found = cache.status.as_ref()?.conditions.iter().find(|c| c.type_ == type_)?;
+    Some((found.status.clone(), found.reason.clone(), found.message.clone()))
+}
+
+async fn warnings(h: &Harness, name: &str, reason: &str) -> Vec<String> {
+    let events: Api<k8s_openapi::api::events::v1::Event> = h.api();
+    let list = events.list(&Default::default()).await.unwrap();
+    list.items
+        .into_iter()
+        .filter(|e| e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(name))
+        .filter(|e| e.type_.as_deref() == Some("Warning") && e.reason.as_deref() == Some(reason))
+        .filter_map(|e| e.note)
+        .collect()
+}
+
+#[tokio::test]
+async fn a_missing_tls_secret_is_a_condition_that_clears_when_the_secret_appears() {
+    let h = Harness::start("cache-tls-secret").await;
+    let mut c = cache("c", Engine::Redis, "64Mi", 1);
+    c.spec.tls = Some(Tls { enabled: true, secret_name: Some("c-tls".into()) });
+    h.caches().create(&PostParams::default(), &c).await.unwrap();
+    let (status, reason, message) = h
+        .eventually("ResolvedRefs=False", async || {
+            condition(&h.caches().get("c").await.unwrap(), "ResolvedRefs").filter(|c| c.0 == "False")
+        })
+        .await;
+    assert_eq!((status.as_str(), reason.as_str()), ("False", "TLSSecretNotFound"));
+    assert!(message.contains("c-tls"), "{message}");
+    let ready = condition(&h.caches().get("c").await.unwrap(), "Ready").unwrap();
+    assert_eq!(ready.1, "TLSSecretNotFound", "Ready says why the replicas do not start: {ready:?}");
+    h.eventually("a Warning event", async || (!warnings(&h, "c", "TLSSecretNotFound").await.is_empty()).then_some(())).await;
+
+    // A Secret without its key is named for what it lacks.
+    let secrets: Api<k8s_openapi::api::core::v1::Secret> = h.api();
+    let secret = |keys: &[&str]| k8s_openapi::api::core::v1::Secret {
+        metadata: kube::api::ObjectMeta { name: Some("c-tls".into()), ..Default::default() },
+        data: Some(keys.iter().map(|k| ((*k).to_owned(), ByteString(b"pem".to_vec()))).collect()),
+        ..Default::default()
+    };
+    secrets.create(&PostParams::default(), &secret(&["tls.crt"])).await.unwrap();
+    h.eventually("TLSSecretIncomplete", async || {
+        condition(&h.caches().get("c").await.unwrap(), "ResolvedRefs").filter(|c| c.1 == "TLSSecretIncomplete" && c.2.contains("tls.key"))
+    })
+    .await;
+    // The Secret is watched: completing it clears the condition without touching the Cache.
+    secrets.replace("c-tls", &PostParams::default(), &secret(&["tls.crt", "tls.key"])).await.unwrap();
+    let resolved = h
+        .eventually("ResolvedRefs=True", async || condition(&h.caches().get("c").await.unwrap(), "ResolvedRefs").filter(|c| c.0 == "True"))
+        .await;
+    assert_eq!(resolved.1, "ResolvedRefs");
+    assert_eq!(condition(&h.caches().get("c").await.unwrap(), "Ready").unwrap().1, "ReplicasNotReady");
+}
+
+/// A ValidatingAdmissionPolicy that refuses every Service in the harness's namespace, until
+/// dropped.
+struct NoServices {
+    client: Client,
+    name: String,
+}
+
+impl NoServices {
+    async fn install(h: &Harness) -> Self {
+        use k8s_openapi::api::admissionregistration::v1::{ValidatingAdmissionPolicy, ValidatingAdmissionPolicyBinding};
+        let name = format!("no-services-{}", h.namespace);
+        let policy: ValidatingAdmissionPolicy = serde_json::from_value(json!({
+            "metadata": {"name": name},
+            "spec": {
+                "failurePolicy": "Fail",
+                "matchConstraints": {"resourceRules": [{"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE", "UPDATE"], "resources": ["services"]}]},
+                "validations": [{"expression": "false", "message": "Services are not allowed in this namespace"}]
+            }
+        }))
+        .unwrap();
+        let binding: ValidatingAdmissionPolicyBinding = serde_json::from_value(json!({
+            "metadata": {"name": name},
+            "spec": {"policyName": name, "validationActions": ["Deny"],
+                     "matchResources": {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": h.namespace}}}}
+        }))
+        .unwrap();
+        Api::<ValidatingAdmissionPolicy>::all(h.client.clone()).create(&PostParams::default(), &policy).await.unwrap();
+        Api::<ValidatingAdmissionPolicyBinding>::all(h.client.clone()).create(&PostParams::default(), &binding).await.unwrap();
+        // The policy takes effect once the API server's informers have it.
+        let probe: Service = serde_json::from_value(json!({"metadata": {"name": "probe"}, "spec": {"ports": [{"port": 80}]}})).unwrap();
+        h.eventually("the policy to refuse Services", async || match h.api::<Service>().create(&PostParams::default(), &probe).await {
+            Err(kube::Error::Api(status)) if status.message.contains("denied request") => Some(()),
+            Ok(_) => {
+                h.api::<Service>().delete("probe", &DeleteParams::default()).await.unwrap();
+                None
+            }
+            Err(other) => panic!("{other}"),
+        })
+        .await;
+        Self { client: h.client.clone(), name }
+    }
+
+    async fn remove(self, h: &Harness) {
+        use k8s_openapi::api::admissionregistration::v1::{ValidatingAdmissionPolicy, ValidatingAdmissionPolicyBinding};
+        Api::<ValidatingAdmissionPolicyBinding>::all(self.client.clone()).delete(&self.name, &DeleteParams::default()).await.unwrap();
+        Api::<ValidatingAdmissionPolicy>::all(self.client.clone()).delete(&self.name, &DeleteParams::default()).await.unwrap();
+        let probe: Service = serde_json::from_value(json!({"metadata": {"name": "probe"}, "spec": {"ports": [{"port": 80}]}})).unwrap();
+        h.eventually("the policy to be gone", async || h.api::<Service>().create(&PostParams::default(), &probe).await.ok()).await;
+    }
+}
+
+#[tokio::test]
+async fn an_owned_object_the_api_server_refuses_is_a_condition_and_a_warning_event() {
+    let h = Harness::start("cache-apply-fails").await;
+    let policy = NoServices::install(&h).await;
+    h.caches().create(&PostParams::default(), &cache("c", Engine::Redis, "64Mi", 1)).await.unwrap();
+    let (status, reason, message) =
+        h.eventually("Synced=False", async || condition(&h.caches().get("c").await.unwrap(), "Synced").filter(|c| c.0 == "False")).await;
+    assert_eq!((status.as_str(), reason.as_str()), ("False", "ApplyFailed"));
+    assert!(message.contains("applying Service c-cache") && message.contains("Services are not allowed"), "{message}");
+    let notes = h.eventually("a Warning event", async || Some(warnings(&h, "c", "ApplyFailed").await).filter(|n| !n.is_empty())).await;
+    assert!(notes[0].contains("Service c-cache"), "{notes:?}");
+
+    policy.remove(&h).await;
+    // A refusal is retried when the Cache changes.
+    h.caches().patch("c", &PatchParams::default(), &Patch::Merge(json!({"spec": {"memory": "128Mi"}}))).await.unwrap();
+    h.eventually("Synced=True", async || condition(&h.caches().get("c").await.unwrap(), "Synced").filter(|c| c.0 == "True")).await;
+    h.api::<Service>().get("c-cache").await.unwrap();
+}
+
+#[tokio::test]
+async fn a_paused_cache_is_left_alone_and_an_invalid_pause_value_holds_it_with_a_warning() {
+    let h = Harness::start("cache-paused").await;
+    let mut c = cache("c", Engine::Redis, "64Mi", 1);
+    c.metadata.annotations = Some([("blockwork.dev/paused".to_owned(), "yes".to_owned())].into());
+    h.caches().create(&PostParams::default(), &c).await.unwrap();
+    let (_, reason, message) =
+        h.eventually("Synced=False", async || condition(&h.caches().get("c").await.unwrap(), "Synced").filter(|c| c.0 == "False")).await;
+    assert_eq!(reason, "InvalidAnnotation");
+    assert!(message.contains("blockwork.dev/paused") && message.contains("true or false"), "{message}");
+    h.eventually("a Warning event", async || (!warnings(&h, "c", "InvalidAnnotation").await.is_empty()).then_some(())).await;
+    assert!(h.api::<StatefulSet>().get_opt("c-cache").await.unwrap().is_none(), "held: nothing applied");
+
+    let annotate = |value: &str| json!({"metadata": {"annotations": {"blockwork.dev/paused": value}}});
+    h.caches().patch("c", &PatchParams::default(), &Patch::Merge(annotate("TRUE"))).await.unwrap();
+    h.eventually("ReconcilePaused", async || condition(&h.caches().get("c").await.unwrap(), "Synced").filter(|c| c.1 == "ReconcilePaused"))
+        .await;
+    assert!(h.api::<StatefulSet>().get_opt("c-cache").await.unwrap().is_none());
+    h.caches().patch("c", &PatchParams::default(), &Patch::Merge(annotate("false"))).await.unwrap();
+    h.eventually("the StatefulSet", async || h.api::<StatefulSet>().get_opt("c-cache").await.unwrap()).await;
+}
+
 #[tokio::test]
 async fn defaults_are_applied_by_the_api_server() {
     let h = Harness::start("cache-defaults").await;

@@ -1,7 +1,10 @@
 //! What the rotator is told at start-up: the annotation prefix, the namespaces it watches and
 //! a few limits; and the annotation keys derived from the prefix.
 
+use std::collections::BTreeMap;
 use std::time::Duration;
+
+use blockwork_runtime::policy::{self, AnnotationError};
 
 /// The annotation prefix of the original k8s-tls-rotator, and the default.
 pub const DEFAULT_ANNOTATION_PREFIX: &str = "rotator.gw.ei.telekom.de";
@@ -177,13 +180,43 @@ impl Keys {
         })
     }
 
-    /// Whether annotations mark a source: exactly `"true"`, as the original compares.
-    pub fn is_source(&self, annotations: &std::collections::BTreeMap<String, String>) -> bool {
-        annotations.get(&self.source).is_some_and(|v| v == "true")
+    /// Whether annotations mark a source: `source-secret` is `true`. Yes/no annotations follow
+    /// the rule of every Blockwork annotation (`blockwork_runtime::policy`): `true` or `false`,
+    /// any case, surrounding spaces ignored. (The original compares with exactly `"true"`, so it
+    /// silently ignores `"True"`.)
+    pub fn is_source(&self, annotations: &BTreeMap<String, String>) -> bool {
+        matches!(self.flag(annotations, &self.source), Ok(true))
+    }
+
+    /// A yes/no annotation (`source-secret`, `jwks`, `adopt`); absent is `false`.
+    pub fn flag(&self, annotations: &BTreeMap<String, String>, key: &str) -> Result<bool, AnnotationError> {
+        annotations.get(key).map(|value| policy::parse_flag(key, value)).transpose().map(Option::unwrap_or_default)
+    }
+
+    /// Every annotation under the prefix is one the rotator knows, and each yes/no annotation is
+    /// `true` or `false`. The first that is not, as an error naming what is accepted.
+    pub fn check(&self, annotations: &BTreeMap<String, String>) -> Result<(), AnnotationError> {
+        let known = [
+            &self.source,
+            &self.destination,
+            &self.jwks,
+            &self.adopt,
+            &self.source_name,
+            &self.source_resource_version,
+            &self.next_cert_sha256,
+            &self.last_rotation_time,
+            &self.rotations,
+        ]
+        .map(String::as_str);
+        policy::unknown_annotation(annotations, &format!("{}/", self.prefix), &known)?;
+        for flag in [&self.source, &self.jwks, &self.adopt] {
+            self.flag(annotations, flag)?;
+        }
+        Ok(())
     }
 
     /// The source a target names (non-empty), if any.
-    pub fn claimed_by<'a>(&self, annotations: &'a std::collections::BTreeMap<String, String>) -> Option<&'a str> {
+    pub fn claimed_by<'a>(&self, annotations: &'a BTreeMap<String, String>) -> Option<&'a str> {
         annotations.get(&self.source_name).map(String::as_str).filter(|s| !s.is_empty())
     }
 }
@@ -243,14 +276,35 @@ mod tests {
     }
 
     #[test]
-    fn only_exactly_true_marks_a_source() {
+    fn true_in_any_case_marks_a_source() {
         let keys = Keys::default();
-        let mut annotations = std::collections::BTreeMap::new();
+        let mut annotations = BTreeMap::new();
         assert!(!keys.is_source(&annotations));
-        annotations.insert(keys.source.clone(), "True".to_owned());
-        assert!(!keys.is_source(&annotations));
-        annotations.insert(keys.source.clone(), "true".to_owned());
-        assert!(keys.is_source(&annotations));
+        for (value, source) in [("True", true), (" TRUE", true), ("true", true), ("false", false), ("yes", false)] {
+            annotations.insert(keys.source.clone(), value.to_owned());
+            assert_eq!(keys.is_source(&annotations), source, "{value}");
+        }
+    }
+
+    #[test]
+    fn a_flag_that_is_neither_true_nor_false_is_an_error_naming_the_accepted_values() {
+        let keys = Keys::default();
+        for flag in [&keys.source, &keys.jwks, &keys.adopt] {
+            let error = keys.check(&BTreeMap::from([(flag.clone(), "yes".to_owned())])).expect_err("yes");
+            assert_eq!(error.annotation, *flag);
+            assert!(error.to_string().contains("expected true or false"), "{error}");
+        }
+    }
+
+    #[test]
+    fn an_annotation_under_the_prefix_the_rotator_does_not_know_is_an_error() {
+        let keys = Keys::default();
+        let typo = keys.source.replace("source-secret", "source-secrets");
+        let error = keys.check(&BTreeMap::from([(typo.clone(), "true".to_owned())])).expect_err("typo");
+        assert_eq!(error.annotation, typo);
+        assert!(error.expected.contains(&keys.source) && error.expected.contains(&keys.destination), "{error}");
+        let written = BTreeMap::from([(keys.rotations.clone(), "3".to_owned()), ("example.com/x".to_owned(), "y".to_owned())]);
+        assert_eq!(keys.check(&written), Ok(()), "what the rotator writes, and other prefixes, are fine");
     }
 
     #[test]

@@ -27,6 +27,8 @@ use kube::{Client, Resource as _, ResourceExt as _};
 use serde_json::json;
 use tracing::{debug, info, warn};
 
+use blockwork_runtime::policy::AnnotationError;
+
 use crate::config::{Config, Keys};
 use crate::metrics::Metrics;
 use crate::plan::{self, Action, Blocked, Input, Plan};
@@ -340,6 +342,24 @@ impl Rotator {
         Ok(Some(outcome))
     }
 
+    /// A Secret that is no source carries an annotation under the prefix that the rotator cannot
+    /// act on (a misspelt key, or `source-secret: "yes"`): say so on it, since nothing else will.
+    async fn invalid_annotation(&self, meta: &Meta, invalid: &AnnotationError) {
+        let (namespace, name) = (meta.namespace().unwrap_or_default(), meta.name_any());
+        warn!(namespace, secret = %name, %invalid, "invalid rotator annotation");
+        self.metrics.error("invalid_annotation");
+        let reference = ObjectReference {
+            api_version: Some("v1".into()),
+            kind: Some("Secret".into()),
+            name: Some(name),
+            namespace: Some(namespace),
+            uid: meta.metadata.uid.clone(),
+            ..ObjectReference::default()
+        };
+        let note = format!("{invalid}; the rotator acts on this Secret's annotations once it is fixed");
+        self.event(&reference, EventType::Warning, "InvalidAnnotation", "Read", note).await;
+    }
+
     /// A source was deleted: its target stays as it is; say so on the target, drop its series.
     async fn source_deleted(&self, meta: &Meta) {
         let (Some(namespace), Some(target_name)) =
@@ -440,6 +460,8 @@ struct Router {
     destinations: Destinations,
     triggers: mpsc::UnboundedSender<ObjectRef<Meta>>,
     deleted: mpsc::UnboundedSender<Meta>,
+    /// Secrets that are no source, with an annotation under the prefix the rotator cannot act on.
+    invalid: mpsc::UnboundedSender<(Meta, AnnotationError)>,
 }
 
 impl Router {
@@ -457,12 +479,14 @@ impl Router {
             Event::InitApply(object) => {
                 self.named_secret_changed(&object, false);
                 if !self.track(&object, false) {
+                    self.check_annotations(&object);
                     return None;
                 }
                 Event::InitApply(identity(&object))
             }
             Event::Apply(object) => {
                 self.named_secret_changed(&object, false);
+                self.check_annotations(&object);
                 // A Secret that stops being a source leaves the store like a deleted one.
                 if self.track(&object, false) { Event::Apply(identity(&object)) } else { Event::Delete(identity(&object)) }
             }
@@ -474,6 +498,18 @@ impl Router {
                 Event::Delete(identity(&object))
             }
         }))
+    }
+
+    /// Reports a Secret that is no source and has an annotation the rotator cannot act on (a
+    /// source's annotations are checked by its reconcile, which blocks it).
+    fn check_annotations(&self, object: &Meta) {
+        let keys = &self.rotator.keys;
+        if keys.is_source(object.annotations()) {
+            return;
+        }
+        if let Err(invalid) = keys.check(object.annotations()) {
+            let _ = self.invalid.unbounded_send((object.clone(), invalid));
+        }
     }
 
     /// Updates the index for `object`; whether it is (or, when deleted, was) a source.
@@ -599,7 +635,8 @@ async fn watch(api: Api<Meta>, rotator: Arc<Rotator>, concurrency: u16, shutdown
     let (reader, writer) = reflector::store::<Meta>();
     let (triggers, trigger_rx) = mpsc::unbounded();
     let (deleted, mut deleted_rx) = mpsc::unbounded::<Meta>();
-    let mut router = Router { rotator: Arc::clone(&rotator), destinations: Destinations::default(), triggers, deleted };
+    let (invalid, mut invalid_rx) = mpsc::unbounded::<(Meta, AnnotationError)>();
+    let mut router = Router { rotator: Arc::clone(&rotator), destinations: Destinations::default(), triggers, deleted, invalid };
     let sources = watcher::watcher(api, watcher::Config::default())
         .default_backoff()
         .filter_map(move |event| std::future::ready(router.route(event)))
@@ -619,13 +656,18 @@ async fn watch(api: Api<Meta>, rotator: Arc<Rotator>, concurrency: u16, shutdown
             }
             std::future::ready(())
         });
-    // Ends when the controller has stopped and dropped the router.
+    // Both end when the controller has stopped and dropped the router.
     let releases = async {
         while let Some(meta) = deleted_rx.next().await {
             rotator.source_deleted(&meta).await;
         }
     };
-    futures::join!(blockwork_runtime::shutdown::drive_until_shutdown(controller, shutdown, reader), releases);
+    let warnings = async {
+        while let Some((meta, error)) = invalid_rx.next().await {
+            rotator.invalid_annotation(&meta, &error).await;
+        }
+    };
+    futures::join!(blockwork_runtime::shutdown::drive_until_shutdown(controller, shutdown, reader), releases, warnings);
 }
 
 #[cfg(test)]

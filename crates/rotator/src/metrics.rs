@@ -29,7 +29,8 @@ pub struct ResultLabels {
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ReasonLabels {
     /// `invalid_source`, `invalid_destination`, `target_not_managed`, `target_conflict`,
-    /// `jwks_key_skipped`, `conflict` (a write lost a resourceVersion race) or `api`.
+    /// `invalid_annotation`, `jwks_key_skipped`, `conflict` (a write lost a resourceVersion race)
+    /// or `api`.
     pub reason: String,
 }
 

@@ -94,6 +94,9 @@ pub enum Blocked {
     NotManaged(String),
     /// The target is rotated from another source that still claims it.
     Conflict { other: String },
+    /// An annotation under the rotator's prefix, on the source or the target, that the rotator
+    /// cannot act on (an unknown key, or a yes/no annotation that is neither true nor false).
+    InvalidAnnotation(String),
 }
 
 impl Blocked {
@@ -104,6 +107,7 @@ impl Blocked {
             Self::InvalidDestination(_) => "invalid_destination",
             Self::NotManaged(_) => "target_not_managed",
             Self::Conflict { .. } => "target_conflict",
+            Self::InvalidAnnotation(_) => "invalid_annotation",
         }
     }
 
@@ -114,6 +118,7 @@ impl Blocked {
             Self::InvalidDestination(_) => "InvalidDestination",
             Self::NotManaged(_) => "TargetNotManaged",
             Self::Conflict { .. } => "TargetConflict",
+            Self::InvalidAnnotation(_) => "InvalidAnnotation",
         }
     }
 }
@@ -125,6 +130,7 @@ impl std::fmt::Display for Blocked {
             Self::InvalidDestination(why) => write!(f, "the destination is not usable: {why}"),
             Self::NotManaged(why) => write!(f, "the target exists and is not managed by the rotator: {why}"),
             Self::Conflict { other } => write!(f, "the target is rotated from source {other}, which still names it"),
+            Self::InvalidAnnotation(why) => write!(f, "{why}; nothing is written until it is fixed"),
         }
     }
 }
@@ -240,6 +246,9 @@ pub fn plan(input: &Input<'_>) -> Plan {
     if source.metadata.deletion_timestamp.is_some() {
         return finish(release(target, &source_uid, target_name));
     }
+    if let Err(invalid) = keys.check(source.annotations()) {
+        return blocked(Some(target_name), Blocked::InvalidAnnotation(invalid.to_string()));
+    }
 
     let empty = BTreeMap::new();
     let source_data = source.data.as_ref().unwrap_or(&empty);
@@ -253,7 +262,7 @@ pub fn plan(input: &Input<'_>) -> Plan {
         return blocked(Some(target_name), Blocked::InvalidSource(format!("{} missing or empty", missing.join(" and "))));
     }
 
-    let wants_jwks = source.annotations().get(&keys.jwks).is_some_and(|v| v == "true");
+    let wants_jwks = matches!(keys.flag(source.annotations(), &keys.jwks), Ok(true));
     let Some(target) = target else {
         return finish(create(keys, source, &target_name, incoming, wants_jwks, now));
     };
@@ -273,7 +282,16 @@ pub fn plan(input: &Input<'_>) -> Plan {
         }
         None => {
             let data = target.data.as_ref().unwrap_or(&empty);
-            if target.annotations().get(&keys.adopt).is_some_and(|v| v == "true") {
+            let adopt = match keys.flag(target.annotations(), &keys.adopt) {
+                Ok(adopt) => adopt,
+                Err(invalid) => {
+                    return blocked(
+                        Some(target_name.clone()),
+                        Blocked::InvalidAnnotation(format!("on the target {target_name}: {invalid}")),
+                    );
+                }
+            };
+            if adopt {
                 reasons.push(format!("adopted the target on request ({})", keys.adopt));
             } else if SLOTS.iter().all(|s| data.contains_key(s.crt) && data.contains_key(s.key) && data.contains_key(s.kid)) {
                 reasons.push("adopted a target with the original operator's layout".to_owned());

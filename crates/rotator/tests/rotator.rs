@@ -155,15 +155,56 @@ async fn a_secret_without_the_annotations_is_ignored() {
     let mut plain = h.source("plain", "target-plain", "cert", "key");
     plain.metadata.annotations = None;
     h.create(&plain).await;
-    let mut not_true = h.source("not-true", "target-not-true", "cert", "key");
-    not_true.annotations_mut().insert(h.keys.source.clone(), "yes".into());
-    h.create(&not_true).await;
+    let mut not_a_source = h.source("not-a-source", "target-not-a-source", "cert", "key");
+    not_a_source.annotations_mut().insert(h.keys.source.clone(), "false".into());
+    h.create(&not_a_source).await;
     // A later source proves the watch has seen both.
     h.create_source("marker", "target-marker", "cert", "key").await;
     h.wait_for_next("target-marker", "cert").await;
     assert!(h.get("target-plain").await.is_none());
-    assert!(h.get("target-not-true").await.is_none());
+    assert!(h.get("target-not-a-source").await.is_none());
     assert!(h.events("plain").await.is_empty());
+    assert!(h.events("not-a-source").await.is_empty(), "false is a documented value");
+}
+
+#[tokio::test]
+async fn a_source_flag_in_any_case_marks_a_source_and_any_other_value_is_a_warning() {
+    let h = Harness::start("source-flag").await;
+    let mut capitalised = h.source("capitalised", "target-capitalised", "cert", "key");
+    capitalised.annotations_mut().insert(h.keys.source.clone(), "True".into());
+    h.create(&capitalised).await;
+    h.wait_for_next("target-capitalised", "cert").await;
+
+    let mut yes = h.source("yes", "target-yes", "cert", "key");
+    yes.annotations_mut().insert(h.keys.source.clone(), "yes".into());
+    h.create(&yes).await;
+    let note = h.wait_for_event("yes", "InvalidAnnotation").await;
+    assert!(note.contains(&h.keys.source) && note.contains("\"yes\"") && note.contains("expected true or false"), "{note}");
+    assert!(h.get("target-yes").await.is_none(), "not a source until the value is one");
+    h.wait_for_sample(r#"rotator_errors_total{reason="invalid_annotation"}"#, 0.0).await;
+
+    h.annotate("yes", &h.keys.source.clone(), Some("true")).await;
+    h.wait_for_next("target-yes", "cert").await;
+}
+
+#[tokio::test]
+async fn a_misspelt_rotator_annotation_is_a_warning_on_the_secret() {
+    let h = Harness::start("annotation-typo").await;
+    let mut typo = h.source("typo", "target-typo", "cert", "key");
+    let misspelt = h.keys.source.replace("source-secret", "source-secrets");
+    typo.annotations_mut().remove(&h.keys.source);
+    typo.annotations_mut().insert(misspelt.clone(), "true".into());
+    h.create(&typo).await;
+    let note = h.wait_for_event("typo", "InvalidAnnotation").await;
+    assert!(note.contains(&misspelt) && note.contains(&h.keys.source), "names the key and the accepted ones: {note}");
+
+    // On a source, the reconcile blocks it and says so.
+    let mut jwks = h.source("jwks", "target-jwks", "cert", "key");
+    jwks.annotations_mut().insert(h.keys.jwks.clone(), "on".into());
+    h.create(&jwks).await;
+    let note = h.wait_for_event("jwks", "InvalidAnnotation").await;
+    assert!(note.contains(&h.keys.jwks) && note.contains("nothing is written"), "{note}");
+    assert!(h.get("target-jwks").await.is_none());
 }
 
 #[tokio::test]

@@ -29,7 +29,7 @@ use crate::machine::{self, DeletePlan, Next, Plan};
 use crate::manager::{DependencyRef, ExternalResource, Request};
 use crate::metrics::RuntimeMetrics;
 use crate::outcome::{DeleteOutcome, ErrorClass, ExternalError, MutateOutcome, Operation, VerifyOutcome};
-use crate::policy::{self, DriftPolicy, Policies, PolicyError};
+use crate::policy::{self, AnnotationError, DriftPolicy, Policies};
 use crate::status::{CreatePending, ManagedStatus, READY, ReconcileState, SYNCED, condition, set_condition};
 
 /// Names one controller: metric label, event reporter, finalizer and field manager.
@@ -428,12 +428,21 @@ async fn reconcile_object<M: ExternalResource>(object: &M::Object, context: &Con
     let manager = &context.manager;
 
     // Pause holds deletion too (as in Crossplane): a paused object keeps its finalizer until
-    // unpaused, so pausing is a way to stop a deletion of the external resource.
-    if policy::is_paused(object.annotations()) {
-        let message = format!("reconciling is paused by the annotation {}", policy::PAUSED_ANNOTATION);
-        let settled = Settled { synced: (false, "ReconcilePaused".to_owned(), message), ..Settled::new(current.state()) };
-        write_status(object, &api, context, &current, settled, None).await?;
-        return Ok(Action::await_change());
+    // unpaused, so pausing is a way to stop a deletion of the external resource. A pause value
+    // that is neither true nor false holds the object the same way, and says so.
+    match policy::paused(object.annotations()) {
+        Ok(false) => {}
+        Ok(true) => {
+            let message = format!("reconciling is paused by the annotation {}", policy::PAUSED_ANNOTATION);
+            let settled = Settled { synced: (false, "ReconcilePaused".to_owned(), message), ..Settled::new(current.state()) };
+            write_status(object, &api, context, &current, settled, None).await?;
+            return Ok(Action::await_change());
+        }
+        Err(invalid) => {
+            let message = format!("{invalid}; the object is held as if paused until the value is one of these");
+            write_status(object, &api, context, &current, invalid_annotation(current.state(), message), None).await?;
+            return Ok(Action::await_change());
+        }
     }
     if object.meta().deletion_timestamp.is_some() {
         let deletes = policy::deletes_on_delete(object.annotations(), manager.default_deletion_policy());
@@ -444,8 +453,8 @@ async fn reconcile_object<M: ExternalResource>(object: &M::Object, context: &Con
         Ok(policies) => policies,
         Err(invalid) => {
             // Acting on a misspelt policy could delete what the user meant to keep: stop, say why.
-            let settled = Settled { synced: (false, "InvalidAnnotation".to_owned(), invalid.to_string()), ..Settled::new(current.state()) };
-            write_status(object, &api, context, &current, settled, None).await?;
+            let message = format!("{invalid}; nothing is done until it is fixed");
+            write_status(object, &api, context, &current, invalid_annotation(current.state(), message), None).await?;
             return Ok(Action::await_change());
         }
     };
@@ -533,6 +542,16 @@ async fn reconcile_object<M: ExternalResource>(object: &M::Object, context: &Con
     write_status_from(object, &api, context, &current, next, settled, Some(&uid)).await
 }
 
+/// An annotation the runtime cannot act on: `Synced=False` and a Warning event, both naming the
+/// accepted values; the state is kept.
+fn invalid_annotation(state: ReconcileState, message: String) -> Settled {
+    Settled {
+        synced: (false, "InvalidAnnotation".to_owned(), message.clone()),
+        warning: Some(("InvalidAnnotation".to_owned(), message)),
+        ..Settled::new(state)
+    }
+}
+
 /// The resource exists and is ready. The create-pending marker goes with it in every case,
 /// including an adoption after a crash between create and status write: the marker only guards
 /// a create that may be in flight, and this one is known to have landed.
@@ -590,7 +609,7 @@ async fn finalize<M: ExternalResource>(
     api: &Api<M::Object>,
     context: &Context<M>,
     current: &ManagedStatus<M::Observation>,
-    deletes: Result<bool, PolicyError>,
+    deletes: Result<bool, AnnotationError>,
     uid: &str,
 ) -> Result<Action, Error> {
     let finalizer = &context.config.finalizer;
@@ -735,14 +754,16 @@ async fn write_status_from<M: ExternalResource>(
         api.patch_status(&object.name_any(), &params, &Patch::Apply(&patch)).await?;
     }
 
-    let previous_state = current.reconcile_state;
-    if previous_state != Some(settled.state) {
+    let state_changed = current.reconcile_state != Some(settled.state);
+    if state_changed {
         let note = settled.message.clone().unwrap_or_else(|| format!("state is now {}", settled.state));
         let kind = if settled.state == ReconcileState::Failed { EventType::Warning } else { EventType::Normal };
         publish(context, object, kind, settled.state.as_str(), &note).await;
     }
+    // The Failed state's own event carries the failure when the object just failed.
+    let failure_announced = state_changed && settled.state == ReconcileState::Failed;
     if let Some((reason, note)) = &settled.warning
-        && settled.state != ReconcileState::Failed
+        && !failure_announced
     {
         publish(context, object, EventType::Warning, reason, note).await;
     }

@@ -587,6 +587,45 @@ async fn invalid_policy_annotation_is_reported_and_nothing_is_done() {
 }
 
 #[tokio::test]
+async fn invalid_policy_annotation_is_a_warning_event_naming_the_accepted_values() {
+    let h = Harness::start("invalid-policy-event").await;
+    h.create(with_annotation(widget("a", 1), DRIFT_POLICY_ANNOTATION, "sometimes")).await;
+    let events = h.wait_for_event("a", "InvalidAnnotation").await;
+    assert!(
+        events.iter().any(|(type_, note)| type_ == "Warning" && note.contains("sometimes") && note.contains("enforce, report or suspend")),
+        "{events:?}"
+    );
+}
+
+#[tokio::test]
+async fn a_pause_value_other_than_true_or_false_holds_the_object_and_says_so() {
+    let h = Harness::start("pause-invalid").await;
+    h.create(with_annotation(widget("a", 1), PAUSED_ANNOTATION, "yes")).await;
+    let w = h.wait_for("a", "InvalidAnnotation", |w| condition(w, "Synced").map(|c| c.1) == Some("InvalidAnnotation".into())).await;
+    let message = w.status.as_ref().unwrap().conditions.iter().find(|c| c.type_ == "Synced").unwrap().message.clone();
+    assert!(message.contains("\"yes\"") && message.contains("true or false") && message.contains("held as if paused"), "{message}");
+    let events = h.wait_for_event("a", "InvalidAnnotation").await;
+    assert!(events.iter().any(|(type_, _)| type_ == "Warning"), "{events:?}");
+    assert_eq!(h.backend.calls("create"), 0, "held, as a pause would");
+
+    h.api()
+        .patch("a", &PatchParams::default(), &Patch::Merge(json!({"metadata": {"annotations": {PAUSED_ANNOTATION: "False"}}})))
+        .await
+        .unwrap();
+    h.wait_for_state("a", ReconcileState::Succeeded).await;
+}
+
+#[tokio::test]
+async fn a_misspelt_blockwork_annotation_is_reported_and_nothing_is_done() {
+    let h = Harness::start("annotation-typo").await;
+    h.create(with_annotation(widget("a", 1), "blockwork.dev/deletion-polcy", "Orphan")).await;
+    let w = h.wait_for("a", "InvalidAnnotation", |w| condition(w, "Synced").map(|c| c.1) == Some("InvalidAnnotation".into())).await;
+    let message = w.status.as_ref().unwrap().conditions.iter().find(|c| c.type_ == "Synced").unwrap().message.clone();
+    assert!(message.contains("blockwork.dev/deletion-polcy") && message.contains(DELETION_POLICY_ANNOTATION), "{message}");
+    assert_eq!(h.backend.calls("create"), 0);
+}
+
+#[tokio::test]
 async fn metrics_count_reconciles_external_calls_and_states() {
     let h = Harness::start("metrics").await;
     h.create(widget("a", 1)).await;

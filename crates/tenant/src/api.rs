@@ -46,6 +46,7 @@ pub struct DistributionTenantSpec {
     pub enabled: Option<bool>,
     /// The connection group routing the tenant's traffic; absent: the account's default group.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1))]
     pub connection_group_id: Option<String>,
     /// Values for the distribution's tenant parameters. Order does not matter.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -84,7 +85,8 @@ pub struct Parameter {
     /// The parameter's name, as declared by the distribution.
     #[schemars(length(min = 1))]
     pub name: String,
-    /// The parameter's value.
+    /// The parameter's value (CloudFront takes 1 to 256 characters).
+    #[schemars(length(min = 1))]
     pub value: String,
 }
 
@@ -110,12 +112,15 @@ pub struct CertificateRef {
     pub arn: String,
 }
 
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, KubeSchema)]
+#[x_kube(validation = Rule::new("self.action != 'override' || has(self.arn)").message("customizations.webAcl.arn is required with action override"))]
+#[x_kube(validation = Rule::new("self.action == 'override' || !has(self.arn)").message("customizations.webAcl.arn is used only with action override; remove it to disable the web ACL"))]
 pub struct WebAclCustomization {
     /// `override` uses `arn` instead of the distribution's web ACL; `disable` removes it.
     pub action: WebAclAction,
     /// The web ACL's ARN (with action `override`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1))]
     pub arn: Option<String>,
 }
 
@@ -127,7 +132,9 @@ pub enum WebAclAction {
     Disable,
 }
 
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, KubeSchema)]
+#[x_kube(validation = Rule::new("self.restrictionType == 'none' || (has(self.locations) && size(self.locations) > 0)").message("geoRestrictions.locations must name at least one country for a whitelist or blacklist"))]
+#[x_kube(validation = Rule::new("self.restrictionType != 'none' || !has(self.locations) || size(self.locations) == 0").message("geoRestrictions.locations must be empty with restrictionType none"))]
 #[serde(rename_all = "camelCase")]
 pub struct GeoRestrictions {
     /// `whitelist` serves only `locations`, `blacklist` all but them, `none` everyone.
@@ -154,6 +161,7 @@ pub struct ManagedCertificateRequest {
     pub validation_token_host: ValidationTokenHost,
     /// The certificate's primary domain; absent: CloudFront picks one of the tenant's domains.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1))]
     pub primary_domain_name: Option<String>,
     /// Whether the certificate is logged to certificate transparency logs.
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -396,3 +396,48 @@ fn a_stale_plan_carries_the_resource_version_it_was_made_from() {
     assert_eq!(first, second, "the same view plans the same write");
     assert_eq!(second.write.unwrap().metadata.resource_version.as_deref(), Some("1"), "so the API server accepts only one of them");
 }
+
+#[test]
+fn a_jwks_value_other_than_true_or_false_blocks_the_source_naming_the_accepted_values() {
+    let mut src = source("cert", "key");
+    src.annotations_mut().insert(keys().jwks, "yes".into());
+    let plan = run(&src, None);
+    let Action::Blocked(blocked @ Blocked::InvalidAnnotation(_)) = &plan.action else { panic!("{:?}", plan.action) };
+    assert!(blocked.to_string().contains(&keys().jwks) && blocked.to_string().contains("true or false"), "{blocked}");
+    assert_eq!((blocked.event_reason(), blocked.metric_reason()), ("InvalidAnnotation", "invalid_annotation"));
+    assert!(plan.write.is_none());
+}
+
+#[test]
+fn a_misspelt_rotator_annotation_on_the_source_blocks_it() {
+    let mut src = source("cert", "key");
+    src.annotations_mut().insert(keys().jwks.replace("jwks", "jwk"), "true".into());
+    let plan = run(&src, None);
+    assert!(
+        matches!(&plan.action, Action::Blocked(Blocked::InvalidAnnotation(why)) if why.contains("/jwk\"") || why.contains("/jwk=")),
+        "{:?}",
+        plan.action
+    );
+}
+
+#[test]
+fn flags_are_read_in_any_case() {
+    let mut src = source("not-a-pem", "key");
+    src.annotations_mut().insert(keys().jwks, "True".into());
+    assert!(written(&run(&src, None), "1").data.unwrap().contains_key("jwks.json"));
+    let mut target = foreign_target();
+    target.annotations_mut().insert(keys().adopt, "TRUE".into());
+    assert_eq!(run(&source("cert", "key"), Some(&target)).action, Action::Rotate);
+}
+
+#[test]
+fn an_adopt_value_other_than_true_or_false_on_the_target_blocks_the_source() {
+    let mut target = foreign_target();
+    target.annotations_mut().insert(keys().adopt, "yes".into());
+    let plan = run(&source("cert", "key"), Some(&target));
+    assert!(
+        matches!(&plan.action, Action::Blocked(Blocked::InvalidAnnotation(why)) if why.contains("on the target target") && why.contains(&keys().adopt)),
+        "{:?}",
+        plan.action
+    );
+}
