@@ -44,6 +44,9 @@ const SCENARIOS: &[(&str, Scenario)] = &[
     ("helm_upgrade_rolls_without_failed_admissions_and_uninstall_leaves_nothing_stuck", upgrade_and_uninstall),
 ];
 
+/// The scenarios that need only the node, not Blockwork's chart and image.
+const NODE_ONLY: &[&str] = &["node_runs_pods_that_reach_each_other_through_services_by_dns_name"];
+
 /// Scenarios this machine cannot run, with the reason printed when the suite starts.
 const NOT_RUNNABLE: &[(&str, &str)] = &[(
     "a_valkey_cache_runs",
@@ -73,15 +76,20 @@ fn main() -> std::process::ExitCode {
     }
 
     let started = Instant::now();
-    let conclusion = match Suite::start() {
+    let chart_missing = chart_missing();
+    if let Some(reason) = &chart_missing {
+        println!("e2e: the scenarios with Blockwork are skipped: {reason}");
+    }
+    let conclusion = match Suite::start(chart_missing.is_none()) {
         Ok(suite) => {
-            println!("e2e: node up, Blockwork installed in {:.1} s", started.elapsed().as_secs_f64());
+            println!("e2e: ready (node up, Blockwork installed) in {:.1} s", started.elapsed().as_secs_f64());
             let trials = SCENARIOS
                 .iter()
                 .map(|(name, scenario)| {
                     let suite = suite.clone();
                     let scenario = *scenario;
-                    Trial::test(*name, move || scenario(&suite).map_err(|e| Failed::from(format!("{e:#}"))))
+                    let trial = Trial::test(*name, move || scenario(&suite).map_err(|e| Failed::from(format!("{e:#}"))));
+                    trial.with_ignored_flag(chart_missing.is_some() && !NODE_ONLY.contains(name))
                 })
                 .chain(not_runnable())
                 .collect();
@@ -114,6 +122,14 @@ fn main() -> std::process::ExitCode {
     conclusion.exit_code()
 }
 
+/// Why Blockwork cannot be installed from this checkout, if it cannot: the chart and the image
+/// script come with issue 11.
+fn chart_missing() -> Option<String> {
+    let missing: Vec<&str> =
+        ["charts/blockwork/Chart.yaml", "scripts/build-image"].into_iter().filter(|path| !workspace().join(path).exists()).collect();
+    (!missing.is_empty()).then(|| format!("this checkout has no {}", missing.join(" and no ")))
+}
+
 fn skip_reason() -> Option<String> {
     let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
     let uid = status.lines().find_map(|l| l.strip_prefix("Uid:")).and_then(|u| u.split_whitespace().next()).unwrap_or("");
@@ -133,16 +149,19 @@ struct Suite {
 }
 
 impl Suite {
-    fn start() -> Result<Self> {
+    /// Brings the node up, and with `blockwork` Blockwork's image and release.
+    fn start(blockwork: bool) -> Result<Self> {
         let lock = File::create(SUITE_LOCK).with_context(|| format!("creating {SUITE_LOCK}"))?;
         if lock.try_lock().is_err() {
             eprintln!("e2e: another end-to-end suite holds {SUITE_LOCK}; waiting for it");
             lock.lock()?;
         }
         let binary = blockwork_binary()?;
-        let image = blockwork_image(&binary)?;
+        let image = if blockwork { Some(blockwork_image(&binary)?) } else { None };
         let node = Node::up()?;
-        node.load_image(&image)?;
+        if let Some(image) = &image {
+            node.load_image(image)?;
+        }
 
         let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
         let (moto, ministack) = runtime.block_on(async {
@@ -153,7 +172,9 @@ impl Suite {
 
         let suite = Self { node, moto: Arc::new(moto), ministack: Arc::new(ministack), binary, _lock: Arc::new(lock) };
         suite.start_client()?;
-        suite.helm_install(&[])?;
+        if blockwork {
+            suite.helm_install(&[])?;
+        }
         Ok(suite)
     }
 
@@ -672,7 +693,10 @@ fn leader_failover(suite: &Suite) -> Result<()> {
     for object in ["statefulsets/watched-cache", "configmaps/watched-cache-config"] {
         ensure!(counts.get(object) == Some(&1), "{object} written {:?} times for one change (all writes: {counts:?})", counts.get(object));
     }
-    let twice: Vec<_> = counts.iter().filter(|(object, n)| **n > 1 && !object.ends_with("/status")).collect();
+    // Status follows the pods (Provisioning, then Ready) and Events record occurrences: both
+    // change more than once per change of the spec. Every object the operator manages must not.
+    let twice: Vec<_> =
+        counts.iter().filter(|(object, n)| **n > 1 && !object.ends_with("/status") && !object.starts_with("events/")).collect();
     ensure!(twice.is_empty(), "written more than once for one change: {twice:?}");
     // The Deployment replaces the killed pod; the release is whole again for what follows.
     node.kubectl(&["-n", NAMESPACE, "rollout", "status", "deployment", RELEASE, "--timeout=180s"])?;
