@@ -13,9 +13,13 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, Result, anyhow, bail};
 
-/// The repository's root (scripts, chart, examples).
+/// The repository's root (scripts, chart, examples): from `CARGO_MANIFEST_DIR` as cargo sets it
+/// when it runs the suite (checkouts that share one target directory share the test binary, so
+/// the path compiled into it may be another checkout's).
 pub fn workspace() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+    let manifest_dir =
+        std::env::var_os("CARGO_MANIFEST_DIR").map(PathBuf::from).unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")));
+    manifest_dir.join("../..")
 }
 
 /// `$BLOCKWORK_TOOLS_DIR/bin` (default `~/.cache/blockwork-tools/bin`).
