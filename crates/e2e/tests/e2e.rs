@@ -706,6 +706,22 @@ fn leader_failover(suite: &Suite) -> Result<()> {
 
 // --- rotator ------------------------------------------------------------------------------------
 
+/// The rotator's annotation prefix (the chart's default).
+const ROTATOR_PREFIX: &str = "rotator.gw.ei.telekom.de";
+
+/// A Secret as cert-manager writes it (`tls.crt`, `tls.key`), annotated to be rotated into the
+/// Secret `keys`.
+fn rotation_source(namespace: &str, crt: &str) -> String {
+    use base64::Engine as _;
+    let b64 = |s: &str| base64::engine::general_purpose::STANDARD.encode(s);
+    let prefix = ROTATOR_PREFIX;
+    format!(
+        "apiVersion: v1\nkind: Secret\nmetadata:\n  name: issued\n  namespace: {namespace}\n  annotations: {{{prefix}/source-secret: 'true', {prefix}/destination-secret-name: keys}}\ntype: kubernetes.io/tls\ndata: {{tls.crt: {}, tls.key: {}}}\n",
+        b64(crt),
+        b64(&format!("{crt}-key"))
+    )
+}
+
 /// A cert-manager-shaped Secret annotated for rotation: the operator pod creates the target
 /// with the certificate in `next`, and a renewal (cert-manager replacing tls.crt/tls.key)
 /// moves it to `current`.
@@ -713,15 +729,8 @@ fn rotator_rotates(suite: &Suite) -> Result<()> {
     use base64::Engine as _;
     let node = &suite.node;
     let namespace = suite.new_namespace("rotator")?;
-    let prefix = "rotator.gw.ei.telekom.de";
-    let source = |crt: &str| {
-        let b64 = |s: &str| base64::engine::general_purpose::STANDARD.encode(s);
-        format!(
-            "apiVersion: v1\nkind: Secret\nmetadata:\n  name: issued\n  namespace: {namespace}\n  annotations: {{{prefix}/source-secret: 'true', {prefix}/destination-secret-name: keys}}\ntype: kubernetes.io/tls\ndata: {{tls.crt: {}, tls.key: {}}}\n",
-            b64(crt),
-            b64(&format!("{crt}-key"))
-        )
-    };
+    let prefix = ROTATOR_PREFIX;
+    let source = |crt: &str| rotation_source(&namespace, crt);
     let slot = |name: &str| -> Result<String> {
         let secret = node.get_json(&["secret", "-n", &namespace, "keys"])?;
         let value = text(&secret["data"][name]);
@@ -745,17 +754,11 @@ fn rotator_rotates(suite: &Suite) -> Result<()> {
 /// The same with the release limited to one namespace (`namespaces`, Roles instead of
 /// ClusterRoles): a source there is rotated, one in another namespace is left alone.
 fn rotator_rotates_in_its_namespaces_only(suite: &Suite) -> Result<()> {
-    use base64::Engine as _;
     let node = &suite.node;
     let (watched, other) = (suite.new_namespace("watched")?, suite.new_namespace("unwatched")?);
     suite.helm_install(&[&format!("namespaces={{{watched}}}")])?;
-    let prefix = "rotator.gw.ei.telekom.de";
     for namespace in [&watched, &other] {
-        node.kubectl_with_input(&["apply", "-f", "-"], &format!(
-            "apiVersion: v1\nkind: Secret\nmetadata:\n  name: issued\n  namespace: {namespace}\n  annotations: {{{prefix}/source-secret: 'true', {prefix}/destination-secret-name: keys}}\ntype: kubernetes.io/tls\ndata: {{tls.crt: {}, tls.key: {}}}\n",
-            base64::engine::general_purpose::STANDARD.encode("cert"),
-            base64::engine::general_purpose::STANDARD.encode("key")
-        ))?;
+        node.kubectl_with_input(&["apply", "-f", "-"], &rotation_source(namespace, "cert"))?;
     }
     eventually("the target in the watched namespace", Duration::from_secs(60), || {
         Ok(node.kubectl(&["-n", &watched, "get", "secret", "keys", "-o", "name"]).is_ok().then_some(()))
