@@ -1,12 +1,13 @@
 //! Blockwork's AWS layer: SDK configuration (with the endpoint override emulators need), error
-//! classification that picks the runtime's reaction, and messages sanitized of account ids and
-//! ARNs before users can read them.
+//! classification that picks the runtime's reaction, messages sanitized of account ids and
+//! ARNs before users can read them, and the one rule for DNS names ([`dns_name`]).
 
+pub mod dns_name;
 mod error;
 mod sanitize;
 
 pub use error::{AwsError, ErrorClass, classify, classify_sdk_error};
-pub use sanitize::sanitize;
+pub use sanitize::{mask_accounts, sanitize};
 
 use aws_config::{BehaviorVersion, Region, SdkConfig};
 

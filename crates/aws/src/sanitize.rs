@@ -16,9 +16,30 @@ pub fn sanitize(message: &str) -> String {
     account.replace_all(&without_arns, "[ACCOUNT_ID]").into_owned()
 }
 
+/// Masks every 12-digit account id, inside ARNs or not, and keeps the rest: for Blockwork's own
+/// text that names a resource by its ARN (a drift between two certificates, a spec field the
+/// operator set), where the resource part tells the user which one is meant.
+/// `arn:aws:acm:us-east-1:123456789012:certificate/abc` becomes
+/// `arn:aws:acm:us-east-1:[ACCOUNT_ID]:certificate/abc`.
+pub fn mask_accounts(text: &str) -> String {
+    let Some(account) = ACCOUNT_ID.as_ref() else {
+        return "[message withheld]".to_owned();
+    };
+    account.replace_all(text, "[ACCOUNT_ID]").into_owned()
+}
+
 #[cfg(test)]
 mod tests {
-    use super::sanitize;
+    use super::{mask_accounts, sanitize};
+
+    #[test]
+    fn masked_arns_keep_everything_but_the_account() {
+        assert_eq!(
+            mask_accounts("certificate is arn:aws:acm:us-east-1:123456789012:certificate/abc-123"),
+            "certificate is arn:aws:acm:us-east-1:[ACCOUNT_ID]:certificate/abc-123"
+        );
+        assert_eq!(mask_accounts("account 123456789012, 42 requests"), "account [ACCOUNT_ID], 42 requests");
+    }
 
     #[test]
     fn arns_are_replaced_whole() {

@@ -126,7 +126,10 @@ pub fn registered() -> Vec<Controller> {
             name: blockwork_tenant::CONTROLLER,
             crds: || vec![blockwork_tenant::crd()],
             rbac: blockwork_tenant::rbac,
-            webhooks: Webhooks::NONE,
+            webhooks: Webhooks {
+                routes: |ctx| Ok(blockwork_tenant::webhook::router(ctx.fail_closed)),
+                validating: || vec![blockwork_tenant::webhook::validating_webhook()],
+            },
             // Seed 001's metric names (`cloudfront_tenant_operator_…`), registered at the root.
             register_metrics: |registry| blockwork_tenant::TenantMetrics::register(registry),
             run: |ctx| Box::pin(run_tenant(ctx)),

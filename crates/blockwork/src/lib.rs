@@ -5,6 +5,10 @@
 //!
 //! Operators plug in through [`controllers::registered`].
 
+// A controller's reconcile future nests the AWS SDK's futures under the decorators and the
+// operator's own calls; computing its layout takes more than the default 128 query levels.
+#![recursion_limit = "256"]
+
 pub mod cli;
 pub mod controllers;
 pub mod crds;

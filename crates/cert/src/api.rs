@@ -126,8 +126,10 @@ impl CertState {
     }
 }
 
-/// A DNS validation record this operator wrote, so it deletes exactly those records (and no
-/// record someone else, or another certificate, put there first).
+/// A DNS validation record of this Cert's certificates, so the operator deletes exactly the records
+/// it wrote (and no record someone else, or another certificate, put there first). A record is
+/// listed, with whether it is ours, before it is written: a status write lost after the write
+/// would otherwise make ours look like someone else's.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct ValidationRecordStatus {
@@ -141,6 +143,10 @@ pub struct ValidationRecordStatus {
     /// only such records are deleted with the certificate.
     #[serde(default)]
     pub owned: bool,
+    /// True while an owned record is listed but not yet written to Route53 (the next look
+    /// writes it).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub pending: bool,
 }
 
 /// The Cert operator's status fields, beside the runtime's (`reconcileState`, `message`,
@@ -154,6 +160,11 @@ pub struct CertObservation {
     /// The ACM certificate's ARN.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub certificate_arn: Option<String>,
+    /// Certificates this Cert requested before a change of its domain or SANs, kept until the
+    /// current one is issued and then deleted (deleteOnRemoval: true; with false a replaced
+    /// certificate is kept and forgotten at once). One in use stays listed until it is detached.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub previous_certificate_arns: Vec<String>,
     /// The certificate's primary domain (generated or from `spec.domainName`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub domain_name: Option<String>,

@@ -1,14 +1,16 @@
 //! The Cert operator's decisions as pure functions: which domains and zones a spec asks for,
-//! the ACM idempotency token, which validation records to write, what an ACM status means for
-//! the object, and the admission rules. No I/O here; each rule has unit tests.
+//! the ACM idempotency token, how to find a certificate whose request was never recorded, which
+//! validation records to write and which go with a replaced certificate, what an ACM status
+//! means for the object, and the admission rules. No I/O here; each rule has unit tests.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::time::Duration;
 
+use blockwork_aws::dns_name;
 use sha2::{Digest, Sha256};
 
-use crate::api::{CertSpec, CertState, MAX_SANS};
-use crate::aws::{AcmStatus, Certificate, DnsRecord};
+use crate::api::{CertSpec, CertState, MAX_SANS, ValidationRecordStatus};
+use crate::aws::{AcmStatus, Certificate, DnsRecord, Freshness};
 use crate::zones::{Zone, ZoneError, ZoneRegistry, base_domain, normalize};
 
 /// The seed's validation timeout: a certificate still pending after this fails.
@@ -52,15 +54,19 @@ pub fn desired(spec: &CertSpec, registry: &ZoneRegistry) -> Result<Desired, Zone
 }
 
 /// The IdempotencyToken for RequestCertificate: 32 hex characters (ACM allows `\w{1,32}`),
-/// from the runtime's UID-derived token and the requested names. The same object asking for
-/// the same names always sends the same token, so a retried request after a crash returns the
-/// first certificate; a changed domain gets a new token, or ACM would hand back the old
-/// certificate for an hour.
-pub fn acm_token(object_token: &str, desired: &Desired) -> String {
+/// from the runtime's UID-derived token, when the create-pending marker was written (seconds
+/// since the epoch) and the requested names. Every attempt of one create sends the same token,
+/// so a request repeated after a crash or a lost status write returns the first certificate.
+/// Another create sends another: changed names, and also the same names asked for again later
+/// (after a change and back), for which ACM would otherwise return, for an hour, the first
+/// certificate, deleted since perhaps.
+pub fn acm_token(object_token: &str, marked_at: i64, desired: &Desired) -> String {
     let mut names = desired.sans.clone();
     names.sort();
     let mut hasher = Sha256::new();
     hasher.update(object_token.as_bytes());
+    hasher.update(b"\0");
+    hasher.update(marked_at.to_string().as_bytes());
     hasher.update(b"\0");
     hasher.update(desired.domain.as_bytes());
     for name in &names {
@@ -75,9 +81,60 @@ pub fn acm_token(object_token: &str, desired: &Desired) -> String {
 pub const TAG_OWNER_UID: &str = "blockwork.dev/owner-uid";
 pub const TAG_OWNER: &str = "blockwork.dev/owner";
 pub const TAG_MANAGED_BY: &str = "blockwork.dev/managed-by";
-/// The ACM idempotency token the certificate was requested with: identifies the certificate of
-/// this object *for these names*, so a certificate kept after a domain change is not adopted.
+/// The ACM idempotency token the certificate was requested with: identifies the request, so the
+/// certificate a create-pending marker names is found exactly, and no other of the object's.
 pub const TAG_TOKEN: &str = "blockwork.dev/request-token";
+
+/// The value of a tag, if the certificate has it.
+pub fn tag<'a>(tags: &'a [(String, String)], key: &str) -> Option<&'a str> {
+    tags.iter().find(|(k, _)| k == key).map(|(_, v)| v.as_str())
+}
+
+/// Whether a certificate's tags name the object with this UID as its owner: the one thing about
+/// a certificate that never changes with the object's spec, checked before deleting anything.
+pub fn owned_by(tags: &[(String, String)], uid: &str) -> bool {
+    !uid.is_empty() && tag(tags, TAG_OWNER_UID) == Some(uid)
+}
+
+/// ACM returns the first certificate for a repeated token for an hour; a create older than this
+/// margin is looked for in a current listing rather than repeated.
+pub const TOKEN_WINDOW: Duration = Duration::from_secs(50 * 60);
+
+/// What the create-pending marker's spec (JSON) asked for. A marker without its spec (written
+/// by an earlier version) is taken to be for the current spec; `None` when the marker's spec no
+/// longer resolves (the operator's zones changed since).
+pub fn marked_desired(marked_spec: Option<&str>, current: &CertSpec, registry: &ZoneRegistry) -> Option<Desired> {
+    let parsed;
+    let spec = match marked_spec {
+        Some(json) => {
+            parsed = serde_json::from_str::<CertSpec>(json).ok()?;
+            &parsed
+        }
+        None => current,
+    };
+    desired(spec, registry).ok()
+}
+
+/// How current the listing must be to look for the certificate a create-pending marker names
+/// (a create whose result never reached the status). Current when not finding it leads to an
+/// action that would lose it: releasing a deleted Cert, writing the marker again for changed
+/// names, or repeating the request after ACM's token window. Otherwise a recent listing will do,
+/// as the request repeated with the same token returns the certificate anyway.
+pub fn marked_lookup(deleting: bool, names_changed: bool, marked_at: jiff::Timestamp, now: jiff::Timestamp) -> Freshness {
+    let window = jiff::SignedDuration::try_from(TOKEN_WINDOW).unwrap_or(jiff::SignedDuration::MAX);
+    if deleting || names_changed || now.duration_since(marked_at) > window { Freshness::Current } else { Freshness::Recent }
+}
+
+/// The names (normalized) of the validation records a certificate uses.
+pub fn record_names(certificate: &Certificate) -> HashSet<String> {
+    certificate.validations.iter().filter_map(|v| v.record.as_ref()).map(|r| normalize(&r.name)).collect()
+}
+
+/// The tracked validation records that no certificate staying with the Cert uses (`needed`:
+/// their record names): they go with the certificates that were replaced.
+pub fn unneeded_records(tracked: &[ValidationRecordStatus], needed: &HashSet<String>) -> Vec<ValidationRecordStatus> {
+    tracked.iter().filter(|r| !needed.contains(&normalize(&r.name))).cloned().collect()
+}
 
 /// The owner tags, deterministic per object: ACM honours an idempotency token only when the
 /// tags are the same too.
@@ -227,24 +284,8 @@ fn humanize(duration: Duration) -> String {
 
 // --- Admission rules -------------------------------------------------------------------------
 
-/// Whether `label` is an RFC 1123 label (lowercase alphanumerics and hyphens, 1–63 characters,
-/// no hyphen at either end).
-pub fn is_rfc1123_label(label: &str) -> bool {
-    let bytes = label.as_bytes();
-    !bytes.is_empty()
-        && bytes.len() <= 63
-        && bytes.iter().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || *b == b'-')
-        && bytes.first() != Some(&b'-')
-        && bytes.last() != Some(&b'-')
-}
-
-/// Whether `name` is a DNS name ACM accepts: at least two RFC 1123 labels, at most 253
-/// characters, optionally a leading `*.` wildcard; a trailing dot is allowed.
-pub fn is_dns_name(name: &str) -> bool {
-    let name = name.strip_suffix('.').unwrap_or(name);
-    let name = base_domain(name);
-    name.len() <= 253 && name.split('.').count() >= 2 && name.split('.').all(is_rfc1123_label)
-}
+// DNS names follow Blockwork's one rule (`blockwork_aws::dns_name`): the same in every CRD, a
+// trailing dot included, and A-labels that do not decode refused.
 
 /// Who already holds a certificate for an FQDN.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -293,16 +334,14 @@ impl FqdnIndex {
 pub fn validate(spec: &CertSpec, registry: &ZoneRegistry, uid: Option<&str>, index: &FqdnIndex) -> Vec<String> {
     let mut violations = Vec::new();
     for (field, value) in [("serviceName", &spec.service_name), ("environment", &spec.environment)] {
-        if !is_rfc1123_label(value) {
+        if !dns_name::is_label(value) {
             violations.push(format!(
                 "spec.{field} {value:?} must be an RFC 1123 label: lowercase letters, digits and '-', at most 63 characters, starting and ending with a letter or digit"
             ));
         }
     }
-    if let Some(domain) = &spec.domain_name
-        && !is_dns_name(domain)
-    {
-        violations.push(format!("spec.domainName {domain:?} is not a valid DNS name"));
+    if let Some(Err(invalid)) = spec.domain_name.as_deref().map(dns_name::parse) {
+        violations.push(format!("spec.domainName: {invalid}"));
     }
     if spec.subject_alternative_names.len() > MAX_SANS {
         violations.push(format!(
@@ -310,8 +349,8 @@ pub fn validate(spec: &CertSpec, registry: &ZoneRegistry, uid: Option<&str>, ind
             spec.subject_alternative_names.len()
         ));
     }
-    for san in spec.subject_alternative_names.iter().filter(|s| !is_dns_name(s)) {
-        violations.push(format!("spec.subjectAlternativeNames: {san:?} is not a valid DNS name"));
+    for invalid in spec.subject_alternative_names.iter().filter_map(|san| dns_name::parse(san).err()) {
+        violations.push(format!("spec.subjectAlternativeNames: {invalid}"));
     }
     if !violations.is_empty() {
         return violations;
@@ -319,7 +358,7 @@ pub fn validate(spec: &CertSpec, registry: &ZoneRegistry, uid: Option<&str>, ind
     match desired(spec, registry) {
         Err(error) => violations.push(format!("zone: {error}")),
         Ok(desired) => {
-            if spec.domain_name.is_none() && !is_dns_name(&desired.domain) {
+            if spec.domain_name.is_none() && dns_name::parse(&desired.domain).is_err() {
                 violations.push(format!("the generated domain {} is not a valid DNS name; set domainName", desired.domain));
             }
             if let Some(holder) = index.other_holder(&desired.domain, uid) {
@@ -404,20 +443,69 @@ mod tests {
     }
 
     #[test]
-    fn acm_token_is_stable_fits_acm_and_changes_with_the_names() {
+    fn acm_token_is_stable_fits_acm_and_changes_with_the_names_and_the_marker() {
         let d = desired(&spec("api", "prod"), &zones()).unwrap();
-        let token = acm_token("0123456789abcdef0123456789abcdef", &d);
+        let object = "0123456789abcdef0123456789abcdef";
+        let token = acm_token(object, 1_700_000_000, &d);
         assert_eq!(token.len(), 32);
         assert!(token.chars().all(|c| c.is_ascii_alphanumeric()));
-        assert_eq!(token, acm_token("0123456789abcdef0123456789abcdef", &d));
-        assert_ne!(token, acm_token("ffffffffffffffffffffffffffffffff", &d));
+        assert_eq!(token, acm_token(object, 1_700_000_000, &d), "every attempt of one create");
+        assert_ne!(token, acm_token("ffffffffffffffffffffffffffffffff", 1_700_000_000, &d));
+        assert_ne!(token, acm_token(object, 1_700_000_001, &d), "the same names asked for again later");
         let other = desired(&spec("api", "dev"), &zones()).unwrap();
-        assert_ne!(token, acm_token("0123456789abcdef0123456789abcdef", &other));
+        assert_ne!(token, acm_token(object, 1_700_000_000, &other));
         let mut reordered = d.clone();
         reordered.sans = vec!["b.example.com".into(), "a.example.com".into()];
         let mut ordered = d.clone();
         ordered.sans = vec!["a.example.com".into(), "b.example.com".into()];
-        assert_eq!(acm_token("t", &reordered), acm_token("t", &ordered), "SAN order does not matter");
+        assert_eq!(acm_token("t", 0, &reordered), acm_token("t", 0, &ordered), "SAN order does not matter");
+    }
+
+    #[test]
+    fn ownership_is_the_owner_uid_tag_whatever_the_names() {
+        let tags = owner_tags("team", "api", "uid-1", "t0k");
+        assert!(owned_by(&tags, "uid-1"));
+        assert!(!owned_by(&tags, "uid-2"));
+        assert!(!owned_by(&[], ""), "an object without a UID owns nothing");
+        assert_eq!(tag(&tags, TAG_TOKEN), Some("t0k"));
+    }
+
+    #[test]
+    fn the_marker_s_spec_says_what_an_unrecorded_request_asked_for() {
+        let current = CertSpec { subject_alternative_names: vec!["b.example.com".into()], ..spec("api", "prod") };
+        let marked = serde_json::to_string(&spec("api", "prod")).unwrap();
+        assert_eq!(marked_desired(Some(&marked), &current, &zones()).unwrap().sans, Vec::<String>::new());
+        assert_eq!(marked_desired(None, &current, &zones()).unwrap().sans, ["b.example.com"], "an older marker: the current spec");
+        let elsewhere = serde_json::to_string(&CertSpec { domain_name: Some("a.nowhere.net".into()), ..spec("api", "prod") }).unwrap();
+        assert_eq!(marked_desired(Some(&elsewhere), &current, &zones()), None);
+        assert_eq!(marked_desired(Some("not json"), &current, &zones()), None);
+    }
+
+    #[test]
+    fn an_unrecorded_request_is_looked_for_in_a_current_listing_when_missing_it_would_lose_it() {
+        let marked_at = jiff::Timestamp::from_second(1_700_000_000).unwrap();
+        let soon = marked_at + jiff::SignedDuration::from_mins(5);
+        let late = marked_at + jiff::SignedDuration::from_mins(55);
+        assert_eq!(marked_lookup(false, false, marked_at, soon), Freshness::Recent, "a repeated request returns it");
+        assert_eq!(marked_lookup(true, false, marked_at, soon), Freshness::Current, "before releasing a deleted Cert");
+        assert_eq!(marked_lookup(false, true, marked_at, soon), Freshness::Current, "before marking other names");
+        assert_eq!(marked_lookup(false, false, marked_at, late), Freshness::Current, "after ACM forgets the token");
+    }
+
+    #[test]
+    fn records_no_staying_certificate_uses_go_with_the_replaced_ones() {
+        let mut cert = certificate("api-prod.example.com", &[], AcmStatus::Issued);
+        cert.validations = vec![validation("api-prod.example.com", "_a.api-prod.example.com")];
+        let record = |name: &str| ValidationRecordStatus {
+            zone_id: "Z1".into(),
+            name: format!("{name}."),
+            value: "v".into(),
+            owned: true,
+            pending: false,
+        };
+        let tracked = [record("_a.api-prod.example.com"), record("_b.www.example.com")];
+        let unneeded = unneeded_records(&tracked, &record_names(&cert));
+        assert_eq!(unneeded, [record("_b.www.example.com")]);
     }
 
     #[test]
@@ -507,19 +595,19 @@ mod tests {
     }
 
     #[test]
-    fn labels_and_dns_names() {
-        for ok in ["a", "api", "my-service", "a1", &"a".repeat(63)] {
-            assert!(is_rfc1123_label(ok), "{ok}");
-        }
-        for bad in ["", "-a", "a-", "A", "a_b", "a.b", &"a".repeat(64)] {
-            assert!(!is_rfc1123_label(bad), "{bad}");
-        }
-        for ok in ["example.com", "*.example.com", "a.b.example.com.", "x1.io"] {
-            assert!(is_dns_name(ok), "{ok}");
-        }
-        for bad in ["example", "*.com.*", "a..b", "-a.com", "a.*.com", "Example.com", &format!("{}.com", "a.".repeat(130))] {
-            assert!(!is_dns_name(bad), "{bad}");
-        }
+    fn a_san_with_an_undecodable_a_label_is_refused_naming_the_label() {
+        let index = FqdnIndex::default();
+        let spec = CertSpec { subject_alternative_names: vec!["xn--zz.k8s.example.com".into()], ..spec("api", "prod") };
+        let violations = validate(&spec, &zones(), None, &index);
+        assert_eq!(violations.len(), 1, "{violations:?}");
+        assert!(violations[0].starts_with("spec.subjectAlternativeNames: label \"xn--zz\""), "{violations:?}");
+    }
+
+    #[test]
+    fn a_trailing_dot_names_the_same_domain() {
+        let absolute = CertSpec { domain_name: Some("api.k8s.example.com.".into()), ..spec("api", "prod") };
+        let relative = CertSpec { domain_name: Some("api.k8s.example.com".into()), ..spec("api", "prod") };
+        assert_eq!(desired(&absolute, &zones()).map(|d| d.domain), desired(&relative, &zones()).map(|d| d.domain));
     }
 
     #[test]

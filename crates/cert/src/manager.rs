@@ -1,17 +1,23 @@
 //! The Cert operator's `ExternalResource`: ACM and Route53 calls, and on Kubernetes only the
 //! ConfigMap that publishes the ARN.
 //!
-//! - `verify` finds the certificate (by the ARN in status, else by FQDN and request-token tag:
-//!   adoption after a crash), writes the DNS validation records while ACM waits for them (an
-//!   idempotent step of the asynchronous create), and maps ACM's status to Ready, in progress
-//!   or a terminal failure. A Ready certificate costs one (cacheable) DescribeCertificate.
+//! - `verify` finds the certificate: by the ARN in status; else the one a create whose status
+//!   write was lost made (the runtime's create-pending marker names that request: found by the
+//!   owner-UID and request-token tags, in a current listing when missing it would lose it); else
+//!   one of ours for the same names (adoption after the status was lost). It lists and then
+//!   writes the DNS validation records while ACM waits for them (an idempotent step of the
+//!   asynchronous create), maps ACM's status to Ready, in progress or a terminal failure, and
+//!   once the certificate is issued deletes the ones it replaced. A Ready certificate costs one
+//!   (cacheable) DescribeCertificate.
 //! - `create` requests the certificate with an idempotency token and owner tags.
-//! - `delete` keeps the certificate unless `deleteOnRemoval`, never deletes one in use, and
-//!   removes only the validation records this operator created.
+//! - `delete`, for a recreate (changed names), sets the old certificate aside (make before
+//!   break); for the Cert's deletion it deletes every certificate the Cert holds if
+//!   `deleteOnRemoval` — only ones whose owner tag names the Cert, never one in use — and then
+//!   only the validation records this operator created.
 //! - `on_success` publishes the ARN in the ConfigMap `<name>-certificate` ([`crate::publish`]),
 //!   which `verify` and `delete` remove when the Cert goes.
 
-use std::collections::HashSet;
+use std::collections::{BTreeMap, HashSet};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
@@ -23,7 +29,7 @@ use kube::{Client, ResourceExt};
 use tracing::warn;
 
 use crate::api::{Cert, CertObservation, CertState, ValidationRecordStatus};
-use crate::aws::{AwsError, Certificate, CertificateApi, CertificateRequest, DnsApi, ErrorClass, external_error};
+use crate::aws::{AwsError, Certificate, CertificateApi, CertificateRequest, DnsApi, DnsRecord, ErrorClass, Freshness, external_error};
 use crate::logic::{self, Assessment, Desired};
 use crate::metrics::CertMetrics;
 use crate::zones::{ZoneRegistry, normalize};
@@ -118,9 +124,29 @@ impl<A: CertificateApi + DnsApi> CertManager<A> {
         Ok(desired)
     }
 
-    /// The certificate of this object: by the ARN in status, else by the tags of a request
-    /// that may have happened before a crash.
-    async fn find(&self, token: &str, desired: &Desired, observation: &CertObservation) -> Result<Option<Certificate>, AwsError> {
+    /// What the create-pending marker names, if there is one: a create for it may have requested
+    /// a certificate whose ARN never reached the status (the status write after it was refused,
+    /// or the process died). The runtime calls `create` only under a marker written for the
+    /// current spec, so the marker's spec and time identify that request exactly.
+    fn marked(&self, request: &Request<'_, Cert>) -> Option<Marked> {
+        let marker = request.create_pending?;
+        let Some(desired) = logic::marked_desired(marker.spec.as_deref(), &request.object.spec, &self.zones) else {
+            warn!(cert = %request.object.name_any(), "the create-pending marker's spec no longer resolves to a configured zone; its request is not looked for");
+            return None;
+        };
+        let at = marker.since.0;
+        Some(Marked { token: logic::acm_token(request.idempotency_token, at.as_second(), &desired), desired, at })
+    }
+
+    /// The certificate of this object: by the ARN in status; else the one the create-pending
+    /// marker's request made, if any; else, without a marker, one of ours for exactly these names
+    /// (an adoption after the status was lost, e.g. by a restore).
+    async fn find(
+        &self,
+        request: &Request<'_, Cert>,
+        desired: &Desired,
+        observation: &CertObservation,
+    ) -> Result<Option<Certificate>, AwsError> {
         if let Some(arn) = &observation.certificate_arn {
             match self.aws.describe(arn).await {
                 Ok(certificate) => return Ok(Some(certificate)),
@@ -128,84 +154,120 @@ impl<A: CertificateApi + DnsApi> CertManager<A> {
                 Err(error) => return Err(error),
             }
         }
-        self.find_owned(&desired.domain, token).await
-    }
-
-    /// The certificate for `domain` tagged with this request token (see
-    /// [`logic::TAG_TOKEN`]): how a certificate whose ARN never reached the status (a crash,
-    /// a restore) is found again and adopted.
-    async fn find_owned(&self, domain: &str, token: &str) -> Result<Option<Certificate>, AwsError> {
-        let listing = self.aws.list_certificates().await?;
-        for (_, arn) in listing.iter().filter(|(d, _)| normalize(d) == domain) {
-            let tags = match self.aws.list_tags(arn).await {
-                Ok(tags) => tags,
-                // Deleted since the listing: not ours to adopt.
-                Err(error) if error.class == ErrorClass::NotFound => continue,
+        let uid = request.object.uid().unwrap_or_default();
+        if let Some(marked) = self.marked(request) {
+            let freshness = logic::marked_lookup(false, marked.desired != *desired, marked.at, jiff::Timestamp::now());
+            let listing = self.aws.list_certificates(freshness).await?;
+            return self.find_requested(&listing, &marked, &uid).await;
+        }
+        let listing = self.aws.list_certificates(Freshness::Recent).await?;
+        for (arn, _) in self.owned_candidates(&listing, &desired.domain, &uid).await? {
+            if observation.previous_certificate_arns.contains(&arn) {
+                continue;
+            }
+            match self.aws.describe(&arn).await {
+                Ok(certificate) if logic::names_differ(&certificate, desired).is_none() => return Ok(Some(certificate)),
+                Ok(_) => {}
+                Err(error) if error.class == ErrorClass::NotFound => {}
                 Err(error) => return Err(error),
-            };
-            if tags.iter().any(|(key, value)| key == logic::TAG_TOKEN && value == token) {
-                return self.aws.describe(arn).await.map(Some);
             }
         }
         Ok(None)
     }
 
-    /// Writes the validation records ACM asks for that are not written yet, zone by zone.
-    /// True when every domain's record is in place.
+    /// The certificate of the marker's request: ours (owner UID) and requested with its token.
+    async fn find_requested(&self, listing: &[(String, String)], marked: &Marked, uid: &str) -> Result<Option<Certificate>, AwsError> {
+        for (arn, tags) in self.owned_candidates(listing, &marked.desired.domain, uid).await? {
+            if logic::tag(&tags, logic::TAG_TOKEN) != Some(marked.token.as_str()) {
+                continue;
+            }
+            match self.aws.describe(&arn).await {
+                Ok(certificate) => return Ok(Some(certificate)),
+                Err(error) if error.class == ErrorClass::NotFound => {}
+                Err(error) => return Err(error),
+            }
+        }
+        Ok(None)
+    }
+
+    /// The listed certificates for `domain` whose tags name this object as owner, with the tags.
+    async fn owned_candidates(
+        &self,
+        listing: &[(String, String)],
+        domain: &str,
+        uid: &str,
+    ) -> Result<Vec<(String, Vec<(String, String)>)>, AwsError> {
+        let mut owned = Vec::new();
+        for (_, arn) in listing.iter().filter(|(d, _)| normalize(d) == domain) {
+            match self.aws.list_tags(arn).await {
+                Ok(tags) if logic::owned_by(&tags, uid) => owned.push((arn.clone(), tags)),
+                Ok(_) => {}
+                // Deleted since the listing.
+                Err(error) if error.class == ErrorClass::NotFound => {}
+                Err(error) => return Err(error),
+            }
+        }
+        Ok(owned)
+    }
+
+    /// Writes the validation records an earlier look listed as ours and pending, then lists those
+    /// ACM asks for that are not listed yet, each with whether it is ours (it did not exist with
+    /// this value). Listed now, ours are written by the next look: which records are ours is in
+    /// the status before any is written, so a status write lost after a write never makes ours
+    /// look like someone else's (and never deleted). True when every record ACM asks for is
+    /// written.
     async fn ensure_records(
         &self,
         certificate: &Certificate,
         desired: &Desired,
         observation: &mut CertObservation,
     ) -> Result<bool, ExternalError> {
-        let plan = logic::plan_records(certificate, desired).map_err(|e| ExternalError::terminal("InvalidSpec", e.to_string()))?;
-        for (zone_id, records) in &plan.by_zone {
-            let mut written = Vec::new();
-            let mut to_upsert = Vec::new();
-            for record in records {
-                let done = observation.validation_records.iter().any(|r| {
-                    r.zone_id == *zone_id
-                        && normalize(&r.name) == normalize(&record.name)
-                        && normalize(&r.value) == normalize(&record.value)
-                });
-                if done {
-                    continue;
-                }
-                let existing = self.aws.lookup_cname(zone_id, &record.name).await.map_err(|e| external_error(&e))?;
-                // A record that already has this value was put there by someone else (another
-                // certificate for the same name shares it): use it, never delete it.
-                let owned = existing.as_deref().map(normalize) != Some(normalize(&record.value));
-                if owned {
-                    to_upsert.push(record.clone());
-                }
-                written.push(ValidationRecordStatus {
-                    zone_id: zone_id.clone(),
-                    name: record.name.clone(),
-                    value: record.value.clone(),
-                    owned,
-                });
-            }
-            self.aws.upsert_cnames(zone_id, &to_upsert).await.map_err(|e| external_error(&e))?;
-            observation.validation_records.extend(written);
+        let mut pending: BTreeMap<String, Vec<DnsRecord>> = BTreeMap::new();
+        for record in observation.validation_records.iter().filter(|r| r.pending) {
+            pending.entry(record.zone_id.clone()).or_default().push(DnsRecord { name: record.name.clone(), value: record.value.clone() });
         }
-        Ok(plan.complete)
+        for (zone_id, records) in &pending {
+            self.aws.upsert_cnames(zone_id, records).await.map_err(|e| external_error(&e))?;
+            for record in observation.validation_records.iter_mut().filter(|r| r.zone_id == *zone_id) {
+                record.pending = false;
+            }
+        }
+        let plan = logic::plan_records(certificate, desired).map_err(|e| ExternalError::terminal("InvalidSpec", e.to_string()))?;
+        for planned in plan.records() {
+            let listed = observation.validation_records.iter().any(|r| {
+                r.zone_id == planned.zone_id
+                    && normalize(&r.name) == normalize(&planned.record.name)
+                    && normalize(&r.value) == normalize(&planned.record.value)
+            });
+            if listed {
+                continue;
+            }
+            let existing = self.aws.lookup_cname(&planned.zone_id, &planned.record.name).await.map_err(|e| external_error(&e))?;
+            // A record that already has this value was put there by someone else (another
+            // certificate for the same name shares it): use it, never delete it.
+            let owned = existing.as_deref().map(normalize) != Some(normalize(&planned.record.value));
+            observation.validation_records.push(ValidationRecordStatus {
+                zone_id: planned.zone_id,
+                name: planned.record.name,
+                value: planned.record.value,
+                owned,
+                pending: owned,
+            });
+        }
+        Ok(plan.complete && observation.validation_records.iter().all(|r| !r.pending))
     }
 
     async fn observe(&self, request: &Request<'_, Cert>, observation: &mut CertObservation) -> Result<VerifyOutcome, ExternalError> {
         let object = request.object;
-        let deleting = object.metadata.deletion_timestamp.is_some();
-        if deleting && !object.spec.delete_on_removal {
-            // The certificate (and its records) stay whatever AWS says: nothing to look up.
-            return Ok(VerifyOutcome::Missing);
+        if object.metadata.deletion_timestamp.is_some() {
+            if !object.spec.delete_on_removal {
+                // The certificates (and their records) stay whatever AWS says: nothing to look up.
+                return Ok(VerifyOutcome::Missing);
+            }
+            return self.observe_held(request, observation).await.map_err(|e| external_error(&e));
         }
         let desired = self.desired(object, observation)?;
-        let token = logic::acm_token(request.idempotency_token, &desired);
-        let Some(certificate) = self.find(&token, &desired, observation).await.map_err(|e| external_error(&e))? else {
-            if deleting && observation.validation_records.iter().any(|r| r.owned) {
-                // The certificate went but our records did not (a failed cleanup): `delete`
-                // must run again, so report something other than Missing.
-                return Ok(VerifyOutcome::InProgress("removing the validation records".to_owned()));
-            }
+        let Some(certificate) = self.find(request, &desired, observation).await.map_err(|e| external_error(&e))? else {
             observation.certificate_arn = None;
             observation.cert_ready = false;
             observation.expiration_date = None;
@@ -213,9 +275,6 @@ impl<A: CertificateApi + DnsApi> CertManager<A> {
             return Ok(VerifyOutcome::Missing);
         };
         observation.certificate_arn = Some(certificate.arn.clone());
-        if deleting {
-            return Ok(VerifyOutcome::Ready);
-        }
         if let Some(difference) = logic::names_differ(&certificate, &desired) {
             return Ok(VerifyOutcome::RecreateRequired(difference));
         }
@@ -225,12 +284,20 @@ impl<A: CertificateApi + DnsApi> CertManager<A> {
             Assessment::Ready => {
                 observation.state = Some(CertState::Ready);
                 observation.cert_ready = true;
-                if certificate.renewal_status.as_deref() == Some("PENDING_VALIDATION") && may_create(object) {
-                    // A renewal needs the same records; put back any we have not written.
+                // A renewal needs the same records: put back any we have not written. So does a
+                // certificate issued before the look that writes the records an earlier look
+                // listed (ACM reuses an account's validation record for the same name, and an
+                // emulator issues by time) — without them it could not renew.
+                let renewing = certificate.renewal_status.as_deref() == Some("PENDING_VALIDATION");
+                let unwritten = observation.validation_records.iter().any(|r| r.pending);
+                if (renewing || unwritten) && may_create(object) {
                     self.ensure_records(&certificate, &desired, observation).await?;
                 }
                 if let Some(message) = logic::renewal_message(certificate.renewal_status.as_deref()) {
                     warn!(cert = %object.name_any(), namespace = ?object.namespace(), "{message}");
+                }
+                if !observation.previous_certificate_arns.is_empty() {
+                    self.settle_previous(request, &certificate, observation).await;
                 }
                 Ok(VerifyOutcome::Ready)
             }
@@ -252,7 +319,7 @@ impl<A: CertificateApi + DnsApi> CertManager<A> {
                         desired.domain
                     )))
                 } else {
-                    Ok(VerifyOutcome::InProgress("waiting for ACM to publish the validation records".to_owned()))
+                    Ok(VerifyOutcome::InProgress("writing the validation records ACM asks for".to_owned()))
                 }
             }
             Assessment::Failed { reason, message } => {
@@ -262,10 +329,34 @@ impl<A: CertificateApi + DnsApi> CertManager<A> {
         }
     }
 
+    /// A Cert with deleteOnRemoval being deleted: everything it holds must go before it is
+    /// released — its certificate, the ones it replaced, and the one the create-pending marker's
+    /// request may have made, looked for in a current listing (a cached one could miss a
+    /// certificate requested seconds ago, and the Cert would be released with it).
+    async fn observe_held(&self, request: &Request<'_, Cert>, observation: &mut CertObservation) -> Result<VerifyOutcome, AwsError> {
+        if let Some(marked) = self.marked(request) {
+            let uid = request.object.uid().unwrap_or_default();
+            let listing = self.aws.list_certificates(Freshness::Current).await?;
+            if let Some(found) = self.find_requested(&listing, &marked, &uid).await? {
+                hold(observation, found.arn);
+            }
+        }
+        let held = observation.certificate_arn.is_some() || !observation.previous_certificate_arns.is_empty();
+        if held || observation.validation_records.iter().any(|r| r.owned) {
+            return Ok(VerifyOutcome::InProgress("deleting the certificates and validation records of this Cert".to_owned()));
+        }
+        Ok(VerifyOutcome::Missing)
+    }
+
     async fn request(&self, request: &Request<'_, Cert>, observation: &mut CertObservation) -> Result<(), ExternalError> {
         let object = request.object;
         let desired = self.desired(object, observation)?;
-        let token = logic::acm_token(request.idempotency_token, &desired);
+        // The runtime creates only under a marker written for this spec; its time is part of
+        // the token, so every attempt of this create returns the same certificate.
+        let Some(marker) = request.create_pending else {
+            return Err(ExternalError::retryable("NotMarked", "no create-pending marker; the next reconcile writes one"));
+        };
+        let token = logic::acm_token(request.idempotency_token, marker.since.0.as_second(), &desired);
         let uid = object.uid().unwrap_or_default();
         let tags = logic::owner_tags(&object.namespace().unwrap_or_default(), &object.name_any(), &uid, &token);
         let arn = self
@@ -276,58 +367,168 @@ impl<A: CertificateApi + DnsApi> CertManager<A> {
         observation.certificate_arn = Some(arn.clone());
         observation.state = Some(CertState::Created);
         observation.cert_ready = false;
-        // ACM usually publishes the validation records within seconds; writing them now saves
-        // a requeue. If it has not yet, `verify` writes them.
+        // ACM usually publishes the validation records within seconds: list them now (with
+        // whether each is ours), so that the next look writes them. If it has not yet, a later
+        // look lists them.
         match self.aws.describe(&arn).await {
-            Ok(certificate) => match self.ensure_records(&certificate, &desired, observation).await {
-                Ok(true) => observation.state = Some(CertState::Validated),
-                Ok(false) => {}
-                Err(error) => warn!(cert = %object.name_any(), %error, "writing the validation records failed; verify retries"),
-            },
+            Ok(certificate) => {
+                if let Err(error) = self.ensure_records(&certificate, &desired, observation).await {
+                    warn!(cert = %object.name_any(), %error, "listing the validation records failed; verify retries");
+                }
+            }
             Err(error) => warn!(cert = %object.name_any(), %error, "reading the new certificate failed; verify retries"),
         }
         Ok(())
     }
 
+    /// The certificate no longer matches the spec (its names changed): a new one is requested
+    /// next. With deleteOnRemoval the old one is kept in `previousCertificateArns` and deleted
+    /// once the new one is issued (make before break: a load balancer may still use it, and the
+    /// published ARN changes only then); without, it is kept in ACM and forgotten, with its
+    /// validation records, as any certificate of a Cert without deleteOnRemoval.
+    fn replace(&self, request: &Request<'_, Cert>, observation: &mut CertObservation) {
+        let replaced = observation.certificate_arn.take();
+        if request.object.spec.delete_on_removal {
+            if let Some(arn) = replaced
+                && !observation.previous_certificate_arns.contains(&arn)
+            {
+                observation.previous_certificate_arns.push(arn);
+            }
+        } else {
+            observation.previous_certificate_arns.clear();
+            observation.validation_records.clear();
+        }
+        observation.cert_ready = false;
+        observation.expiration_date = None;
+        observation.renewal_status = None;
+        observation.state = Some(CertState::Pending);
+    }
+
+    /// Once the current certificate is issued: deletes the ones it replaced (deleteOnRemoval),
+    /// or forgets them (without: e.g. after the field was switched off), and with them the
+    /// validation records only they used. One that is in use, or whose deletion fails, stays
+    /// listed with its records for the next look; the Cert is Ready meanwhile.
+    async fn settle_previous(&self, request: &Request<'_, Cert>, current: &Certificate, observation: &mut CertObservation) {
+        let object = request.object;
+        let uid = object.uid().unwrap_or_default();
+        let mut needed = logic::record_names(current);
+        // Without its validation options a certificate's records are unknown: delete none.
+        let mut needs_known = !needed.is_empty();
+        let mut staying = Vec::new();
+        for arn in std::mem::take(&mut observation.previous_certificate_arns) {
+            if !object.spec.delete_on_removal {
+                continue;
+            }
+            if let Err(error) = self.delete_owned(&arn, &uid).await {
+                warn!(cert = %object.name_any(), %error, "a replaced certificate is not deleted yet; the next look tries again");
+                match self.aws.describe(&arn).await {
+                    Ok(certificate) if !certificate.validations.is_empty() => needed.extend(logic::record_names(&certificate)),
+                    _ => needs_known = false,
+                }
+                staying.push(arn);
+            }
+        }
+        observation.previous_certificate_arns = staying;
+        if !needs_known {
+            return;
+        }
+        for record in logic::unneeded_records(&observation.validation_records, &needed) {
+            if object.spec.delete_on_removal && record.owned {
+                let cname = DnsRecord { name: record.name.clone(), value: record.value.clone() };
+                if let Err(error) = self.aws.delete_cname(&record.zone_id, &cname).await {
+                    warn!(cert = %object.name_any(), %error, "a replaced certificate's validation record is not deleted yet");
+                    continue;
+                }
+            }
+            observation.validation_records.retain(|r| *r != record);
+        }
+    }
+
+    /// Deletes a certificate of this Cert: only if its owner tag names this object (one that
+    /// does not is someone else's, and only forgotten), and never one in use.
+    async fn delete_owned(&self, arn: &str, uid: &str) -> Result<(), ExternalError> {
+        let tags = match self.aws.list_tags(arn).await {
+            Ok(tags) => tags,
+            Err(error) if error.class == ErrorClass::NotFound => return Ok(()),
+            Err(error) => return Err(external_error(&error)),
+        };
+        if !logic::owned_by(&tags, uid) {
+            warn!(certificate = %blockwork_aws::sanitize(arn), "not deleting a certificate whose owner tag names another object");
+            return Ok(());
+        }
+        // In-use status changes outside our view: ask AWS, not the cache.
+        self.aws.invalidate(arn).await;
+        match self.aws.describe(arn).await {
+            Ok(certificate) if !certificate.in_use_by.is_empty() => return Err(in_use(certificate.in_use_by.len())),
+            Ok(_) => {}
+            Err(error) if error.class == ErrorClass::NotFound => return Ok(()),
+            Err(error) => return Err(external_error(&error)),
+        }
+        match self.aws.delete(arn).await {
+            Ok(()) => Ok(()),
+            Err(error) if error.class == ErrorClass::NotFound => Ok(()),
+            Err(error) if error.code.as_deref() == Some("ResourceInUseException") => Err(in_use(1)),
+            Err(error) => Err(external_error(&error)),
+        }
+    }
+
+    /// Deletion of the Cert: with deleteOnRemoval every certificate it holds and then the
+    /// validation records it wrote; without, nothing (they stay for the load balancers that use
+    /// them, and ACM needs the records to renew).
     async fn remove(&self, request: &Request<'_, Cert>, observation: &mut CertObservation) -> Result<(), ExternalError> {
         if !request.object.spec.delete_on_removal {
-            // Kept with its validation records: a load balancer may use it, and ACM needs the
-            // records to renew it.
             observation.certificate_arn = None;
+            observation.previous_certificate_arns.clear();
             observation.validation_records.clear();
             observation.cert_ready = false;
             observation.state = Some(CertState::Pending);
             return Ok(());
         }
-        if let Some(arn) = observation.certificate_arn.clone() {
-            // In-use status changes outside our view: ask AWS, not the cache.
-            self.aws.invalidate(&arn).await;
-            match self.aws.describe(&arn).await {
-                Ok(certificate) if !certificate.in_use_by.is_empty() => return Err(in_use(certificate.in_use_by.len())),
-                Ok(_) => match self.aws.delete(&arn).await {
-                    Ok(()) => {}
-                    Err(error) if error.class == ErrorClass::NotFound => {}
-                    Err(error) if error.code.as_deref() == Some("ResourceInUseException") => return Err(in_use(1)),
-                    Err(error) => return Err(external_error(&error)),
-                },
-                Err(error) if error.class == ErrorClass::NotFound => {}
-                Err(error) => return Err(external_error(&error)),
+        let uid = request.object.uid().unwrap_or_default();
+        let held: Vec<String> = observation.certificate_arn.iter().chain(&observation.previous_certificate_arns).cloned().collect();
+        for arn in held {
+            // Progress is kept: a certificate deleted is forgotten even if the next one fails.
+            self.delete_owned(&arn, &uid).await?;
+            if observation.certificate_arn.as_deref() == Some(arn.as_str()) {
+                observation.certificate_arn = None;
             }
-            observation.certificate_arn = None;
-            observation.cert_ready = false;
-            observation.state = Some(CertState::Pending);
+            observation.previous_certificate_arns.retain(|a| *a != arn);
         }
-        // After the certificate: a record deleted first would break a certificate whose
+        observation.cert_ready = false;
+        observation.state = Some(CertState::Pending);
+        // After the certificates: a record deleted first would break a certificate whose
         // deletion then fails. A failure here leaves the remaining records listed, and verify
-        // makes the runtime call delete again.
+        // makes the runtime call delete again. A pending record may have been written by a look
+        // whose status write was lost: it is ours either way.
         while let Some(record) = observation.validation_records.first().cloned() {
             if record.owned {
-                let cname = crate::aws::DnsRecord { name: record.name.clone(), value: record.value.clone() };
+                let cname = DnsRecord { name: record.name.clone(), value: record.value.clone() };
                 self.aws.delete_cname(&record.zone_id, &cname).await.map_err(|e| external_error(&e))?;
             }
             observation.validation_records.remove(0);
         }
         Ok(())
+    }
+}
+
+/// The request a create-pending marker names.
+struct Marked {
+    desired: Desired,
+    token: String,
+    /// When the marker was written.
+    at: jiff::Timestamp,
+}
+
+/// Adds a certificate found to those the Cert holds.
+fn hold(observation: &mut CertObservation, arn: String) {
+    match &observation.certificate_arn {
+        None => observation.certificate_arn = Some(arn),
+        Some(current) if *current == arn => {}
+        Some(_) => {
+            if !observation.previous_certificate_arns.contains(&arn) {
+                observation.previous_certificate_arns.push(arn);
+            }
+        }
     }
 }
 
@@ -412,9 +613,16 @@ impl<A: CertificateApi + DnsApi> ExternalResource for CertManager<A> {
         MutateOutcome::AwaitingVerification
     }
 
+    /// Deletion of the Cert ([`Self::remove`]), or, before a new certificate for changed names
+    /// (the runtime's recreate), setting the old one aside ([`Self::replace`]).
     async fn delete(&self, request: &Request<'_, Cert>, observation: &mut CertObservation) -> DeleteOutcome {
+        if request.object.metadata.deletion_timestamp.is_none() {
+            self.replace(request, observation);
+            self.report(request.object, observation);
+            return DeleteOutcome::Succeeded;
+        }
         let mut removed = self.remove(request, observation).await;
-        if removed.is_ok() && request.object.metadata.deletion_timestamp.is_some() {
+        if removed.is_ok() {
             // The runtime releases the object after a successful delete, without another verify.
             removed = crate::publish::unpublish(&self.client, request.object).await;
         }

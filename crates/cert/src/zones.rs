@@ -135,10 +135,8 @@ impl ZoneRegistry {
     }
 }
 
-/// Lowercase, no trailing dot.
-pub fn normalize(name: &str) -> String {
-    name.trim().trim_end_matches('.').to_ascii_lowercase()
-}
+/// Lowercase, no trailing dot: Blockwork's one normal form of DNS names.
+pub use blockwork_aws::dns_name::normalize;
 
 fn normalize_id(id: &str) -> String {
     let id = id.trim();

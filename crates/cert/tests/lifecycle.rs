@@ -265,6 +265,25 @@ async fn a_changed_domain_gets_a_new_certificate_and_keeps_the_old_one() {
 }
 
 #[tokio::test]
+async fn a_certificate_issued_before_its_records_are_written_still_gets_them() {
+    // Looks two seconds apart, moto issues after one: the look that would write the records an
+    // earlier look listed always finds the certificate issued already.
+    let h = Harness::start_with("issued-early", &["main"], |config| {
+        config.timing.verifying = blockwork_runtime::RequeuePolicy::fixed(Duration::from_secs(2));
+    })
+    .await;
+    h.create("api", spec("api", "early")).await;
+    let ready = h.wait_for_state("api", CertState::Ready).await;
+    let records = &status(&ready).observation.validation_records;
+    assert!(!records.is_empty() && records.iter().all(|r| !r.pending), "every listed record is written: {records:?}");
+    let cnames = h.cnames(&h.zones[0]).await;
+    let written = |r: &&blockwork_cert::ValidationRecordStatus| {
+        cnames.iter().any(|(name, value)| name.trim_end_matches('.') == r.name.trim_end_matches('.') && value == &r.value)
+    };
+    assert!(records.iter().all(|r| written(&r)), "every record in Route53: {records:?} in {cnames:?}");
+}
+
+#[tokio::test]
 async fn validation_timeout_fails_the_cert_and_the_failed_retry_recovers_it() {
     // moto keeps a certificate pending for a second: with no time allowed, the first look at
     // it times out; once ACM has issued it, the Failed retry finds it Ready.

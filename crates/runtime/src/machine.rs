@@ -12,10 +12,11 @@ pub enum Plan {
     Wait { state: ReconcileState, reason: &'static str, message: String },
     /// The external resource is ready.
     Ready,
-    /// Write the create-pending marker (state `Creating`) and come back at once; the create call
-    /// happens on the next reconcile, so each reconcile writes the object at most once.
+    /// Write the create-pending marker (state `Creating`) for the current spec and come back at
+    /// once; the create call happens on the next reconcile, so each reconcile writes the object at
+    /// most once.
     MarkCreating,
-    /// Call `create` with the marker's idempotency token.
+    /// Call `create` with the marker's idempotency token: the marker names the current spec.
     Create,
     /// Call `update`. `drift` tells whether it repairs drift rather than applies a spec change.
     Update { drift: bool },
@@ -36,14 +37,16 @@ pub enum Plan {
 ///
 /// `spec_changed` is true when the spec differs from the last one applied (or none was applied):
 /// then a difference in the external resource is the user's change, otherwise it is drift.
-pub fn plan(state: ReconcileState, verified: VerifyOutcome, policies: &Policies, spec_changed: bool) -> Plan {
+/// `marked` is true when the create-pending marker was written for the current spec: only then
+/// may `create` run, so that the marker always names what a create whose result is lost made.
+pub fn plan(state: ReconcileState, verified: VerifyOutcome, policies: &Policies, spec_changed: bool, marked: bool) -> Plan {
     let verified = match verified {
         VerifyOutcome::Error(e) if e.class == ErrorClass::NotFound => VerifyOutcome::Missing,
         other => other,
     };
     if state == ReconcileState::Recreating {
         return match verified {
-            VerifyOutcome::Missing => plan_create(state, policies),
+            VerifyOutcome::Missing => plan_create(state, policies, marked),
             VerifyOutcome::Deleting => {
                 wait(ReconcileState::Recreating, "Deleting", "waiting for the external resource to be deleted before creating it again")
             }
@@ -61,7 +64,7 @@ pub fn plan(state: ReconcileState, verified: VerifyOutcome, policies: &Policies,
             if state == ReconcileState::Succeeded && policies.drift != DriftPolicy::Enforce {
                 return Plan::Missing { policy: policies.drift };
             }
-            plan_create(state, policies)
+            plan_create(state, policies, marked)
         }
         VerifyOutcome::UpdateRequired(difference) => {
             let drift = !spec_changed;
@@ -96,14 +99,17 @@ pub fn plan(state: ReconcileState, verified: VerifyOutcome, policies: &Policies,
     }
 }
 
-fn plan_create(state: ReconcileState, policies: &Policies) -> Plan {
+/// A marker written for another spec (the spec changed since) is written again for this one
+/// before anything is created: `verify` has just looked for what a create under the old marker
+/// may have made, and found nothing, or its outcome would not be Missing.
+fn plan_create(state: ReconcileState, policies: &Policies, marked: bool) -> Plan {
     if !policies.access.create {
         return Plan::Fail {
             reason: "CreateNotPermitted",
             message: "the external resource does not exist and access-permissions do not allow creating it".to_owned(),
         };
     }
-    if state == ReconcileState::Creating { Plan::Create } else { Plan::MarkCreating }
+    if state == ReconcileState::Creating && marked { Plan::Create } else { Plan::MarkCreating }
 }
 
 fn wait(state: ReconcileState, reason: &'static str, message: &str) -> Plan {
@@ -199,59 +205,68 @@ mod tests {
 
     #[test]
     fn missing_resource_in_pending_writes_the_create_marker_first() {
-        assert_eq!(plan(Pending, VerifyOutcome::Missing, &policies(), true), Plan::MarkCreating);
+        assert_eq!(plan(Pending, VerifyOutcome::Missing, &policies(), true, true), Plan::MarkCreating);
     }
 
     #[test]
     fn missing_resource_with_marker_is_created() {
-        assert_eq!(plan(Creating, VerifyOutcome::Missing, &policies(), true), Plan::Create);
+        assert_eq!(plan(Creating, VerifyOutcome::Missing, &policies(), true, true), Plan::Create);
+    }
+
+    #[test]
+    fn a_marker_written_for_another_spec_is_written_again_before_creating() {
+        assert_eq!(plan(Creating, VerifyOutcome::Missing, &policies(), true, false), Plan::MarkCreating);
+        assert_eq!(plan(Creating, VerifyOutcome::Error(error(ErrorClass::NotFound)), &policies(), true, false), Plan::MarkCreating);
     }
 
     #[test]
     fn resource_found_while_creating_is_adopted_not_created_again() {
-        assert_eq!(plan(Creating, VerifyOutcome::Ready, &policies(), true), Plan::Ready);
-        assert!(matches!(plan(Creating, VerifyOutcome::InProgress("x".into()), &policies(), true), Plan::Wait { state: Verifying, .. }));
+        assert_eq!(plan(Creating, VerifyOutcome::Ready, &policies(), true, true), Plan::Ready);
+        assert!(matches!(
+            plan(Creating, VerifyOutcome::InProgress("x".into()), &policies(), true, true),
+            Plan::Wait { state: Verifying, .. }
+        ));
     }
 
     #[test]
     fn read_only_object_fails_when_resource_is_missing() {
         assert!(matches!(
-            plan(Pending, VerifyOutcome::Missing, &with_access("none"), true),
+            plan(Pending, VerifyOutcome::Missing, &with_access("none"), true, true),
             Plan::Fail { reason: "CreateNotPermitted", .. }
         ));
     }
 
     #[test]
     fn spec_change_is_updated_even_under_report_policy() {
-        let p = plan(Succeeded, VerifyOutcome::UpdateRequired("size".into()), &with_drift(DriftPolicy::Report), true);
+        let p = plan(Succeeded, VerifyOutcome::UpdateRequired("size".into()), &with_drift(DriftPolicy::Report), true, true);
         assert_eq!(p, Plan::Update { drift: false });
     }
 
     #[test]
     fn drift_is_repaired_under_enforce() {
-        assert_eq!(plan(Succeeded, VerifyOutcome::UpdateRequired("size".into()), &policies(), false), Plan::Update { drift: true });
+        assert_eq!(plan(Succeeded, VerifyOutcome::UpdateRequired("size".into()), &policies(), false, true), Plan::Update { drift: true });
     }
 
     #[test]
     fn drift_is_reported_or_recorded_under_report_and_suspend() {
         for policy in [DriftPolicy::Report, DriftPolicy::Suspend] {
-            let p = plan(Succeeded, VerifyOutcome::UpdateRequired("size".into()), &with_drift(policy), false);
+            let p = plan(Succeeded, VerifyOutcome::UpdateRequired("size".into()), &with_drift(policy), false, true);
             assert_eq!(p, Plan::Drift { policy, message: "size".into() });
         }
     }
 
     #[test]
     fn externally_deleted_resource_is_recreated_only_under_enforce() {
-        assert_eq!(plan(Succeeded, VerifyOutcome::Missing, &policies(), false), Plan::MarkCreating);
+        assert_eq!(plan(Succeeded, VerifyOutcome::Missing, &policies(), false, true), Plan::MarkCreating);
         for policy in [DriftPolicy::Report, DriftPolicy::Suspend] {
-            assert_eq!(plan(Succeeded, VerifyOutcome::Missing, &with_drift(policy), false), Plan::Missing { policy });
+            assert_eq!(plan(Succeeded, VerifyOutcome::Missing, &with_drift(policy), false, true), Plan::Missing { policy });
         }
     }
 
     #[test]
     fn update_without_permission_fails() {
         assert!(matches!(
-            plan(Succeeded, VerifyOutcome::UpdateRequired("x".into()), &with_access("CD"), true),
+            plan(Succeeded, VerifyOutcome::UpdateRequired("x".into()), &with_access("CD"), true, true),
             Plan::Fail { reason: "UpdateNotPermitted", .. }
         ));
     }
@@ -259,36 +274,36 @@ mod tests {
     #[test]
     fn recreate_needs_create_and_delete_permissions() {
         assert!(matches!(
-            plan(Succeeded, VerifyOutcome::RecreateRequired("x".into()), &with_access("CU"), true),
+            plan(Succeeded, VerifyOutcome::RecreateRequired("x".into()), &with_access("CU"), true, true),
             Plan::Fail { reason: "RecreateNotPermitted", .. }
         ));
-        assert_eq!(plan(Succeeded, VerifyOutcome::RecreateRequired("x".into()), &policies(), true), Plan::Recreate { drift: false });
+        assert_eq!(plan(Succeeded, VerifyOutcome::RecreateRequired("x".into()), &policies(), true, true), Plan::Recreate { drift: false });
     }
 
     #[test]
     fn recreating_waits_for_the_old_resource_then_creates() {
-        assert_eq!(plan(Recreating, VerifyOutcome::Ready, &policies(), true), Plan::Recreate { drift: false });
-        assert!(matches!(plan(Recreating, VerifyOutcome::Deleting, &policies(), true), Plan::Wait { state: Recreating, .. }));
-        assert_eq!(plan(Recreating, VerifyOutcome::Missing, &policies(), true), Plan::MarkCreating);
+        assert_eq!(plan(Recreating, VerifyOutcome::Ready, &policies(), true, true), Plan::Recreate { drift: false });
+        assert!(matches!(plan(Recreating, VerifyOutcome::Deleting, &policies(), true, true), Plan::Wait { state: Recreating, .. }));
+        assert_eq!(plan(Recreating, VerifyOutcome::Missing, &policies(), true, true), Plan::MarkCreating);
     }
 
     #[test]
     fn verify_not_found_error_counts_as_missing() {
-        assert_eq!(plan(Creating, VerifyOutcome::Error(error(ErrorClass::NotFound)), &policies(), true), Plan::Create);
+        assert_eq!(plan(Creating, VerifyOutcome::Error(error(ErrorClass::NotFound)), &policies(), true, true), Plan::Create);
     }
 
     #[test]
     fn verify_errors_are_passed_on() {
         assert_eq!(
-            plan(Verifying, VerifyOutcome::Error(error(ErrorClass::Throttled)), &policies(), true),
+            plan(Verifying, VerifyOutcome::Error(error(ErrorClass::Throttled)), &policies(), true, true),
             Plan::Error(error(ErrorClass::Throttled))
         );
     }
 
     #[test]
     fn failed_objects_are_retried_like_pending_ones() {
-        assert_eq!(plan(Failed, VerifyOutcome::Missing, &policies(), true), Plan::MarkCreating);
-        assert_eq!(plan(Failed, VerifyOutcome::Ready, &policies(), true), Plan::Ready);
+        assert_eq!(plan(Failed, VerifyOutcome::Missing, &policies(), true, true), Plan::MarkCreating);
+        assert_eq!(plan(Failed, VerifyOutcome::Ready, &policies(), true, true), Plan::Ready);
     }
 
     #[test]

@@ -16,7 +16,7 @@ use serde::de::DeserializeOwned;
 use crate::backoff::RequeuePolicy;
 use crate::outcome::{DeleteOutcome, ExternalError, MutateOutcome, VerifyOutcome};
 use crate::policy::{DeletionPolicy, DriftPolicy};
-use crate::status::{ManagedStatus, ReconcileState};
+use crate::status::{CreatePending, ManagedStatus, ReconcileState};
 
 /// What each call is given.
 #[derive(Debug)]
@@ -30,6 +30,11 @@ pub struct Request<'a, K> {
     /// The spec as JSON when it was last applied to the external resource, for managers that
     /// cannot read back every field they set.
     pub last_applied_spec: Option<&'a str>,
+    /// The create-pending marker as read: set from before a `create` call until its result is
+    /// in the status. In `verify` it means a create for `marker.spec` may have happened whose
+    /// result was never recorded (the status write after it was refused, or the process died):
+    /// an operator whose resources cannot be found again by the token alone looks for that.
+    pub create_pending: Option<&'a CreatePending>,
 }
 
 /// A custom resource this object waits for: it is reconciled only while each is Ready.
@@ -55,8 +60,11 @@ impl fmt::Display for DependencyRef {
 ///
 /// Contract: every call may run again after a crash at any point. `create` must not make a
 /// second resource when called again with the same idempotency token (use the API's token, or
-/// tag the resource with it and look it up in `verify`). `delete` of a missing resource
-/// succeeds (or returns an error of class `NotFound`).
+/// tag the resource with it and look it up in `verify`). `create` is only called under a
+/// create-pending marker written for the object's current spec ([`Request::create_pending`]):
+/// if its result is lost, what it may have made is for the marker's spec, and `verify` must find
+/// it (or the next `create` must return it) before the marker is replaced. `delete` of a missing
+/// resource succeeds (or returns an error of class `NotFound`).
 pub trait ExternalResource: Send + Sync + 'static {
     type Object: Resource<DynamicType = (), Scope = NamespaceResourceScope>
         + HasSpec<Spec: Serialize>

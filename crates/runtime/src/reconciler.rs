@@ -365,7 +365,11 @@ struct Settled {
 
 enum Marker {
     Keep,
-    Set(String),
+    /// For the spec (as JSON) the create will be for.
+    Set {
+        token: String,
+        spec: String,
+    },
     Clear,
 }
 
@@ -474,9 +478,15 @@ async fn reconcile_object<M: ExternalResource>(object: &M::Object, context: &Con
 
     let token = idempotency_token(&uid);
     let spec = serde_json::to_string(object.spec())?;
-    let request =
-        Request { object, dependencies: &dependencies, idempotency_token: &token, last_applied_spec: current.last_applied_spec.as_deref() };
+    let request = Request {
+        object,
+        dependencies: &dependencies,
+        idempotency_token: &token,
+        last_applied_spec: current.last_applied_spec.as_deref(),
+        create_pending: current.create_pending.as_ref(),
+    };
     let spec_changed = current.last_applied_spec.as_deref() != Some(spec.as_str());
+    let marked = current.create_pending.as_ref().is_some_and(|marker| marker.spec.as_deref() == Some(spec.as_str()));
     let mut observation = current.observation.clone();
     let state = current.state();
 
@@ -487,13 +497,13 @@ async fn reconcile_object<M: ExternalResource>(object: &M::Object, context: &Con
         // The new generation comes back as a watch event and triggers the next reconcile.
         return Ok(Action::await_change());
     }
-    let plan = machine::plan(state, verified, &policies, spec_changed);
+    let plan = machine::plan(state, verified, &policies, spec_changed, marked);
     debug!(controller = context.config.name, object = %ObjectRef::from_obj(object), ?state, ?plan, "planned");
 
     let mut settled = match plan {
         Plan::Wait { state, reason, message } => Settled::waiting(state, reason, message),
         Plan::Ready => Settled { last_applied: Some(spec.clone()), ..ready() },
-        Plan::MarkCreating => mark_creating(&token),
+        Plan::MarkCreating => mark_creating(&token, &spec),
         Plan::Create => {
             let outcome = context.timed(Operation::Create, manager.create(&request, &mut observation), mutate_label).await;
             settle_next(machine::after_create(outcome), &token, &spec, true)
@@ -566,9 +576,9 @@ fn ready() -> Settled {
 
 /// The create call follows on the next reconcile, after the Creating state's first (short)
 /// requeue: the status write that carries the marker does not trigger a reconcile itself.
-fn mark_creating(token: &str) -> Settled {
+fn mark_creating(token: &str, spec: &str) -> Settled {
     Settled {
-        marker: Marker::Set(token.to_owned()),
+        marker: Marker::Set { token: token.to_owned(), spec: spec.to_owned() },
         ..Settled::waiting(ReconcileState::Creating, "Creating", "creating the external resource".to_owned())
     }
 }
@@ -581,7 +591,7 @@ fn settle_next(next: Next, token: &str, spec: &str, creating: bool) -> Settled {
             last_applied: Some(spec.to_owned()),
             ..Settled::waiting(state, "Verifying", "waiting for the external resource to become ready".to_owned())
         },
-        Next::MarkCreating => mark_creating(token),
+        Next::MarkCreating => mark_creating(token, spec),
         // A failed create keeps its marker (unless terminal): the retry reuses the token.
         Next::Error { retry_in, error } => {
             let mut settled = Settled::error(retry_in, error);
@@ -632,7 +642,13 @@ async fn finalize<M: ExternalResource>(
         }
     }
     let token = idempotency_token(uid);
-    let request = Request { object, dependencies: &[], idempotency_token: &token, last_applied_spec: current.last_applied_spec.as_deref() };
+    let request = Request {
+        object,
+        dependencies: &[],
+        idempotency_token: &token,
+        last_applied_spec: current.last_applied_spec.as_deref(),
+        create_pending: current.create_pending.as_ref(),
+    };
     let mut observation = current.observation.clone();
     let manager = &context.manager;
     let verified = context.timed(Operation::Verify, manager.verify(&request, &mut observation), verify_label).await;
@@ -722,7 +738,10 @@ async fn write_status_from<M: ExternalResource>(
     next.observed_generation = generation;
     match &settled.marker {
         Marker::Keep => {}
-        Marker::Set(token) => next.create_pending = Some(CreatePending { token: token.clone(), since: Time(jiff::Timestamp::now()) }),
+        Marker::Set { token, spec } => {
+            next.create_pending =
+                Some(CreatePending { token: token.clone(), since: Time(jiff::Timestamp::now()), spec: Some(spec.clone()) });
+        }
         Marker::Clear => next.create_pending = None,
     }
     if let Some(drift) = settled.drift_detected {
@@ -809,14 +828,37 @@ async fn patch_spec<M: ExternalResource>(
     let params = PatchParams { field_manager: Some(context.config.field_manager.clone()), ..PatchParams::default() };
     api.patch(&object.name_any(), &params, &Patch::Merge(&body)).await?;
     info!(controller = context.config.name, object = %ObjectRef::from_obj(object), "spec updated by the operator");
-    publish(context, object, EventType::Normal, "SpecUpdated", &format!("the operator set {patch} in the spec")).await;
+    let note = format!("the operator set {} (the values are in the spec)", patched_fields(patch).join(", "));
+    publish(context, object, EventType::Normal, "SpecUpdated", &note).await;
     Ok(true)
 }
 
-/// The marker's timestamp is when it was first written, not when it was last re-set.
+/// The fields a merge patch of the spec sets, as paths (`spec.customizations.certificate.arn`),
+/// for the event that reports it. Paths, not values: a value the operator writes can be an
+/// identifier users must not read in events (an ARN with its account id); the spec shows it to
+/// those who may read the object.
+fn patched_fields(patch: &serde_json::Value) -> Vec<String> {
+    fn walk(value: &serde_json::Value, path: String, out: &mut Vec<String>) {
+        match value.as_object() {
+            Some(fields) if !fields.is_empty() => {
+                for (name, value) in fields {
+                    walk(value, format!("{path}.{name}"), out);
+                }
+            }
+            _ => out.push(path),
+        }
+    }
+    let mut out = Vec::new();
+    walk(patch, "spec".to_owned(), &mut out);
+    out
+}
+
+/// The marker's timestamp is when it was first written for this spec, not when it was last
+/// re-set: operators may tie a create to it (one create, however often it is retried).
 fn keep_marker_time<O>(current: &ManagedStatus<O>, next: &mut ManagedStatus<O>) {
     if let (Some(old), Some(new)) = (&current.create_pending, &mut next.create_pending)
         && old.token == new.token
+        && old.spec == new.spec
     {
         new.since = old.since.clone();
     }
@@ -1094,6 +1136,13 @@ mod tests {
         let seen: Vec<(&str, &str)> = conditions.iter().map(|c| (c.type_.as_str(), c.reason.as_str())).collect();
         assert_eq!(seen, [(READY, "Available"), (SYNCED, "ReconcileSuccess"), ("DNSReady", "DNSRecordCreating")]);
         assert_eq!(conditions[2].last_transition_time, dns_since, "same status: the transition time stays");
+    }
+
+    #[test]
+    fn spec_updated_event_names_the_fields_set_and_not_their_values() {
+        let patch =
+            json!({ "customizations": { "certificate": { "arn": "arn:aws:acm:us-east-1:123456789012:certificate/c" } }, "enabled": true });
+        assert_eq!(patched_fields(&patch), ["spec.customizations.certificate.arn", "spec.enabled"]);
     }
 
     #[test]

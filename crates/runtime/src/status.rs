@@ -62,13 +62,19 @@ impl fmt::Display for ReconcileState {
 
 /// Written before the create call and cleared with its result, so a crash in between is
 /// recognised: the next attempt observes first, and creates again only with the same token.
+/// It is a write-ahead record: `create` is called only under a marker written for the object's
+/// current spec, so a create whose result never reached the status (a 409, a kill) made
+/// something for exactly `spec`, and `verify` can look for that.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct CreatePending {
     /// The idempotency token the create call uses (derived from the object's UID).
     pub token: String,
-    /// When the marker was written.
+    /// When the marker was written (kept while it is re-written for the same spec).
     pub since: Time,
+    /// The spec, as JSON, the create is for.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub spec: Option<String>,
 }
 
 /// The status of a managed object: the runtime's fields, and the operator's own observation

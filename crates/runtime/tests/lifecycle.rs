@@ -126,6 +126,27 @@ async fn crash_between_create_and_status_write_makes_no_duplicate() {
 }
 
 #[tokio::test]
+async fn a_spec_change_after_the_create_marker_marks_again_before_creating() {
+    // Creating waits an hour: only the test's own changes move the object on.
+    let h = Harness::start_slow("remark", &[ReconcileState::Creating]).await;
+    h.create(widget("a", 1)).await;
+    let marked = |w: &Widget, size: i32| {
+        w.status.as_ref().and_then(|s| s.create_pending.as_ref()).and_then(|m| m.spec.clone()) == Some(format!(r#"{{"size":{size}}}"#))
+    };
+    h.wait_for("a", "marked for size 1", |w| marked(w, 1)).await;
+    h.api().patch("a", &PatchParams::default(), &Patch::Merge(json!({"spec": {"size": 2}}))).await.unwrap();
+    h.wait_for("a", "marked for size 2", |w| marked(w, 2)).await;
+    assert_eq!(h.backend.calls("create"), 0, "nothing is created under a marker written for another spec");
+
+    h.api().patch("a", &PatchParams::default(), &Patch::Merge(json!({"metadata": {"annotations": {"test/touch": "1"}}}))).await.unwrap();
+    h.wait_for_state("a", ReconcileState::Succeeded).await;
+    let creates = h.backend.call_log("create");
+    assert_eq!(creates.len(), 1, "{creates:?}");
+    assert_eq!(creates[0].marked_spec.as_deref(), Some(creates[0].spec.as_str()), "the create was for the spec its marker names");
+    assert_eq!(h.backend.widgets().iter().map(|w| w.size).collect::<Vec<_>>(), [2]);
+}
+
+#[tokio::test]
 async fn spec_change_updates_the_external_resource() {
     let h = Harness::start("update").await;
     let created = h.create(widget("a", 1)).await;

@@ -38,8 +38,10 @@ pub struct DistributionTenantSpec {
     /// The multi-tenant distribution this tenant belongs to (e.g. `E1ABCDEF2GHIJ`).
     #[schemars(length(min = 1))]
     pub distribution_id: String,
-    /// The tenant's domains. Order does not matter. Wildcards (`*.example.com`) are allowed.
+    /// The tenant's domains. Order does not matter; each at most once (a trailing dot names the
+    /// same domain). Wildcards (`*.example.com`) are allowed.
     #[schemars(length(min = 1))]
+    #[x_kube(merge_strategy = ListMerge::Map(vec!["domain".to_owned()]))]
     pub domains: Vec<DomainName>,
     /// Whether the tenant serves traffic. Absent means enabled.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -48,8 +50,11 @@ pub struct DistributionTenantSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(min = 1))]
     pub connection_group_id: Option<String>,
-    /// Values for the distribution's tenant parameters. Order does not matter.
+    /// Values for the distribution's tenant parameters, each at most once. Order does not
+    /// matter. Every parameter the distribution requires without a default must be given, and
+    /// only parameters the distribution declares.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[x_kube(merge_strategy = ListMerge::Map(vec!["name".to_owned()]))]
     pub parameters: Vec<Parameter>,
     /// Per-tenant overrides of the distribution's settings.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -61,6 +66,7 @@ pub struct DistributionTenantSpec {
     /// DNS records (CNAMEs to the routing endpoint) managed for the tenant's domains. Absent: DNS
     /// is not managed and `DNSReady` is True with reason `DNSNotConfigured`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[x_kube(validation = Rule::new(ROLE_ARN_RULE).message("dns.assumeRoleArn must be an IAM role ARN: arn:aws:iam::ACCOUNT:role/NAME"))]
     pub dns: Option<DnsConfig>,
     /// How external changes to the tenant are handled: `enforce` (repair), `report` (set
     /// `Synced=False` with reason `DriftDetected`) or `suspend` (only record
@@ -70,12 +76,18 @@ pub struct DistributionTenantSpec {
     pub drift_policy: Option<DriftPolicyName>,
 }
 
+/// `dns.assumeRoleArn`, when set, names an IAM role (any partition): what STS AssumeRole takes.
+pub const ROLE_ARN_RULE: &str =
+    r"!has(self.assumeRoleArn) || self.assumeRoleArn.matches('^arn:aws[a-z-]*:iam::[0-9]{12}:role/[A-Za-z0-9+=,.@_/-]{1,512}$')";
+
 /// One domain of the tenant.
 #[derive(Clone, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct DomainName {
-    /// A fully qualified domain name, optionally a wildcard (`*.example.com`).
-    #[schemars(regex(pattern = r"^(\*\.)?([a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?\.)+[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$"), length(max = 253))]
+    /// A fully qualified domain name of lowercase DNS labels, optionally a wildcard
+    /// (`*.example.com`) and absolute (`www.example.com.`, the same domain as without the dot).
+    /// Internationalized names are given as A-labels (`xn--…`), which must decode.
+    #[schemars(regex(pattern = blockwork_aws::dns_name::PATTERN), length(max = 254))]
     pub domain: String,
 }
 
@@ -139,9 +151,23 @@ pub enum WebAclAction {
 pub struct GeoRestrictions {
     /// `whitelist` serves only `locations`, `blacklist` all but them, `none` everyone.
     pub restriction_type: GeoRestrictionType,
-    /// ISO 3166-1 alpha-2 country codes. Order does not matter.
+    /// ISO 3166-1 alpha-2 country codes in capitals (`DE`, `FR`), each at most once. Order does
+    /// not matter.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(schema_with = "country_codes")]
     pub locations: Vec<String>,
+}
+
+/// The schema of geo-restriction locations: a set of ISO 3166-1 alpha-2 codes (the `isocountry`
+/// crate's list), so that the API server refuses `UK` or `XX` naming the field.
+fn country_codes(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+    let codes: Vec<&str> = isocountry::CountryCode::iter().map(isocountry::CountryCode::alpha2).collect();
+    schemars::json_schema!({
+        "type": "array",
+        "items": { "type": "string", "enum": codes },
+        "maxItems": codes.len(),
+        "x-kubernetes-list-type": "set",
+    })
 }
 
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
@@ -159,7 +185,7 @@ pub struct ManagedCertificateRequest {
     /// Who serves the HTTP validation token: `cloudfront` (needs the CNAMEs to resolve to
     /// CloudFront first) or `self-hosted` (your origin serves it).
     pub validation_token_host: ValidationTokenHost,
-    /// The certificate's primary domain; absent: CloudFront picks one of the tenant's domains.
+    /// The certificate's primary domain, one of `domains`; absent: CloudFront picks one of them.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(min = 1))]
     pub primary_domain_name: Option<String>,
@@ -192,7 +218,8 @@ pub struct DnsConfig {
     /// The Route53 hosted zone the CNAMEs are written to.
     #[schemars(length(min = 1))]
     pub hosted_zone_id: String,
-    /// A role to assume for Route53 calls only, when the zone is in another account.
+    /// An IAM role (`arn:aws:iam::ACCOUNT:role/NAME`) to assume for Route53 calls only, when the
+    /// zone is in another account.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub assume_role_arn: Option<String>,
     /// The records' TTL in seconds, 60–172800.

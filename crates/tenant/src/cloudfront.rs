@@ -15,8 +15,9 @@ use aws_sdk_cloudfront::types::{
 use blockwork_aws::{AwsError, ErrorClass as AwsClass, classify_sdk_error};
 
 use crate::api::{GeoRestrictionType, ManagedCertificateRequest, TransparencyPreference, ValidationTokenHost, WebAclAction};
-use crate::diff::{TenantConfig, WebAcl, normal_geo, normalize_domain};
+use crate::diff::{TenantConfig, WebAcl, normal_geo};
 use crate::metrics::TenantMetrics;
+use crate::validate::{DistributionRules, ParameterDefinition};
 
 /// The tag naming the object a tenant was created for: its idempotency token. A tenant of the
 /// same name without it was not made by this object and is never adopted (or deleted).
@@ -72,6 +73,8 @@ pub trait CloudFront: Send + Sync + 'static {
     fn routing_endpoint(&self, connection_group_id: Option<&str>) -> impl Future<Output = Result<String, AwsError>> + Send;
     /// `None` when CloudFront has no managed certificate for the tenant.
     fn managed_certificate(&self, tenant: &str) -> impl Future<Output = Result<Option<ManagedCertificate>, AwsError>> + Send;
+    /// What the distribution asks of its tenants; `None` when it does not exist.
+    fn distribution(&self, id: &str) -> impl Future<Output = Result<Option<DistributionRules>, AwsError>> + Send;
 }
 
 /// The ACM call behind the certificate coverage check.
@@ -169,7 +172,7 @@ fn sdk_write(operation: &'static str, write: TenantWrite<'_>) -> Result<SdkWrite
             });
             let built = SdkManagedRequest::builder()
                 .validation_token_host(host)
-                .set_primary_domain_name(request.primary_domain_name.clone())
+                .set_primary_domain_name(request.primary_domain_name.as_deref().map(blockwork_aws::dns_name::normalize))
                 .set_certificate_transparency_logging_preference(preference)
                 .build()
                 .map_err(|e| build_error(operation, &e))?;
@@ -204,7 +207,7 @@ pub fn observed(tenant: &aws_sdk_cloudfront::types::DistributionTenant, e_tag: O
         status: tenant.status().map(str::to_owned),
         config: TenantConfig {
             distribution_id: tenant.distribution_id().unwrap_or_default().to_owned(),
-            domains: tenant.domains().iter().map(|d| normalize_domain(d.domain())).collect(),
+            domains: tenant.domains().iter().map(|d| blockwork_aws::dns_name::normalize(d.domain())).collect(),
             enabled: tenant.enabled().unwrap_or(true),
             connection_group_id: tenant.connection_group_id().map(str::to_owned),
             parameters: tenant.parameters().iter().map(|p| (p.name().to_owned(), p.value().to_owned())).collect(),
@@ -315,6 +318,17 @@ impl CloudFront for Sdk {
         }
     }
 
+    async fn distribution(&self, id: &str) -> Result<Option<DistributionRules>, AwsError> {
+        const OP: &str = "GetDistribution";
+        match self.timed(OP, self.client.get_distribution().id(id).send()).await {
+            Ok(output) => Ok(output.distribution().map(distribution_rules)),
+            Err(error) => {
+                let error = classify_sdk_error(OP, &error);
+                if error.class == AwsClass::NotFound { Ok(None) } else { Err(error) }
+            }
+        }
+    }
+
     async fn managed_certificate(&self, tenant: &str) -> Result<Option<ManagedCertificate>, AwsError> {
         const OP: &str = "GetManagedCertificateDetails";
         let output = self
@@ -326,6 +340,35 @@ impl CloudFront for Sdk {
                 .certificate_status()
                 .map(|status| ManagedCertificate { status: status.as_str().to_owned(), arn: details.certificate_arn().map(str::to_owned) })
         }))
+    }
+}
+
+/// The SDK's distribution as the rules its tenants must follow. A distribution without a
+/// `ViewerCertificate`, or with `CloudFrontDefaultCertificate`, serves the default certificate
+/// (`*.cloudfront.net`), as CloudFront does when none is configured.
+pub fn distribution_rules(distribution: &aws_sdk_cloudfront::types::Distribution) -> DistributionRules {
+    let config = distribution.distribution_config();
+    let viewer = config.and_then(|c| c.viewer_certificate());
+    let own_certificate = viewer.is_some_and(|v| v.acm_certificate_arn().is_some() || v.iam_certificate_id().is_some());
+    let parameters = config
+        .and_then(|c| c.tenant_config())
+        .map(|t| t.parameter_definitions())
+        .unwrap_or_default()
+        .iter()
+        .map(|definition| {
+            let schema = definition.definition().and_then(|d| d.string_schema());
+            ParameterDefinition {
+                name: definition.name().to_owned(),
+                required: schema.is_some_and(aws_sdk_cloudfront::types::StringSchemaConfig::required),
+                default_value: schema.and_then(|s| s.default_value()).map(str::to_owned),
+            }
+        })
+        .collect();
+    DistributionRules {
+        id: distribution.id().to_owned(),
+        multi_tenant: config.and_then(|c| c.connection_mode()) == Some(&aws_sdk_cloudfront::types::ConnectionMode::TenantOnly),
+        default_certificate: !own_certificate,
+        parameters,
     }
 }
 

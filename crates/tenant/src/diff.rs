@@ -6,6 +6,8 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
+use blockwork_aws::{dns_name, mask_accounts};
+
 use crate::api::{DistributionTenantSpec, GeoRestrictionType, WebAclAction};
 
 /// The part of a tenant the operator manages, in a normal form.
@@ -64,7 +66,7 @@ impl TenantConfig {
         let customizations = spec.customizations.as_ref();
         Self {
             distribution_id: spec.distribution_id.clone(),
-            domains: spec.domains.iter().map(|d| normalize_domain(&d.domain)).collect(),
+            domains: spec.domains.iter().map(|d| dns_name::normalize(&d.domain)).collect(),
             enabled: spec.enabled.unwrap_or(true),
             connection_group_id: spec.connection_group_id.clone(),
             parameters: spec.parameters.iter().map(|p| (p.name.clone(), p.value.clone())).collect(),
@@ -79,7 +81,8 @@ impl TenantConfig {
 
     /// Human-readable differences between `self` (desired) and `observed`, empty when in sync.
     /// Fields the spec leaves to AWS are not compared: the connection group when none is named
-    /// (CloudFront assigns the default one) and the certificate when CloudFront manages it.
+    /// (CloudFront assigns the default one) and the certificate when CloudFront manages it. The
+    /// text goes into conditions and events: ARNs in it are shown with the account masked.
     pub fn differences(&self, observed: &TenantConfig) -> Vec<String> {
         let mut out = Vec::new();
         if self.distribution_id != observed.distribution_id {
@@ -99,10 +102,19 @@ impl TenantConfig {
         }
         let certificate_managed_by_aws = self.certificate_arn.is_none() && self.managed_certificate;
         if !certificate_managed_by_aws && self.certificate_arn != observed.certificate_arn {
-            out.push(format!("certificate is {:?}, want {:?}", observed.certificate_arn, self.certificate_arn));
+            out.push(format!(
+                "certificate is {}, want {}",
+                shown(observed.certificate_arn.as_deref()),
+                shown(self.certificate_arn.as_deref())
+            ));
         }
         if self.web_acl != observed.web_acl {
-            out.push(format!("webAcl is {:?}, want {:?}", observed.web_acl, self.web_acl));
+            let web_acl = |acl: &Option<WebAcl>| match acl {
+                None => "none".to_owned(),
+                Some(WebAcl { action: WebAclAction::Disable, .. }) => "disabled".to_owned(),
+                Some(WebAcl { action: WebAclAction::Override, arn }) => format!("override with {}", shown(arn.as_deref())),
+            };
+            out.push(format!("webAcl is {}, want {}", web_acl(&observed.web_acl), web_acl(&self.web_acl)));
         }
         if self.geo_restrictions != observed.geo_restrictions {
             out.push(format!("geoRestrictions are {:?}, want {:?}", observed.geo_restrictions, self.geo_restrictions));
@@ -111,8 +123,9 @@ impl TenantConfig {
     }
 }
 
-pub fn normalize_domain(domain: &str) -> String {
-    domain.trim_end_matches('.').to_ascii_lowercase()
+/// An ARN as conditions and events show it: with the account masked.
+fn shown(arn: Option<&str>) -> String {
+    arn.map_or_else(|| "none".to_owned(), mask_accounts)
 }
 
 /// `none` without locations is the same as no restriction at all.
@@ -205,6 +218,40 @@ mod tests {
         });
         let observed = TenantConfig { certificate_arn: None, ..TenantConfig::desired(&with_certificate) };
         assert_eq!(TenantConfig::desired(&with_certificate).differences(&observed).len(), 1);
+    }
+
+    #[test]
+    fn certificate_drift_shows_both_certificates_without_the_account() {
+        let with = |arn: &str| TenantConfig { certificate_arn: Some(arn.to_owned()), ..TenantConfig::desired(&spec()) };
+        let differences = with("arn:aws:acm:us-east-1:123456789012:certificate/want")
+            .differences(&with("arn:aws:acm:us-east-1:123456789012:certificate/other"));
+        assert_eq!(
+            differences,
+            [
+                "certificate is arn:aws:acm:us-east-1:[ACCOUNT_ID]:certificate/other, want arn:aws:acm:us-east-1:[ACCOUNT_ID]:certificate/want"
+            ]
+        );
+    }
+
+    #[test]
+    fn web_acl_drift_shows_the_acl_without_the_account() {
+        let arn = "arn:aws:wafv2:us-east-1:123456789012:global/webacl/shop/1";
+        let desired = TenantConfig {
+            web_acl: Some(WebAcl { action: WebAclAction::Override, arn: Some(arn.to_owned()) }),
+            ..TenantConfig::desired(&spec())
+        };
+        let observed = TenantConfig { web_acl: Some(WebAcl { action: WebAclAction::Disable, arn: None }), ..desired.clone() };
+        assert_eq!(
+            desired.differences(&observed),
+            ["webAcl is disabled, want override with arn:aws:wafv2:us-east-1:[ACCOUNT_ID]:global/webacl/shop/1"]
+        );
+    }
+
+    #[test]
+    fn a_trailing_dot_is_not_a_difference() {
+        let mut absolute = spec();
+        absolute.domains[0].domain.push('.');
+        assert!(TenantConfig::desired(&absolute).differences(&TenantConfig::desired(&spec())).is_empty());
     }
 
     #[test]

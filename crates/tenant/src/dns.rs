@@ -228,7 +228,7 @@ impl DnsRecords for Route53 {
 
 /// DNS names as Route53 returns them: with a trailing dot, `*` escaped as `\052`, any case.
 fn same_name(returned: &str, name: &str) -> bool {
-    let normal = |n: &str| n.trim_end_matches('.').replace("\\052", "*").to_ascii_lowercase();
+    let normal = |n: &str| blockwork_aws::dns_name::normalize(&n.replace("\\052", "*"));
     normal(returned) == normal(name)
 }
 

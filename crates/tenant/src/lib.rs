@@ -9,6 +9,8 @@
 //! - [`cloudfront`]: the CloudFront trait and its SDK implementation. [`dns`]: the DNS trait and
 //!   its Route53 implementation (STS AssumeRole for another account's zone). [`manager`]: the
 //!   runtime's `ExternalResource`.
+//! - [`webhook`]: the validating admission webhook ([`validate`]'s rules, before the object is
+//!   stored).
 //! - [`metrics`]: seed 001's metrics. [`config`]: flags.
 
 pub mod api;
@@ -21,6 +23,7 @@ pub mod lifecycle;
 pub mod manager;
 pub mod metrics;
 pub mod validate;
+pub mod webhook;
 
 use std::future::Future;
 use std::sync::Arc;

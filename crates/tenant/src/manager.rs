@@ -5,8 +5,14 @@
 //! - `verify` validates the spec, reads the tenant (by id, else by name: a tenant created just
 //!   before a crash is adopted), records id/ARN/ETag/status, follows the managed certificate and
 //!   compares spec and tenant. A difference is `UpdateRequired` even while AWS is InProgress, so
-//!   spec changes are pushed at once. With `spec.dns` it follows the last record change until it
-//!   is in sync and, once the tenant matches the spec, deletes records of removed domains.
+//!   spec changes are pushed at once. A managed certificate still being validated keeps the
+//!   tenant in progress, looked at again at the short interval. With `spec.dns` it follows the
+//!   last record change until it is in sync and, once the tenant matches the spec, deletes
+//!   records of removed domains.
+//! - Before any write, `create` and `update` check the spec against the distribution it names
+//!   (which must exist: no DNS record is written for a distribution that does not) and the
+//!   certificate's names against the domains. Both are read through caches: a DNS-first create
+//!   spans several reconciles, and many tenants share one distribution.
 //! - `create` writes DNS first when `spec.dns` is set, then creates the tenant.
 //! - `update` upserts the records of the current domains, then pushes the spec with the last
 //!   ETag; a stale ETag is re-read and retried at once.
@@ -26,6 +32,7 @@ use blockwork_runtime::{
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use kube::{Resource, ResourceExt};
+use moka::future::Cache;
 use tracing::warn;
 
 use crate::api::{
@@ -39,11 +46,21 @@ use crate::dns::{DnsRecords, DnsStatus};
 use crate::errors::{CallContext, Category, Classified, classify_cloudfront, classify_dns, validation};
 use crate::lifecycle::{CertificateStep, DEPLOYED, DeletionStep, Observed, certificate_step, deletion_step};
 use crate::metrics::TenantMetrics;
-use crate::validate::{check_certificate_coverage, validate};
+use crate::validate::{DistributionRules, check_certificate_coverage, validate, validate_against};
 
 /// How often a stale ETag is re-read and the write retried within one call before the runtime's
 /// backoff takes over: another writer racing us that often is not a transient race any more.
 const ETAG_ATTEMPTS: usize = 3;
+
+/// How long a distribution's rules are reused. Tenants of one distribution, and the reconciles of
+/// one DNS-first create, share one GetDistribution a minute; a change to the distribution (a
+/// parameter given a default) is seen within a minute.
+pub const DISTRIBUTION_TTL: Duration = Duration::from_secs(60);
+/// How long a certificate's names are reused: longer than a DNS-first create takes, so its
+/// coverage is read once per create. Only imported certificates can change names, by re-import.
+pub const CERTIFICATE_NAMES_TTL: Duration = Duration::from_secs(600);
+/// Distributions and certificates remembered at most; each entry is a few hundred bytes.
+const CACHE_ENTRIES: u64 = 1000;
 
 pub struct TenantManager<C, D> {
     cloudfront: C,
@@ -53,11 +70,49 @@ pub struct TenantManager<C, D> {
     default_drift: DriftPolicy,
     timing: Timing,
     metrics: Arc<TenantMetrics>,
+    /// By distribution id; a distribution that does not exist is not remembered.
+    distributions: Cache<String, DistributionRules>,
+    /// By certificate ARN: its domain name and subject alternative names.
+    certificate_names: Cache<String, Vec<String>>,
 }
 
 impl<C: CloudFront + Acm, D: DnsRecords> TenantManager<C, D> {
     pub fn new(cloudfront: C, dns: Option<D>, default_drift: DriftPolicy, timing: Timing, metrics: Arc<TenantMetrics>) -> Self {
-        Self { cloudfront, dns, default_drift, timing, metrics }
+        Self {
+            cloudfront,
+            dns,
+            default_drift,
+            timing,
+            metrics,
+            distributions: Cache::builder().max_capacity(CACHE_ENTRIES).time_to_live(DISTRIBUTION_TTL).build(),
+            certificate_names: Cache::builder().max_capacity(CACHE_ENTRIES).time_to_live(CERTIFICATE_NAMES_TTL).build(),
+        }
+    }
+
+    /// Everything checked before a write: the spec alone, against its distribution (which must
+    /// exist), and the certificate's coverage of the domains.
+    async fn check_before_writing(&self, name: &str, spec: &DistributionTenantSpec) -> Result<(), ExternalError> {
+        validate(name, spec).map_err(|invalid| validation(&invalid).error)?;
+        let distribution = self.distribution(&spec.distribution_id).await?;
+        validate_against(spec, &distribution).map_err(|invalid| validation(&invalid).error)?;
+        self.check_coverage(spec).await
+    }
+
+    /// The distribution's rules, cached for [`DISTRIBUTION_TTL`]; concurrent reconciles of
+    /// tenants of one distribution share one read. Failures are not cached.
+    async fn distribution(&self, id: &str) -> Result<DistributionRules, ExternalError> {
+        let read = async {
+            match self.cloudfront.distribution(id).await {
+                Ok(Some(rules)) => Ok(rules),
+                // Not counted: like any invalid spec, it needs the user, not AWS.
+                Ok(None) => Err(ExternalError::terminal(
+                    DISTRIBUTION_NOT_FOUND,
+                    format!("distribution {id} does not exist: check spec.distributionId (nothing was written for it)"),
+                )),
+                Err(error) => Err(self.cloudfront_error(&error, CallContext::default()).error),
+            }
+        };
+        self.distributions.try_get_with_by_ref(id, read).await.map_err(|error| (*error).clone())
     }
 
     /// Classifies and counts a failed CloudFront call.
@@ -153,8 +208,9 @@ impl<C: CloudFront + Acm, D: DnsRecords> TenantManager<C, D> {
 
     /// The spec's certificate must name every domain (seed 001: `CertificateSANMismatch`).
     /// Checked before each create and update, not on every verify: ACM is asked only when
-    /// something is about to be written. A certificate CloudFront manages was requested for the
-    /// tenant's domains, so it is not checked (as in seed 001).
+    /// something is about to be written, and its answer is reused for
+    /// [`CERTIFICATE_NAMES_TTL`], so a DNS-first create reads it once. A certificate CloudFront
+    /// manages was requested for the tenant's domains, so it is not checked (as in seed 001).
     async fn check_coverage(&self, spec: &DistributionTenantSpec) -> Result<(), ExternalError> {
         if spec.managed_certificate_request.is_some() {
             return Ok(());
@@ -162,7 +218,7 @@ impl<C: CloudFront + Acm, D: DnsRecords> TenantManager<C, D> {
         let Some(arn) = spec.customizations.as_ref().and_then(|c| c.certificate.as_ref()).map(|c| c.arn.as_str()) else {
             return Ok(());
         };
-        let names = match self.cloudfront.certificate_names(arn).await {
+        let names = match self.certificate_names.try_get_with_by_ref(arn, self.cloudfront.certificate_names(arn)).await {
             Ok(names) => names,
             // A certificate that does not exist will not start to by retrying.
             Err(error) if error.class == blockwork_aws::ErrorClass::NotFound => {
@@ -191,28 +247,23 @@ impl<C: CloudFront + Acm, D: DnsRecords> TenantManager<C, D> {
         tenant: &ObservedTenant,
         observation: &mut TenantObservation,
         generation: Option<i64>,
-    ) -> Result<(), ExternalError> {
+    ) -> Result<CertificateStep, ExternalError> {
         if spec.managed_certificate_request.is_none() {
             observation.managed_certificate_status = None;
-            return Ok(());
+            return Ok(CertificateStep::NotRequested);
         }
         let details =
             self.cloudfront.managed_certificate(&tenant.id).await.map_err(|e| self.cloudfront_error(&e, CallContext::default()).error)?;
-        let spec_arn = spec.customizations.as_ref().and_then(|c| c.certificate.as_ref()).map(|c| c.arn.as_str());
-        let attached_arn = tenant.config.certificate_arn.as_deref();
-        let step = certificate_step(true, details.as_ref().map(|d| (d.status.as_str(), d.arn.as_deref())), spec_arn, attached_arn);
         observation.managed_certificate_status = details.as_ref().map(|d| d.status.clone());
         observation.certificate_arn = details.and_then(|d| d.arn);
-        if let Some((ready, reason, message)) = step.condition() {
-            set_condition(&mut observation.condition_updates, condition(CERTIFICATE_READY, ready, reason, &message, generation));
-        }
+        let step = certificate_progress(spec, observation, tenant.config.certificate_arn.as_deref(), generation);
         if let CertificateStep::Attach { arn } = &step {
             observation.certificate_to_attach = Some(arn.clone());
         }
         if let CertificateStep::Failed { status } = step {
             return Err(ExternalError::terminal("CertificateFailed", format!("the managed certificate is {status}")));
         }
-        Ok(())
+        Ok(step)
     }
 
     /// Best effort: the CNAME target users (or the DNS step) point the domains at.
@@ -345,6 +396,9 @@ impl<C: CloudFront + Acm, D: DnsRecords> ExternalResource for TenantManager<C, D
 
     async fn verify(&self, request: &Request<'_, DistributionTenant>, observation: &mut TenantObservation) -> VerifyOutcome {
         let object = request.object;
+        if object.spec.dns.is_some() {
+            own_records(observation, &marked_dns_domains(request));
+        }
         if object.meta().deletion_timestamp.is_some() {
             return self.verify_deletion(request, observation).await;
         }
@@ -373,9 +427,10 @@ impl<C: CloudFront + Acm, D: DnsRecords> ExternalResource for TenantManager<C, D
         };
         record(observation, &tenant);
         self.resolve_dns_target(tenant.config.connection_group_id.as_deref(), observation).await;
-        if let Err(error) = self.follow_certificate(spec, &tenant, observation, generation).await {
-            return VerifyOutcome::Error(error);
-        }
+        let certificate = match self.follow_certificate(spec, &tenant, observation, generation).await {
+            Ok(step) => step,
+            Err(error) => return VerifyOutcome::Error(error),
+        };
         let desired = TenantConfig::desired(spec);
         let spec_json = serde_json::to_string(spec).ok();
         let spec_changed = request.last_applied_spec.is_none() || request.last_applied_spec != spec_json.as_deref();
@@ -384,6 +439,13 @@ impl<C: CloudFront + Acm, D: DnsRecords> ExternalResource for TenantManager<C, D
             && let Err(error) = self.maintain_dns(dns, object, observation, change == Change::InSync).await
         {
             return VerifyOutcome::Error(error);
+        }
+        // Not Ready before its certificate is: looked at again at the short interval (the
+        // Verifying state's), so the issued ARN is attached within one interval of issuance.
+        if let CertificateStep::Pending { status } = &certificate
+            && change == Change::InSync
+        {
+            return VerifyOutcome::InProgress(format!("the tenant waits for its managed certificate, which is {status}"));
         }
         match change {
             Change::InSync if tenant.status.as_deref() == Some(DEPLOYED) => VerifyOutcome::Ready,
@@ -403,10 +465,7 @@ impl<C: CloudFront + Acm, D: DnsRecords> ExternalResource for TenantManager<C, D
         let object = request.object;
         let spec = &object.spec;
         let name = object.name_any();
-        if let Err(invalid) = validate(&name, spec) {
-            return MutateOutcome::Error(validation(&invalid).error);
-        }
-        if let Err(error) = self.check_coverage(spec).await {
+        if let Err(error) = self.check_before_writing(&name, spec).await {
             return MutateOutcome::Error(error);
         }
         match self.dns_for(spec) {
@@ -424,9 +483,10 @@ impl<C: CloudFront + Acm, D: DnsRecords> ExternalResource for TenantManager<C, D
         match self.cloudfront.create_tenant(&name, request.idempotency_token, write).await {
             Ok(tenant) => {
                 record(observation, &tenant);
+                certificate_progress(spec, observation, tenant.config.certificate_arn.as_deref(), object.meta().generation);
                 // A Deployed tenant is Ready at once: the target must be in this status write.
                 self.resolve_dns_target(tenant.config.connection_group_id.as_deref(), observation).await;
-                settled(&tenant)
+                settled(&tenant, spec)
             }
             // The tenant name is taken: by our own create that crashed before its status write
             // (verify missed it only if it landed after the read), so adopt it by name.
@@ -446,10 +506,7 @@ impl<C: CloudFront + Acm, D: DnsRecords> ExternalResource for TenantManager<C, D
     async fn update(&self, request: &Request<'_, DistributionTenant>, observation: &mut TenantObservation) -> MutateOutcome {
         let object = request.object;
         let spec = &object.spec;
-        if let Err(invalid) = validate(&object.name_any(), spec) {
-            return MutateOutcome::Error(validation(&invalid).error);
-        }
-        if let Err(error) = self.check_coverage(spec).await {
+        if let Err(error) = self.check_before_writing(&object.name_any(), spec).await {
             return MutateOutcome::Error(error);
         }
         let Some(id) = observation.id.clone() else {
@@ -490,7 +547,8 @@ impl<C: CloudFront + Acm, D: DnsRecords> ExternalResource for TenantManager<C, D
                     observation.dns_target = None;
                 }
                 record(observation, &tenant);
-                settled(&tenant)
+                certificate_progress(spec, observation, tenant.config.certificate_arn.as_deref(), object.meta().generation);
+                settled(&tenant, spec)
             }
             Err(error) => MutateOutcome::Error(error),
         }
@@ -598,6 +656,7 @@ impl<C: CloudFront + Acm, D: DnsRecords> ExternalResource for TenantManager<C, D
 }
 
 const TENANT_NAME_TAKEN: &str = "TenantNameTaken";
+const DISTRIBUTION_NOT_FOUND: &str = "DistributionNotFound";
 
 fn name_taken(name: &str) -> ExternalError {
     ExternalError::terminal(
@@ -608,12 +667,40 @@ fn name_taken(name: &str) -> ExternalError {
     )
 }
 
-fn settled(tenant: &ObservedTenant) -> MutateOutcome {
-    if tenant.status.as_deref() == Some(DEPLOYED) { MutateOutcome::Succeeded } else { MutateOutcome::AwaitingVerification }
+/// Done once CloudFront deployed the tenant and, when it manages the certificate, the tenant
+/// uses the one named in the spec; otherwise `verify` follows up at the short interval (a
+/// managed certificate is requested by the write, and issued minutes later).
+fn settled(tenant: &ObservedTenant, spec: &DistributionTenantSpec) -> MutateOutcome {
+    let spec_certificate = spec.customizations.as_ref().and_then(|c| c.certificate.as_ref()).map(|c| c.arn.as_str());
+    let certificate_settled = spec.managed_certificate_request.is_none()
+        || spec_certificate.is_some_and(|arn| tenant.config.certificate_arn.as_deref() == Some(arn));
+    if tenant.status.as_deref() == Some(DEPLOYED) && certificate_settled {
+        MutateOutcome::Succeeded
+    } else {
+        MutateOutcome::AwaitingVerification
+    }
 }
 
 fn observed(tenant: &ObservedTenant) -> Observed<'_> {
     Observed { enabled: tenant.config.enabled, status: tenant.status.as_deref() }
+}
+
+/// Where the managed certificate stands, from its status as last read and the certificate the
+/// tenant uses now (`attached`); sets `CertificateReady`. After a write too, so that the
+/// condition says Attached without waiting for the next verify.
+fn certificate_progress(
+    spec: &DistributionTenantSpec,
+    observation: &mut TenantObservation,
+    attached: Option<&str>,
+    generation: Option<i64>,
+) -> CertificateStep {
+    let spec_arn = spec.customizations.as_ref().and_then(|c| c.certificate.as_ref()).map(|c| c.arn.as_str());
+    let details = observation.managed_certificate_status.as_deref().map(|status| (status, observation.certificate_arn.as_deref()));
+    let step = certificate_step(spec.managed_certificate_request.is_some(), details, spec_arn, attached);
+    if let Some((ready, reason, message)) = step.condition() {
+        set_condition(&mut observation.condition_updates, condition(CERTIFICATE_READY, ready, reason, &message, generation));
+    }
+    step
 }
 
 fn record(observation: &mut TenantObservation, tenant: &ObservedTenant) {
@@ -635,8 +722,9 @@ fn dns_records_remain(spec: &DistributionTenantSpec, observation: &TenantObserva
     spec.dns.is_some() && !observation.dns_records.is_empty()
 }
 
+/// The spec's domains in their normal form (a trailing dot names the same record), each once.
 fn domains(spec: &DistributionTenantSpec) -> Vec<String> {
-    spec.domains.iter().map(|d| d.domain.clone()).collect()
+    TenantConfig::desired(spec).domains.into_iter().collect()
 }
 
 /// The spec's managed-certificate request if the last applied spec did not carry the same one.
@@ -661,6 +749,21 @@ fn dns_in_sync(object: &DistributionTenant) -> bool {
     object.status.as_ref().and_then(|s| s.condition(DNS_READY)).is_some_and(|c| c.status == "True" && c.reason == "DNSReady")
 }
 
+/// The domains whose records a create under the create-pending marker may have written: its
+/// status write (which lists them in `dnsRecords`) may have been refused or never made. They are
+/// owned like written ones; deleting one that was never written finds nothing to delete, and a
+/// record is deleted only while it still points at the tenant's routing endpoint. The tenant
+/// itself needs no such care: it is found again by its name and owner tag.
+fn marked_dns_domains(request: &Request<'_, DistributionTenant>) -> Vec<String> {
+    request
+        .create_pending
+        .and_then(|marker| marker.spec.as_deref())
+        .and_then(|spec| serde_json::from_str::<DistributionTenantSpec>(spec).ok())
+        .filter(|spec| spec.dns.is_some())
+        .map(|spec| domains(&spec))
+        .unwrap_or_default()
+}
+
 /// Adds `domains` to the records this operator owns, keeping ones not yet cleaned up.
 fn own_records(observation: &mut TenantObservation, domains: &[String]) {
     for domain in domains {
@@ -682,6 +785,35 @@ mod tests {
             managed_certificate_request: request,
             ..DistributionTenantSpec::default()
         }
+    }
+
+    #[test]
+    fn a_create_pending_marker_names_the_dns_records_its_create_may_have_written() {
+        let dns = serde_json::from_value(serde_json::json!({"provider": "route53", "hostedZoneId": "Z1"})).expect("parses");
+        let domain = |d: &str| crate::api::DomainName { domain: d.to_owned() };
+        let marked = DistributionTenantSpec {
+            domains: vec![domain("a.example.com"), domain("b.example.com")],
+            dns: Some(dns),
+            ..with_request(None)
+        };
+        let object = DistributionTenant::new("shop", DistributionTenantSpec { domains: vec![domain("a.example.com")], ..marked.clone() });
+        let marker = |spec: &DistributionTenantSpec| blockwork_runtime::status::CreatePending {
+            token: "t".to_owned(),
+            since: k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(jiff::Timestamp::UNIX_EPOCH),
+            spec: Some(serde_json::to_string(spec).expect("serializes")),
+        };
+        let without_dns = DistributionTenantSpec { dns: None, ..marked.clone() };
+        let (with_dns, without_dns) = (marker(&marked), marker(&without_dns));
+        let request = |create_pending| Request {
+            object: &object,
+            dependencies: &[],
+            idempotency_token: "t",
+            last_applied_spec: None,
+            create_pending,
+        };
+        assert_eq!(marked_dns_domains(&request(Some(&with_dns))), ["a.example.com", "b.example.com"]);
+        assert!(marked_dns_domains(&request(Some(&without_dns))).is_empty(), "no DNS management, no records");
+        assert!(marked_dns_domains(&request(None)).is_empty());
     }
 
     #[test]

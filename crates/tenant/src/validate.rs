@@ -1,30 +1,72 @@
-//! Spec validation the schema cannot express: the certificate's region, the certificate's
-//! coverage of every domain, and what a create needs. Pure, so every rule has a unit test.
+//! Spec validation the schema cannot express, in two parts. [`validate`] needs the spec alone:
+//! the admission webhook runs it before the object is stored, and the controller again before
+//! any call (for objects stored without the webhook). [`validate_against`] needs the
+//! distribution the tenant joins (its certificate, its tenant parameters), and
+//! [`check_certificate_coverage`] the certificate's names: the controller checks them before any
+//! write. Pure, so every rule has a unit test.
+
+use std::collections::BTreeSet;
+
+use blockwork_aws::dns_name::{self, DnsNameError};
+use blockwork_aws::mask_accounts;
 
 use crate::api::DistributionTenantSpec;
 
 /// CloudFront only uses ACM certificates from this region.
 pub const CERTIFICATE_REGION: &str = "us-east-1";
 
-/// Why a spec cannot be sent to CloudFront. Shown to the user as it is.
+/// Why a spec cannot be sent to CloudFront. Shown to the user as it is: every message names the
+/// field, and none carries an account id (ARNs are shown with the account masked).
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum SpecError {
     #[error(
         "tenant name {0:?} is invalid: CloudFront tenant names have 3-128 characters, lowercase letters, digits, dots and hyphens, and start and end with a letter or digit"
     )]
     Name(String),
-    #[error("certificate {0:?} is not an ACM certificate ARN")]
+    #[error("spec.customizations.certificate.arn {0} is not an ACM certificate ARN")]
     CertificateArn(String),
-    #[error("certificate is in region {0}, but CloudFront only uses certificates from {CERTIFICATE_REGION}")]
+    #[error("spec.customizations.certificate.arn is in region {0}, but CloudFront only uses certificates from {CERTIFICATE_REGION}")]
     CertificateRegion(String),
     #[error("the certificate does not cover the domains {}", .0.join(", "))]
     CertificateSanMismatch(Vec<String>),
     #[error("spec.{0} must not be empty")]
     Missing(&'static str),
-    #[error("parameter {0:?} is given more than once")]
+    #[error("spec.domains: {0}")]
+    Domain(DnsNameError),
+    #[error("spec.domains lists {0} more than once (a trailing dot names the same domain)")]
+    DuplicateDomain(String),
+    #[error("spec.managedCertificateRequest.primaryDomainName: {0}")]
+    PrimaryDomainName(DnsNameError),
+    #[error("spec.managedCertificateRequest.primaryDomainName {0} is not one of spec.domains")]
+    PrimaryDomainNotADomain(String),
+    #[error("spec.parameters: parameter {0:?} is given more than once")]
     DuplicateParameter(String),
-    #[error("customizations.webAcl.arn is required with action override")]
+    #[error("spec.customizations.webAcl.arn is required with action override")]
     WebAclArnMissing,
+    #[error("spec.customizations.geoRestrictions.locations: {0:?} is not an ISO 3166-1 alpha-2 country code (two capitals, e.g. DE)")]
+    GeoLocation(String),
+    #[error("spec.dns.assumeRoleArn {0} is not an IAM role ARN (arn:aws:iam::ACCOUNT:role/NAME)")]
+    AssumeRoleArn(String),
+    #[error(
+        "distribution {0} is not a multi-tenant distribution (connection mode tenant-only); only those take tenants: check spec.distributionId"
+    )]
+    NotMultiTenant(String),
+    #[error(
+        "distribution {0} uses CloudFront's default certificate, which cannot serve the tenant's domains: set spec.customizations.certificate.arn (an ACM certificate in us-east-1) or spec.managedCertificateRequest"
+    )]
+    CertificateRequired(String),
+    #[error("spec.parameters lacks {}, which the distribution requires and gives no default", quoted(.0))]
+    MissingParameters(Vec<String>),
+    #[error("spec.parameters has {}, which the distribution does not declare (it declares: {})", quoted(.unknown), quoted_or_none(.declared))]
+    UnknownParameters { unknown: Vec<String>, declared: Vec<String> },
+}
+
+fn quoted(names: &[String]) -> String {
+    names.iter().map(|n| format!("{n:?}")).collect::<Vec<_>>().join(", ")
+}
+
+fn quoted_or_none(names: &[String]) -> String {
+    if names.is_empty() { "none".to_owned() } else { quoted(names) }
 }
 
 impl SpecError {
@@ -37,7 +79,29 @@ impl SpecError {
     }
 }
 
-/// Everything checked before a create or update, given the tenant name (`metadata.name`).
+/// What the multi-tenant distribution asks of its tenants, as read from `GetDistribution`.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct DistributionRules {
+    pub id: String,
+    /// Connection mode `tenant-only`.
+    pub multi_tenant: bool,
+    /// The distribution serves CloudFront's default certificate (`*.cloudfront.net`): a tenant
+    /// must bring its own or have CloudFront manage one.
+    pub default_certificate: bool,
+    /// The tenant parameters the distribution declares.
+    pub parameters: Vec<ParameterDefinition>,
+}
+
+/// One of the distribution's `TenantConfig.ParameterDefinitions`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ParameterDefinition {
+    pub name: String,
+    pub required: bool,
+    pub default_value: Option<String>,
+}
+
+/// Everything checked before a create or update that needs only the spec and the tenant name
+/// (`metadata.name`): also what the admission webhook refuses.
 pub fn validate(name: &str, spec: &DistributionTenantSpec) -> Result<(), SpecError> {
     validate_name(name)?;
     if spec.distribution_id.trim().is_empty() {
@@ -46,10 +110,21 @@ pub fn validate(name: &str, spec: &DistributionTenantSpec) -> Result<(), SpecErr
     if spec.domains.is_empty() {
         return Err(SpecError::Missing("domains"));
     }
-    let mut names: Vec<&str> = spec.parameters.iter().map(|p| p.name.as_str()).collect();
-    names.sort_unstable();
-    if let Some(pair) = names.windows(2).find(|pair| pair[0] == pair[1]) {
-        return Err(SpecError::DuplicateParameter(pair[0].to_owned()));
+    let mut domains = BTreeSet::new();
+    for domain in &spec.domains {
+        let normal = dns_name::parse(&domain.domain).map_err(SpecError::Domain)?;
+        if !domains.insert(normal.clone()) {
+            return Err(SpecError::DuplicateDomain(normal));
+        }
+    }
+    if let Some(primary) = spec.managed_certificate_request.as_ref().and_then(|r| r.primary_domain_name.as_deref()) {
+        let normal = dns_name::parse(primary).map_err(SpecError::PrimaryDomainName)?;
+        if !domains.contains(&normal) {
+            return Err(SpecError::PrimaryDomainNotADomain(normal));
+        }
+    }
+    if let Some(name) = first_duplicate(spec.parameters.iter().map(|p| p.name.as_str())) {
+        return Err(SpecError::DuplicateParameter(name.to_owned()));
     }
     let customizations = spec.customizations.as_ref();
     if let Some(web_acl) = customizations.and_then(|c| c.web_acl.as_ref())
@@ -60,6 +135,50 @@ pub fn validate(name: &str, spec: &DistributionTenantSpec) -> Result<(), SpecErr
     }
     if let Some(certificate) = customizations.and_then(|c| c.certificate.as_ref()) {
         validate_certificate_region(&certificate.arn)?;
+    }
+    // Any case here: objects stored before the CRD's enum (which takes capitals only) may have
+    // lowercase codes, which are sent in capitals; what is no code at all stops them.
+    if let Some(location) = customizations
+        .and_then(|c| c.geo_restrictions.as_ref())
+        .and_then(|g| g.locations.iter().find(|l| isocountry::CountryCode::for_alpha2_caseless(l).is_err()))
+    {
+        return Err(SpecError::GeoLocation(location.clone()));
+    }
+    if let Some(role) = spec.dns.as_ref().and_then(|d| d.assume_role_arn.as_deref())
+        && !is_role_arn(role)
+    {
+        return Err(SpecError::AssumeRoleArn(mask_accounts(role)));
+    }
+    Ok(())
+}
+
+/// The spec against the distribution it names (seed 001: "certificate coverage, required
+/// parameters"): a tenant of a distribution on CloudFront's default certificate brings a
+/// certificate; every parameter the distribution requires without a default is given; no
+/// parameter the distribution does not declare is.
+pub fn validate_against(spec: &DistributionTenantSpec, distribution: &DistributionRules) -> Result<(), SpecError> {
+    if !distribution.multi_tenant {
+        return Err(SpecError::NotMultiTenant(distribution.id.clone()));
+    }
+    let brings_certificate =
+        spec.customizations.as_ref().and_then(|c| c.certificate.as_ref()).is_some() || spec.managed_certificate_request.is_some();
+    if distribution.default_certificate && !brings_certificate {
+        return Err(SpecError::CertificateRequired(distribution.id.clone()));
+    }
+    let given: BTreeSet<&str> = spec.parameters.iter().map(|p| p.name.as_str()).collect();
+    let missing: Vec<String> = distribution
+        .parameters
+        .iter()
+        .filter(|d| d.required && d.default_value.is_none() && !given.contains(d.name.as_str()))
+        .map(|d| d.name.clone())
+        .collect();
+    if !missing.is_empty() {
+        return Err(SpecError::MissingParameters(missing));
+    }
+    let declared: Vec<String> = distribution.parameters.iter().map(|d| d.name.clone()).collect();
+    let unknown: Vec<String> = given.iter().filter(|name| !declared.iter().any(|d| d == *name)).map(|name| (*name).to_owned()).collect();
+    if !unknown.is_empty() {
+        return Err(SpecError::UnknownParameters { unknown, declared });
     }
     Ok(())
 }
@@ -87,8 +206,27 @@ pub fn validate_certificate_region(arn: &str) -> Result<(), SpecError> {
                 Err(SpecError::CertificateRegion((*region).to_owned()))
             }
         }
-        _ => Err(SpecError::CertificateArn(arn.to_owned())),
+        _ => Err(SpecError::CertificateArn(mask_accounts(arn))),
     }
+}
+
+/// `arn:PARTITION:iam::ACCOUNT:role/PATH/NAME` (the CRD's CEL rule, for objects stored before it).
+fn is_role_arn(arn: &str) -> bool {
+    let parts: Vec<&str> = arn.splitn(6, ':').collect();
+    match parts.as_slice() {
+        ["arn", partition, "iam", "", account, resource] => {
+            partition.starts_with("aws")
+                && account.len() == 12
+                && account.bytes().all(|b| b.is_ascii_digit())
+                && resource.strip_prefix("role/").is_some_and(|name| !name.is_empty())
+        }
+        _ => false,
+    }
+}
+
+fn first_duplicate<'a>(names: impl Iterator<Item = &'a str>) -> Option<&'a str> {
+    let mut seen = BTreeSet::new();
+    names.into_iter().find(|name| !seen.insert(*name))
 }
 
 /// The domains no name of the certificate covers, in the order given. A wildcard name
@@ -96,18 +234,14 @@ pub fn validate_certificate_region(arn: &str) -> Result<(), SpecError> {
 /// `a.b.example.com`); a wildcard domain is covered only by the same wildcard. Case and a
 /// trailing dot do not matter (DNS names are case-insensitive and may be written absolute).
 pub fn uncovered_domains<'a>(domains: impl IntoIterator<Item = &'a str>, sans: &[String]) -> Vec<String> {
-    let sans: Vec<String> = sans.iter().map(|s| normalize(s)).collect();
-    domains.into_iter().filter(|domain| !sans.iter().any(|san| covers(san, &normalize(domain)))).map(str::to_owned).collect()
+    let sans: Vec<String> = sans.iter().map(|s| dns_name::normalize(s)).collect();
+    domains.into_iter().filter(|domain| !sans.iter().any(|san| covers(san, &dns_name::normalize(domain)))).map(str::to_owned).collect()
 }
 
 /// Checks [`uncovered_domains`] for the spec's domains.
 pub fn check_certificate_coverage(spec: &DistributionTenantSpec, sans: &[String]) -> Result<(), SpecError> {
     let missing = uncovered_domains(spec.domains.iter().map(|d| d.domain.as_str()), sans);
     if missing.is_empty() { Ok(()) } else { Err(SpecError::CertificateSanMismatch(missing)) }
-}
-
-fn normalize(name: &str) -> String {
-    name.trim_end_matches('.').to_ascii_lowercase()
 }
 
 fn covers(san: &str, domain: &str) -> bool {
@@ -123,7 +257,23 @@ fn covers(san: &str, domain: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::api::{CertificateRef, Customizations, DomainName, Parameter, WebAclAction, WebAclCustomization};
+    use crate::api::{
+        CertificateRef, Customizations, DnsConfig, DnsProvider, DomainName, GeoRestrictionType, GeoRestrictions, ManagedCertificateRequest,
+        Parameter, WebAclAction, WebAclCustomization,
+    };
+
+    fn parameter(name: &str) -> Parameter {
+        Parameter { name: name.to_owned(), value: "v".to_owned() }
+    }
+
+    fn definition(name: &str, required: bool, default_value: Option<&str>) -> ParameterDefinition {
+        ParameterDefinition { name: name.to_owned(), required, default_value: default_value.map(str::to_owned) }
+    }
+
+    /// A multi-tenant distribution with its own certificate and the given parameters.
+    fn distribution(parameters: Vec<ParameterDefinition>) -> DistributionRules {
+        DistributionRules { id: "E1ABC".to_owned(), multi_tenant: true, default_certificate: false, parameters }
+    }
 
     fn spec(domains: &[&str]) -> DistributionTenantSpec {
         DistributionTenantSpec {
@@ -163,8 +313,9 @@ mod tests {
     }
 
     #[test]
-    fn arn_of_another_service_is_not_a_certificate() {
-        assert!(matches!(validate_certificate_region("arn:aws:iam::123456789012:role/x"), Err(SpecError::CertificateArn(_))));
+    fn arn_of_another_service_is_not_a_certificate_and_is_shown_without_its_account() {
+        let error = validate_certificate_region("arn:aws:iam::123456789012:role/x").expect_err("a role");
+        assert_eq!(error, SpecError::CertificateArn("arn:aws:iam::[ACCOUNT_ID]:role/x".to_owned()));
     }
 
     #[test]
@@ -195,6 +346,100 @@ mod tests {
             ..Customizations::default()
         });
         assert_eq!(validate("tenant", &spec), Err(SpecError::WebAclArnMissing));
+    }
+
+    #[test]
+    fn a_trailing_dot_names_the_same_domain_so_both_forms_are_a_duplicate() {
+        let error = validate("tenant", &spec(&["www.example.com", "www.example.com."])).expect_err("one domain twice");
+        assert_eq!(error, SpecError::DuplicateDomain("www.example.com".to_owned()));
+        assert_eq!(validate("tenant", &spec(&["www.example.com."])), Ok(()));
+    }
+
+    #[test]
+    fn a_domain_with_an_undecodable_a_label_is_refused_naming_the_label() {
+        let error = validate("tenant", &spec(&["xn--zz.example.com"])).expect_err("xn--zz does not decode");
+        assert!(matches!(error, SpecError::Domain(DnsNameError::ALabel { .. })), "{error:?}");
+        assert!(error.to_string().starts_with("spec.domains: label \"xn--zz\""), "{error}");
+    }
+
+    #[test]
+    fn primary_domain_of_a_managed_certificate_is_one_of_the_domains() {
+        let mut spec = spec(&["www.example.com", "api.example.com"]);
+        let request = |primary: &str| ManagedCertificateRequest {
+            primary_domain_name: Some(primary.to_owned()),
+            ..ManagedCertificateRequest::default()
+        };
+        spec.managed_certificate_request = Some(request("api.example.com."));
+        assert_eq!(validate("tenant", &spec), Ok(()));
+        spec.managed_certificate_request = Some(request("shop.example.com"));
+        assert_eq!(validate("tenant", &spec), Err(SpecError::PrimaryDomainNotADomain("shop.example.com".to_owned())));
+        spec.managed_certificate_request = Some(request("xn--zz.example.com"));
+        assert!(matches!(validate("tenant", &spec), Err(SpecError::PrimaryDomainName(DnsNameError::ALabel { .. }))));
+    }
+
+    #[test]
+    fn geo_locations_must_be_iso_3166_alpha_2_codes() {
+        let mut spec = spec(&["a.example.com"]);
+        let geo = |codes: &[&str]| GeoRestrictions {
+            restriction_type: GeoRestrictionType::Whitelist,
+            locations: codes.iter().map(|c| (*c).to_owned()).collect(),
+        };
+        spec.customizations = Some(Customizations { geo_restrictions: Some(geo(&["DE", "fr"])), ..Customizations::default() });
+        assert_eq!(validate("tenant", &spec), Ok(()), "stored before the CRD took capitals only");
+        spec.customizations = Some(Customizations { geo_restrictions: Some(geo(&["DE", "UK"])), ..Customizations::default() });
+        assert_eq!(validate("tenant", &spec), Err(SpecError::GeoLocation("UK".to_owned())));
+    }
+
+    #[test]
+    fn assume_role_arn_must_name_an_iam_role_and_is_shown_without_its_account() {
+        let mut spec = spec(&["a.example.com"]);
+        let dns = |role: &str| DnsConfig {
+            provider: DnsProvider::Route53,
+            hosted_zone_id: "Z1".to_owned(),
+            assume_role_arn: Some(role.to_owned()),
+            ttl: crate::api::DEFAULT_TTL,
+        };
+        spec.dns = Some(dns("arn:aws:iam::123456789012:role/dns/blockwork"));
+        assert_eq!(validate("tenant", &spec), Ok(()));
+        spec.dns = Some(dns("arn:aws:iam::123456789012:user/blockwork"));
+        let error = validate("tenant", &spec).expect_err("a user is not a role");
+        assert_eq!(error, SpecError::AssumeRoleArn("arn:aws:iam::[ACCOUNT_ID]:user/blockwork".to_owned()));
+    }
+
+    #[test]
+    fn default_certificate_distribution_needs_a_tenant_certificate_naming_both_fields() {
+        let rules = DistributionRules { default_certificate: true, ..distribution(vec![]) };
+        let error = validate_against(&spec(&["a.example.com"]), &rules).expect_err("no certificate");
+        let message = error.to_string();
+        assert!(message.contains("spec.customizations.certificate.arn") && message.contains("spec.managedCertificateRequest"), "{message}");
+        let mut managed = spec(&["a.example.com"]);
+        managed.managed_certificate_request = Some(ManagedCertificateRequest::default());
+        assert_eq!(validate_against(&managed, &rules), Ok(()));
+    }
+
+    #[test]
+    fn required_parameter_without_default_must_be_given() {
+        let rules = distribution(vec![definition("origin", true, None), definition("path", true, Some("/"))]);
+        let error = validate_against(&spec(&["a.example.com"]), &rules).expect_err("origin is missing");
+        assert_eq!(error, SpecError::MissingParameters(vec!["origin".to_owned()]));
+        assert!(error.to_string().contains("\"origin\""), "{error}");
+        let mut given = spec(&["a.example.com"]);
+        given.parameters = vec![parameter("origin")];
+        assert_eq!(validate_against(&given, &rules), Ok(()), "a parameter with a default is not required");
+    }
+
+    #[test]
+    fn parameters_the_distribution_does_not_declare_are_refused_naming_them() {
+        let mut given = spec(&["a.example.com"]);
+        given.parameters = vec![parameter("origin"), parameter("colour")];
+        let error = validate_against(&given, &distribution(vec![definition("origin", false, None)])).expect_err("colour is unknown");
+        assert_eq!(error.to_string(), "spec.parameters has \"colour\", which the distribution does not declare (it declares: \"origin\")");
+    }
+
+    #[test]
+    fn a_distribution_that_is_not_multi_tenant_takes_no_tenant() {
+        let rules = DistributionRules { multi_tenant: false, ..distribution(vec![]) };
+        assert_eq!(validate_against(&spec(&["a.example.com"]), &rules), Err(SpecError::NotMultiTenant("E1ABC".to_owned())));
     }
 
     #[test]

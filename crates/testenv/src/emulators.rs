@@ -1,5 +1,6 @@
 //! AWS emulators on loopback, one of each per test binary: moto (ACM, Route53, STS,
 //! CloudFront distributions) and MiniStack (the CloudFront tenant APIs moto answers with 404).
+//! A test that needs an account of its own starts a private pair ([`Emulators::for_account`]).
 
 use std::net::Ipv4Addr;
 use std::time::Duration;
@@ -25,55 +26,83 @@ pub struct Emulator {
 static MOTO: OnceCell<Emulator> = OnceCell::const_new();
 static MINISTACK: OnceCell<Emulator> = OnceCell::const_new();
 
-/// The moto server shared by the tests of this binary.
+/// The moto server shared by the tests of this binary, answering as [`ACCOUNT_ID`].
 pub async fn moto() -> Result<&'static Emulator, Error> {
-    MOTO.get_or_try_init(|| Emulator::moto(Ipv4Addr::LOCALHOST)).await
+    MOTO.get_or_try_init(|| start_moto("moto", ACCOUNT_ID, Ipv4Addr::LOCALHOST)).await
 }
 
-/// The MiniStack server shared by the tests of this binary.
+/// The MiniStack server shared by the tests of this binary, answering as [`ACCOUNT_ID`].
 pub async fn ministack() -> Result<&'static Emulator, Error> {
-    MINISTACK.get_or_try_init(|| Emulator::ministack(Ipv4Addr::LOCALHOST)).await
+    MINISTACK.get_or_try_init(|| start_ministack("ministack", ACCOUNT_ID, Ipv4Addr::LOCALHOST)).await
+}
+
+/// A moto and a MiniStack of a test's own that answer as `account`, stopped when dropped: for a
+/// test that looks for the account id where it must not appear (statuses, events, logs).
+#[derive(Debug)]
+pub struct Emulators {
+    pub moto: Emulator,
+    pub ministack: Emulator,
+}
+
+impl Emulators {
+    pub async fn for_account(account: &str) -> Result<Self, Error> {
+        let (moto_name, ministack_name) = (format!("moto-{account}"), format!("ministack-{account}"));
+        let (moto, ministack) = tokio::try_join!(
+            start_moto(&moto_name, account, Ipv4Addr::LOCALHOST),
+            start_ministack(&ministack_name, account, Ipv4Addr::LOCALHOST)
+        )?;
+        Ok(Self { moto, ministack })
+    }
+}
+
+async fn start_moto(name: &str, account: &str, host: Ipv4Addr) -> Result<Emulator, Error> {
+    retry_on_port_clash(|| async {
+        let port = free_port()?;
+        let process = Process::start(
+            name,
+            &tool("moto_server")?,
+            &["-H".into(), host.to_string(), "-p".into(), port.to_string()],
+            &[("MOTO_ACM_VALIDATION_WAIT", MOTO_ACM_VALIDATION_WAIT_SECONDS.to_string()), ("MOTO_ACCOUNT_ID", account.to_owned())],
+            &state_dir()?,
+        )?;
+        wait_until(&process, Duration::from_secs(60), || accepts(host, port)).await?;
+        Ok(Emulator { host, port, process })
+    })
+    .await
+}
+
+async fn start_ministack(name: &str, account: &str, host: Ipv4Addr) -> Result<Emulator, Error> {
+    retry_on_port_clash(|| async {
+        let port = free_port()?;
+        let process = Process::start(
+            name,
+            &tool("ministack")?,
+            &[],
+            &[
+                ("GATEWAY_PORT", port.to_string()),
+                ("BIND_HOST", host.to_string()),
+                ("MINISTACK_ACCOUNT_ID", account.to_owned()),
+                ("LOG_LEVEL", "WARNING".to_owned()),
+            ],
+            &state_dir()?,
+        )?;
+        wait_until(&process, Duration::from_secs(60), || accepts(host, port)).await?;
+        Ok(Emulator { host, port, process })
+    })
+    .await
 }
 
 impl Emulator {
     /// A moto server of its own listening on `host` (the end-to-end suite binds the node's
-    /// bridge address, where pods reach it); killed with this process.
+    /// bridge address, where pods reach it), answering as [`ACCOUNT_ID`]; killed with this
+    /// process.
     pub async fn moto(host: Ipv4Addr) -> Result<Self, Error> {
-        retry_on_port_clash(|| async {
-            let port = free_port()?;
-            let process = Process::start(
-                "moto",
-                &tool("moto_server")?,
-                &["-H".into(), host.to_string(), "-p".into(), port.to_string()],
-                &[("MOTO_ACM_VALIDATION_WAIT", MOTO_ACM_VALIDATION_WAIT_SECONDS.to_string()), ("MOTO_ACCOUNT_ID", ACCOUNT_ID.to_owned())],
-                &state_dir()?,
-            )?;
-            wait_until(&process, Duration::from_secs(60), || accepts(host, port)).await?;
-            Ok(Emulator { host, port, process })
-        })
-        .await
+        start_moto("moto", ACCOUNT_ID, host).await
     }
 
-    /// A MiniStack server of its own listening on `host`; killed with this process.
+    /// A MiniStack server of its own listening on `host`, answering as [`ACCOUNT_ID`].
     pub async fn ministack(host: Ipv4Addr) -> Result<Self, Error> {
-        retry_on_port_clash(|| async {
-            let port = free_port()?;
-            let process = Process::start(
-                "ministack",
-                &tool("ministack")?,
-                &[],
-                &[
-                    ("GATEWAY_PORT", port.to_string()),
-                    ("BIND_HOST", host.to_string()),
-                    ("MINISTACK_ACCOUNT_ID", ACCOUNT_ID.to_owned()),
-                    ("LOG_LEVEL", "WARNING".to_owned()),
-                ],
-                &state_dir()?,
-            )?;
-            wait_until(&process, Duration::from_secs(60), || accepts(host, port)).await?;
-            Ok(Emulator { host, port, process })
-        })
-        .await
+        start_ministack("ministack", ACCOUNT_ID, host).await
     }
 
     /// e.g. `http://127.0.0.1:40123`: the SDK's endpoint override, or a fault proxy's upstream.

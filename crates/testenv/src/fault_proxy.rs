@@ -1,6 +1,12 @@
 //! An HTTP proxy between the AWS SDK and an emulator that answers chosen calls with real AWS
-//! errors (in each protocol's wire format, so the SDK parses the code), adds latency, or turns
-//! Route53 changes PENDING. It counts the calls of each operation.
+//! errors (in each protocol's wire format, so the SDK parses the code), adds latency before or
+//! after the call takes effect, or turns Route53 changes PENDING and CloudFront-managed
+//! certificates `pending-validation`. It counts the calls of each operation.
+//!
+//! The two "pending" faults stand in for AWS's asynchronous work that the emulators finish at
+//! once: moto reports every record change INSYNC, MiniStack issues every managed certificate
+//! immediately. They forward the call and rewrite only the status in the answer, so everything
+//! else (the change id, the certificate's ARN) is the emulator's.
 
 use std::collections::HashMap;
 use std::convert::Infallible;
@@ -56,8 +62,16 @@ pub enum Fault {
     PriorRequestNotComplete,
     /// Wait, then forward.
     Latency(Duration),
+    /// Forward at once, then wait before answering: the call has taken effect while its caller
+    /// still waits (and never hears of it, if it dies meanwhile), as when a process is killed
+    /// between an AWS call and recording its result.
+    SlowResponse(Duration),
     /// Forward, then report Route53 change status `PENDING` instead of `INSYNC`.
     PendingChange,
+    /// Forward, then report a CloudFront-managed certificate (`GetManagedCertificateDetails`)
+    /// as `pending-validation` instead of `issued`, as CloudFront does until the certificate's
+    /// domains are validated.
+    PendingCertificate,
     /// Any error code and message.
     Custom { status: u16, code: String, message: String },
 }
@@ -171,20 +185,32 @@ async fn handle(
     match fault {
         Some(Fault::Latency(delay)) => {
             tokio::time::sleep(delay).await;
-            forward(parts, body, upstream, client, false).await
+            forward(parts, body, upstream, client, None).await
         }
-        Some(Fault::PendingChange) => forward(parts, body, upstream, client, true).await,
+        Some(Fault::SlowResponse(delay)) => {
+            let response = forward(parts, body, upstream, client, None).await;
+            tokio::time::sleep(delay).await;
+            response
+        }
+        Some(Fault::PendingChange) => forward(parts, body, upstream, client, Some(PENDING_CHANGE)).await,
+        Some(Fault::PendingCertificate) => forward(parts, body, upstream, client, Some(PENDING_CERTIFICATE)).await,
         Some(fault) => error_response(protocol, &fault),
-        None => forward(parts, body, upstream, client, false).await,
+        None => forward(parts, body, upstream, client, None).await,
     }
 }
+
+/// A status in an answer and what a "pending" fault turns it into.
+type Rewrite = (&'static str, &'static str);
+const PENDING_CHANGE: Rewrite = ("<Status>INSYNC</Status>", "<Status>PENDING</Status>");
+const PENDING_CERTIFICATE: Rewrite =
+    ("<CertificateStatus>issued</CertificateStatus>", "<CertificateStatus>pending-validation</CertificateStatus>");
 
 async fn forward(
     parts: http::request::Parts,
     body: Bytes,
     upstream: &str,
     client: &Client<HttpConnector, Full<Bytes>>,
-    pending: bool,
+    rewrite: Option<Rewrite>,
 ) -> Response<Full<Bytes>> {
     let path = parts.uri.path_and_query().map_or("/", |p| p.as_str());
     let mut builder = Request::builder().method(parts.method).uri(format!("{upstream}{path}"));
@@ -204,8 +230,8 @@ async fn forward(
         Ok(collected) => collected.to_bytes(),
         Err(e) => return plain(StatusCode::BAD_GATEWAY, &format!("fault proxy: reading the response: {e}")),
     };
-    if pending {
-        let text = String::from_utf8_lossy(&body).replace("<Status>INSYNC</Status>", "<Status>PENDING</Status>");
+    if let Some((from, to)) = rewrite {
+        let text = String::from_utf8_lossy(&body).replace(from, to);
         body = Bytes::from(text);
         parts.headers.remove(http::header::CONTENT_LENGTH);
     }
@@ -289,7 +315,9 @@ fn error_response(protocol: Protocol, fault: &Fault) -> Response<Full<Bytes>> {
             "The request was rejected because Route 53 was still processing a prior request.",
         ),
         Fault::Custom { status, code, message } => (*status, code.as_str(), code.as_str(), message.as_str()),
-        Fault::Latency(_) | Fault::PendingChange => (500, "InternalFailure", "InternalFailure", "fault proxy: not an error fault"),
+        Fault::Latency(_) | Fault::SlowResponse(_) | Fault::PendingChange | Fault::PendingCertificate => {
+            (500, "InternalFailure", "InternalFailure", "fault proxy: not an error fault")
+        }
     };
     let status = StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
     let request_id = uuid::Uuid::new_v4().to_string();

@@ -6,8 +6,10 @@
 //! - [`emulators`]: the moto AWS emulator (ACM, Route53, STS, CloudFront) and MiniStack (the
 //!   CloudFront tenant APIs moto lacks).
 //! - [`fault_proxy`]: an HTTP proxy between the AWS SDK and an emulator that answers chosen
-//!   calls with real AWS errors, latency or PENDING changes.
+//!   calls with real AWS errors, latency (before or after the call takes effect) or PENDING
+//!   changes.
 //! - [`measure`]: memory and CPU of a process, for benchmarks.
+//! - [`leaks`]: looks for account ids (or any secret) in statuses, events, logs and metrics.
 //!
 //! The binaries come from `scripts/install-test-tools`, found in `$BLOCKWORK_TOOLS_DIR`
 //! (default `~/.cache/blockwork-tools`).
@@ -15,6 +17,7 @@
 pub mod control_plane;
 pub mod emulators;
 pub mod fault_proxy;
+pub mod leaks;
 pub mod measure;
 mod process;
 mod tools;

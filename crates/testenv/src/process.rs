@@ -95,6 +95,16 @@ impl Process {
     }
 }
 
+/// A process that goes with its owner (one a test started for itself); the shared ones live in
+/// statics and die with the test binary.
+impl Drop for Process {
+    fn drop(&mut self) {
+        let mut child = self.child.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let _ = child.kill();
+        let _ = child.wait();
+    }
+}
+
 /// Polls `ready` every 100 ms until it is true, the process exits, or `timeout` passes.
 pub(crate) async fn wait_until<F, Fut>(process: &Process, timeout: Duration, mut ready: F) -> Result<(), Error>
 where

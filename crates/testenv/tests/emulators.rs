@@ -140,6 +140,45 @@ async fn latency_delays_the_call() {
 }
 
 #[tokio::test]
+async fn a_slow_response_takes_effect_before_its_caller_hears_of_it() {
+    let proxy = proxy().await;
+    let through_proxy = aws_sdk_acm::Client::new(&sdk_config(&proxy.endpoint(), RetryConfig::disabled()).await);
+    let direct = aws_sdk_acm::Client::new(&sdk_config(&moto().await.unwrap().endpoint(), RetryConfig::disabled()).await);
+    proxy.inject(Operation::named("RequestCertificate"), Fault::SlowResponse(Duration::from_secs(2)), 1);
+    let started = Instant::now();
+    let request = tokio::spawn(async move {
+        through_proxy
+            .request_certificate()
+            .domain_name("slow-response.example.com")
+            .validation_method(aws_sdk_acm::types::ValidationMethod::Dns)
+            .send()
+            .await
+            .unwrap()
+            .certificate_arn
+            .unwrap()
+    });
+    let listed = loop {
+        // moto may answer a listing made while it generates the request's key with a 500: look again.
+        let found = match direct.list_certificates().send().await {
+            Ok(listing) => {
+                listing.certificate_summary_list().iter().find(|s| s.domain_name() == Some("slow-response.example.com")).cloned()
+            }
+            Err(error) if error.raw_response().is_some_and(|r| r.status().as_u16() == 500) => None,
+            Err(error) => panic!("{error:?}"),
+        };
+        if let Some(found) = found {
+            break found;
+        }
+        assert!(started.elapsed() < Duration::from_secs(2), "the request did not take effect before its answer");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert!(!request.is_finished(), "the caller is still waiting");
+    let arn = request.await.unwrap();
+    assert!(started.elapsed() >= Duration::from_secs(2));
+    assert_eq!(listed.certificate_arn(), Some(arn.as_str()));
+}
+
+#[tokio::test]
 async fn access_denied_reaches_sts_callers_as_an_xml_error() {
     let proxy = proxy().await;
     let sts = aws_sdk_sts::Client::new(&sdk_config(&proxy.endpoint(), RetryConfig::disabled()).await);

@@ -1,25 +1,26 @@
 //! A cache of certificate lookups (moka: TTL, bounded size), by ARN (DescribeCertificate of
-//! issued certificates) and by FQDN (the account's certificate listing that adoption searches),
-//! with hit and miss metrics. Ready certificates are looked up about once an hour; the cache
-//! makes repeated reconciles in between (spec or annotation changes, restarts of the watch)
+//! issued certificates) and by FQDN (the account's certificate listing that lookups by tag start
+//! from), with hit and miss metrics. Ready certificates are looked up about once an hour; the
+//! cache makes repeated reconciles in between (spec or annotation changes, restarts of the watch)
 //! free, and a thousand Certs created at once share one listing instead of each paging through
-//! all certificates.
+//! all certificates. A caller that needs a complete listing says so ([`Freshness::Current`]): it
+//! is read from AWS, and replaces the shared one.
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use moka::future::Cache;
 
-use super::{AwsError, Certificate, CertificateApi, CertificateRequest, DnsApi, DnsRecord};
+use super::{AwsError, Certificate, CertificateApi, CertificateRequest, DnsApi, DnsRecord, Freshness};
 use crate::metrics::CertMetrics;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct CacheConfig {
     pub ttl: Duration,
     pub max_entries: u64,
-    /// How long the certificate listing is reused. It may miss a certificate requested since:
-    /// harmless, as a create repeated within ACM's one-hour token window returns the same
-    /// certificate; a restarted process always lists afresh.
+    /// How long the certificate listing is reused for [`Freshness::Recent`] lookups. It misses
+    /// a certificate requested since, so callers that conclude from a listing that a certificate
+    /// does not exist ask for [`Freshness::Current`] instead.
     pub listing_ttl: Duration,
 }
 
@@ -62,13 +63,15 @@ impl<T: CertificateApi> CertificateApi for Cached<T> {
         Ok(certificate)
     }
 
-    async fn list_certificates(&self) -> Result<Vec<(String, String)>, AwsError> {
-        if let Some(listing) = self.listing.get(&()).await {
+    async fn list_certificates(&self, freshness: Freshness) -> Result<Vec<(String, String)>, AwsError> {
+        if freshness == Freshness::Recent
+            && let Some(listing) = self.listing.get(&()).await
+        {
             self.metrics.cache_lookup("fqdn", true);
             return Ok(listing.as_ref().clone());
         }
         self.metrics.cache_lookup("fqdn", false);
-        let listing = self.inner.list_certificates().await?;
+        let listing = self.inner.list_certificates(freshness).await?;
         self.listing.insert((), Arc::new(listing.clone())).await;
         Ok(listing)
     }
@@ -135,11 +138,22 @@ mod tests {
         cache.describe("arn:1").await.unwrap();
         assert_eq!(cache.inner.count("describe"), 1);
         assert_eq!(metrics.cache_counts("arn"), (1, 1));
-        cache.list_certificates().await.unwrap();
-        let listed = cache.list_certificates().await.unwrap();
+        cache.list_certificates(Freshness::Recent).await.unwrap();
+        let listed = cache.list_certificates(Freshness::Recent).await.unwrap();
         assert_eq!(listed, [("a.example.com".to_owned(), "arn:1".to_owned())]);
         assert_eq!(cache.inner.count("list_certificates"), 1, "the listing is shared");
         assert_eq!(metrics.cache_counts("fqdn"), (1, 1));
+    }
+
+    #[tokio::test]
+    async fn a_current_listing_is_read_from_aws_and_replaces_the_shared_one() {
+        let (cache, _) = cached(Fake::default());
+        assert!(cache.list_certificates(Freshness::Recent).await.unwrap().is_empty());
+        *cache.inner.certificate.lock().unwrap() = Fake::with(AcmStatus::PendingValidation).certificate.into_inner().unwrap();
+        assert!(cache.list_certificates(Freshness::Recent).await.unwrap().is_empty(), "a recent listing may miss a new certificate");
+        assert_eq!(cache.list_certificates(Freshness::Current).await.unwrap().len(), 1, "a current one does not");
+        assert_eq!(cache.list_certificates(Freshness::Recent).await.unwrap().len(), 1, "and is shared from then on");
+        assert_eq!(cache.inner.count("list_certificates"), 2);
     }
 
     #[tokio::test]

@@ -84,6 +84,19 @@ pub struct Certificate {
     pub validations: Vec<DomainValidation>,
 }
 
+/// How current a certificate listing must be. Chosen by the caller, where it knows why it lists:
+/// a cache may serve a recent listing, never one that misses a certificate whose absence the
+/// caller is about to act on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Freshness {
+    /// A listing a few seconds old will do: looking for a certificate requested long ago (an
+    /// adoption), or one a repeated request would return anyway.
+    Recent,
+    /// Read now: the caller concludes from the listing that a certificate does not exist (before
+    /// releasing a deleted Cert, or replacing the record of a create that may have made one).
+    Current,
+}
+
 /// What RequestCertificate sends.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct CertificateRequest {
@@ -99,8 +112,8 @@ pub trait CertificateApi: Send + Sync + 'static {
     /// DescribeCertificate. A missing certificate is an error of class `NotFound`.
     fn describe(&self, arn: &str) -> impl Future<Output = Result<Certificate, AwsError>> + Send;
     /// ListCertificates (pending, issued and failed ones): `(domain, ARN)` of every
-    /// certificate of the account and region, the index by FQDN that adoption looks in.
-    fn list_certificates(&self) -> impl Future<Output = Result<Vec<(String, String)>, AwsError>> + Send;
+    /// certificate of the account and region, the index by FQDN that lookups by tag start from.
+    fn list_certificates(&self, freshness: Freshness) -> impl Future<Output = Result<Vec<(String, String)>, AwsError>> + Send;
     /// ListTagsForCertificate.
     fn list_tags(&self, arn: &str) -> impl Future<Output = Result<Vec<(String, String)>, AwsError>> + Send;
     /// RequestCertificate with DNS validation; returns the ARN. Idempotent under the token.
@@ -230,7 +243,7 @@ pub(crate) mod fake {
                 message: "gone".into(),
             })
         }
-        async fn list_certificates(&self) -> Result<Vec<(String, String)>, AwsError> {
+        async fn list_certificates(&self, _freshness: Freshness) -> Result<Vec<(String, String)>, AwsError> {
             self.call("list_certificates")?;
             Ok(self.certificate.lock().unwrap().iter().map(|c| (c.domain.clone(), c.arn.clone())).collect())
         }

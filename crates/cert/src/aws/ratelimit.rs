@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use governor::middleware::{StateInformationMiddleware, StateSnapshot};
 use governor::{DefaultDirectRateLimiter, DefaultKeyedRateLimiter, Quota, RateLimiter};
 
-use super::{AwsError, Certificate, CertificateApi, CertificateRequest, DnsApi, DnsRecord};
+use super::{AwsError, Certificate, CertificateApi, CertificateRequest, DnsApi, DnsRecord, Freshness};
 use crate::metrics::CertMetrics;
 
 /// Requests per second and burst of each bucket. Defaults: half of AWS's quotas (seed 000).
@@ -85,11 +85,11 @@ impl<T: CertificateApi> CertificateApi for RateLimited<T> {
         self.inner.describe(arn).await
     }
 
-    async fn list_certificates(&self) -> Result<Vec<(String, String)>, AwsError> {
+    async fn list_certificates(&self, freshness: Freshness) -> Result<Vec<(String, String)>, AwsError> {
         // One token for all pages: a listing is shared by every adoption lookup for a while
         // (see the cache), so it is rare.
         self.acm_token().await;
-        self.inner.list_certificates().await
+        self.inner.list_certificates(freshness).await
     }
 
     async fn list_tags(&self, arn: &str) -> Result<Vec<(String, String)>, AwsError> {

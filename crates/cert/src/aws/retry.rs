@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use backon::{ExponentialBuilder, Retryable};
 
-use super::{AwsError, Certificate, CertificateApi, CertificateRequest, DnsApi, DnsRecord, ErrorClass};
+use super::{AwsError, Certificate, CertificateApi, CertificateRequest, DnsApi, DnsRecord, ErrorClass, Freshness};
 use crate::metrics::CertMetrics;
 
 /// Backoff between attempts: `min(max_delay, base_delay × 2^n)` with jitter (seed 000: 1 s
@@ -64,8 +64,8 @@ impl<T: CertificateApi> CertificateApi for Retrying<T> {
         (|| self.inner.describe(arn)).retry(self.backoff()).when(retryable).notify(|e, d| self.notify(e, d)).await
     }
 
-    async fn list_certificates(&self) -> Result<Vec<(String, String)>, AwsError> {
-        (|| self.inner.list_certificates()).retry(self.backoff()).when(retryable).notify(|e, d| self.notify(e, d)).await
+    async fn list_certificates(&self, freshness: Freshness) -> Result<Vec<(String, String)>, AwsError> {
+        (|| self.inner.list_certificates(freshness)).retry(self.backoff()).when(retryable).notify(|e, d| self.notify(e, d)).await
     }
 
     async fn list_tags(&self, arn: &str) -> Result<Vec<(String, String)>, AwsError> {

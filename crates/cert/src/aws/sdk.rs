@@ -13,7 +13,9 @@ use aws_sdk_acm::types::{CertificateStatus, Tag, ValidationMethod};
 use aws_sdk_route53::types::{Change, ChangeAction, ChangeBatch, ResourceRecord, ResourceRecordSet, RrType};
 use blockwork_aws::classify_sdk_error;
 
-use super::{AcmStatus, AwsError, Certificate, CertificateApi, CertificateRequest, DnsApi, DnsRecord, DomainValidation, ErrorClass};
+use super::{
+    AcmStatus, AwsError, Certificate, CertificateApi, CertificateRequest, DnsApi, DnsRecord, DomainValidation, ErrorClass, Freshness,
+};
 use crate::metrics::CertMetrics;
 
 /// ACM and Route53 clients from one SDK configuration.
@@ -80,7 +82,8 @@ impl CertificateApi for Sdk {
         })
     }
 
-    async fn list_certificates(&self) -> Result<Vec<(String, String)>, AwsError> {
+    /// Always current: the SDK has nothing to reuse.
+    async fn list_certificates(&self, _freshness: Freshness) -> Result<Vec<(String, String)>, AwsError> {
         const OP: &str = "ListCertificates";
         let mut found = Vec::new();
         let mut pages = self

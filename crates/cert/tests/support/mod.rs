@@ -32,6 +32,9 @@ pub struct Harness {
     pub metrics: Arc<CertMetrics>,
     /// Where `metrics` are registered, under the seed's prefix `cert_operator`.
     pub registry: Registry,
+    /// The runtime's metrics, shared by every controller this harness starts, and their registry.
+    runtime_metrics: Arc<RuntimeMetrics>,
+    runtime_registry: Registry,
     /// Applied to the configuration of every controller this harness starts.
     tweak: fn(&mut CertConfig),
     controller: Option<JoinHandle<()>>,
@@ -94,6 +97,8 @@ impl Harness {
         }
         let mut registry = Registry::default();
         let metrics = CertMetrics::register(registry.sub_registry_with_prefix("cert_operator"));
+        let mut runtime_registry = Registry::with_prefix("blockwork");
+        let runtime_metrics = RuntimeMetrics::register(&mut runtime_registry);
         let mut harness = Self {
             client: plane.client(),
             namespace,
@@ -103,6 +108,8 @@ impl Harness {
             zones: created,
             metrics,
             registry,
+            runtime_metrics,
+            runtime_registry,
             tweak,
             controller: None,
             plane,
@@ -143,8 +150,7 @@ impl Harness {
             Arc::clone(&self.metrics),
             client.clone(),
         );
-        let runtime_metrics = RuntimeMetrics::register(&mut Registry::default());
-        let context = Context::new(client.clone(), manager, ControllerConfig::new("cert", GROUP), runtime_metrics);
+        let context = Context::new(client.clone(), manager, ControllerConfig::new("cert", GROUP), Arc::clone(&self.runtime_metrics));
         let api: Api<Cert> = Api::namespaced(client, &self.namespace);
         self.controller = Some(tokio::spawn(blockwork_runtime::run(api, context, 4, std::future::pending())));
     }
@@ -161,6 +167,30 @@ impl Harness {
         let mut text = String::new();
         prometheus_client::encoding::text::encode(&mut text, &self.registry).unwrap();
         text
+    }
+
+    /// Reconciles that ended in a 409 from the API server (a status written from a stale copy).
+    pub fn conflicts(&self) -> u64 {
+        let mut text = String::new();
+        prometheus_client::encoding::text::encode(&mut text, &self.runtime_registry).unwrap();
+        text.lines()
+            .filter(|line| line.starts_with("blockwork_reconciles_total{") && line.contains(r#"result="conflict""#))
+            .filter_map(|line| line.rsplit(' ').next()?.parse::<u64>().ok())
+            .sum()
+    }
+
+    /// Waits until the proxy has seen at least `count` calls of `operation` (faulted ones
+    /// included: a call held by latency counts from the moment it arrives).
+    pub async fn wait_for_calls(&self, operation: &str, count: usize) {
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(40);
+        while self.proxy.calls(operation) < count {
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "{operation} was called fewer than {count} times: {:?}",
+                self.proxy.all_calls()
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
     }
 
     pub fn api(&self) -> Api<Cert> {
@@ -218,6 +248,29 @@ impl Harness {
             .filter(|s| s.domain_name() == Some(domain))
             .filter_map(|s| s.certificate_arn().map(str::to_owned))
             .collect()
+    }
+
+    /// ARNs of every ACM certificate (any status, any domain) tagged as owned by the object
+    /// with this UID: what a Cert must account for.
+    pub async fn owned_certificates(&self, uid: &str) -> Vec<String> {
+        let mut owned = Vec::new();
+        let listed = self.acm.list_certificates().send().await.unwrap();
+        for arn in listed.certificate_summary_list().iter().filter_map(|s| s.certificate_arn()) {
+            let Ok(tags) = self.acm.list_tags_for_certificate().certificate_arn(arn).send().await else { continue };
+            if tags.tags().iter().any(|t| t.key() == "blockwork.dev/owner-uid" && t.value() == Some(uid)) {
+                owned.push(arn.to_owned());
+            }
+        }
+        owned.sort();
+        owned
+    }
+
+    /// The alternative names of a certificate as ACM lists them (the primary domain included).
+    pub async fn names_of(&self, arn: &str) -> Vec<String> {
+        let described = self.acm.describe_certificate().certificate_arn(arn).send().await.unwrap();
+        let mut names = described.certificate().unwrap().subject_alternative_names().to_vec();
+        names.sort();
+        names
     }
 
     pub async fn certificate_exists(&self, arn: &str) -> bool {

@@ -87,6 +87,10 @@ pub struct Call {
     pub at: Instant,
     pub state: Option<ReconcileState>,
     pub create_pending: bool,
+    /// The spec the create-pending marker was written for, as JSON.
+    pub marked_spec: Option<String>,
+    /// The object's spec, as JSON.
+    pub spec: String,
     pub resource_version: Option<String>,
 }
 
@@ -162,6 +166,8 @@ impl Backend {
             at: Instant::now(),
             state: object.status.as_ref().and_then(|s| s.reconcile_state),
             create_pending: object.status.as_ref().is_some_and(|s| s.create_pending.is_some()),
+            marked_spec: object.status.as_ref().and_then(|s| s.create_pending.as_ref()).and_then(|m| m.spec.clone()),
+            spec: serde_json::to_string(&object.spec).unwrap(),
             resource_version: object.resource_version(),
         });
         cloud.scripts.get_mut(operation).and_then(VecDeque::pop_front)

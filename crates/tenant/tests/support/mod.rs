@@ -8,7 +8,10 @@ use std::time::Duration;
 
 use aws_config::BehaviorVersion;
 use aws_config::retry::RetryConfig;
-use aws_sdk_cloudfront::types::{ConnectionMode, DefaultCacheBehavior, DistributionConfig, Origin, Origins, ViewerProtocolPolicy};
+use aws_sdk_cloudfront::types::{
+    ConnectionMode, DefaultCacheBehavior, DistributionConfig, Origin, Origins, ParameterDefinition, ParameterDefinitionSchema,
+    StringSchemaConfig, TenantConfig, ViewerCertificate, ViewerProtocolPolicy,
+};
 use aws_sdk_route53::types::{Change, ChangeAction, ChangeBatch, ResourceRecord, ResourceRecordSet, RrType};
 use blockwork_runtime::policy::DRIFT_POLICY_ANNOTATION;
 use blockwork_runtime::{Context, ControllerConfig, DriftPolicy, RuntimeMetrics};
@@ -96,12 +99,15 @@ impl Harness {
         let emulator = ministack().await.expect("MiniStack starts").endpoint();
         let proxy = FaultProxy::start(&emulator).await.expect("proxy starts");
         let aws = aws_sdk_cloudfront::Client::new(&sdk_config(&emulator).await);
-        let distribution_id = multi_tenant_distribution(&aws, &namespace).await;
+        let acm = aws_sdk_acm::Client::new(&sdk_config(&emulator).await);
+        // The distribution serves a certificate of its own for the test's domains, so tenants
+        // need none (a distribution on CloudFront's default certificate refuses them).
+        let wildcard = request_certificate(&acm, &[format!("*.{namespace}.example.com")]).await;
+        let distribution_id = multi_tenant_distribution(&aws, &format!("{namespace}-main"), Some(&wildcard), &[]).await;
         default_connection_group(&aws, &distribution_id, &namespace).await;
         let mut registry = Registry::default();
         let metrics = TenantMetrics::register(&mut registry);
         let runtime_metrics = RuntimeMetrics::register(&mut registry);
-        let acm = aws_sdk_acm::Client::new(&sdk_config(&emulator).await);
         let moto = moto().await.expect("moto starts").endpoint();
         let dns_proxy = FaultProxy::start(&moto).await.expect("proxy starts");
         let route53 = aws_sdk_route53::Client::new(&sdk_config(&moto).await);
@@ -311,16 +317,17 @@ impl Harness {
 
     /// An ACM certificate in us-east-1 for `names` (first is the domain name).
     pub async fn certificate(&self, names: &[String]) -> String {
-        let output = self
-            .acm
-            .request_certificate()
-            .domain_name(&names[0])
-            .set_subject_alternative_names(Some(names.to_vec()))
-            .validation_method(aws_sdk_acm::types::ValidationMethod::Dns)
-            .send()
-            .await
-            .expect("certificate is requested in MiniStack");
-        output.certificate_arn().unwrap().to_owned()
+        request_certificate(&self.acm, names).await
+    }
+
+    /// Another multi-tenant distribution: on CloudFront's default certificate, or with one of
+    /// its own for the test's domains; declaring `parameters` as (name, required, default).
+    pub async fn distribution(&self, reference: &str, default_certificate: bool, parameters: &[(&str, bool, Option<&str>)]) -> String {
+        let certificate = match default_certificate {
+            true => None,
+            false => Some(self.certificate(&[format!("*.{}.example.com", self.namespace)]).await),
+        };
+        multi_tenant_distribution(&self.aws, &format!("{}-{reference}", self.namespace), certificate.as_deref(), parameters).await
     }
 
     pub fn metrics_text(&self) -> String {
@@ -396,8 +403,27 @@ async fn default_connection_group(aws: &aws_sdk_cloudfront::Client, distribution
         .expect("a first tenant is created in MiniStack");
 }
 
-/// A `tenant-only` distribution, the kind tenants attach to.
-async fn multi_tenant_distribution(aws: &aws_sdk_cloudfront::Client, reference: &str) -> String {
+async fn request_certificate(acm: &aws_sdk_acm::Client, names: &[String]) -> String {
+    let output = acm
+        .request_certificate()
+        .domain_name(&names[0])
+        .set_subject_alternative_names(Some(names.to_vec()))
+        .validation_method(aws_sdk_acm::types::ValidationMethod::Dns)
+        .send()
+        .await
+        .expect("certificate is requested in MiniStack");
+    output.certificate_arn().unwrap().to_owned()
+}
+
+/// A `tenant-only` distribution, the kind tenants attach to: with `certificate` as its viewer
+/// certificate (`None`: CloudFront's default certificate) and `parameters` as its tenant
+/// parameters, (name, required, default).
+async fn multi_tenant_distribution(
+    aws: &aws_sdk_cloudfront::Client,
+    reference: &str,
+    certificate: Option<&str>,
+    parameters: &[(&str, bool, Option<&str>)],
+) -> String {
     let origin = Origin::builder().id("origin").domain_name("origin.example.com").build().unwrap();
     let config = DistributionConfig::builder()
         .caller_reference(reference)
@@ -413,6 +439,27 @@ async fn multi_tenant_distribution(aws: &aws_sdk_cloudfront::Client, reference: 
         .comment("blockwork tenant tests")
         .enabled(true)
         .connection_mode(ConnectionMode::TenantOnly)
+        .viewer_certificate(match certificate {
+            Some(arn) => ViewerCertificate::builder().acm_certificate_arn(arn).build(),
+            None => ViewerCertificate::builder().cloud_front_default_certificate(true).build(),
+        })
+        .tenant_config(
+            TenantConfig::builder()
+                .set_parameter_definitions(Some(
+                    parameters
+                        .iter()
+                        .map(|(name, required, default)| {
+                            let schema = StringSchemaConfig::builder().required(*required).set_default_value(default.map(str::to_owned));
+                            ParameterDefinition::builder()
+                                .name(*name)
+                                .definition(ParameterDefinitionSchema::builder().string_schema(schema.build().unwrap()).build())
+                                .build()
+                                .unwrap()
+                        })
+                        .collect(),
+                ))
+                .build(),
+        )
         .build()
         .unwrap();
     let output = aws.create_distribution().distribution_config(config).send().await.expect("distribution is created in MiniStack");
