@@ -88,16 +88,18 @@ fn main() -> std::process::ExitCode {
                 .map(|(name, scenario)| {
                     let suite = suite.clone();
                     let scenario = *scenario;
-                    let trial = Trial::test(*name, move || scenario(&suite).map_err(|e| Failed::from(format!("{e:#}"))));
+                    let trial = Trial::test(*name, move || {
+                        scenario(&suite).map_err(|error| {
+                            // While the release is still there (the last scenario uninstalls it).
+                            suite.dump_logs();
+                            Failed::from(format!("{error:#}"))
+                        })
+                    });
                     trial.with_ignored_flag(chart_missing.is_some() && !NODE_ONLY.contains(name))
                 })
                 .chain(not_runnable())
                 .collect();
-            let conclusion = libtest_mimic::run(&args, trials);
-            if conclusion.has_failed() {
-                suite.dump_logs();
-            }
-            conclusion
+            libtest_mimic::run(&args, trials)
         }
         Err(error) => {
             let message = format!("the node or the release did not come up: {error:#}");
@@ -239,7 +241,7 @@ impl Suite {
         Ok(namespace)
     }
 
-    /// When a scenario failed: what the operator said.
+    /// When a scenario failed: what the operator said (on stderr, which the test output shows).
     fn dump_logs(&self) {
         for pod in self.blockwork_pods().unwrap_or_default() {
             let log = self.node.kubectl(&["-n", NAMESPACE, "logs", &pod, "--tail=40"]).unwrap_or_else(|e| e.to_string());
