@@ -800,9 +800,14 @@ import sys, uuid, boto3
 route53 = boto3.client("route53", endpoint_url=sys.argv[1], region_name="us-east-1")
 zone = route53.create_hosted_zone(Name="k8s.example.com", CallerReference=str(uuid.uuid4()))
 cloudfront = boto3.client("cloudfront", endpoint_url=sys.argv[2], region_name="us-east-1")
+# The distribution serves a certificate for the tenants' domains (as in `make dev`): on
+# CloudFront's default certificate a tenant must bring its own.
+acm = boto3.client("acm", endpoint_url=sys.argv[2], region_name="us-east-1")
+certificate = acm.request_certificate(DomainName="*.k8s.example.com", ValidationMethod="DNS")["CertificateArn"]
 group = cloudfront.create_connection_group(Name="blockwork-e2e", Enabled=True)
 distribution = cloudfront.create_distribution(DistributionConfig={
     "CallerReference": str(uuid.uuid4()), "Comment": "blockwork e2e", "Enabled": True, "ConnectionMode": "tenant-only",
+    "ViewerCertificate": {"ACMCertificateArn": certificate, "SSLSupportMethod": "sni-only", "MinimumProtocolVersion": "TLSv1.2_2021"},
     "Origins": {"Quantity": 1, "Items": [{"Id": "origin", "DomainName": "origin.example.com",
         "CustomOriginConfig": {"HTTPPort": 80, "HTTPSPort": 443, "OriginProtocolPolicy": "https-only"}}]},
     "DefaultCacheBehavior": {"TargetOriginId": "origin", "ViewerProtocolPolicy": "redirect-to-https",
