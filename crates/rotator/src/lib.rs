@@ -11,6 +11,7 @@
 //! It runs as the `rotator` controller of `blockwork run`, with [`RotatorArgs`] flattened into
 //! that command's flags.
 
+mod cache;
 pub mod config;
 pub mod controller;
 pub mod jwks;
