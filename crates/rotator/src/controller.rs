@@ -619,9 +619,8 @@ impl Router {
         if kind == Kind::Tls {
             self.rotator.cache().remove(&key);
         }
-        let was_source = self.sources[kind.index()].remove(&key) || self.rotator.keys.is_source(secret.annotations());
-        self.forget_source(kind, identity(&secret.metadata));
-        if was_source {
+        if self.sources[kind.index()].remove(&key) || self.rotator.keys.is_source(secret.annotations()) {
+            self.forget_source(kind, identity(&secret.metadata));
             let _ = self.deleted.unbounded_send(Meta { metadata: secret.metadata, ..Meta::default() });
         }
     }
@@ -886,5 +885,133 @@ mod tests {
         assert!(!index.sources.contains_key(&("ns".to_owned(), "t".to_owned())), "no empty sets left behind");
         index.clear();
         assert!(index.naming("other", "t").is_empty());
+    }
+
+    /// A router of the namespace `ns` whose rotator has a client that is never called.
+    struct Routed {
+        router: Router,
+        rotator: Arc<Rotator>,
+        triggered: mpsc::UnboundedReceiver<ObjectRef<Meta>>,
+        store: reflector::Store<Meta>,
+    }
+
+    impl Routed {
+        fn new() -> Self {
+            let client = Client::try_from(kube::Config::new("http://127.0.0.1:9".parse().expect("a URL"))).expect("a client");
+            let config = Config::new(&crate::RotatorArgs::default(), &[], 1).expect("valid");
+            let mut registry = prometheus_client::registry::Registry::default();
+            let rotator = Arc::new(Rotator::new(client, &config, Metrics::register(&mut registry)));
+            let (store, writer) = reflector::store::<Meta>();
+            let (triggers, triggered) = mpsc::unbounded();
+            let (deleted, _) = mpsc::unbounded();
+            Self { router: Router::new(Arc::clone(&rotator), Some("ns".into()), writer, triggers, deleted), rotator, triggered, store }
+        }
+
+        fn list(&mut self, kind: Kind, secrets: Vec<Secret>) {
+            self.router.route(kind, Event::Init);
+            for secret in secrets {
+                self.router.route(kind, Event::InitApply(secret));
+            }
+            self.router.route(kind, Event::InitDone);
+        }
+
+        fn triggered(&mut self) -> Vec<String> {
+            let mut names = Vec::new();
+            while let Ok(reference) = self.triggered.try_recv() {
+                names.push(reference.name);
+            }
+            names
+        }
+
+        fn cached(&self, name: &str) -> bool {
+            self.rotator.cache().get("ns", name).is_some()
+        }
+
+        fn in_store(&self, name: &str) -> bool {
+            self.store.get(&ObjectRef::new(name).within("ns")).is_some()
+        }
+    }
+
+    fn secret(name: &str, annotations: &[(&str, &str)], labels: &[(&str, &str)]) -> Secret {
+        let map = |pairs: &[(&str, &str)]| Some(pairs.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())).collect());
+        Secret {
+            metadata: ObjectMeta {
+                name: Some(name.into()),
+                namespace: Some("ns".into()),
+                resource_version: Some("1".into()),
+                annotations: map(annotations),
+                labels: map(labels),
+                ..ObjectMeta::default()
+            },
+            ..Secret::default()
+        }
+    }
+
+    fn source(name: &str, target: &str) -> Secret {
+        let keys = Keys::default();
+        secret(name, &[(&keys.source, "true"), (&keys.destination, target)], &[])
+    }
+
+    #[tokio::test]
+    async fn reconciles_wait_until_both_watches_have_listed() {
+        let mut routed = Routed::new();
+        routed.list(Kind::Tls, vec![source("a", "t")]);
+        assert!(routed.triggered().is_empty(), "the other watch has not listed yet");
+        assert!(routed.in_store("a"));
+        assert!(!routed.rotator.cache().is_consistent("other-namespace"));
+        routed.list(Kind::Other, vec![source("b", "u")]);
+        assert_eq!(routed.triggered(), ["a", "b"]);
+        assert!(routed.rotator.cache().is_consistent("ns"));
+        routed.router.route(Kind::Tls, Event::Apply(source("a", "t")));
+        assert_eq!(routed.triggered(), ["a"], "afterwards each change at once");
+    }
+
+    #[tokio::test]
+    async fn the_cache_keeps_sources_the_secrets_they_name_and_the_rotators_targets_only() {
+        let mut routed = Routed::new();
+        routed.list(Kind::Other, vec![]);
+        let managed = [(MANAGED_BY_LABEL, MANAGED_BY)];
+        routed.list(Kind::Tls, vec![source("a", "t"), secret("t", &[], &[]), secret("orphan", &[], &managed), secret("web", &[], &[])]);
+        assert!(routed.cached("a") && routed.cached("t") && routed.cached("orphan"));
+        assert!(!routed.cached("web"), "an unrelated TLS Secret streams past");
+
+        // The source names another target: the old one is dropped at its next event.
+        routed.router.route(Kind::Tls, Event::Apply(source("a", "t2")));
+        routed.router.route(Kind::Tls, Event::Apply(secret("t", &[], &[])));
+        assert!(!routed.cached("t"));
+        routed.router.route(Kind::Tls, Event::Delete(secret("orphan", &[], &managed)));
+        assert!(!routed.cached("orphan"));
+    }
+
+    #[tokio::test]
+    async fn a_relist_forgets_what_it_no_longer_lists_and_holds_reconciles_until_it_is_done() {
+        let mut routed = Routed::new();
+        routed.list(Kind::Other, vec![]);
+        routed.list(Kind::Tls, vec![source("a", "t"), source("b", "u"), secret("u", &[], &[])]);
+        routed.triggered();
+
+        routed.router.route(Kind::Tls, Event::Init);
+        routed.router.route(Kind::Tls, Event::InitApply(source("a", "t")));
+        assert!(!routed.rotator.cache().is_consistent("ns"), "half listed");
+        assert!(routed.triggered().is_empty(), "held while listing");
+        routed.router.route(Kind::Tls, Event::InitDone);
+        assert_eq!(routed.triggered(), ["a"]);
+        assert!(routed.in_store("a") && !routed.in_store("b"), "b was deleted while the watch was away");
+        assert!(!routed.cached("b") && !routed.cached("u"));
+        assert!(routed.rotator.cache().is_consistent("ns"));
+    }
+
+    #[tokio::test]
+    async fn a_change_of_a_named_secret_reconciles_its_sources_unless_it_is_the_rotators_own_write() {
+        let mut routed = Routed::new();
+        routed.list(Kind::Other, vec![]);
+        routed.list(Kind::Tls, vec![source("a", "t"), source("b", "t")]);
+        routed.triggered();
+        routed.router.route(Kind::Other, Event::Apply(secret("t", &[], &[])));
+        assert_eq!(routed.triggered(), ["a", "b"], "a Secret in the way, of any type");
+
+        routed.rotator.written.lock().expect("not poisoned").insert(("ns".into(), "t".into()), "1".into());
+        routed.router.route(Kind::Tls, Event::Apply(secret("t", &[], &[])));
+        assert!(routed.triggered().is_empty(), "the rotator's own write");
     }
 }
