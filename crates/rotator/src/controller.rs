@@ -517,8 +517,9 @@ struct Listing {
 /// into the [`Cache`]; sources into the controller's store (stripped to their identity); a
 /// change of a source, or of a Secret that sources name, to a reconcile of those sources;
 /// deletions of sources to [`Rotator::source_deleted`] and to the other sources naming the same
-/// target (which may take it over). Reconciles wait while a watch (re)lists, so that they never
-/// plan from a half-listed cache.
+/// target (which may take it over). Reconciles wait while the TLS watch (re)lists, so that they
+/// never plan from a half-listed cache; the metadata watch's list does not hold them up (what it
+/// brings is read, never cached).
 struct Router {
     rotator: Arc<Rotator>,
     scope: Scope,
@@ -526,8 +527,9 @@ struct Router {
     sources: [HashSet<Key>; 2],
     destinations: [Destinations; 2],
     listings: [Option<Listing>; 2],
-    listed: [bool; 2],
-    /// Sources to reconcile once no watch is listing.
+    /// Whether the TLS watch has listed once.
+    tls_listed: bool,
+    /// Sources to reconcile once the TLS watch has listed.
     held: BTreeSet<Key>,
     store: Writer<Meta>,
     triggers: mpsc::UnboundedSender<ObjectRef<Meta>>,
@@ -552,7 +554,7 @@ impl Router {
             sources: Default::default(),
             destinations: Default::default(),
             listings: Default::default(),
-            listed: [false; 2],
+            tls_listed: false,
             held: BTreeSet::new(),
             store,
             triggers,
@@ -641,8 +643,8 @@ impl Router {
         }
         if kind == Kind::Tls {
             self.rotator.cache().listed(self.scope.clone(), &listing.kept);
+            self.tls_listed = true;
         }
-        self.listed[kind.index()] = true;
         if self.reconciles_may_run() {
             for key in std::mem::take(&mut self.held) {
                 self.trigger(key);
@@ -713,7 +715,7 @@ impl Router {
     }
 
     fn reconciles_may_run(&self) -> bool {
-        self.listed.iter().all(|listed| *listed) && self.listings.iter().all(Option::is_none)
+        self.tls_listed && self.listings[Kind::Tls.index()].is_none()
     }
 
     fn trigger(&mut self, key: Key) {
@@ -949,15 +951,21 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn reconciles_wait_until_both_watches_have_listed() {
+    async fn reconciles_wait_until_the_tls_watch_has_listed() {
         let mut routed = Routed::new();
-        routed.list(Kind::Tls, vec![source("a", "t")]);
-        assert!(routed.triggered().is_empty(), "the other watch has not listed yet");
-        assert!(routed.in_store("a"));
-        assert!(!routed.rotator.cache().is_consistent("other-namespace"));
-        routed.list(Kind::Other, vec![source("b", "u")]);
+        routed.router.route(Kind::Tls, Event::Init);
+        routed.router.route(Kind::Tls, Event::InitApply(source("a", "t")));
+        routed.router.route(Kind::Other, Event::Init);
+        routed.router.route(Kind::Other, Event::InitApply(source("b", "u")));
+        assert!(routed.triggered().is_empty(), "the cache is half listed");
+        assert!(routed.in_store("a") && routed.in_store("b"));
+        assert!(!routed.rotator.cache().is_consistent("ns"));
+        routed.router.route(Kind::Tls, Event::InitDone);
         assert_eq!(routed.triggered(), ["a", "b"]);
         assert!(routed.rotator.cache().is_consistent("ns"));
+        routed.router.route(Kind::Other, Event::InitApply(source("c", "v")));
+        assert_eq!(routed.triggered(), ["c"], "the metadata watch's list holds nothing up");
+        routed.router.route(Kind::Other, Event::InitDone);
         routed.router.route(Kind::Tls, Event::Apply(source("a", "t")));
         assert_eq!(routed.triggered(), ["a"], "afterwards each change at once");
     }
