@@ -444,8 +444,10 @@ pub fn pod_state(pod: &Pod, now: Timestamp) -> (String, bool) {
 pub struct RotatorObjects {
     /// The target the source names, if it exists.
     pub target: Option<Secret>,
-    /// The events about the source (the rotator reports each write on the source too).
+    /// The events about the source: why the rotator writes nothing, as warnings.
     pub source_events: Vec<Event>,
+    /// The events about the target: each write the rotator makes (read for `explain` only).
+    pub target_events: Vec<Event>,
 }
 
 /// Reasons the rotator gives when it writes nothing.
@@ -455,7 +457,7 @@ const BLOCKED: &[&str] = &["InvalidSource", "InvalidDestination", "TargetNotMana
 pub fn rotator_source(source: &Secret, keys: &Keys, objects: &RotatorObjects, now: Timestamp) -> Report {
     let mut report = Report::new(Kind::RotatorSource, &source.namespace().unwrap_or_default(), &source.name_any());
     report.deleting = source.metadata.deletion_timestamp.is_some();
-    report.set_events(&objects.source_events);
+    report.set_events(&[objects.source_events.as_slice(), objects.target_events.as_slice()].concat());
     let annotations = source.annotations();
     let destination = annotations.get(&keys.destination).map(|d| d.trim().to_owned());
     let source_crt = secret_bytes(source, "tls.crt");

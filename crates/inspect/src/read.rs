@@ -190,7 +190,7 @@ async fn rotator_reports(client: &Client, scope: &Scope, keys: &Keys, now: Times
     for meta in metas.iter().filter(|m| keys.is_source(m.annotations())) {
         let namespace = meta.namespace().unwrap_or_default();
         let Some(source) = Api::<Secret>::namespaced(client.clone(), &namespace).get_opt(&meta.name_any()).await? else { continue };
-        let objects = rotator_objects(client, &source, keys).await?;
+        let objects = rotator_objects(client, &source, keys, false).await?;
         if let Some(target) = &objects.target {
             rotated.insert((namespace.clone(), target.name_any()));
         }
@@ -211,7 +211,8 @@ async fn rotator_reports(client: &Client, scope: &Scope, keys: &Keys, now: Times
     Ok(Ok(reports))
 }
 
-async fn rotator_objects(client: &Client, source: &Secret, keys: &Keys) -> anyhow::Result<RotatorObjects> {
+/// A source's target and events; `with_target_events` for `explain`, which shows the writes too.
+async fn rotator_objects(client: &Client, source: &Secret, keys: &Keys, with_target_events: bool) -> anyhow::Result<RotatorObjects> {
     let namespace = source.namespace().unwrap_or_default();
     let target = match source.annotations().get(&keys.destination).map(|d| d.trim()) {
         Some(name) if !name.is_empty() && name != source.name_any() => {
@@ -220,7 +221,11 @@ async fn rotator_objects(client: &Client, source: &Secret, keys: &Keys) -> anyho
         _ => None,
     };
     let source_events = events_of(client, source).await?;
-    Ok(RotatorObjects { target, source_events })
+    let target_events = match &target {
+        Some(target) if with_target_events => events_of(client, target).await?,
+        _ => Vec::new(),
+    };
+    Ok(RotatorObjects { target, source_events, target_events })
 }
 
 /// Everything `blockwork explain` tells about one object.
@@ -249,7 +254,7 @@ pub async fn report(client: &Client, namespace: &str, kind: KindArg, name: &str,
         KindArg::Secret => {
             let secret = get::<Secret>(client, namespace, name).await?.ok_or_else(not_found)?;
             if keys.is_source(secret.annotations()) {
-                let objects = rotator_objects(client, &secret, keys).await?;
+                let objects = rotator_objects(client, &secret, keys, true).await?;
                 return Ok(kinds::rotator_source(&secret, keys, &objects, now));
             }
             let managed = secret.labels().get(blockwork_rotator::plan::MANAGED_BY_LABEL).map(String::as_str)

@@ -56,8 +56,14 @@ async fn a_source_blocked_by_a_foreign_target_says_how_to_hand_it_over_and_the_t
 
     h.annotate("target", &h.keys.adopt.clone(), Some("true")).await;
     h.wait_for_next("target", &crt).await;
+    h.wait_for_event("target", "Rotated").await;
     let in_sync = report(&h, "source").await;
     assert_eq!((in_sync.state.as_str(), in_sync.ready), ("InSync", Some(true)));
+    assert!(
+        in_sync.events.iter().any(|e| e.reason == "Rotated") && in_sync.events.iter().any(|e| e.reason == "TargetNotManaged"),
+        "the source's story has its warning and the write on its target: {:?}",
+        in_sync.events
+    );
     let target = report(&h, "target").await;
     assert_eq!(target.state, "Managed");
     let target_text = text(target);
