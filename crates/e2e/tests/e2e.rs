@@ -33,6 +33,8 @@ type Scenario = fn(&Suite) -> Result<()>;
 const SCENARIOS: &[(&str, Scenario)] = &[
     ("node_runs_pods_that_reach_each_other_through_services_by_dns_name", node_runs_pods),
     ("chart_with_default_values_runs_two_ready_replicas_one_leading_and_serves_readyz_through_a_service", default_install),
+    ("blockwork_check_after_the_install_reaches_the_webhooks_through_their_service", check_after_install),
+    ("people_who_may_view_or_edit_a_namespace_may_read_or_annotate_its_caches", people_read_and_annotate),
     ("each_cache_engine_runs_ready_pods_that_serve_writes_and_reads_at_the_status_endpoint", cache_engines_serve),
     ("kubectl_scale_changes_a_cache_s_replicas_and_a_config_change_rolls_its_pods", cache_scales_and_rolls),
     ("a_cache_with_tls_serves_tls_only", cache_serves_tls),
@@ -368,6 +370,49 @@ fn default_install(suite: &Suite) -> Result<()> {
     }
     let metrics = suite.client(&["wget", "-qO-", &format!("http://{RELEASE}-metrics.{NAMESPACE}.svc.cluster.local:8080/metrics")])?;
     ensure!(metrics.contains("# EOF"), "/metrics through the chart's Service is not OpenMetrics:\n{metrics}");
+    Ok(())
+}
+
+/// `blockwork check` from a workstation after the install: the webhooks reached through their
+/// Service (the API server's own path to them, not loopback), the Lease held by a pod.
+fn check_after_install(suite: &Suite) -> Result<()> {
+    let node = &suite.node;
+    let leader = suite.leader()?;
+    let check = std::process::Command::new(&suite.binary)
+        .args(["check", "--controllers=cache,rotator", "--kubeconfig"])
+        .arg(node.kubeconfig())
+        .output()?;
+    let report = String::from_utf8_lossy(&check.stdout);
+    ensure!(check.status.success(), "blockwork check failed ({}):\n{report}{}", check.status, String::from_utf8_lossy(&check.stderr));
+    for expected in [
+        format!(
+            "PASS  conversion webhook of caches.cache.blockwork.dev (Service {NAMESPACE}/{RELEASE}-webhook): reachable: a dry-run Cache v1alpha1 was converted"
+        ),
+        format!("PASS  leader Lease {NAMESPACE}/blockwork-leader: held by {leader}"),
+    ] {
+        ensure!(report.lines().any(|line| line.starts_with(&expected)), "blockwork check does not say {expected:?}:\n{report}");
+    }
+    ensure!(report.contains(" 0 fail"), "{report}");
+    Ok(())
+}
+
+/// The chart's roles aggregate into Kubernetes' default ones: whoever may view a namespace may
+/// read its Caches (`blockwork status`, `explain`), whoever may edit it may annotate them
+/// (`retry`, `pause`, `resume`); a viewer may not.
+fn people_read_and_annotate(suite: &Suite) -> Result<()> {
+    let node = &suite.node;
+    let namespace = suite.new_namespace("people")?;
+    node.kubectl(&["-n", &namespace, "create", "rolebinding", "viewer", "--clusterrole=view", "--user=viewer"])?;
+    node.kubectl(&["-n", &namespace, "create", "rolebinding", "editor", "--clusterrole=edit", "--user=editor"])?;
+    let may = |user: &str, verb: &str| {
+        // `kubectl auth can-i` exits 1 for "no".
+        node.kubectl(&["auth", "can-i", verb, "caches.cache.blockwork.dev", "-n", &namespace, "--as", user]).is_ok()
+    };
+    eventually("the view role aggregates the Cache kind", Duration::from_secs(60), || Ok(may("viewer", "list").then_some(())))?;
+    eventually("the edit role aggregates the Cache kind", Duration::from_secs(60), || Ok(may("editor", "patch").then_some(())))?;
+    ensure!(may("editor", "list"), "an editor may not list Caches");
+    ensure!(!may("viewer", "patch"), "a viewer may patch Caches");
+    suite.node.kubectl(&["delete", "namespace", &namespace, "--wait=false"])?;
     Ok(())
 }
 
