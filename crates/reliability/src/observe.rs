@@ -83,8 +83,10 @@ pub async fn scan_for_leaks(client: &Client, namespace: &str, logs: &str, metric
         // tenant's names it for IAM policies and the AWS CLI.
         .identifier_field("certificateArn")
         .identifier_field("arn")
-        // Copies of the spec the user wrote (which names the tenants' certificate by ARN).
-        .identifier_field("lastAppliedSpec");
+        // Copies of the spec the user wrote (which names the tenants' certificate by ARN): the
+        // spec as last applied, and the spec a create under way is for.
+        .identifier_field("lastAppliedSpec")
+        .identifier_field("createPending");
     let kinds = [cert_resource(), tenant_resource(), cache_resource()];
     let mut findings = scanner.namespace(client, namespace, &kinds).await?;
     findings.extend(scanner.text("blockwork log", logs));

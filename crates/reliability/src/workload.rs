@@ -152,44 +152,7 @@ impl Workload {
     /// A seeded plan: every object created once (in a shuffled order), about half of them
     /// updated and a quarter deleted along the way.
     pub fn new(world: &World, client: Client, namespace: &str, tag: &str, counts: Counts, seed: u64) -> Self {
-        let mut rng = StdRng::seed_from_u64(seed);
-        let mut creates: Vec<Step> =
-            [(Kind::Cert, counts.certs), (Kind::Tenant, counts.tenants), (Kind::Cache, counts.caches), (Kind::Source, counts.sources)]
-                .iter()
-                .flat_map(|&(kind, n)| (0..n).map(move |index| Step { op: Op::Create, kind, index }))
-                .collect();
-        creates.shuffle(&mut rng);
-        let mut plan = Vec::new();
-        let mut created: Vec<Step> = Vec::new();
-        let mut deleted: BTreeSet<(Kind, usize)> = BTreeSet::new();
-        let changes = counts.total() * 3 / 4;
-        let mut creates = creates.into_iter();
-        let mut changes_left = changes;
-        loop {
-            let create_next = changes_left == 0 || (created.len() < counts.total() && rng.random_bool(0.6));
-            if create_next {
-                match creates.next() {
-                    Some(step) => {
-                        created.push(step);
-                        plan.push(step);
-                    }
-                    None if changes_left == 0 => break,
-                    None => {}
-                }
-                continue;
-            }
-            changes_left -= 1;
-            let live: Vec<&Step> = created.iter().filter(|s| !deleted.contains(&(s.kind, s.index))).collect();
-            let Some(target) = live.get(rng.random_range(0..live.len().max(1))).copied().copied() else { continue };
-            // Sources are never deleted: the rotator keeps targets (they hold signing keys).
-            let delete = target.kind != Kind::Source && deleted.len() < counts.total() / 4 && rng.random_bool(1.0 / 3.0);
-            if delete {
-                deleted.insert((target.kind, target.index));
-                plan.push(Step { op: Op::Delete, ..target });
-            } else {
-                plan.push(Step { op: Op::Update, ..target });
-            }
-        }
+        let plan = plan(counts, seed);
         Self {
             tag: tag.to_owned(),
             namespace: namespace.to_owned(),
@@ -629,6 +592,50 @@ impl Workload {
         }
         Ok(versions)
     }
+}
+
+/// The seeded plan: every object created once (in a shuffled order), about half of them updated
+/// and a quarter deleted along the way (sources are updated, never deleted).
+fn plan(counts: Counts, seed: u64) -> Vec<Step> {
+    let mut rng = StdRng::seed_from_u64(seed);
+    let mut creates: Vec<Step> =
+        [(Kind::Cert, counts.certs), (Kind::Tenant, counts.tenants), (Kind::Cache, counts.caches), (Kind::Source, counts.sources)]
+            .iter()
+            .flat_map(|&(kind, n)| (0..n).map(move |index| Step { op: Op::Create, kind, index }))
+            .collect();
+    creates.shuffle(&mut rng);
+    let mut plan = Vec::new();
+    let mut created: Vec<Step> = Vec::new();
+    let mut deleted: BTreeSet<(Kind, usize)> = BTreeSet::new();
+    let changes = counts.total() * 3 / 4;
+    let mut creates = creates.into_iter();
+    let mut changes_left = changes;
+    loop {
+        let create_next = changes_left == 0 || (created.len() < counts.total() && rng.random_bool(0.6));
+        if create_next {
+            match creates.next() {
+                Some(step) => {
+                    created.push(step);
+                    plan.push(step);
+                }
+                None if changes_left == 0 => break,
+                None => {}
+            }
+            continue;
+        }
+        changes_left -= 1;
+        let live: Vec<&Step> = created.iter().filter(|s| !deleted.contains(&(s.kind, s.index))).collect();
+        let Some(target) = live.get(rng.random_range(0..live.len().max(1))).copied().copied() else { continue };
+        // Sources are never deleted: the rotator keeps targets (they hold signing keys).
+        let delete = target.kind != Kind::Source && deleted.len() < counts.total() / 4 && rng.random_bool(1.0 / 3.0);
+        if delete {
+            deleted.insert((target.kind, target.index));
+            plan.push(Step { op: Op::Delete, ..target });
+        } else {
+            plan.push(Step { op: Op::Update, ..target });
+        }
+    }
+    plan
 }
 
 fn ready(status: &Value) -> bool {
