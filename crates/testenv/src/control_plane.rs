@@ -31,6 +31,7 @@ pub struct ControlPlane {
     apiserver: Mutex<Option<Process>>,
     apiserver_args: Vec<String>,
     restarts: AtomicUsize,
+    routes: std::sync::Arc<crate::egress::Routes>,
 }
 
 static CONTROL_PLANE: OnceCell<ControlPlane> = OnceCell::const_new();
@@ -76,6 +77,9 @@ impl ControlPlane {
         let sa_key = file("service-account.key", &pki.service_account_key_pem)?;
         let sa_public_key = file("service-account.pub", &pki.service_account_public_key_pem)?;
         let tokens = file("tokens.csv", &format!("{ADMIN_TOKEN},admin,admin,\"system:masters\"\n"))?;
+        let socket = dir.join("egress.sock");
+        let routes = crate::egress::start(&socket)?;
+        let egress = file("egress-selector.yaml", &crate::egress::configuration(&socket))?;
 
         let port = free_port()?;
         let apiserver_args = vec![
@@ -94,6 +98,7 @@ impl ControlPlane {
             "--disable-admission-plugins=ServiceAccount".into(),
             "--endpoint-reconciler-type=none".into(),
             "--allow-privileged=true".into(),
+            format!("--egress-selector-config-file={}", egress.display()),
             "--v=1".into(),
         ];
         let apiserver = Process::start("kube-apiserver", &tool("kube-apiserver")?, &apiserver_args, &[], &dir)?;
@@ -105,7 +110,7 @@ impl ControlPlane {
             .map_err(|e| Error::Setup(format!("kubeconfig: {e}")))?;
         let client = kube::Client::try_from(config.clone()).map_err(|e| Error::Setup(format!("client: {e}")))?;
         wait_until(&apiserver, READY_TIMEOUT, || is_ready(&client)).await?;
-        Ok(Self { config, kubeconfig, dir, etcd, apiserver: Mutex::new(Some(apiserver)), apiserver_args, restarts: AtomicUsize::new(0) })
+        Ok(Self { config, kubeconfig, dir, etcd, apiserver: Mutex::new(Some(apiserver)), apiserver_args, restarts: AtomicUsize::new(0), routes })
     }
 
     /// Kills kube-apiserver (SIGKILL) and starts it again on the same port with the same flags
@@ -174,6 +179,23 @@ impl ControlPlane {
                 .map_err(|_| Error::Setup(format!("CRD {name} was not Established within 30 s")))?
                 .map_err(|e| Error::Setup(format!("waiting for CRD {name}: {e}")))?;
         }
+        Ok(())
+    }
+
+    /// Sends the API server's requests for Service `namespace/name` on `port` (its webhooks and
+    /// conversions) to `backends`, in turn, as kube-proxy would in a cluster; see
+    /// [`crate::egress`]. The Service must exist and have a ClusterIP.
+    pub async fn route_service(&self, namespace: &str, name: &str, port: u16, backends: &[std::net::SocketAddr]) -> Result<(), Error> {
+        let service = Api::<k8s_openapi::api::core::v1::Service>::namespaced(self.client(), namespace)
+            .get(name)
+            .await
+            .map_err(|e| Error::Setup(format!("reading Service {namespace}/{name}: {e}")))?;
+        let ip = service
+            .spec
+            .and_then(|spec| spec.cluster_ip)
+            .filter(|ip| !ip.is_empty() && ip != "None")
+            .ok_or_else(|| Error::Setup(format!("Service {namespace}/{name} has no ClusterIP")))?;
+        self.routes.set(format!("{ip}:{port}"), backends.to_vec());
         Ok(())
     }
 
