@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use anyhow::Context as _;
 use k8s_openapi::api::apps::v1::StatefulSet;
-use k8s_openapi::api::core::v1::Secret;
+use k8s_openapi::api::core::v1::{ConfigMap, Secret, Service};
 use kube::api::{Api, ApiResource, DeleteParams, DynamicObject, GroupVersionKind, Patch, PatchParams, PostParams};
 use kube::{Client, ResourceExt as _};
 use rand::rngs::StdRng;
@@ -589,6 +589,15 @@ impl Workload {
         let sets: Api<StatefulSet> = Api::namespaced(self.client.clone(), &self.namespace);
         for set in sets.list(&Default::default()).await? {
             versions.insert(format!("StatefulSet {}", set.name_any()), set.resource_version().unwrap_or_default());
+        }
+        // The rest of what the Cache controller applies (and re-applies on every reconcile).
+        let maps: Api<ConfigMap> = Api::namespaced(self.client.clone(), &self.namespace);
+        for map in maps.list(&Default::default()).await? {
+            versions.insert(format!("ConfigMap {}", map.name_any()), map.resource_version().unwrap_or_default());
+        }
+        let services: Api<Service> = Api::namespaced(self.client.clone(), &self.namespace);
+        for service in services.list(&Default::default()).await? {
+            versions.insert(format!("Service {}", service.name_any()), service.resource_version().unwrap_or_default());
         }
         Ok(versions)
     }
