@@ -519,7 +519,8 @@ async fn a_passing_api_server_error_while_applying_is_retried_without_touching_t
     let writes = proxy.writes().len();
     proxy.inject(Requests::Writes, ApiFault::ServerError(500), 1);
     // A change the controller reconciles (and that changes nothing it writes).
-    let touched = h.caches().patch("c", &PatchParams::default(), &Patch::Merge(json!({"metadata": {"labels": {"touched": "yes"}}}))).await.unwrap();
+    let touched =
+        h.caches().patch("c", &PatchParams::default(), &Patch::Merge(json!({"metadata": {"labels": {"touched": "yes"}}}))).await.unwrap();
     // The retry comes after the error backoff (10 s): wait for the write that follows the fault.
     let deadline = tokio::time::Instant::now() + Duration::from_secs(90);
     loop {

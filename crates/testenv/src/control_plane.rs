@@ -110,7 +110,16 @@ impl ControlPlane {
             .map_err(|e| Error::Setup(format!("kubeconfig: {e}")))?;
         let client = kube::Client::try_from(config.clone()).map_err(|e| Error::Setup(format!("client: {e}")))?;
         wait_until(&apiserver, READY_TIMEOUT, || is_ready(&client)).await?;
-        Ok(Self { config, kubeconfig, dir, etcd, apiserver: Mutex::new(Some(apiserver)), apiserver_args, restarts: AtomicUsize::new(0), routes })
+        Ok(Self {
+            config,
+            kubeconfig,
+            dir,
+            etcd,
+            apiserver: Mutex::new(Some(apiserver)),
+            apiserver_args,
+            restarts: AtomicUsize::new(0),
+            routes,
+        })
     }
 
     /// Kills kube-apiserver (SIGKILL) and starts it again on the same port with the same flags
