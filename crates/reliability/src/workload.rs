@@ -531,11 +531,15 @@ impl Workload {
             }
         }
         let mut expected: BTreeMap<String, Option<String>> = BTreeMap::new();
+        // Which tenant each expected record is for, to say what its status claims when it is missing.
+        let mut owners: BTreeMap<String, String> = BTreeMap::new();
         for ((kind, index), tracked) in &self.objects {
             if *kind == Kind::Tenant && tracked.created && !tracked.deleted {
-                let target = tenant_targets.get(&self.name(*kind, *index)).cloned();
+                let name = self.name(*kind, *index);
+                let target = tenant_targets.get(&name).cloned();
                 for domain in self.tenant_domains(*index, tracked.version) {
                     expected.insert(format!("{domain}."), target.clone());
+                    owners.insert(format!("{domain}."), name.clone());
                 }
             }
         }
@@ -547,7 +551,20 @@ impl Workload {
         }
         for (name, target) in &expected {
             match records.iter().find(|r| &r.name == name && r.kind == "CNAME") {
-                None => findings.unconverged.push(format!("no CNAME {name}")),
+                None => {
+                    let claim = match owners.get(name) {
+                        Some(tenant) => match self.api(Kind::Tenant).get_opt(tenant).await? {
+                            Some(object) => format!(
+                                " (DistributionTenant {tenant}: dnsRecords {}, {})",
+                                object.data["status"]["dnsRecords"],
+                                brief(&object.data["status"])
+                            ),
+                            None => format!(" (DistributionTenant {tenant} is gone)"),
+                        },
+                        None => String::new(),
+                    };
+                    findings.unconverged.push(format!("no CNAME {name}{claim}"));
+                }
                 Some(found) => {
                     if let Some(target) = target
                         && found.value.trim_end_matches('.') != target.trim_end_matches('.')
