@@ -301,6 +301,10 @@ pub struct TenantObservation {
     /// The Route53 change id of the last record change (DNS management only).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub dns_change_id: Option<String>,
+    /// The domains whose records the change `dnsChangeId` upserted: the records a new tenant
+    /// waits for. (`dnsRecords` also holds records that may have been written.)
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub dns_change_domains: Vec<String>,
     /// The CNAME target of the tenant's domains: the connection group's routing endpoint.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub dns_target: Option<String>,

@@ -42,7 +42,7 @@ use crate::api::{
 use crate::cloudfront::{Acm, CloudFront, ObservedTenant, TenantWrite};
 use crate::config::Timing;
 use crate::diff::{Change, TenantConfig, change};
-use crate::dns::{DnsRecords, DnsStatus};
+use crate::dns::{DnsChange, DnsRecords, DnsStatus};
 use crate::errors::{CallContext, Category, Classified, classify_cloudfront, classify_dns, validation};
 use crate::lifecycle::{CertificateStep, DEPLOYED, DeletionStep, Observed, certificate_step, deletion_step};
 use crate::metrics::TenantMetrics;
@@ -320,13 +320,15 @@ impl<C: CloudFront + Acm, D: DnsRecords> TenantManager<C, D> {
         };
         let previous_target = observation.dns_target.replace(target.clone());
         let domains = domains(spec);
-        let written = previous_target.as_deref() == Some(target.as_str()) && domains.iter().all(|d| observation.dns_records.contains(d));
+        // What the last change upserted, not what is owned: `dns_records` also holds the domains
+        // of a create-pending marker, which may never have been written (issue 15).
+        let written =
+            previous_target.as_deref() == Some(target.as_str()) && domains.iter().all(|d| observation.dns_change_domains.contains(d));
         let change_id = match observation.dns_change_id.clone() {
             Some(change_id) if written => change_id,
             _ => {
                 let change = dns.upsert(config, &domains, &target).await.map_err(|e| self.dns_error(&e, observation, generation))?;
-                own_records(observation, &domains);
-                observation.dns_change_id = change.change_id;
+                upserted(observation, change, &domains);
                 dns_condition(observation, false, "DNSRecordCreating", "the CNAME records were submitted", generation);
                 return Ok(false);
             }
@@ -416,6 +418,7 @@ impl<C: CloudFront + Acm, D: DnsRecords> ExternalResource for TenantManager<C, D
             // Records written while spec.dns was set are no longer managed (see docs/tenant.md).
             observation.dns_records.clear();
             observation.dns_change_id = None;
+            observation.dns_change_domains.clear();
         }
         let tenant = match self.observe(request, observation).await {
             Ok(Some(tenant)) => tenant,
@@ -529,8 +532,7 @@ impl<C: CloudFront + Acm, D: DnsRecords> ExternalResource for TenantManager<C, D
             let domains = domains(spec);
             match dns.upsert(config, &domains, &target).await {
                 Ok(change) => {
-                    own_records(observation, &domains);
-                    observation.dns_change_id = change.change_id;
+                    upserted(observation, change, &domains);
                     dns_condition(observation, false, "DNSRecordCreating", "the CNAME records were submitted", generation);
                 }
                 Err(error) => return MutateOutcome::Error(self.dns_error(&error, observation, generation)),
@@ -597,6 +599,7 @@ impl<C: CloudFront + Acm, D: DnsRecords> ExternalResource for TenantManager<C, D
                     Ok(_) => {
                         observation.dns_records.clear();
                         observation.dns_change_id = None;
+                        observation.dns_change_domains.clear();
                         DeleteOutcome::Succeeded
                     }
                     Err(error) => DeleteOutcome::Error(self.dns_error(&error, observation, object.meta().generation)),
@@ -762,6 +765,13 @@ fn marked_dns_domains(request: &Request<'_, DistributionTenant>) -> Vec<String> 
         .filter(|spec| spec.dns.is_some())
         .map(|spec| domains(&spec))
         .unwrap_or_default()
+}
+
+/// Records a successful upsert of `domains`: owned from now on, and what `change` wrote.
+fn upserted(observation: &mut TenantObservation, change: DnsChange, domains: &[String]) {
+    own_records(observation, domains);
+    observation.dns_change_id = change.change_id;
+    observation.dns_change_domains = domains.to_vec();
 }
 
 /// Adds `domains` to the records this operator owns, keeping ones not yet cleaned up.
