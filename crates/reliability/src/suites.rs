@@ -222,7 +222,8 @@ pub async fn api_trouble(binary: &Path, suite: ApiTrouble) -> anyhow::Result<Rep
     workload.drive(scale.drive).await?;
     let (settled, findings) = workload.await_convergence(&world, scale.converge).await?;
     if settled.is_none() {
-        bail!("the workload did not converge before any trouble:\n{}", findings.summary());
+        let kept = keep_logs(&report, &operator.logs());
+        bail!("the workload did not converge before any trouble (operator log: {kept}):\n{}", findings.summary());
     }
 
     // Quiet: nothing changes, the API server misbehaves. Nothing may be written.
@@ -252,7 +253,7 @@ pub async fn api_trouble(binary: &Path, suite: ApiTrouble) -> anyhow::Result<Rep
     report.figure("quiet phase", format!("{} of trouble, {} objects watched for writes", seconds(suite.trouble), before.len()));
     report.figure("objects written while nothing changed", changed.len());
     report.figure("write requests while nothing changed", quiet_writes.len());
-    report.figure("idempotent re-applies of Cache children while nothing changed", reapplies);
+    report.figure("deletes of absent Cache disruption budgets while nothing changed", reapplies);
     report.expect(changed.is_empty(), || format!("written while nothing changed: {changed:?}"));
     report.expect(quiet_writes.is_empty(), || format!("write requests while nothing changed: {}", render_writes(&quiet_writes)));
 
@@ -377,7 +378,7 @@ pub async fn leader_failover(binary: &Path, suite: LeaderFailover) -> anyhow::Re
     report.figure("kills of the leader while nothing changed", suite.quiet_kills);
     report.figure("objects written again by a new leader", changed.len());
     report.figure("write requests by new leaders while nothing changed", quiet_writes.len());
-    report.figure("idempotent re-applies of Cache children by new leaders", reapplies);
+    report.figure("deletes of absent Cache disruption budgets by new leaders", reapplies);
     report.expect(changed.is_empty(), || format!("a new leader wrote again: {changed:?}"));
     report.expect(quiet_writes.is_empty(), || format!("write requests while nothing changed: {}", render_writes(&quiet_writes)));
 
@@ -445,15 +446,12 @@ fn object_writes(writes: &[Write], namespace: &str) -> Vec<Write> {
         .collect()
 }
 
-/// The Cache controller's way (seed 002): every reconcile server-side applies a Cache's children
-/// and deletes the disruption budget a single replica does not get, and a restarted watch
-/// reconciles every Cache. Such a request changes nothing when nothing changed (the children's
-/// resourceVersions, checked apart, stay), so it is counted but is no double write.
+/// The Cache controller deletes, on every reconcile, the disruption budget a single replica does
+/// not get; a restarted watch reconciles every Cache. Such a delete of nothing (404) changes
+/// nothing, so it is counted but is no double write. (Its applies are skipped when the child
+/// already is as desired.)
 fn is_cache_reapply(write: &Write) -> bool {
-    let child = !write.path.contains("/caches/");
-    let apply = write.method == "PATCH" && write.field_manager.as_deref() == Some("blockwork-cache");
-    let budget_gone = write.method == "DELETE" && write.path.contains("/poddisruptionbudgets/") && write.status == 404;
-    child && (apply || budget_gone)
+    write.method == "DELETE" && write.path.contains("/poddisruptionbudgets/") && write.status == 404
 }
 
 /// The write requests while nothing changed besides [`is_cache_reapply`]: `(others, re-applies)`.
@@ -502,14 +500,19 @@ fn report_leaks(report: &mut Report, leaks: &[blockwork_testenv::leaks::Finding]
 /// A failed suite's operator logs outlive the run (the operator's own directory does not), in
 /// the temporary directory, named in the report.
 fn keep_logs_of_a_failure(report: &mut Report, logs: &str) {
-    if report.passed() {
-        return;
+    if !report.passed() {
+        let kept = keep_logs(report, logs);
+        report.figure("operator log", kept);
     }
+}
+
+/// Writes `logs` to the temporary directory; where (or why not).
+fn keep_logs(report: &Report, logs: &str) -> String {
     let suite = report.suite.replace(' ', "-");
     let path = std::env::temp_dir().join(format!("blockwork-reliability-{suite}-{}.log", report.seed));
     match std::fs::write(&path, logs) {
-        Ok(()) => report.figure("operator log", path.display()),
-        Err(e) => report.figure("operator log", format!("not kept: {e}")),
+        Ok(()) => path.display().to_string(),
+        Err(e) => format!("not kept: {e}"),
     }
 }
 
