@@ -489,7 +489,7 @@ impl<C: CloudFront + Acm, D: DnsRecords> ExternalResource for TenantManager<C, D
                 certificate_progress(spec, observation, tenant.config.certificate_arn.as_deref(), object.meta().generation);
                 // A Deployed tenant is Ready at once: the target must be in this status write.
                 self.resolve_dns_target(tenant.config.connection_group_id.as_deref(), observation).await;
-                settled(&tenant, spec)
+                settled(&tenant, spec, observation)
             }
             // The tenant name is taken: by our own create that crashed before its status write
             // (verify missed it only if it landed after the read), so adopt it by name.
@@ -550,7 +550,7 @@ impl<C: CloudFront + Acm, D: DnsRecords> ExternalResource for TenantManager<C, D
                 }
                 record(observation, &tenant);
                 certificate_progress(spec, observation, tenant.config.certificate_arn.as_deref(), object.meta().generation);
-                settled(&tenant, spec)
+                settled(&tenant, spec, observation)
             }
             Err(error) => MutateOutcome::Error(error),
         }
@@ -673,11 +673,16 @@ fn name_taken(name: &str) -> ExternalError {
 /// Done once CloudFront deployed the tenant and, when it manages the certificate, the tenant
 /// uses the one named in the spec; otherwise `verify` follows up at the short interval (a
 /// managed certificate is requested by the write, and issued minutes later).
-fn settled(tenant: &ObservedTenant, spec: &DistributionTenantSpec) -> MutateOutcome {
+fn settled(tenant: &ObservedTenant, spec: &DistributionTenantSpec, observation: &TenantObservation) -> MutateOutcome {
     let spec_certificate = spec.customizations.as_ref().and_then(|c| c.certificate.as_ref()).map(|c| c.arn.as_str());
     let certificate_settled = spec.managed_certificate_request.is_none()
         || spec_certificate.is_some_and(|arn| tenant.config.certificate_arn.as_deref() == Some(arn));
-    if tenant.status.as_deref() == Some(DEPLOYED) && certificate_settled {
+    // Records of domains the spec no longer has go at a verify (`maintain_dns`), at the short
+    // interval while not Ready; Ready at once, they would wait for the Ready interval, an hour
+    // (found by the reliability campaign, issue 15).
+    let wanted = domains(spec);
+    let records_settled = spec.dns.is_none() || observation.dns_records.iter().all(|d| wanted.contains(d));
+    if tenant.status.as_deref() == Some(DEPLOYED) && certificate_settled && records_settled {
         MutateOutcome::Succeeded
     } else {
         MutateOutcome::AwaitingVerification
@@ -788,6 +793,37 @@ fn own_records(observation: &mut TenantObservation, domains: &[String]) {
 mod tests {
     use super::*;
     use crate::api::TransparencyPreference;
+
+    /// Found by the reliability campaign (issue 15): a domain removed before the tenant was
+    /// created kept its record for an hour, because the create made the tenant Ready at once.
+    #[test]
+    fn a_deployed_tenant_is_not_settled_while_records_of_removed_domains_remain() {
+        let spec = DistributionTenantSpec {
+            domains: vec![crate::api::DomainName { domain: "www.example.com".to_owned() }],
+            dns: Some(crate::api::DnsConfig {
+                provider: crate::api::DnsProvider::Route53,
+                hosted_zone_id: "Z1".to_owned(),
+                assume_role_arn: None,
+                ttl: 300,
+            }),
+            ..with_request(None)
+        };
+        let tenant = ObservedTenant {
+            id: "T1".to_owned(),
+            owner: None,
+            arn: None,
+            e_tag: None,
+            status: Some(DEPLOYED.to_owned()),
+            config: TenantConfig::desired(&spec),
+        };
+        let mut observation = TenantObservation {
+            dns_records: vec!["api.example.com".to_owned(), "www.example.com".to_owned()],
+            ..TenantObservation::default()
+        };
+        assert_eq!(settled(&tenant, &spec, &observation), MutateOutcome::AwaitingVerification);
+        observation.dns_records = vec!["www.example.com".to_owned()];
+        assert_eq!(settled(&tenant, &spec, &observation), MutateOutcome::Succeeded);
+    }
 
     fn with_request(request: Option<ManagedCertificateRequest>) -> DistributionTenantSpec {
         DistributionTenantSpec {
