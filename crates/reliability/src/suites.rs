@@ -447,11 +447,11 @@ fn object_writes(writes: &[Write], namespace: &str) -> Vec<Write> {
 }
 
 /// The Cache controller deletes, on every reconcile, the disruption budget a single replica does
-/// not get; a restarted watch reconciles every Cache. Such a delete of nothing (404) changes
-/// nothing, so it is counted but is no double write. (Its applies are skipped when the child
-/// already is as desired.)
+/// not get; a restarted watch reconciles every Cache. Such a delete of nothing (a 404, or a fault
+/// the proxy answered instead) changes nothing, so it is counted but is no double write. (Its
+/// applies are skipped when the child already is as desired.)
 fn is_cache_reapply(write: &Write) -> bool {
-    write.method == "DELETE" && write.path.contains("/poddisruptionbudgets/") && write.status == 404
+    write.method == "DELETE" && write.path.contains("/poddisruptionbudgets/") && (write.status == 404 || !write.forwarded)
 }
 
 /// The write requests while nothing changed besides [`is_cache_reapply`]: `(others, re-applies)`.
