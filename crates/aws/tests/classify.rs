@@ -60,3 +60,31 @@ async fn custom_error_messages_lose_account_ids_and_arns() {
     assert_eq!(error.message, "Role [ARN] cannot be assumed by account [ACCOUNT_ID]");
     assert_eq!(error.class, ErrorClass::Terminal);
 }
+
+/// Found by the reliability campaign's fault soak (issue 15): the tenant controller's calls had no
+/// timeout, so a CloudFront or Route53 call that never answered held its DistributionTenant in
+/// `Creating` (or its deletion) for good.
+#[tokio::test]
+async fn sdk_config_bounds_every_call() {
+    let config = sdk_config(None, Some("us-east-1")).await;
+    let timeouts = config.timeout_config().expect("a timeout configuration");
+    assert_eq!(timeouts.operation_attempt_timeout(), Some(blockwork_aws::ATTEMPT_TIMEOUT));
+    assert_eq!(timeouts.operation_timeout(), Some(blockwork_aws::CALL_TIMEOUT));
+}
+
+#[tokio::test]
+async fn a_call_that_never_answers_ends_as_a_retryable_timeout() {
+    let proxy = FaultProxy::start(&moto().await.unwrap().endpoint()).await.unwrap();
+    proxy.inject(Operation::named("GetCallerIdentity"), Fault::Timeout, 1);
+    let config = sdk_config(Some(&proxy.endpoint()), Some("us-east-1")).await;
+    // The bound shortened, so the test does not wait 20 s; the classification is the point.
+    let short = aws_config::timeout::TimeoutConfig::builder().operation_attempt_timeout(std::time::Duration::from_millis(300)).build();
+    let config = aws_sdk_sts::config::Builder::from(&config)
+        .credentials_provider(aws_sdk_sts::config::Credentials::new("test", "test", None, None, "test"))
+        .retry_config(RetryConfig::disabled())
+        .timeout_config(short)
+        .build();
+    let error = aws_sdk_sts::Client::from_conf(config).get_caller_identity().send().await.unwrap_err();
+    let classified = classify_sdk_error("GetCallerIdentity", &error);
+    assert_eq!(classified.class, ErrorClass::Retryable, "{classified:?}");
+}

@@ -231,16 +231,20 @@ async fn apply(cache: &Cache, context: &Context) -> Result<Action, Error> {
     let unresolved = refs::check_tls_secret(cache, secret.as_ref()).err();
     let stateful_set = match apply_children(&context.client, &namespace, cache, desired).await {
         Ok(stateful_set) => stateful_set,
-        Err(failed) => {
-            let message = failed.to_string();
+        // Anything but a refusal (a 500, a 429, a lost connection) is the API server's passing
+        // trouble: retried, and not written to the status, which would flap with every fault
+        // (the reliability campaign's API server suite found that: issue 15).
+        Err(failed) if !failed.is_refusal() => return Err(Error::Kube(failed.error)),
+        Err(refused) => {
+            // The API server's refusal stands until the spec changes.
+            let message = refused.to_string();
             let report = Report {
                 conditions: vec![condition(SYNCED, false, "ApplyFailed", &message, generation)],
                 warning: Some(("ApplyFailed".into(), message)),
                 ..Report::default()
             };
             write_status(cache, context, report).await?;
-            // The API server's refusal stands until the spec changes; anything else is retried.
-            return if failed.is_refusal() { Ok(Action::requeue(RESYNC)) } else { Err(Error::Kube(failed.error)) };
+            return Ok(Action::requeue(RESYNC));
         }
     };
 

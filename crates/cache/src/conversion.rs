@@ -119,9 +119,16 @@ fn annotations(object: &mut Value) -> Result<&mut Map<String, Value>, String> {
     annotations.as_object_mut().ok_or_else(|| "metadata.annotations is not an object".to_owned())
 }
 
+/// Removes the annotation, and the annotations with it if it was the only one: the conversion to
+/// v1alpha1 added them, and a round trip gives back the object it was given.
 fn remove_annotation(object: &mut Value) {
-    if let Some(annotations) = object.pointer_mut("/metadata/annotations").and_then(Value::as_object_mut) {
-        annotations.remove(HIGH_AVAILABILITY_ANNOTATION);
+    let Some(metadata) = object.get_mut("metadata").and_then(Value::as_object_mut) else { return };
+    let emptied = match metadata.get_mut("annotations").and_then(Value::as_object_mut) {
+        Some(annotations) => annotations.remove(HIGH_AVAILABILITY_ANNOTATION).is_some() && annotations.is_empty(),
+        None => false,
+    };
+    if emptied {
+        metadata.remove("annotations");
     }
 }
 
@@ -146,11 +153,16 @@ mod tests {
         assert!(alpha["spec"].get("highAvailability").is_none());
         assert_eq!(alpha["apiVersion"], V1ALPHA1);
         let back = convert(alpha, V1BETA1).expect("up");
-        assert_eq!(back, {
-            let mut expected = beta();
-            expected["metadata"]["annotations"] = json!({});
-            expected
-        });
+        assert_eq!(back["spec"], beta()["spec"]);
+    }
+
+    /// Found by the reliability campaign's fuzzing (issue 15): the round trip left an empty
+    /// `annotations` behind on an object that had none.
+    #[test]
+    fn round_trip_of_an_object_without_annotations_adds_none() {
+        let alpha = convert(beta(), V1ALPHA1).expect("to v1alpha1");
+        assert!(alpha["metadata"]["annotations"].get(HIGH_AVAILABILITY_ANNOTATION).is_some());
+        assert_eq!(convert(alpha, V1BETA1).expect("back"), beta());
     }
 
     #[test]

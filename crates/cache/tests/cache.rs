@@ -10,12 +10,14 @@ use std::time::Duration;
 use blockwork_cache::api::{Cache, CacheSpec, Engine, EvictionPolicy, HighAvailability, Phase, Tls, v1alpha1};
 use blockwork_cache::{build, controller, conversion, crd};
 use blockwork_testenv::control_plane::control_plane;
+use blockwork_testenv::kube_proxy::{ApiFault, KubeProxy, Requests};
 use k8s_openapi::ByteString;
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::{ConfigMap, Service};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::WebhookClientConfig;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
+use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::{Client, ResourceExt};
 use serde_json::json;
 
@@ -58,6 +60,12 @@ impl Drop for Harness {
 
 impl Harness {
     async fn start(prefix: &str) -> Self {
+        Self::start_with_controller_client(prefix, control_plane().await.unwrap().client()).await
+    }
+
+    /// The controller talks to the API server through `controller_client` (a fault proxy, say);
+    /// the test through its own.
+    async fn start_with_controller_client(prefix: &str, controller_client: Client) -> Self {
         let plane = control_plane().await.unwrap();
         let (address, ca) = webhook();
         let crd = crd::crd_with_conversion(WebhookClientConfig {
@@ -68,8 +76,8 @@ impl Harness {
         plane.install_crds(&[crd]).await.unwrap();
         let namespace = plane.namespace(prefix).await.unwrap();
         let client = plane.client();
-        let context = controller::Context::new(client.clone());
-        let api: Api<Cache> = Api::namespaced(client.clone(), &namespace);
+        let context = controller::Context::new(controller_client.clone());
+        let api: Api<Cache> = Api::namespaced(controller_client, &namespace);
         let controller = tokio::spawn(controller::run(context, api, Some(namespace.clone()), 2, std::future::pending()));
         Self { client, namespace, controller }
     }
@@ -523,6 +531,41 @@ async fn an_owned_object_the_api_server_refuses_is_a_condition_and_a_warning_eve
     h.caches().patch("c", &PatchParams::default(), &Patch::Merge(json!({"spec": {"memory": "128Mi"}}))).await.unwrap();
     h.eventually("Synced=True", async || condition(&h.caches().get("c").await.unwrap(), "Synced").filter(|c| c.0 == "True")).await;
     h.api::<Service>().get("c-cache").await.unwrap();
+}
+
+/// Found by the reliability campaign's API server suite (issue 15): a 500 from the API server
+/// while applying a child was written to the status as `Synced=False`, and back as `Synced=True`
+/// when the retry succeeded, so every passing fault rewrote the Cache twice.
+#[tokio::test]
+async fn a_passing_api_server_error_while_applying_is_retried_without_touching_the_status() {
+    let proxy = KubeProxy::start(control_plane().await.unwrap()).await.unwrap();
+    let kubeconfig = Kubeconfig::read_from(proxy.kubeconfig_path()).unwrap();
+    let config = kube::Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default()).await.unwrap();
+    let h = Harness::start_with_controller_client("cache-api-500", Client::try_from(config).unwrap()).await;
+    h.caches().create(&PostParams::default(), &cache("c", Engine::Redis, "64Mi", 1)).await.unwrap();
+    h.eventually("Synced=True", async || condition(&h.caches().get("c").await.unwrap(), "Synced").filter(|c| c.0 == "True")).await;
+
+    let writes = proxy.writes().len();
+    proxy.inject(Requests::Writes, ApiFault::ServerError(500), 1);
+    // A change the controller reconciles (and that changes nothing it writes).
+    let touched =
+        h.caches().patch("c", &PatchParams::default(), &Patch::Merge(json!({"metadata": {"labels": {"touched": "yes"}}}))).await.unwrap();
+    // The retry comes after the error backoff (10 s): wait for the write that follows the fault.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(90);
+    loop {
+        let since = proxy.writes()[writes..].to_vec();
+        if let Some(fault) = since.iter().position(|w| w.status == 500 && !w.forwarded)
+            && since[fault + 1..].iter().any(|w| w.forwarded)
+        {
+            break;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "no retry after the injected 500: {since:?}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let after = h.caches().get("c").await.unwrap();
+    assert_eq!(condition(&after, "Synced").map(|c| c.0), Some("True".to_owned()));
+    assert_eq!(after.resource_version(), touched.resource_version(), "the Cache was rewritten: {:?}", after.status);
+    assert!(warnings(&h, "c", "ApplyFailed").await.is_empty(), "a passing fault is not a warning");
 }
 
 #[tokio::test]

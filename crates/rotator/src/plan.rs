@@ -233,7 +233,14 @@ pub fn plan(input: &Input<'_>) -> Plan {
 
     let source_name = source.name_any();
     let target_name = match source.annotations().get(&keys.destination).map(|d| d.trim()) {
-        None | Some("") => return blocked(None, Blocked::InvalidDestination(format!("no {} annotation", keys.destination))),
+        None | Some("") => {
+            // A misspelt destination key is the likelier cause than a missing one: name it.
+            let why = match keys.check(source.annotations()) {
+                Err(invalid) => Blocked::InvalidAnnotation(invalid.to_string()),
+                Ok(()) => Blocked::InvalidDestination(format!("no {} annotation", keys.destination)),
+            };
+            return blocked(None, why);
+        }
         Some(name) if !is_dns_subdomain(name) => {
             return blocked(None, Blocked::InvalidDestination(format!("`{name}` is not a valid Secret name")));
         }

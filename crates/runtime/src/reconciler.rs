@@ -57,6 +57,8 @@ pub enum Error {
     Kube(#[from] kube::Error),
     #[error("cannot serialize the object: {0}")]
     Serialize(#[from] serde_json::Error),
+    #[error("the reconcile panicked: {0}")]
+    Panicked(String),
 }
 
 impl Error {
@@ -67,6 +69,7 @@ impl Error {
             Self::Kube(kube::Error::Api(status)) if status.code == 409 => "conflict",
             Self::Kube(_) => "kubernetes",
             Self::Serialize(_) => "serialization",
+            Self::Panicked(_) => "panicked",
         }
     }
 }
@@ -322,7 +325,7 @@ async fn watch_dependencies<K: Resource<DynamicType = ()>>(
 /// One reconcile of one object. Public so tests can drive it directly.
 pub async fn reconcile<M: ExternalResource>(object: Arc<M::Object>, context: Arc<Context<M>>) -> Result<Action, Error> {
     let started = Instant::now();
-    let result = reconcile_object(object.as_ref(), &context).await;
+    let result = contained(reconcile_object(object.as_ref(), &context)).await;
     let label = match &result {
         Ok(_) => "success",
         Err(error) => error.category(),
@@ -330,6 +333,21 @@ pub async fn reconcile<M: ExternalResource>(object: Arc<M::Object>, context: Arc
     context.metrics.reconciled(context.config.name, label, started.elapsed());
     context.manager.reconciled(object.as_ref(), result.is_ok(), started.elapsed());
     result
+}
+
+/// A panic in a reconcile (a dependency's `expect` meeting input nobody foresaw) becomes that
+/// reconcile's error, retried with backoff like any other, instead of ending the controller:
+/// kube-runtime runs each reconcile on a task and unwraps its outcome, so one object's panic
+/// would stop every object's reconciles, and `blockwork run` with them. (controller-runtime
+/// recovers reconcile panics the same way.) The panic hook has already logged where it happened.
+async fn contained<T>(reconcile: impl Future<Output = Result<T, Error>>) -> Result<T, Error> {
+    match std::panic::AssertUnwindSafe(reconcile).catch_unwind().await {
+        Ok(result) => result,
+        Err(panic) => {
+            let message = panic.downcast_ref::<&str>().map(|m| (*m).to_owned()).or_else(|| panic.downcast_ref::<String>().cloned());
+            Err(Error::Panicked(message.unwrap_or_else(|| "no message".to_owned())))
+        }
+    }
 }
 
 fn error_policy<M: ExternalResource>(object: Arc<M::Object>, error: &Error, context: Arc<Context<M>>) -> Action {
@@ -1120,6 +1138,20 @@ mod tests {
         let mut names: Vec<String> = index.dependents.get(&key(name)).into_iter().flatten().map(|r| r.name.clone()).collect();
         names.sort();
         names
+    }
+
+    /// Found by the reliability campaign's hostile corpus (issue 15): the AWS SDK panicked on a
+    /// DistributionTenant's 100,000-character distributionId, and the panic stopped `blockwork
+    /// run`. A panicking reconcile is now that reconcile's error.
+    #[tokio::test]
+    async fn a_panicking_reconcile_is_an_error_not_the_end_of_the_controller() {
+        #[allow(clippy::panic)]
+        let result: Result<(), Error> = contained(async { panic!("valid request: InvalidUri(TooLong)") }).await;
+        match result {
+            Err(Error::Panicked(message)) => assert!(message.contains("InvalidUri"), "{message}"),
+            other => unreachable!("{other:?}"),
+        }
+        assert_eq!(contained(async { Ok::<_, Error>(7) }).await.ok(), Some(7), "an ordinary reconcile is untouched");
     }
 
     #[test]

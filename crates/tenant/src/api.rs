@@ -36,11 +36,12 @@ pub const DNS_READY: &str = "DNSReady";
 #[serde(rename_all = "camelCase")]
 pub struct DistributionTenantSpec {
     /// The multi-tenant distribution this tenant belongs to (e.g. `E1ABCDEF2GHIJ`).
-    #[schemars(length(min = 1))]
+    #[schemars(length(min = 1, max = MAX_ID_LENGTH))]
     pub distribution_id: String,
-    /// The tenant's domains. Order does not matter; each at most once (a trailing dot names the
-    /// same domain). Wildcards (`*.example.com`) are allowed.
-    #[schemars(length(min = 1))]
+    /// The tenant's domains, at most 100 (CloudFront's quota of alternate domain names). Order
+    /// does not matter; each at most once (a trailing dot names the same domain). Wildcards
+    /// (`*.example.com`) are allowed.
+    #[schemars(length(min = 1, max = MAX_DOMAINS))]
     #[x_kube(merge_strategy = ListMerge::Map(vec!["domain".to_owned()]))]
     pub domains: Vec<DomainName>,
     /// Whether the tenant serves traffic. Absent means enabled.
@@ -48,12 +49,13 @@ pub struct DistributionTenantSpec {
     pub enabled: Option<bool>,
     /// The connection group routing the tenant's traffic; absent: the account's default group.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(length(min = 1))]
+    #[schemars(length(min = 1, max = MAX_ID_LENGTH))]
     pub connection_group_id: Option<String>,
-    /// Values for the distribution's tenant parameters, each at most once. Order does not
-    /// matter. Every parameter the distribution requires without a default must be given, and
-    /// only parameters the distribution declares.
+    /// Values for the distribution's tenant parameters, each at most once, at most 100. Order
+    /// does not matter. Every parameter the distribution requires without a default must be
+    /// given, and only parameters the distribution declares.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = MAX_PARAMETERS))]
     #[x_kube(merge_strategy = ListMerge::Map(vec!["name".to_owned()]))]
     pub parameters: Vec<Parameter>,
     /// Per-tenant overrides of the distribution's settings.
@@ -76,6 +78,23 @@ pub struct DistributionTenantSpec {
     pub drift_policy: Option<DriftPolicyName>,
 }
 
+/// The longest AWS identifier (distribution, connection group, hosted zone) a spec may hold: far
+/// above any real one. Every string and list of the spec is bounded, so that no object can be
+/// too big to check, compare or send to AWS (the AWS SDK refuses, with a panic, to build a
+/// request whose URI is too long); the controller checks the same bounds for objects stored
+/// before them ([`crate::validate`]).
+pub const MAX_ID_LENGTH: usize = 128;
+/// The longest ARN (AWS's limit for ARNs in IAM policies).
+pub const MAX_ARN_LENGTH: usize = 2048;
+/// The most domains of a tenant: CloudFront's default quota of alternate domain names.
+pub const MAX_DOMAINS: usize = 100;
+/// The most parameters of a tenant.
+pub const MAX_PARAMETERS: usize = 100;
+/// The longest parameter name.
+pub const MAX_PARAMETER_NAME: usize = 128;
+/// The longest parameter value (CloudFront's limit).
+pub const MAX_PARAMETER_VALUE: usize = 256;
+
 /// `dns.assumeRoleArn`, when set, names an IAM role (any partition): what STS AssumeRole takes.
 pub const ROLE_ARN_RULE: &str =
     r"!has(self.assumeRoleArn) || self.assumeRoleArn.matches('^arn:aws[a-z-]*:iam::[0-9]{12}:role/[A-Za-z0-9+=,.@_/-]{1,512}$')";
@@ -95,10 +114,10 @@ pub struct DomainName {
 #[derive(Clone, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize, JsonSchema)]
 pub struct Parameter {
     /// The parameter's name, as declared by the distribution.
-    #[schemars(length(min = 1))]
+    #[schemars(length(min = 1, max = MAX_PARAMETER_NAME))]
     pub name: String,
     /// The parameter's value (CloudFront takes 1 to 256 characters).
-    #[schemars(length(min = 1))]
+    #[schemars(length(min = 1, max = MAX_PARAMETER_VALUE))]
     pub value: String,
 }
 
@@ -120,7 +139,7 @@ pub struct Customizations {
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub struct CertificateRef {
     /// The ACM certificate's ARN (`arn:aws:acm:us-east-1:…`).
-    #[schemars(regex(pattern = r"^arn:aws[a-z-]*:acm:[a-z0-9-]+:\d{12}:certificate/.+$"))]
+    #[schemars(regex(pattern = r"^arn:aws[a-z-]*:acm:[a-z0-9-]+:\d{12}:certificate/.+$"), length(max = MAX_ARN_LENGTH))]
     pub arn: String,
 }
 
@@ -132,7 +151,7 @@ pub struct WebAclCustomization {
     pub action: WebAclAction,
     /// The web ACL's ARN (with action `override`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(length(min = 1))]
+    #[schemars(length(min = 1, max = MAX_ARN_LENGTH))]
     pub arn: Option<String>,
 }
 
@@ -187,7 +206,7 @@ pub struct ManagedCertificateRequest {
     pub validation_token_host: ValidationTokenHost,
     /// The certificate's primary domain, one of `domains`; absent: CloudFront picks one of them.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(length(min = 1))]
+    #[schemars(length(min = 1, max = 254))]
     pub primary_domain_name: Option<String>,
     /// Whether the certificate is logged to certificate transparency logs.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -216,7 +235,7 @@ pub struct DnsConfig {
     /// The DNS service holding the zone. Only `route53`.
     pub provider: DnsProvider,
     /// The Route53 hosted zone the CNAMEs are written to.
-    #[schemars(length(min = 1))]
+    #[schemars(length(min = 1, max = MAX_ID_LENGTH))]
     pub hosted_zone_id: String,
     /// An IAM role (`arn:aws:iam::ACCOUNT:role/NAME`) to assume for Route53 calls only, when the
     /// zone is in another account.
@@ -282,6 +301,10 @@ pub struct TenantObservation {
     /// The Route53 change id of the last record change (DNS management only).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub dns_change_id: Option<String>,
+    /// The domains whose records the change `dnsChangeId` upserted: the records a new tenant
+    /// waits for. (`dnsRecords` also holds records that may have been written.)
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub dns_change_domains: Vec<String>,
     /// The CNAME target of the tenant's domains: the connection group's routing endpoint.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub dns_target: Option<String>,

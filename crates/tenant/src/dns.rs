@@ -19,6 +19,8 @@ use aws_config::SdkConfig;
 use aws_sdk_route53::types::{Change, ChangeAction, ChangeBatch, ChangeStatus, ResourceRecord, ResourceRecordSet, RrType};
 use blockwork_aws::{AwsError, ErrorClass, classify_sdk_error};
 
+use tracing::info;
+
 use crate::api::DnsConfig;
 use crate::metrics::TenantMetrics;
 
@@ -191,7 +193,9 @@ impl DnsRecords for Route53 {
                 .map_err(|e| build_error("ChangeResourceRecordSets", &e))?;
             changes.push(change);
         }
-        self.change(&client, &config.hosted_zone_id, changes).await
+        let change = self.change(&client, &config.hosted_zone_id, changes).await?;
+        info!(zone = %config.hosted_zone_id, ?domains, "upserted CNAME records");
+        Ok(change)
     }
 
     async fn delete(&self, config: &DnsConfig, domains: &[String], target: &str) -> Result<DnsChange, AwsError> {
@@ -199,8 +203,12 @@ impl DnsRecords for Route53 {
         let mut changes = Vec::new();
         for domain in domains {
             // Only a record that still points where this operator pointed it.
-            let Some(set) = self.cname(&client, &config.hosted_zone_id, domain).await? else { continue };
+            let Some(set) = self.cname(&client, &config.hosted_zone_id, domain).await? else {
+                info!(zone = %config.hosted_zone_id, domain, "no CNAME record to delete");
+                continue;
+            };
             if !set.resource_records().iter().all(|r| same_name(r.value(), target)) {
+                info!(zone = %config.hosted_zone_id, domain, "the CNAME record points elsewhere: kept");
                 continue;
             }
             let change = Change::builder()
@@ -210,7 +218,10 @@ impl DnsRecords for Route53 {
                 .map_err(|e| build_error("ChangeResourceRecordSets", &e))?;
             changes.push(change);
         }
-        self.change(&client, &config.hosted_zone_id, changes).await
+        let deleted = changes.len();
+        let change = self.change(&client, &config.hosted_zone_id, changes).await?;
+        info!(zone = %config.hosted_zone_id, ?domains, deleted, "deleted CNAME records");
+        Ok(change)
     }
 
     async fn status(&self, config: &DnsConfig, change_id: &str) -> Result<DnsStatus, AwsError> {

@@ -42,7 +42,7 @@ use crate::api::{
 use crate::cloudfront::{Acm, CloudFront, ObservedTenant, TenantWrite};
 use crate::config::Timing;
 use crate::diff::{Change, TenantConfig, change};
-use crate::dns::{DnsRecords, DnsStatus};
+use crate::dns::{DnsChange, DnsRecords, DnsStatus};
 use crate::errors::{CallContext, Category, Classified, classify_cloudfront, classify_dns, validation};
 use crate::lifecycle::{CertificateStep, DEPLOYED, DeletionStep, Observed, certificate_step, deletion_step};
 use crate::metrics::TenantMetrics;
@@ -320,13 +320,15 @@ impl<C: CloudFront + Acm, D: DnsRecords> TenantManager<C, D> {
         };
         let previous_target = observation.dns_target.replace(target.clone());
         let domains = domains(spec);
-        let written = previous_target.as_deref() == Some(target.as_str()) && domains.iter().all(|d| observation.dns_records.contains(d));
+        // What the last change upserted, not what is owned: `dns_records` also holds the domains
+        // of a create-pending marker, which may never have been written (issue 15).
+        let written =
+            previous_target.as_deref() == Some(target.as_str()) && domains.iter().all(|d| observation.dns_change_domains.contains(d));
         let change_id = match observation.dns_change_id.clone() {
             Some(change_id) if written => change_id,
             _ => {
                 let change = dns.upsert(config, &domains, &target).await.map_err(|e| self.dns_error(&e, observation, generation))?;
-                own_records(observation, &domains);
-                observation.dns_change_id = change.change_id;
+                upserted(observation, change, &domains);
                 dns_condition(observation, false, "DNSRecordCreating", "the CNAME records were submitted", generation);
                 return Ok(false);
             }
@@ -416,6 +418,7 @@ impl<C: CloudFront + Acm, D: DnsRecords> ExternalResource for TenantManager<C, D
             // Records written while spec.dns was set are no longer managed (see docs/tenant.md).
             observation.dns_records.clear();
             observation.dns_change_id = None;
+            observation.dns_change_domains.clear();
         }
         let tenant = match self.observe(request, observation).await {
             Ok(Some(tenant)) => tenant,
@@ -486,7 +489,7 @@ impl<C: CloudFront + Acm, D: DnsRecords> ExternalResource for TenantManager<C, D
                 certificate_progress(spec, observation, tenant.config.certificate_arn.as_deref(), object.meta().generation);
                 // A Deployed tenant is Ready at once: the target must be in this status write.
                 self.resolve_dns_target(tenant.config.connection_group_id.as_deref(), observation).await;
-                settled(&tenant, spec)
+                settled(&tenant, spec, observation)
             }
             // The tenant name is taken: by our own create that crashed before its status write
             // (verify missed it only if it landed after the read), so adopt it by name.
@@ -529,8 +532,7 @@ impl<C: CloudFront + Acm, D: DnsRecords> ExternalResource for TenantManager<C, D
             let domains = domains(spec);
             match dns.upsert(config, &domains, &target).await {
                 Ok(change) => {
-                    own_records(observation, &domains);
-                    observation.dns_change_id = change.change_id;
+                    upserted(observation, change, &domains);
                     dns_condition(observation, false, "DNSRecordCreating", "the CNAME records were submitted", generation);
                 }
                 Err(error) => return MutateOutcome::Error(self.dns_error(&error, observation, generation)),
@@ -548,7 +550,7 @@ impl<C: CloudFront + Acm, D: DnsRecords> ExternalResource for TenantManager<C, D
                 }
                 record(observation, &tenant);
                 certificate_progress(spec, observation, tenant.config.certificate_arn.as_deref(), object.meta().generation);
-                settled(&tenant, spec)
+                settled(&tenant, spec, observation)
             }
             Err(error) => MutateOutcome::Error(error),
         }
@@ -597,6 +599,7 @@ impl<C: CloudFront + Acm, D: DnsRecords> ExternalResource for TenantManager<C, D
                     Ok(_) => {
                         observation.dns_records.clear();
                         observation.dns_change_id = None;
+                        observation.dns_change_domains.clear();
                         DeleteOutcome::Succeeded
                     }
                     Err(error) => DeleteOutcome::Error(self.dns_error(&error, observation, object.meta().generation)),
@@ -670,11 +673,16 @@ fn name_taken(name: &str) -> ExternalError {
 /// Done once CloudFront deployed the tenant and, when it manages the certificate, the tenant
 /// uses the one named in the spec; otherwise `verify` follows up at the short interval (a
 /// managed certificate is requested by the write, and issued minutes later).
-fn settled(tenant: &ObservedTenant, spec: &DistributionTenantSpec) -> MutateOutcome {
+fn settled(tenant: &ObservedTenant, spec: &DistributionTenantSpec, observation: &TenantObservation) -> MutateOutcome {
     let spec_certificate = spec.customizations.as_ref().and_then(|c| c.certificate.as_ref()).map(|c| c.arn.as_str());
     let certificate_settled = spec.managed_certificate_request.is_none()
         || spec_certificate.is_some_and(|arn| tenant.config.certificate_arn.as_deref() == Some(arn));
-    if tenant.status.as_deref() == Some(DEPLOYED) && certificate_settled {
+    // Records of domains the spec no longer has go at a verify (`maintain_dns`), at the short
+    // interval while not Ready; Ready at once, they would wait for the Ready interval, an hour
+    // (found by the reliability campaign, issue 15).
+    let wanted = domains(spec);
+    let records_settled = spec.dns.is_none() || observation.dns_records.iter().all(|d| wanted.contains(d));
+    if tenant.status.as_deref() == Some(DEPLOYED) && certificate_settled && records_settled {
         MutateOutcome::Succeeded
     } else {
         MutateOutcome::AwaitingVerification
@@ -764,6 +772,13 @@ fn marked_dns_domains(request: &Request<'_, DistributionTenant>) -> Vec<String> 
         .unwrap_or_default()
 }
 
+/// Records a successful upsert of `domains`: owned from now on, and what `change` wrote.
+fn upserted(observation: &mut TenantObservation, change: DnsChange, domains: &[String]) {
+    own_records(observation, domains);
+    observation.dns_change_id = change.change_id;
+    observation.dns_change_domains = domains.to_vec();
+}
+
 /// Adds `domains` to the records this operator owns, keeping ones not yet cleaned up.
 fn own_records(observation: &mut TenantObservation, domains: &[String]) {
     for domain in domains {
@@ -778,6 +793,37 @@ fn own_records(observation: &mut TenantObservation, domains: &[String]) {
 mod tests {
     use super::*;
     use crate::api::TransparencyPreference;
+
+    /// Found by the reliability campaign (issue 15): a domain removed before the tenant was
+    /// created kept its record for an hour, because the create made the tenant Ready at once.
+    #[test]
+    fn a_deployed_tenant_is_not_settled_while_records_of_removed_domains_remain() {
+        let spec = DistributionTenantSpec {
+            domains: vec![crate::api::DomainName { domain: "www.example.com".to_owned() }],
+            dns: Some(crate::api::DnsConfig {
+                provider: crate::api::DnsProvider::Route53,
+                hosted_zone_id: "Z1".to_owned(),
+                assume_role_arn: None,
+                ttl: 300,
+            }),
+            ..with_request(None)
+        };
+        let tenant = ObservedTenant {
+            id: "T1".to_owned(),
+            owner: None,
+            arn: None,
+            e_tag: None,
+            status: Some(DEPLOYED.to_owned()),
+            config: TenantConfig::desired(&spec),
+        };
+        let mut observation = TenantObservation {
+            dns_records: vec!["api.example.com".to_owned(), "www.example.com".to_owned()],
+            ..TenantObservation::default()
+        };
+        assert_eq!(settled(&tenant, &spec, &observation), MutateOutcome::AwaitingVerification);
+        observation.dns_records = vec!["www.example.com".to_owned()];
+        assert_eq!(settled(&tenant, &spec, &observation), MutateOutcome::Succeeded);
+    }
 
     fn with_request(request: Option<ManagedCertificateRequest>) -> DistributionTenantSpec {
         DistributionTenantSpec {

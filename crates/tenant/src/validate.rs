@@ -10,7 +10,9 @@ use std::collections::BTreeSet;
 use blockwork_aws::dns_name::{self, DnsNameError};
 use blockwork_aws::mask_accounts;
 
-use crate::api::DistributionTenantSpec;
+use crate::api::{
+    DistributionTenantSpec, MAX_ARN_LENGTH, MAX_DOMAINS, MAX_ID_LENGTH, MAX_PARAMETER_NAME, MAX_PARAMETER_VALUE, MAX_PARAMETERS,
+};
 
 /// CloudFront only uses ACM certificates from this region.
 pub const CERTIFICATE_REGION: &str = "us-east-1";
@@ -31,6 +33,10 @@ pub enum SpecError {
     CertificateSanMismatch(Vec<String>),
     #[error("spec.{0} must not be empty")]
     Missing(&'static str),
+    #[error("spec.{field} is too long: at most {max} characters")]
+    TooLong { field: String, max: usize },
+    #[error("spec.{field} has too many items: at most {max}")]
+    TooMany { field: &'static str, max: usize },
     #[error("spec.domains: {0}")]
     Domain(DnsNameError),
     #[error("spec.domains lists {0} more than once (a trailing dot names the same domain)")]
@@ -104,6 +110,7 @@ pub struct ParameterDefinition {
 /// (`metadata.name`): also what the admission webhook refuses.
 pub fn validate(name: &str, spec: &DistributionTenantSpec) -> Result<(), SpecError> {
     validate_name(name)?;
+    validate_bounds(spec)?;
     if spec.distribution_id.trim().is_empty() {
         return Err(SpecError::Missing("distributionId"));
     }
@@ -149,6 +156,39 @@ pub fn validate(name: &str, spec: &DistributionTenantSpec) -> Result<(), SpecErr
     {
         return Err(SpecError::AssumeRoleArn(mask_accounts(role)));
     }
+    Ok(())
+}
+
+/// The CRD's bounds on every string and list ([`crate::api::MAX_ID_LENGTH`] and the others),
+/// for objects stored before them: an identifier too long for a URI made the AWS SDK panic.
+pub fn validate_bounds(spec: &DistributionTenantSpec) -> Result<(), SpecError> {
+    let too_long = |field: &str, value: &str, max: usize| {
+        if value.chars().count() > max { Err(SpecError::TooLong { field: field.to_owned(), max }) } else { Ok(()) }
+    };
+    if spec.domains.len() > MAX_DOMAINS {
+        return Err(SpecError::TooMany { field: "domains", max: MAX_DOMAINS });
+    }
+    if spec.parameters.len() > MAX_PARAMETERS {
+        return Err(SpecError::TooMany { field: "parameters", max: MAX_PARAMETERS });
+    }
+    too_long("distributionId", &spec.distribution_id, MAX_ID_LENGTH)?;
+    too_long("connectionGroupId", spec.connection_group_id.as_deref().unwrap_or_default(), MAX_ID_LENGTH)?;
+    for (index, parameter) in spec.parameters.iter().enumerate() {
+        too_long(&format!("parameters[{index}].name"), &parameter.name, MAX_PARAMETER_NAME)?;
+        too_long(&format!("parameters[{index}].value"), &parameter.value, MAX_PARAMETER_VALUE)?;
+    }
+    let customizations = spec.customizations.as_ref();
+    too_long(
+        "customizations.certificate.arn",
+        customizations.and_then(|c| c.certificate.as_ref()).map_or("", |c| c.arn.as_str()),
+        MAX_ARN_LENGTH,
+    )?;
+    too_long(
+        "customizations.webAcl.arn",
+        customizations.and_then(|c| c.web_acl.as_ref()).and_then(|w| w.arn.as_deref()).unwrap_or_default(),
+        MAX_ARN_LENGTH,
+    )?;
+    too_long("dns.hostedZoneId", spec.dns.as_ref().map_or("", |d| d.hosted_zone_id.as_str()), MAX_ID_LENGTH)?;
     Ok(())
 }
 
@@ -285,6 +325,37 @@ mod tests {
 
     fn sans(names: &[&str]) -> Vec<String> {
         names.iter().map(|n| (*n).to_owned()).collect()
+    }
+
+    /// Found by the reliability campaign's hostile corpus (issue 15): a DistributionTenant with a
+    /// 100,000-character distributionId was stored, and the AWS SDK panicked building its
+    /// GetDistribution URI, which stopped `blockwork run`.
+    #[test]
+    fn a_distribution_id_too_long_for_a_uri_is_refused_before_any_call() {
+        let mut long = spec(&["www.example.com"]);
+        long.distribution_id = "E".repeat(100_000);
+        assert_eq!(validate("shop", &long), Err(SpecError::TooLong { field: "distributionId".to_owned(), max: MAX_ID_LENGTH }));
+        let message = validate("shop", &long).err().map(|e| e.to_string()).unwrap_or_default();
+        assert!(message.starts_with("spec.distributionId is too long"), "{message}");
+    }
+
+    #[test]
+    fn every_string_and_list_of_the_spec_is_bounded() {
+        let mut many = spec(&["www.example.com"]);
+        many.domains = (0..=MAX_DOMAINS).map(|i| DomainName { domain: format!("d{i}.example.com") }).collect();
+        assert_eq!(validate_bounds(&many), Err(SpecError::TooMany { field: "domains", max: MAX_DOMAINS }));
+        let mut value = spec(&["www.example.com"]);
+        value.parameters = vec![Parameter { name: "origin".to_owned(), value: "x".repeat(MAX_PARAMETER_VALUE + 1) }];
+        assert_eq!(validate_bounds(&value), Err(SpecError::TooLong { field: "parameters[0].value".to_owned(), max: MAX_PARAMETER_VALUE }));
+        let mut zone = spec(&["www.example.com"]);
+        zone.dns = Some(DnsConfig {
+            provider: DnsProvider::Route53,
+            hosted_zone_id: "Z".repeat(MAX_ID_LENGTH + 1),
+            assume_role_arn: None,
+            ttl: 300,
+        });
+        assert!(matches!(validate_bounds(&zone), Err(SpecError::TooLong { field, .. }) if field == "dns.hostedZoneId"));
+        assert_eq!(validate_bounds(&spec(&["www.example.com"])), Ok(()));
     }
 
     #[test]

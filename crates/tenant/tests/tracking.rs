@@ -144,3 +144,41 @@ async fn a_kill_between_the_create_and_its_status_write_then_deletion_deletes_th
     assert!(h.aws_tenant("trk-kill-tenant").await.is_none(), "the tenant was found by name and deleted");
     assert!(h.record_names().await.is_empty(), "no record is left");
 }
+
+#[tokio::test]
+async fn a_domain_added_to_a_ready_tenant_gets_its_record() {
+    let h = Harness::start("trk-add-ready").await;
+    h.create("trk-add-ready", h.dns_spec(&["www"], &h.zone_id, 300)).await;
+    h.wait_ready_at("trk-add-ready", 1).await;
+    let patch = serde_json::json!({"spec": {"domains": [{"domain": h.domain("www")}, {"domain": h.domain("api")}]}});
+    h.api().patch("trk-add-ready", &PatchParams::default(), &Patch::Merge(patch)).await.unwrap();
+    h.wait_ready_at("trk-add-ready", 2).await;
+    h.wait_for_records(&[h.domain("api"), h.domain("www")]).await;
+}
+
+#[tokio::test]
+async fn a_domain_added_while_the_tenant_is_created_gets_its_record() {
+    let h = Harness::start("trk-add-creating").await;
+    h.proxy.inject(Operation::named("CreateDistributionTenant"), Fault::SlowResponse(HELD), 1);
+    h.create("trk-add-creating", h.dns_spec(&["www"], &h.zone_id, 300)).await;
+    h.wait_for_tenant("trk-add-creating").await;
+    let patch = serde_json::json!({"spec": {"domains": [{"domain": h.domain("www")}, {"domain": h.domain("api")}]}});
+    h.api().patch("trk-add-creating", &PatchParams::default(), &Patch::Merge(patch)).await.unwrap();
+    h.wait_ready_at("trk-add-creating", 2).await;
+    h.wait_for_records(&[h.domain("api"), h.domain("www")]).await;
+}
+
+/// Found by the reliability campaign's fault soak (issue 15): a domain added while the first
+/// records propagated was counted as written (the create-pending marker's domains are owned for
+/// cleanup), so its record was never written and the tenant went Ready without it.
+#[tokio::test]
+async fn a_domain_added_while_the_first_records_propagate_gets_its_record() {
+    let h = Harness::start("trk-add-propagating").await;
+    h.dns_proxy.inject(Operation::named("GetChange"), Fault::PendingChange, 2);
+    h.create("trk-add-propagating", h.dns_spec(&["www"], &h.zone_id, 300)).await;
+    h.wait_for_records(&[h.domain("www")]).await;
+    let patch = serde_json::json!({"spec": {"domains": [{"domain": h.domain("www")}, {"domain": h.domain("api")}]}});
+    h.api().patch("trk-add-propagating", &PatchParams::default(), &Patch::Merge(patch)).await.unwrap();
+    h.wait_ready_at("trk-add-propagating", 2).await;
+    h.wait_for_records(&[h.domain("api"), h.domain("www")]).await;
+}

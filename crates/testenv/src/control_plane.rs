@@ -1,6 +1,8 @@
 //! A real kube-apiserver and etcd on loopback, shared by the tests of one test binary.
 
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Mutex, PoisonError};
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Namespace;
@@ -25,7 +27,10 @@ pub struct ControlPlane {
     kubeconfig: PathBuf,
     dir: PathBuf,
     etcd: Process,
-    apiserver: Process,
+    /// `None` only while it is being restarted.
+    apiserver: Mutex<Option<Process>>,
+    apiserver_args: Vec<String>,
+    restarts: AtomicUsize,
     routes: std::sync::Arc<crate::egress::Routes>,
 }
 
@@ -77,31 +82,26 @@ impl ControlPlane {
         let egress = file("egress-selector.yaml", &crate::egress::configuration(&socket))?;
 
         let port = free_port()?;
-        let apiserver = Process::start(
-            "kube-apiserver",
-            &tool("kube-apiserver")?,
-            &[
-                format!("--etcd-servers=http://127.0.0.1:{etcd_port}"),
-                "--bind-address=127.0.0.1".into(),
-                format!("--secure-port={port}"),
-                format!("--tls-cert-file={}", serving_cert.display()),
-                format!("--tls-private-key-file={}", serving_key.display()),
-                format!("--client-ca-file={}", ca.display()),
-                format!("--token-auth-file={}", tokens.display()),
-                "--authorization-mode=RBAC".into(),
-                "--service-account-issuer=https://127.0.0.1".into(),
-                format!("--service-account-key-file={}", sa_public_key.display()),
-                format!("--service-account-signing-key-file={}", sa_key.display()),
-                "--service-cluster-ip-range=10.0.0.0/24".into(),
-                "--disable-admission-plugins=ServiceAccount".into(),
-                "--endpoint-reconciler-type=none".into(),
-                "--allow-privileged=true".into(),
-                format!("--egress-selector-config-file={}", egress.display()),
-                "--v=1".into(),
-            ],
-            &[],
-            &dir,
-        )?;
+        let apiserver_args = vec![
+            format!("--etcd-servers=http://127.0.0.1:{etcd_port}"),
+            "--bind-address=127.0.0.1".into(),
+            format!("--secure-port={port}"),
+            format!("--tls-cert-file={}", serving_cert.display()),
+            format!("--tls-private-key-file={}", serving_key.display()),
+            format!("--client-ca-file={}", ca.display()),
+            format!("--token-auth-file={}", tokens.display()),
+            "--authorization-mode=RBAC".into(),
+            "--service-account-issuer=https://127.0.0.1".into(),
+            format!("--service-account-key-file={}", sa_public_key.display()),
+            format!("--service-account-signing-key-file={}", sa_key.display()),
+            "--service-cluster-ip-range=10.0.0.0/24".into(),
+            "--disable-admission-plugins=ServiceAccount".into(),
+            "--endpoint-reconciler-type=none".into(),
+            "--allow-privileged=true".into(),
+            format!("--egress-selector-config-file={}", egress.display()),
+            "--v=1".into(),
+        ];
+        let apiserver = Process::start("kube-apiserver", &tool("kube-apiserver")?, &apiserver_args, &[], &dir)?;
 
         let kubeconfig = file("kubeconfig", &kubeconfig_yaml(port, &pki.ca_pem))?;
         let config = Kubeconfig::read_from(&kubeconfig).map_err(|e| Error::Setup(format!("kubeconfig: {e}")))?;
@@ -109,18 +109,44 @@ impl ControlPlane {
             .await
             .map_err(|e| Error::Setup(format!("kubeconfig: {e}")))?;
         let client = kube::Client::try_from(config.clone()).map_err(|e| Error::Setup(format!("client: {e}")))?;
-        wait_until(&apiserver, READY_TIMEOUT, || {
-            let client = client.clone();
-            async move {
-                let request = http::Request::get("/readyz").body(Vec::new());
-                match request {
-                    Ok(request) => client.request_text(request).await.is_ok_and(|body| body.trim() == "ok"),
-                    Err(_) => false,
-                }
-            }
+        wait_until(&apiserver, READY_TIMEOUT, || is_ready(&client)).await?;
+        Ok(Self {
+            config,
+            kubeconfig,
+            dir,
+            etcd,
+            apiserver: Mutex::new(Some(apiserver)),
+            apiserver_args,
+            restarts: AtomicUsize::new(0),
+            routes,
         })
-        .await?;
-        Ok(Self { config, kubeconfig, dir, etcd, apiserver, routes })
+    }
+
+    /// Kills kube-apiserver (SIGKILL) and starts it again on the same port with the same flags
+    /// (etcd keeps the state), as a crashed or upgraded API server comes back; returns once it is
+    /// ready. Clients see their connections and watches dropped, and refused connections
+    /// meanwhile. Its log is `kube-apiserver-restart-<n>.log` in [`Self::dir`].
+    pub async fn restart_apiserver(&self) -> Result<(), Error> {
+        let restart = self.restarts.fetch_add(1, Ordering::SeqCst) + 1;
+        {
+            let mut running = self.apiserver.lock().unwrap_or_else(PoisonError::into_inner);
+            // Dropping a Process kills it and waits for it, so the port is free again.
+            drop(running.take());
+            let name = format!("kube-apiserver-restart-{restart}");
+            *running = Some(Process::start(&name, &tool("kube-apiserver")?, &self.apiserver_args, &[], &self.dir)?);
+        }
+        let client = self.client();
+        let deadline = tokio::time::Instant::now() + READY_TIMEOUT;
+        while !is_ready(&client).await {
+            if let Some(process) = self.apiserver.lock().unwrap_or_else(PoisonError::into_inner).as_ref() {
+                process.check_running()?;
+            }
+            if tokio::time::Instant::now() > deadline {
+                return Err(Error::Setup(format!("kube-apiserver was not ready {READY_TIMEOUT:?} after restart {restart}")));
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        Ok(())
     }
 
     /// A new client for the calling test's tokio runtime (a client's connection pool belongs to
@@ -143,9 +169,10 @@ impl ControlPlane {
         &self.dir
     }
 
-    /// The process ids of etcd and kube-apiserver.
+    /// The process ids of etcd and kube-apiserver (0 while it restarts).
     pub fn pids(&self) -> (u32, u32) {
-        (self.etcd.pid(), self.apiserver.pid())
+        let apiserver = self.apiserver.lock().unwrap_or_else(PoisonError::into_inner).as_ref().map_or(0, Process::pid);
+        (self.etcd.pid(), apiserver)
     }
 
     /// Server-side-applies CRDs and waits until each is Established. Idempotent.
@@ -196,6 +223,14 @@ impl ControlPlane {
             .await
             .map_err(|e| Error::Setup(format!("creating namespace {name}: {e}")))?;
         Ok(name)
+    }
+}
+
+/// True when kube-apiserver answers `/readyz` with `ok`.
+async fn is_ready(client: &kube::Client) -> bool {
+    match http::Request::get("/readyz").body(Vec::new()) {
+        Ok(request) => client.request_text(request).await.is_ok_and(|body| body.trim() == "ok"),
+        Err(_) => false,
     }
 }
 

@@ -1,8 +1,10 @@
 //! An HTTP proxy between the AWS SDK and an emulator that answers chosen calls with real AWS
 //! errors (in each protocol's wire format, so the SDK parses the code), adds latency before or
-//! after the call takes effect, or turns Route53 changes PENDING, CloudFront-managed
-//! certificates `pending-validation` and ACM certificates `PENDING_VALIDATION`. It counts the
-//! calls of each operation.
+//! after the call takes effect, never answers (the caller's timeout ends the call), resets the
+//! connection, or turns Route53 changes PENDING, CloudFront-managed certificates
+//! `pending-validation` and ACM certificates `PENDING_VALIDATION`. It counts the calls of each
+//! operation. Besides faults for the next calls of an operation, it can fail a share of every
+//! call with faults drawn at random from a seeded generator ([`RandomFaults`]), for soak tests.
 //!
 //! The "pending" faults stand in for AWS's asynchronous work that the emulators finish at once:
 //! moto reports every record change INSYNC and issues every certificate after a second,
@@ -15,6 +17,9 @@ use std::net::SocketAddr;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
+use rand::rngs::StdRng;
+use rand::{Rng as _, SeedableRng as _};
+
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming;
@@ -23,7 +28,8 @@ use hyper::{Request, Response, StatusCode};
 use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::{TokioExecutor, TokioIo};
-use tokio::net::TcpListener;
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::Notify;
 use tokio::task::JoinHandle;
 
 pub use crate::process::Error;
@@ -77,14 +83,82 @@ pub enum Fault {
     /// instead of `ISSUED`, as ACM does until its validation records resolve (moto issues after
     /// a second).
     PendingValidation,
+    /// Never answers and forwards nothing: the caller's own timeout ends the call (the proxy
+    /// drops the connection after [`TIMEOUT_HOLD`]).
+    Timeout,
+    /// Resets the connection (TCP RST) without answering and forwards nothing, as a crashed load
+    /// balancer or a broken network path does.
+    ConnectionReset,
     /// Any error code and message.
     Custom { status: u16, code: String, message: String },
+}
+
+/// How long [`Fault::Timeout`] holds a call before dropping its connection: longer than any
+/// caller's timeout.
+pub const TIMEOUT_HOLD: Duration = Duration::from_secs(300);
+
+impl Fault {
+    /// A short name, for counts and reports: `Throttling`, `ServerError(503)`, `Timeout`, ...
+    pub fn label(&self) -> String {
+        match self {
+            Self::Custom { code, .. } => code.clone(),
+            Self::Latency(_) => "Latency".to_owned(),
+            Self::SlowResponse(_) => "SlowResponse".to_owned(),
+            other => format!("{other:?}"),
+        }
+    }
+}
+
+/// A share of every call failing, with faults drawn at random: `rate` of the calls (0.0–1.0) get
+/// one of `faults`, each equally likely, from a generator seeded with `seed` (the sequence of
+/// draws is reproducible; which call gets which draw depends on the order calls arrive in).
+#[derive(Clone, Debug, PartialEq)]
+pub struct RandomFaults {
+    pub rate: f64,
+    pub faults: Vec<Fault>,
+    pub seed: u64,
+}
+
+impl RandomFaults {
+    /// Every transient fault AWS answers with: throttling (each service's real code, and
+    /// Route53's `PriorRequestNotComplete`), 500 and 503, a call that never answers, a reset
+    /// connection, and an answer that comes `slow` late (the call took effect).
+    pub fn transient(rate: f64, seed: u64, slow: Duration) -> Self {
+        let faults = vec![
+            Fault::Throttling,
+            Fault::PriorRequestNotComplete,
+            Fault::ServerError(500),
+            Fault::ServerError(503),
+            Fault::Timeout,
+            Fault::ConnectionReset,
+            Fault::SlowResponse(slow),
+        ];
+        Self { rate, faults, seed }
+    }
+}
+
+/// Random faults with their generator.
+struct Dice {
+    faults: RandomFaults,
+    rng: StdRng,
+}
+
+impl Dice {
+    fn roll(&mut self) -> Option<Fault> {
+        if self.faults.faults.is_empty() || !self.rng.random_bool(self.faults.rate.clamp(0.0, 1.0)) {
+            return None;
+        }
+        let index = self.rng.random_range(0..self.faults.faults.len());
+        self.faults.faults.get(index).cloned()
+    }
 }
 
 #[derive(Default)]
 struct State {
     faults: Vec<(Operation, Fault, usize)>,
+    random: Option<Dice>,
     calls: HashMap<String, usize>,
+    injected: HashMap<String, usize>,
 }
 
 /// Stops serving when dropped.
@@ -114,13 +188,7 @@ impl FaultProxy {
             loop {
                 let Ok((stream, _)) = listener.accept().await else { continue };
                 let (state, upstream, client) = (Arc::clone(&shared), Arc::clone(&upstream), client.clone());
-                tokio::spawn(async move {
-                    let service = service_fn(move |request| {
-                        let (state, upstream, client) = (Arc::clone(&state), Arc::clone(&upstream), client.clone());
-                        async move { Ok::<_, Infallible>(handle(request, &state, &upstream, &client).await) }
-                    });
-                    let _ = hyper::server::conn::http1::Builder::new().serve_connection(TokioIo::new(stream), service).await;
-                });
+                tokio::spawn(serve(stream, state, upstream, client));
             }
         });
         Ok(Self { address, state, server })
@@ -147,6 +215,23 @@ impl FaultProxy {
         self.lock().calls.clone()
     }
 
+    /// From now on, fails a share of every call at random (see [`RandomFaults`]); replaces
+    /// earlier random faults. Faults injected for chosen calls ([`Self::inject`]) come first.
+    pub fn inject_random(&self, faults: RandomFaults) {
+        let rng = StdRng::seed_from_u64(faults.seed);
+        self.lock().random = Some(Dice { faults, rng });
+    }
+
+    /// Stops the random faults.
+    pub fn stop_random(&self) {
+        self.lock().random = None;
+    }
+
+    /// How many calls got each fault (by [`Fault::label`]), injected or random.
+    pub fn injected(&self) -> HashMap<String, usize> {
+        self.lock().injected.clone()
+    }
+
     pub fn clear(&self) {
         *self.lock() = State::default();
     }
@@ -166,28 +251,59 @@ enum Protocol {
     Query,
 }
 
-async fn handle(
-    request: Request<Incoming>,
-    state: &Mutex<State>,
-    upstream: &str,
-    client: &Client<HttpConnector, Full<Bytes>>,
-) -> Response<Full<Bytes>> {
+type Upstream = Client<HttpConnector, Full<Bytes>>;
+
+/// One connection: answers its requests until it closes, or resets it when a call draws
+/// [`Fault::ConnectionReset`].
+async fn serve(mut stream: TcpStream, state: Arc<Mutex<State>>, upstream: Arc<str>, client: Upstream) {
+    let reset = Arc::new(Notify::new());
+    let signal = Arc::clone(&reset);
+    let service = service_fn(move |request| {
+        let (state, upstream, client, reset) = (Arc::clone(&state), Arc::clone(&upstream), client.clone(), Arc::clone(&signal));
+        async move {
+            match handle(request, &state, &upstream, &client).await {
+                Some(response) => Ok::<_, Infallible>(response),
+                None => {
+                    reset.notify_one();
+                    std::future::pending().await
+                }
+            }
+        }
+    });
+    let connection = Box::pin(hyper::server::conn::http1::Builder::new().serve_connection(TokioIo::new(&mut stream), service));
+    let was_reset = tokio::select! {
+        _ = connection => false,
+        () = reset.notified() => true,
+    };
+    if was_reset {
+        // Closing with a zero linger time sends RST instead of FIN.
+        let _ = stream.set_zero_linger();
+    }
+}
+
+/// The answer to one call; `None` resets the connection.
+async fn handle(request: Request<Incoming>, state: &Mutex<State>, upstream: &str, client: &Upstream) -> Option<Response<Full<Bytes>>> {
     let (parts, body) = request.into_parts();
     let body = match body.collect().await {
         Ok(collected) => collected.to_bytes(),
-        Err(e) => return plain(StatusCode::BAD_REQUEST, &format!("fault proxy: reading the request: {e}")),
+        Err(e) => return Some(plain(StatusCode::BAD_REQUEST, &format!("fault proxy: reading the request: {e}"))),
     };
     let (protocol, operation) = identify(&parts, &body);
     let fault = {
         let mut state = state.lock().unwrap_or_else(PoisonError::into_inner);
         *state.calls.entry(operation.clone()).or_default() += 1;
         let found = state.faults.iter_mut().find(|(op, _, left)| *left > 0 && op.matches(&operation));
-        found.map(|(_, fault, left)| {
+        let chosen = found.map(|(_, fault, left)| {
             *left -= 1;
             fault.clone()
-        })
+        });
+        let fault = chosen.or_else(|| state.random.as_mut().and_then(Dice::roll));
+        if let Some(fault) = &fault {
+            *state.injected.entry(fault.label()).or_default() += 1;
+        }
+        fault
     };
-    match fault {
+    Some(match fault {
         Some(Fault::Latency(delay)) => {
             tokio::time::sleep(delay).await;
             forward(parts, body, upstream, client, None).await
@@ -200,9 +316,14 @@ async fn handle(
         Some(Fault::PendingChange) => forward(parts, body, upstream, client, Some(PENDING_CHANGE)).await,
         Some(Fault::PendingCertificate) => forward(parts, body, upstream, client, Some(PENDING_CERTIFICATE)).await,
         Some(Fault::PendingValidation) => forward(parts, body, upstream, client, Some(PENDING_VALIDATION)).await,
+        Some(Fault::Timeout) => {
+            tokio::time::sleep(TIMEOUT_HOLD).await;
+            return None;
+        }
+        Some(Fault::ConnectionReset) => return None,
         Some(fault) => error_response(protocol, &fault),
         None => forward(parts, body, upstream, client, None).await,
-    }
+    })
 }
 
 /// A status in an answer and what a "pending" fault turns it into.
@@ -218,7 +339,7 @@ async fn forward(
     parts: http::request::Parts,
     body: Bytes,
     upstream: &str,
-    client: &Client<HttpConnector, Full<Bytes>>,
+    client: &Upstream,
     rewrite: Option<Rewrite>,
 ) -> Response<Full<Bytes>> {
     let path = parts.uri.path_and_query().map_or("/", |p| p.as_str());
@@ -324,9 +445,13 @@ fn error_response(protocol: Protocol, fault: &Fault) -> Response<Full<Bytes>> {
             "The request was rejected because Route 53 was still processing a prior request.",
         ),
         Fault::Custom { status, code, message } => (*status, code.as_str(), code.as_str(), message.as_str()),
-        Fault::Latency(_) | Fault::SlowResponse(_) | Fault::PendingChange | Fault::PendingCertificate | Fault::PendingValidation => {
-            (500, "InternalFailure", "InternalFailure", "fault proxy: not an error fault")
-        }
+        Fault::Latency(_)
+        | Fault::SlowResponse(_)
+        | Fault::PendingChange
+        | Fault::PendingCertificate
+        | Fault::PendingValidation
+        | Fault::Timeout
+        | Fault::ConnectionReset => (500, "InternalFailure", "InternalFailure", "fault proxy: not an error fault"),
     };
     let status = StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
     let request_id = uuid::Uuid::new_v4().to_string();

@@ -10,6 +10,8 @@
 //! - [`fault_proxy`]: an HTTP proxy between the AWS SDK and an emulator that answers chosen
 //!   calls with real AWS errors, latency (before or after the call takes effect) or PENDING
 //!   changes.
+//! - [`kube_proxy`]: an HTTP proxy in front of kube-apiserver that cuts watches, answers 429,
+//!   5xx and 410, and records every write by field manager.
 //! - [`measure`]: memory and CPU of a process, for benchmarks.
 //! - [`leaks`]: looks for account ids (or any secret) in statuses, events, logs and metrics.
 //!
@@ -20,6 +22,7 @@ pub mod control_plane;
 mod egress;
 pub mod emulators;
 pub mod fault_proxy;
+pub mod kube_proxy;
 pub mod leaks;
 pub mod measure;
 mod process;

@@ -9,7 +9,7 @@ use aws_config::retry::RetryConfig;
 use aws_sdk_acm::error::ProvideErrorMetadata;
 use aws_sdk_route53::types::{Change, ChangeAction, ChangeBatch, ChangeStatus, ResourceRecord, ResourceRecordSet, RrType};
 use blockwork_testenv::emulators::{ministack, moto};
-use blockwork_testenv::fault_proxy::{Fault, FaultProxy, Operation};
+use blockwork_testenv::fault_proxy::{Fault, FaultProxy, Operation, RandomFaults};
 
 async fn sdk_config(endpoint: &str, retries: RetryConfig) -> aws_config::SdkConfig {
     aws_config::defaults(BehaviorVersion::latest())
@@ -213,4 +213,58 @@ async fn ministack_serves_the_cloudfront_tenant_apis_moto_lacks() {
     assert!(status.is_success(), "{status}: {text}");
     assert!(text.contains("ConnectionGroup"), "{text}");
     assert_eq!(proxy.calls("ListConnectionGroups"), 1);
+}
+
+#[tokio::test]
+async fn a_timeout_is_ended_by_the_callers_own_timeout_and_never_forwarded() {
+    let proxy = proxy().await;
+    let config = sdk_config(&proxy.endpoint(), RetryConfig::disabled()).await;
+    let timeouts = aws_config::timeout::TimeoutConfig::builder().operation_attempt_timeout(Duration::from_millis(500)).build();
+    let sts = aws_sdk_sts::Client::from_conf(aws_sdk_sts::config::Builder::from(&config).timeout_config(timeouts).build());
+    proxy.inject(Operation::named("GetCallerIdentity"), Fault::Timeout, 1);
+    let started = Instant::now();
+    let error = sts.get_caller_identity().send().await.unwrap_err();
+    assert!(matches!(error, aws_sdk_sts::error::SdkError::TimeoutError(_)), "{error:?}");
+    assert!(started.elapsed() < Duration::from_secs(5), "the caller's timeout ended it");
+    sts.get_caller_identity().send().await.expect("only one call timed out");
+    assert_eq!(proxy.injected().get("Timeout"), Some(&1));
+}
+
+#[tokio::test]
+async fn a_reset_connection_reaches_the_sdk_as_a_dispatch_failure_and_nothing_is_forwarded() {
+    let proxy = proxy().await;
+    let acm = aws_sdk_acm::Client::new(&sdk_config(&proxy.endpoint(), RetryConfig::disabled()).await);
+    proxy.inject(Operation::named("RequestCertificate"), Fault::ConnectionReset, 1);
+    let error = acm
+        .request_certificate()
+        .domain_name("reset.example.com")
+        .validation_method(aws_sdk_acm::types::ValidationMethod::Dns)
+        .send()
+        .await
+        .unwrap_err();
+    assert!(matches!(error, aws_sdk_acm::error::SdkError::DispatchFailure(_)), "{error:?}");
+    let listing = acm.list_certificates().send().await.expect("the next call gets through");
+    assert!(!listing.certificate_summary_list().iter().any(|s| s.domain_name() == Some("reset.example.com")), "not forwarded");
+}
+
+#[tokio::test]
+async fn random_faults_fail_about_their_share_of_calls_reproducibly() {
+    let proxy = proxy().await;
+    let sts = aws_sdk_sts::Client::new(&sdk_config(&proxy.endpoint(), RetryConfig::disabled()).await);
+    let faults = RandomFaults { rate: 0.25, faults: vec![Fault::Throttling, Fault::ServerError(500)], seed: 7 };
+    let mut outcomes = Vec::new();
+    for _round in 0..2 {
+        proxy.inject_random(faults.clone());
+        let mut round = Vec::new();
+        for _ in 0..80 {
+            round.push(sts.get_caller_identity().send().await.err().and_then(|e| e.code().map(str::to_owned)));
+        }
+        outcomes.push(round);
+    }
+    proxy.stop_random();
+    let failed = outcomes[0].iter().filter(|o| o.is_some()).count();
+    assert!((8..=32).contains(&failed), "{failed} of 80 failed at a rate of 25 %");
+    assert_eq!(outcomes[0], outcomes[1], "the same seed draws the same faults");
+    assert!(outcomes[0].iter().flatten().all(|code| code == "Throttling" || code == "InternalFailure"), "{:?}", outcomes[0]);
+    sts.get_caller_identity().send().await.expect("stopped");
 }

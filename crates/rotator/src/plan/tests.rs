@@ -408,6 +408,18 @@ fn a_jwks_value_other_than_true_or_false_blocks_the_source_naming_the_accepted_v
     assert!(plan.write.is_none());
 }
 
+/// Found by the reliability campaign's hostile corpus (issue 15): `destination-secret` (without
+/// `-name`) was reported as a missing destination, which hid the typo.
+#[test]
+fn a_misspelt_destination_key_is_named_not_reported_as_a_missing_destination() {
+    let mut src = source("cert", "key");
+    let destination = src.annotations_mut().remove(&keys().destination).unwrap();
+    src.annotations_mut().insert(keys().destination.replace("-name", ""), destination);
+    let plan = run(&src, None);
+    let Action::Blocked(blocked @ Blocked::InvalidAnnotation(_)) = &plan.action else { panic!("{:?}", plan.action) };
+    assert!(blocked.to_string().contains(&keys().destination.replace("-name", "")), "{blocked}");
+}
+
 #[test]
 fn a_misspelt_rotator_annotation_on_the_source_blocks_it() {
     let mut src = source("cert", "key");

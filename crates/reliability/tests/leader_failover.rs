@@ -1,0 +1,26 @@
+//! Suite 4 of the reliability campaign, bounded for CI: two `blockwork run --leader-elect`
+//! replicas; the leader is killed with SIGKILL again and again, while the workload runs and then
+//! while nothing changes. Each takeover must come within the 15 s lease; no AWS resource may be
+//! created twice, and a new leader must not write again what its predecessor wrote (writes are
+//! counted by a proxy in front of the API server).
+
+#![allow(clippy::unwrap_used, clippy::print_stdout)]
+
+use std::path::Path;
+use std::time::Duration;
+
+use blockwork_reliability::report::seed;
+use blockwork_reliability::suites::{self, LeaderFailover, Scale};
+use blockwork_reliability::workload::Counts;
+
+const BINARY: &str = env!("CARGO_BIN_EXE_blockwork-under-test");
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_killed_leader_is_replaced_within_the_lease_with_nothing_created_or_written_twice() {
+    let counts = Counts { certs: 12, tenants: 3, caches: 2, sources: 2 };
+    let scale = Scale { seed: seed(), counts, drive: Duration::from_secs(45), converge: Duration::from_secs(150) };
+    let suite = LeaderFailover { scale, kills_under_load: 2, quiet_kills: 1 };
+    let report = suites::leader_failover(Path::new(BINARY), suite).await.unwrap();
+    println!("{}", report.markdown());
+    assert!(report.passed(), "{}", report.markdown());
+}
