@@ -1,18 +1,45 @@
-//! Blockwork's AWS layer: SDK configuration (with the endpoint override emulators need), error
-//! classification that picks the runtime's reaction, messages sanitized of account ids and
-//! ARNs before users can read them, and the one rule for DNS names ([`dns_name`]).
+//! Blockwork's AWS layer: one per process, shared by every controller.
+//!
+//! - [`Aws`] ([`edge`]): the SDK clients (region, endpoint overrides, assumed roles; the SDK's
+//!   own retries off) and the one path of every call: the process's token buckets, then the
+//!   attempt, timed, classified and counted, then a retry with backoff and jitter on throttling
+//!   and transient failures.
+//! - [`quota`]: the quota model, per account (and region for ACM): account-level,
+//!   per-operation and Route 53 change-throughput buckets at AWS's published values times a
+//!   safety factor. [`limiter`] holds them (governor). [`config`]: the process's AWS flags.
+//! - [`acm`]: ACM calls and the shared certificate listing. [`route53`]: records for every
+//!   controller, batched per hosted zone ([`batch`]), with one ownership rule.
+//! - [`metrics`]: one family of AWS metrics, feeding the seeds' names too. [`cache`]: cached
+//!   reads whose concurrent misses share one call.
+//! - [`ErrorClass`] (the runtime's) and [`classify`]: how a failed call is handled; messages are
+//!   sanitized of account ids and ARNs ([`sanitize`]) before users can read them.
+//! - [`dns_name`]: the one rule and normal form of DNS names.
 
+pub mod acm;
+pub mod batch;
+pub mod cache;
+pub mod config;
 pub mod dns_name;
+pub mod edge;
 mod error;
+pub mod limiter;
+pub mod metrics;
+pub mod quota;
+pub mod route53;
 mod sanitize;
 
-pub use error::{AwsError, ErrorClass, classify, classify_sdk_error};
+pub use config::{AwsArgs, parse_duration};
+pub use edge::{Aws, AwsConfig, Call, Endpoint, RetryPolicy};
+pub use error::{AwsError, ErrorClass, HttpStatus, classified, classify, classify_sdk_error};
+pub use limiter::{Account, Scope};
+pub use metrics::{AwsMetrics, Seed};
+pub use quota::{Quotas, Service};
 pub use sanitize::{mask_accounts, sanitize};
 
 use aws_config::{BehaviorVersion, Region, SdkConfig};
 
-/// The shared SDK configuration: the usual credential and region chain (env, IRSA / Pod
-/// Identity, profile, IMDS), with an optional endpoint override (`--aws-endpoint-url`) and region.
+/// An SDK configuration with the usual credential and region chain and an optional endpoint
+/// override and region: for tools and tests that call AWS beside the layer.
 pub async fn sdk_config(endpoint_url: Option<&str>, region: Option<&str>) -> SdkConfig {
     let mut loader = aws_config::defaults(BehaviorVersion::latest());
     if let Some(endpoint) = endpoint_url {

@@ -8,6 +8,7 @@
 //! - [`fault_proxy`]: an HTTP proxy between the AWS SDK and an emulator that answers chosen
 //!   calls with real AWS errors, latency (before or after the call takes effect) or PENDING
 //!   changes.
+//! - [`throttle`]: AWS's token buckets, which the fault proxy enforces on request.
 //! - [`measure`]: memory and CPU of a process, for benchmarks.
 //! - [`leaks`]: looks for account ids (or any secret) in statuses, events, logs and metrics.
 //!
@@ -20,4 +21,5 @@ pub mod fault_proxy;
 pub mod leaks;
 pub mod measure;
 mod process;
+pub mod throttle;
 mod tools;
