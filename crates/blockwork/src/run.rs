@@ -58,6 +58,7 @@ pub async fn run(args: RunArgs, controllers: Vec<Controller>) -> anyhow::Result<
     let status = Status::new(elector.as_ref().map(|e| e.identity.clone()), process);
     let runtime_metrics = RuntimeMetrics::register(process);
     let metrics: Vec<ControllerMetrics> = controllers.iter().map(|c| (c.register_metrics)(&mut registry)).collect();
+    let aws = aws_layer(&args, &controllers, &mut registry)?;
 
     // Before the servers: webhooks check requests against the cluster. Builds no connection yet.
     let client = Client::try_default().await.context("building the Kubernetes client")?;
@@ -96,6 +97,7 @@ pub async fn run(args: RunArgs, controllers: Vec<Controller>) -> anyhow::Result<
         runtime_metrics,
         metrics: Arc::new(()),
         args: Arc::new(args.clone()),
+        aws,
     };
     let mut running = Running::start(&controllers, metrics, &context);
     status.set_ready();
@@ -136,6 +138,19 @@ pub async fn run(args: RunArgs, controllers: Vec<Controller>) -> anyhow::Result<
             Ok(())
         }
     }
+}
+
+/// The process's one AWS layer, from the AWS flags; its metrics in `registry`, with the seed
+/// names of the controllers that run. Loads no credentials yet (a process whose controllers
+/// never call AWS never does).
+fn aws_layer(args: &RunArgs, controllers: &[Controller], registry: &mut Registry) -> anyhow::Result<Arc<blockwork_aws::Aws>> {
+    let (config, warnings) = args.aws.config()?;
+    for warning in warnings {
+        warn!("{warning}");
+    }
+    let seeds: Vec<blockwork_aws::Seed> = controllers.iter().filter_map(|c| blockwork_aws::Seed::of(c.name)).collect();
+    let metrics = Arc::new(blockwork_aws::AwsMetrics::register(registry, &seeds));
+    Ok(blockwork_aws::Aws::new(config, metrics))
 }
 
 /// The pod's namespace, or `default` outside a pod.

@@ -11,8 +11,9 @@
 //!   records of removed domains.
 //! - Before any write, `create` and `update` check the spec against the distribution it names
 //!   (which must exist: no DNS record is written for a distribution that does not) and the
-//!   certificate's names against the domains. Both are read through caches: a DNS-first create
-//!   spans several reconciles, and many tenants share one distribution.
+//!   certificate's names against the domains. Both are read through the AWS layer's caches
+//!   (concurrent misses share one call): a DNS-first create spans several reconciles, and many
+//!   tenants share one distribution.
 //! - `create` writes DNS first when `spec.dns` is set, then creates the tenant.
 //! - `update` upserts the records of the current domains, then pushes the spec with the last
 //!   ETag; a stale ETag is re-read and retried at once.
@@ -24,7 +25,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use blockwork_aws::AwsError;
+use blockwork_aws::cache::Cached;
+use blockwork_aws::{AwsError, AwsMetrics};
 use blockwork_runtime::status::{condition, set_condition};
 use blockwork_runtime::{
     DeleteOutcome, DriftPolicy, ExternalError, ExternalResource, MutateOutcome, ReconcileState, Request, RequeuePolicy, VerifyOutcome,
@@ -32,7 +34,6 @@ use blockwork_runtime::{
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use kube::{Resource, ResourceExt};
-use moka::future::Cache;
 use tracing::warn;
 
 use crate::api::{
@@ -71,21 +72,29 @@ pub struct TenantManager<C, D> {
     timing: Timing,
     metrics: Arc<TenantMetrics>,
     /// By distribution id; a distribution that does not exist is not remembered.
-    distributions: Cache<String, DistributionRules>,
+    distributions: Cached<String, DistributionRules>,
     /// By certificate ARN: its domain name and subject alternative names.
-    certificate_names: Cache<String, Vec<String>>,
+    certificate_names: Cached<String, Vec<String>>,
 }
 
 impl<C: CloudFront + Acm, D: DnsRecords> TenantManager<C, D> {
-    pub fn new(cloudfront: C, dns: Option<D>, default_drift: DriftPolicy, timing: Timing, metrics: Arc<TenantMetrics>) -> Self {
+    /// `aws_metrics`: where the caches count their hits and misses.
+    pub fn new(
+        cloudfront: C,
+        dns: Option<D>,
+        default_drift: DriftPolicy,
+        timing: Timing,
+        metrics: Arc<TenantMetrics>,
+        aws_metrics: &Arc<AwsMetrics>,
+    ) -> Self {
         Self {
             cloudfront,
             dns,
             default_drift,
             timing,
             metrics,
-            distributions: Cache::builder().max_capacity(CACHE_ENTRIES).time_to_live(DISTRIBUTION_TTL).build(),
-            certificate_names: Cache::builder().max_capacity(CACHE_ENTRIES).time_to_live(CERTIFICATE_NAMES_TTL).build(),
+            distributions: Cached::new(aws_metrics, crate::CONTROLLER, "cloudfront-distribution", DISTRIBUTION_TTL, CACHE_ENTRIES),
+            certificate_names: Cached::new(aws_metrics, crate::CONTROLLER, "acm-certificate-names", CERTIFICATE_NAMES_TTL, CACHE_ENTRIES),
         }
     }
 
@@ -112,7 +121,7 @@ impl<C: CloudFront + Acm, D: DnsRecords> TenantManager<C, D> {
                 Err(error) => Err(self.cloudfront_error(&error, CallContext::default()).error),
             }
         };
-        self.distributions.try_get_with_by_ref(id, read).await.map_err(|error| (*error).clone())
+        self.distributions.get_or_load(id, read).await
     }
 
     /// Classifies and counts a failed CloudFront call.
@@ -218,7 +227,7 @@ impl<C: CloudFront + Acm, D: DnsRecords> TenantManager<C, D> {
         let Some(arn) = spec.customizations.as_ref().and_then(|c| c.certificate.as_ref()).map(|c| c.arn.as_str()) else {
             return Ok(());
         };
-        let names = match self.certificate_names.try_get_with_by_ref(arn, self.cloudfront.certificate_names(arn)).await {
+        let names = match self.certificate_names.get_or_load(arn, self.cloudfront.certificate_names(arn)).await {
             Ok(names) => names,
             // A certificate that does not exist will not start to by retrying.
             Err(error) if error.class == blockwork_aws::ErrorClass::NotFound => {
