@@ -188,8 +188,8 @@ impl Default for AcmConfig {
 }
 
 struct Snapshot {
-    /// When the sweep that made it began.
-    taken: Instant,
+    /// When the sweep that made it began; `None` before the first sweep.
+    taken: Option<Instant>,
     certificates: HashMap<String, Summary>,
 }
 
@@ -216,7 +216,7 @@ impl Acm {
     /// ACM for `caller` in `region` (default: the process's).
     pub fn new(aws: &Arc<Aws>, caller: &'static str, region: Option<&str>, config: AcmConfig) -> Arc<Self> {
         let describes = Cached::new(aws.metrics(), caller, DESCRIBE_CACHE, config.describe_ttl, config.describe_capacity);
-        let empty = Snapshot { taken: Instant::now() - config.sweep - config.recent, certificates: HashMap::new() };
+        let empty = Snapshot { taken: None, certificates: HashMap::new() };
         Arc::new(Self {
             aws: Arc::clone(aws),
             caller,
@@ -359,7 +359,7 @@ impl Acm {
         let described = self.described.lock().unwrap_or_else(PoisonError::into_inner);
         described
             .iter()
-            .filter(|(arn, (_, at))| *at > snapshot.taken || !snapshot.certificates.contains_key(*arn))
+            .filter(|(arn, (_, at))| snapshot.taken.is_none_or(|taken| *at > taken) || !snapshot.certificates.contains_key(*arn))
             .map(|(arn, (summary, _))| (arn.clone(), summary.clone()))
             .collect()
     }
@@ -393,9 +393,9 @@ impl Acm {
     async fn snapshot(&self, freshness: Freshness) -> Result<Arc<Snapshot>, AwsError> {
         let asked = Instant::now();
         let fresh_enough = |snapshot: &Snapshot| match freshness {
-            Freshness::Recent => asked.saturating_duration_since(snapshot.taken) <= self.config.recent,
-            Freshness::Current => snapshot.taken >= asked,
-            Freshness::Listed => asked.saturating_duration_since(snapshot.taken) <= self.config.sweep * 2,
+            Freshness::Recent => snapshot.taken.is_some_and(|taken| asked.saturating_duration_since(taken) <= self.config.recent),
+            Freshness::Current => snapshot.taken.is_some_and(|taken| taken >= asked),
+            Freshness::Listed => snapshot.taken.is_some_and(|taken| asked.saturating_duration_since(taken) <= self.config.sweep * 2),
         };
         let latest = self.latest();
         if fresh_enough(&latest) {
@@ -453,7 +453,7 @@ impl Acm {
         let mut before = previous.certificates.clone();
         before.extend(self.newer(previous));
         let changed = changed(&before, &certificates);
-        let snapshot = Arc::new(Snapshot { taken, certificates });
+        let snapshot = Arc::new(Snapshot { taken: Some(taken), certificates });
         *self.latest.lock().unwrap_or_else(PoisonError::into_inner) = Arc::clone(&snapshot);
         // Descriptions the sweep superseded go; one of a certificate not listed yet stays a
         // while (ListCertificates may lag a request by a few seconds).
@@ -472,7 +472,7 @@ impl Acm {
         let mut awaited = self.awaited.lock().unwrap_or_else(PoisonError::into_inner);
         awaited.retain(|arn, since| match snapshot.certificates.get(arn) {
             Some(summary) => summary.status == AcmStatus::PendingValidation,
-            None => snapshot.taken < *since + LISTING_DELAY,
+            None => snapshot.taken.is_some_and(|taken| taken < *since + LISTING_DELAY),
         });
     }
 
@@ -495,7 +495,7 @@ impl Acm {
         let mut renewal_due = Instant::now();
         loop {
             // On-demand sweeps count: the next one is due after the latest, whoever made it.
-            let due = self.next_sweep(self.latest().taken);
+            let due = self.latest().taken.map_or_else(Instant::now, |taken| self.next_sweep(taken));
             if Instant::now() < due {
                 tokio::select! {
                     () = tokio::time::sleep_until(due.into()) => {}

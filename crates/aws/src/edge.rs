@@ -97,7 +97,7 @@ pub struct Call<'a> {
 /// Credentials of an assumed role are used until this long before they expire.
 const CREDENTIAL_MARGIN: Duration = Duration::from_secs(300);
 /// The STS session name, as it shows in the other account's CloudTrail.
-const SESSION_NAME: &str = "blockwork";
+const SESSION_NAME_PREFIX: &str = "blockwork";
 
 /// The process's AWS layer.
 pub struct Aws {
@@ -247,7 +247,12 @@ impl Aws {
         let call = Call { callers: &[controller], scope: Scope::new(Account::Own, Service::Sts, None), operation: OP, changes: 0 };
         let output = self
             .call(call, || async {
-                sts.assume_role().role_arn(role).role_session_name(SESSION_NAME).send().await.map_err(|e| classify_sdk_error(OP, &e))
+                sts.assume_role()
+                    .role_arn(role)
+                    .role_session_name(format!("{SESSION_NAME_PREFIX}-{controller}-dns"))
+                    .send()
+                    .await
+                    .map_err(|e| classify_sdk_error(OP, &e))
             })
             .await?;
         let credentials = output.credentials().ok_or_else(|| AwsError::incomplete(OP, "credentials"))?;

@@ -120,15 +120,6 @@ where
     AwsError { operation, code, class, message }
 }
 
-/// An SDK call's result with its error classified (see [`classify_sdk_error`]).
-pub fn classified<T, E, R>(operation: &'static str, result: Result<T, SdkError<E, R>>) -> Result<T, AwsError>
-where
-    E: ProvideErrorMetadata + std::error::Error + 'static,
-    R: std::fmt::Debug + HttpStatus,
-{
-    result.map_err(|error| classify_sdk_error(operation, &error))
-}
-
 /// The HTTP status of a raw SDK response, if it has one.
 pub trait HttpStatus {
     fn http_status(&self) -> Option<u16>;

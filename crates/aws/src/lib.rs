@@ -30,7 +30,7 @@ mod sanitize;
 
 pub use config::{AwsArgs, parse_duration};
 pub use edge::{Aws, AwsConfig, Call, Endpoint, RetryPolicy};
-pub use error::{AwsError, ErrorClass, HttpStatus, classified, classify, classify_sdk_error};
+pub use error::{AwsError, ErrorClass, HttpStatus, classify, classify_sdk_error};
 pub use limiter::{Account, Scope};
 pub use metrics::{AwsMetrics, Seed};
 pub use quota::{Quotas, Service};

@@ -281,10 +281,13 @@ async fn the_throttling_emulator_throttles_per_zone_pacing_and_not_the_layer() {
                     changes: 0,
                 };
                 aws.call(call, || async {
-                    blockwork_aws::classified(
-                        "ListResourceRecordSets",
-                        client.list_resource_record_sets().hosted_zone_id(&id).max_items(1).send().await,
-                    )
+                    client
+                        .list_resource_record_sets()
+                        .hosted_zone_id(&id)
+                        .max_items(1)
+                        .send()
+                        .await
+                        .map_err(|e| blockwork_aws::classify_sdk_error("ListResourceRecordSets", &e))
                 })
                 .await
                 .unwrap();

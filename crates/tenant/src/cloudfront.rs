@@ -13,7 +13,7 @@ use aws_sdk_cloudfront::types::{
     ValidationTokenHost as SdkTokenHost, WebAclCustomization,
 };
 use blockwork_aws::acm::AcmConfig;
-use blockwork_aws::{Account, Aws, AwsError, Call, ErrorClass as AwsClass, Scope, Service, classified, classify_sdk_error};
+use blockwork_aws::{Account, Aws, AwsError, Call, ErrorClass as AwsClass, Scope, Service, classify_sdk_error};
 
 use crate::api::{GeoRestrictionType, ManagedCertificateRequest, TransparencyPreference, ValidationTokenHost, WebAclAction};
 use crate::diff::{TenantConfig, WebAcl, normal_geo};
@@ -266,7 +266,7 @@ impl CloudFront for Sdk {
         let output = self
             .call(OP, || {
                 let request = request.clone();
-                async move { classified(OP, request.send().await) }
+                async move { request.send().await.map_err(|e| classify_sdk_error(OP, &e)) }
             })
             .await?;
         output.distribution_tenant().map(|t| observed(t, output.e_tag())).ok_or_else(|| missing_tenant(OP))
@@ -291,7 +291,7 @@ impl CloudFront for Sdk {
         let output = self
             .call(OP, || {
                 let request = request.clone();
-                async move { classified(OP, request.send().await) }
+                async move { request.send().await.map_err(|e| classify_sdk_error(OP, &e)) }
             })
             .await?;
         output.distribution_tenant().map(|t| observed(t, output.e_tag())).ok_or_else(|| missing_tenant(OP))
@@ -300,16 +300,22 @@ impl CloudFront for Sdk {
     async fn delete_tenant(&self, id: &str, if_match: &str) -> Result<(), AwsError> {
         const OP: &str = "DeleteDistributionTenant";
         let client = self.client().await;
-        self.call(OP, || async move { classified(OP, client.delete_distribution_tenant().id(id).if_match(if_match).send().await) })
-            .await
-            .map(|_| ())
+        self.call(OP, || async move {
+            client.delete_distribution_tenant().id(id).if_match(if_match).send().await.map_err(|e| classify_sdk_error(OP, &e))
+        })
+        .await
+        .map(|_| ())
     }
 
     async fn routing_endpoint(&self, connection_group_id: Option<&str>) -> Result<String, AwsError> {
         if let Some(id) = connection_group_id {
             const OP: &str = "GetConnectionGroup";
             let client = self.client().await;
-            let output = self.call(OP, || async move { classified(OP, client.get_connection_group().identifier(id).send().await) }).await?;
+            let output =
+                self.call(OP, || async move {
+                    client.get_connection_group().identifier(id).send().await.map_err(|e| classify_sdk_error(OP, &e))
+                })
+                .await?;
             return output.connection_group().and_then(|g| g.routing_endpoint()).map(str::to_owned).ok_or_else(|| AwsError {
                 operation: OP,
                 code: None,
@@ -325,7 +331,7 @@ impl CloudFront for Sdk {
             let output = self
                 .call(OP, || {
                     let request = request.clone();
-                    async move { classified(OP, request.send().await) }
+                    async move { request.send().await.map_err(|e| classify_sdk_error(OP, &e)) }
                 })
                 .await?;
             if let Some(default) = output.connection_groups().iter().find(|g| g.is_default() == Some(true)) {
@@ -349,7 +355,7 @@ impl CloudFront for Sdk {
     async fn distribution(&self, id: &str) -> Result<Option<DistributionRules>, AwsError> {
         const OP: &str = "GetDistribution";
         let client = self.client().await;
-        match self.call(OP, || async move { classified(OP, client.get_distribution().id(id).send().await) }).await {
+        match self.call(OP, || async move { client.get_distribution().id(id).send().await.map_err(|e| classify_sdk_error(OP, &e)) }).await {
             Ok(output) => Ok(output.distribution().map(distribution_rules)),
             Err(error) if error.class == AwsClass::NotFound => Ok(None),
             Err(error) => Err(error),
@@ -360,7 +366,9 @@ impl CloudFront for Sdk {
         const OP: &str = "GetManagedCertificateDetails";
         let client = self.client().await;
         let output = self
-            .call(OP, || async move { classified(OP, client.get_managed_certificate_details().identifier(tenant).send().await) })
+            .call(OP, || async move {
+                client.get_managed_certificate_details().identifier(tenant).send().await.map_err(|e| classify_sdk_error(OP, &e))
+            })
             .await?;
         Ok(output.managed_certificate_details().and_then(|details| {
             details

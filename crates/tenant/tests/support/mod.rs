@@ -412,7 +412,7 @@ pub fn condition(tenant: &DistributionTenant, type_: &str) -> Option<(String, St
     status.condition(type_).map(|c| (c.status.clone(), c.reason.clone(), c.message.clone()))
 }
 
-async fn hosted_zone(route53: &aws_sdk_route53::Client, name: &str) -> String {
+pub async fn hosted_zone(route53: &aws_sdk_route53::Client, name: &str) -> String {
     let output = route53
         .create_hosted_zone()
         .name(name)
@@ -426,7 +426,7 @@ async fn hosted_zone(route53: &aws_sdk_route53::Client, name: &str) -> String {
 /// CloudFront makes the account's default connection group with its first tenant, and a tenant
 /// with managed DNS needs its routing endpoint before it exists: make sure there is one, whatever
 /// order the tests run in.
-async fn default_connection_group(aws: &aws_sdk_cloudfront::Client, distribution_id: &str, namespace: &str) {
+pub async fn default_connection_group(aws: &aws_sdk_cloudfront::Client, distribution_id: &str, namespace: &str) {
     let groups = aws.list_connection_groups().send().await.expect("connection groups are listed");
     if groups.connection_groups().iter().any(|g| g.is_default() == Some(true)) {
         return;
@@ -441,7 +441,7 @@ async fn default_connection_group(aws: &aws_sdk_cloudfront::Client, distribution
         .expect("a first tenant is created in MiniStack");
 }
 
-async fn request_certificate(acm: &aws_sdk_acm::Client, names: &[String]) -> String {
+pub async fn request_certificate(acm: &aws_sdk_acm::Client, names: &[String]) -> String {
     let output = acm
         .request_certificate()
         .domain_name(&names[0])
@@ -456,7 +456,7 @@ async fn request_certificate(acm: &aws_sdk_acm::Client, names: &[String]) -> Str
 /// A `tenant-only` distribution, the kind tenants attach to: with `certificate` as its viewer
 /// certificate (`None`: CloudFront's default certificate) and `parameters` as its tenant
 /// parameters, (name, required, default).
-async fn multi_tenant_distribution(
+pub async fn multi_tenant_distribution(
     aws: &aws_sdk_cloudfront::Client,
     reference: &str,
     certificate: Option<&str>,
