@@ -1,4 +1,4 @@
-.PHONY: dev test crds install-test-tools
+.PHONY: dev test crds chart install-test-tools
 
 # Local control plane + AWS emulators + `blockwork run` + examples, until Ctrl-C.
 dev:
@@ -14,3 +14,9 @@ crds:
 
 install-test-tools:
 	scripts/install-test-tools
+
+# Regenerate what the Helm chart is generated from (charts/blockwork/files/).
+chart:
+	cargo run -q -p blockwork -- chart-files --output-dir charts/blockwork/files
+	mkdir -p charts/blockwork/files/prometheus
+	cp config/prometheus/*.yaml charts/blockwork/files/prometheus/

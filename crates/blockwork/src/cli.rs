@@ -2,6 +2,7 @@
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
+use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
@@ -25,6 +26,10 @@ pub enum Command {
     /// Print the ValidatingWebhookConfiguration of the selected controllers' admission webhooks
     /// as YAML (nothing if none has any).
     Webhooks(WebhooksArgs),
+    /// Write what the Helm chart is generated from (CRDs, each controller's RBAC rules and
+    /// admission webhooks) into the chart's `files/` directory; `make chart` runs it.
+    #[command(hide = true)]
+    ChartFiles(ChartFilesArgs),
     /// For uninstalling: remove Blockwork's finalizers from every object of the selected
     /// controllers' CRDs, so the CRDs and namespaces can be deleted. Stop the operator first;
     /// external resources are left as they are.
@@ -52,6 +57,26 @@ pub struct RbacArgs {
     /// The operator's ServiceAccount.
     #[arg(long, default_value = "blockwork")]
     pub service_account: String,
+    /// Namespaces the operator watches, comma separated: Roles in each instead of a ClusterRole
+    /// (Blockwork's own kinds stay readable cluster-wide, for the admission webhooks)
+    /// [default: all namespaces].
+    #[arg(long, value_delimiter = ',', value_name = "NAMESPACES")]
+    pub namespaces: Vec<String>,
+    /// The Secret of self-managed webhook certificates (`blockwork run
+    /// --webhook-certificate-secret`): grants it, and patching the `caBundle` of the CRDs and
+    /// the ValidatingWebhookConfiguration.
+    #[arg(long, value_name = "NAME")]
+    pub webhook_certificate_secret: Option<String>,
+    /// The ValidatingWebhookConfiguration whose `caBundle` the operator patches.
+    #[arg(long, default_value = "blockwork", value_name = "NAME")]
+    pub webhook_configuration_name: String,
+}
+
+#[derive(Debug, Args)]
+pub struct ChartFilesArgs {
+    /// The chart's `files/` directory (charts/blockwork/files).
+    #[arg(long, value_name = "DIR")]
+    pub output_dir: PathBuf,
 }
 
 #[derive(Debug, Args)]
@@ -131,9 +156,13 @@ pub struct RunArgs {
     pub webhook_bind_address: BindAddress,
 
     /// Directory with the webhook server's `tls.crt` and `tls.key` (e.g. a cert-manager Secret
-    /// mount) [default: a self-signed certificate, for development only].
-    #[arg(long, env = "BLOCKWORK_WEBHOOK_CERT_DIR", value_name = "DIR")]
+    /// mount) [default: `--webhook-certificate-secret` if given, else a self-signed certificate,
+    /// for development only].
+    #[arg(long, env = "BLOCKWORK_WEBHOOK_CERT_DIR", value_name = "DIR", conflicts_with = "webhook_certificate_secret")]
     pub webhook_cert_dir: Option<PathBuf>,
+
+    #[command(flatten, next_help_heading = "Self-managed webhook certificates")]
+    pub webhook_certificates: WebhookCertificateArgs,
 
     /// Validating webhooks deny invalid requests; `false` allows them with a warning instead.
     #[arg(long, env = "BLOCKWORK_WEBHOOK_FAIL_CLOSED", default_value_t = true, action = clap::ArgAction::Set, value_name = "BOOL")]
@@ -162,6 +191,42 @@ pub struct RunArgs {
 
     #[command(flatten, next_help_heading = "Key rotator (controller `rotator`)")]
     pub rotator: blockwork_rotator::RotatorArgs,
+}
+
+/// `--webhook-certificate-secret` and what goes with it: Blockwork keeps its own CA and serving
+/// certificate (no cert-manager needed).
+#[derive(Clone, Debug, Args)]
+pub struct WebhookCertificateArgs {
+    /// Keep the webhook's CA and serving certificate in this Secret (in the Service's namespace),
+    /// renew them well before expiry and patch the `caBundle` of the CRDs and the
+    /// ValidatingWebhookConfiguration; the leader writes, every replica serves the current one.
+    #[arg(long, env = "BLOCKWORK_WEBHOOK_CERTIFICATE_SECRET", value_name = "NAME")]
+    pub webhook_certificate_secret: Option<String>,
+
+    /// The webhook Service: the serving certificate names `<name>.<namespace>.svc`.
+    #[arg(long = "webhook-service-name", env = "BLOCKWORK_WEBHOOK_SERVICE_NAME", default_value = "blockwork-webhook", value_name = "NAME")]
+    pub service_name: String,
+
+    /// The webhook Service's (and the Secret's) namespace [default: the pod's namespace].
+    #[arg(long = "webhook-service-namespace", env = "BLOCKWORK_WEBHOOK_SERVICE_NAMESPACE", value_name = "NAMESPACE")]
+    pub service_namespace: Option<String>,
+
+    /// The ValidatingWebhookConfiguration whose `caBundle` to keep current (if it exists).
+    #[arg(
+        long = "webhook-configuration-name",
+        env = "BLOCKWORK_WEBHOOK_CONFIGURATION_NAME",
+        default_value = "blockwork",
+        value_name = "NAME"
+    )]
+    pub configuration_name: String,
+
+    /// Validity of each serving certificate; renewed when a third is left.
+    #[arg(long = "webhook-certificate-validity", env = "BLOCKWORK_WEBHOOK_CERTIFICATE_VALIDITY", default_value = "2160h", value_parser = blockwork_cert::config::parse_duration, value_name = "DURATION")]
+    pub certificate_validity: Duration,
+
+    /// Validity of each CA; a new one is added to the bundle when a third is left.
+    #[arg(long = "webhook-ca-validity", env = "BLOCKWORK_WEBHOOK_CA_VALIDITY", default_value = "43800h", value_parser = blockwork_cert::config::parse_duration, value_name = "DURATION")]
+    pub ca_validity: Duration,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]

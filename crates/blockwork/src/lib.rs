@@ -9,6 +9,8 @@
 // operator's own calls; computing its layout takes more than the default 128 query levels.
 #![recursion_limit = "256"]
 
+pub mod certificates;
+pub mod chart;
 pub mod cli;
 pub mod controllers;
 pub mod crds;

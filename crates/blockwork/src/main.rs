@@ -5,7 +5,7 @@ use std::process::ExitCode;
 
 use anyhow::Context as _;
 use blockwork::cli::{Cli, Command};
-use blockwork::{controllers, crds, finalizers, rbac, run, telemetry, webhooks};
+use blockwork::{chart, controllers, crds, finalizers, rbac, run, telemetry, webhooks};
 use clap::{CommandFactory as _, Parser as _};
 
 fn main() -> ExitCode {
@@ -15,6 +15,7 @@ fn main() -> ExitCode {
             webhooks::Endpoint::from_location(&args.location)
                 .and_then(|endpoint| crds::run(&controllers::registered(), args.output_dir.as_deref(), &endpoint)),
         ),
+        Command::ChartFiles(args) => report(chart::write_files(&controllers::registered(), &args.output_dir)),
         Command::Webhooks(args) => {
             let selected = match controllers::select(controllers::registered(), args.controllers.as_deref()) {
                 Ok(selected) => selected,
@@ -28,7 +29,13 @@ fn main() -> ExitCode {
                 Err(message) => usage_error("rbac", format!("invalid value for '--controllers': {message}")),
             };
             let identity = rbac::Identity { name: args.name, namespace: args.namespace, service_account: args.service_account };
-            report(rbac::manifests(&selected, &identity).map(|yaml| print!("{yaml}")))
+            let scope = rbac::Scope {
+                namespaces: args.namespaces,
+                webhook_certificates: args
+                    .webhook_certificate_secret
+                    .map(|secret| rbac::WebhookCertificates { secret, configuration_name: args.webhook_configuration_name }),
+            };
+            report(rbac::manifests(&selected, &identity, &scope).map(|yaml| print!("{yaml}")))
         }
         Command::RemoveFinalizers(args) => {
             let selected = match controllers::select(controllers::registered(), args.controllers.as_deref()) {

@@ -52,34 +52,102 @@ pub fn cluster_rules(controllers: &[Controller]) -> Vec<PolicyRule> {
         .collect()
 }
 
-/// The ClusterRole, Role and their bindings, as multi-document YAML.
-pub fn manifests(controllers: &[Controller], identity: &Identity) -> anyhow::Result<String> {
+/// Read access to the controllers' own kinds. In namespaced mode it stays cluster-wide: an
+/// admission webhook compares an object with every other of its kind (e.g. a domain two Certs
+/// claim in different namespaces).
+pub fn own_kind_reads(controllers: &[Controller]) -> Vec<PolicyRule> {
+    let mut rules: Vec<PolicyRule> = controllers
+        .iter()
+        .flat_map(|c| (c.crds)())
+        .map(|crd| rule(&crd.spec.group, &[crd.spec.names.plural.as_str()], &["get", "list", "watch"]))
+        .collect();
+    rules.sort_by(|a, b| (&a.api_groups, &a.resources).cmp(&(&b.api_groups, &b.resources)));
+    rules.dedup();
+    rules
+}
+
+/// How the operator is installed, beyond its identity.
+#[derive(Clone, Debug, Default)]
+pub struct Scope {
+    /// The watched namespaces; empty: all (a ClusterRole), else a Role in each.
+    pub namespaces: Vec<String>,
+    /// Self-managed webhook certificates: the Secret, and the ValidatingWebhookConfiguration
+    /// whose `caBundle` the operator patches.
+    pub webhook_certificates: Option<WebhookCertificates>,
+}
+
+#[derive(Clone, Debug)]
+pub struct WebhookCertificates {
+    pub secret: String,
+    pub configuration_name: String,
+}
+
+/// The roles and bindings, as multi-document YAML:
+/// - the controllers' rules in a ClusterRole, or (namespaced) in a Role per watched namespace
+///   plus a ClusterRole reading Blockwork's own kinds;
+/// - the leader-election Role in the operator's namespace;
+/// - with self-managed webhook certificates, a Role for their Secret in the operator's
+///   namespace and a ClusterRole patching the `caBundle` of the CRDs and the webhook
+///   configuration, each limited to those objects by name.
+pub fn manifests(controllers: &[Controller], identity: &Identity, scope: &Scope) -> anyhow::Result<String> {
     let subject = Subject {
         kind: "ServiceAccount".into(),
         name: identity.service_account.clone(),
         namespace: Some(identity.namespace.clone()),
         ..Subject::default()
     };
-    let cluster_name = identity.name.clone();
-    let lease_name = format!("{}-leader-election", identity.name);
-    let cluster_role =
-        ClusterRole { metadata: meta(&cluster_name, None), rules: Some(cluster_rules(controllers)), ..ClusterRole::default() };
-    let cluster_binding = ClusterRoleBinding {
-        metadata: meta(&cluster_name, None),
-        role_ref: role_ref("ClusterRole", &cluster_name),
-        subjects: Some(vec![subject.clone()]),
+    let mut documents = Vec::new();
+    let mut cluster_role = |name: &str, rules: Vec<PolicyRule>| -> anyhow::Result<()> {
+        if rules.is_empty() {
+            return Ok(());
+        }
+        documents.push(document(&ClusterRole { metadata: meta(name, None), rules: Some(rules), ..ClusterRole::default() })?);
+        documents.push(document(&ClusterRoleBinding {
+            metadata: meta(name, None),
+            role_ref: role_ref("ClusterRole", name),
+            subjects: Some(vec![subject.clone()]),
+        })?);
+        Ok(())
     };
-    let role = Role { metadata: meta(&lease_name, Some(&identity.namespace)), rules: Some(leader_election_rules()) };
-    let binding = RoleBinding {
-        metadata: meta(&lease_name, Some(&identity.namespace)),
-        role_ref: role_ref("Role", &lease_name),
-        subjects: Some(vec![subject]),
+    let namespaces = crate::controllers::Namespaces::from_list(scope.namespaces.clone());
+    match &namespaces {
+        crate::controllers::Namespaces::All => cluster_role(&identity.name, cluster_rules(controllers))?,
+        crate::controllers::Namespaces::Only(_) => cluster_role(&identity.name, own_kind_reads(controllers))?,
+    }
+    let injection = scope.webhook_certificates.as_ref().filter(|_| crate::certificates::has_webhooks(controllers)).map(|certificates| {
+        let crds = crate::certificates::conversion_crds(controllers);
+        let configuration = crate::certificates::has_admission_webhooks(controllers).then_some(certificates.configuration_name.as_str());
+        crate::certificates::ca_injection_rules(&crds, configuration)
+    });
+    if let Some(rules) = injection {
+        cluster_role(&format!("{}-webhook-ca-injection", identity.name), rules)?;
+    }
+    let mut role = |name: &str, namespace: &str, rules: Vec<PolicyRule>| -> anyhow::Result<()> {
+        documents.push(document(&Role { metadata: meta(name, Some(namespace)), rules: Some(rules) })?);
+        documents.push(document(&RoleBinding {
+            metadata: meta(name, Some(namespace)),
+            role_ref: role_ref("Role", name),
+            subjects: Some(vec![subject.clone()]),
+        })?);
+        Ok(())
     };
-    let documents = [document(&cluster_role)?, document(&cluster_binding)?, document(&role)?, document(&binding)?];
+    if let crate::controllers::Namespaces::Only(watched) = &namespaces {
+        for namespace in watched {
+            role(&identity.name, namespace, cluster_rules(controllers))?;
+        }
+    }
+    role(&format!("{}-leader-election", identity.name), &identity.namespace, leader_election_rules())?;
+    if let Some(certificates) = scope.webhook_certificates.as_ref().filter(|_| crate::certificates::has_webhooks(controllers)) {
+        role(
+            &format!("{}-webhook-certificates", identity.name),
+            &identity.namespace,
+            crate::certificates::secret_rules(&certificates.secret),
+        )?;
+    }
     Ok(documents.join("---\n"))
 }
 
-fn document<T: Serialize + kube::Resource<DynamicType = ()>>(object: &T) -> anyhow::Result<String> {
+pub(crate) fn document<T: Serialize + kube::Resource<DynamicType = ()>>(object: &T) -> anyhow::Result<String> {
     let mut value = serde_json::to_value(object)?;
     value["apiVersion"] = T::api_version(&()).into();
     value["kind"] = T::kind(&()).into();
@@ -131,13 +199,46 @@ mod tests {
         assert!(rules.iter().all(|r| r.resources.as_deref() != Some(&["leases".to_owned()][..])));
     }
 
+    fn identity() -> Identity {
+        Identity { name: "blockwork".into(), namespace: "blockwork-system".into(), service_account: "blockwork".into() }
+    }
+
     #[test]
     fn manifests_bind_the_service_account() {
-        let identity = Identity { name: "blockwork".into(), namespace: "blockwork-system".into(), service_account: "blockwork".into() };
-        let yaml = manifests(&[], &identity).expect("renders");
+        let yaml = manifests(&[], &identity(), &Scope::default()).expect("renders");
         assert_eq!(yaml.matches("kind: ServiceAccount").count(), 2, "{yaml}");
         for kind in ["ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding"] {
             assert!(yaml.contains(&format!("kind: {kind}\n")), "{kind} missing:\n{yaml}");
         }
+    }
+
+    #[test]
+    fn namespaced_mode_grants_a_role_per_namespace_and_only_reads_own_kinds_cluster_wide() {
+        let cache = crate::controllers::registered().into_iter().filter(|c| c.name == "cache").collect::<Vec<_>>();
+        let scope = Scope { namespaces: vec!["a".into(), "b".into()], webhook_certificates: None };
+        let yaml = manifests(&cache, &identity(), &scope).expect("renders");
+        assert_eq!(yaml.lines().filter(|l| *l == "kind: Role").count(), 3, "two namespaces and the Lease:\n{yaml}");
+        let cluster_role = yaml.split("---\n").find(|d| d.lines().any(|l| l == "kind: ClusterRole")).expect("a ClusterRole");
+        assert!(cluster_role.contains("caches") && !cluster_role.contains("statefulsets"), "{cluster_role}");
+        assert!(!cluster_role.contains("patch"), "{cluster_role}");
+    }
+
+    #[test]
+    fn self_managed_certificates_are_granted_by_name() {
+        let scope = Scope {
+            namespaces: vec![],
+            webhook_certificates: Some(WebhookCertificates { secret: "hooks-tls".into(), configuration_name: "hooks".into() }),
+        };
+        let yaml = manifests(&crate::controllers::registered(), &identity(), &scope).expect("renders");
+        let injection = yaml
+            .split("---\n")
+            .find(|d| d.contains("name: blockwork-webhook-ca-injection\n") && d.lines().any(|l| l == "kind: ClusterRole"))
+            .expect("injection role");
+        assert!(injection.contains("caches.cache.blockwork.dev") && injection.contains("- hooks\n"), "{injection}");
+        let secret = yaml
+            .split("---\n")
+            .find(|d| d.contains("name: blockwork-webhook-certificates\n") && d.lines().any(|l| l == "kind: Role"))
+            .expect("secret role");
+        assert!(secret.contains("hooks-tls") && secret.contains("namespace: blockwork-system"), "{secret}");
     }
 }

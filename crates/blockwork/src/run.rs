@@ -24,6 +24,7 @@ use tokio::sync::watch;
 use tokio::task::{JoinHandle, JoinSet};
 use tracing::{error, info, warn};
 
+use crate::certificates::{self, SelfManaged};
 use crate::cli::{BindAddress, RunArgs};
 use crate::controllers::{Controller, ControllerContext, ControllerMetrics, Namespaces, WebhookContext};
 use crate::leader::{self, Elector, LeadershipLost, Role};
@@ -42,6 +43,8 @@ const SERVICE_ACCOUNT_NAMESPACE: &str = "/var/run/secrets/kubernetes.io/servicea
 
 /// Runs `controllers` (already selected) until shutdown. `Ok` after a clean shutdown.
 pub async fn run(args: RunArgs, controllers: Vec<Controller>) -> anyhow::Result<()> {
+    // Bad settings fail before anything starts, with the flag in the message.
+    let self_managed = SelfManaged::from_args(&args.webhook_certificates, &controllers, &pod_namespace())?;
     let (trigger, shutdown) = shutdown::channel();
     let signals = Signals::install()?;
     tokio::spawn(signals.forward(trigger));
@@ -53,18 +56,24 @@ pub async fn run(args: RunArgs, controllers: Vec<Controller>) -> anyhow::Result<
         identity: leader::identity(),
     });
 
-    let mut registry = Registry::default();
-    let process = registry.sub_registry_with_prefix("blockwork");
-    let status = Status::new(elector.as_ref().map(|e| e.identity.clone()), process);
-    let runtime_metrics = RuntimeMetrics::register(process);
-    let metrics: Vec<ControllerMetrics> = controllers.iter().map(|c| (c.register_metrics)(&mut registry)).collect();
-    let aws = aws_layer(&args, &controllers, &mut registry)?;
+    let Metrics { registry, status, runtime: runtime_metrics, controllers: metrics, aws: aws_metrics } =
+        register_metrics(&controllers, elector.as_ref().map(|e| e.identity.clone()));
+    let aws = aws_layer(&args, aws_metrics)?;
 
     // Before the servers: webhooks check requests against the cluster. Builds no connection yet.
     let client = Client::try_default().await.context("building the Kubernetes client")?;
     let (servers_trigger, servers_stop) = shutdown::channel();
     let webhook_context = WebhookContext { client: client.clone(), fail_closed: args.webhook_fail_closed, args: Arc::new(args.clone()) };
-    let servers = Servers::start(&args, &controllers, &webhook_context, Arc::clone(&status), Arc::new(registry), &servers_stop).await?;
+    let servers = Servers::start(
+        &args,
+        &controllers,
+        &webhook_context,
+        self_managed.as_ref(),
+        Arc::clone(&status),
+        Arc::new(registry),
+        &servers_stop,
+    )
+    .await?;
     require_crds(&client, &controllers).await?;
     let names: Vec<_> = controllers.iter().map(|c| c.name).collect();
     let namespaces = Namespaces::from_list(args.namespaces.clone());
@@ -100,6 +109,9 @@ pub async fn run(args: RunArgs, controllers: Vec<Controller>) -> anyhow::Result<
         aws,
     };
     let mut running = Running::start(&controllers, metrics, &context);
+    if let Some(config) = self_managed.filter(|_| servers.webhooks) {
+        running.spawn("webhook-certificates", certificates::maintain(context.client.clone(), config, context.shutdown.clone()));
+    }
     status.set_ready();
     info!(controllers = ?names, "controllers started");
 
@@ -140,17 +152,39 @@ pub async fn run(args: RunArgs, controllers: Vec<Controller>) -> anyhow::Result<
     }
 }
 
-/// The process's one AWS layer, from the AWS flags; its metrics in `registry`, with the seed
-/// names of the controllers that run. Loads no credentials yet (a process whose controllers
-/// never call AWS never does).
-fn aws_layer(args: &RunArgs, controllers: &[Controller], registry: &mut Registry) -> anyhow::Result<Arc<blockwork_aws::Aws>> {
+/// The process's one AWS layer, from the AWS flags. Loads no credentials yet (a process whose
+/// controllers never call AWS never does).
+fn aws_layer(args: &RunArgs, metrics: Arc<blockwork_aws::AwsMetrics>) -> anyhow::Result<Arc<blockwork_aws::Aws>> {
     let (config, warnings) = args.aws.config()?;
     for warning in warnings {
         warn!("{warning}");
     }
-    let seeds: Vec<blockwork_aws::Seed> = controllers.iter().filter_map(|c| blockwork_aws::Seed::of(c.name)).collect();
-    let metrics = Arc::new(blockwork_aws::AwsMetrics::register(registry, &seeds));
     Ok(blockwork_aws::Aws::new(config, metrics))
+}
+
+/// Every metric the process exports, registered once.
+pub struct Metrics {
+    pub registry: Registry,
+    pub status: Arc<Status>,
+    pub runtime: Arc<RuntimeMetrics>,
+    /// What each controller's `register_metrics` returned, in order.
+    pub controllers: Vec<ControllerMetrics>,
+    /// The AWS layer's, with the seed names of the controllers that run.
+    pub aws: Arc<blockwork_aws::AwsMetrics>,
+}
+
+/// The process's metrics (`blockwork_…`: leadership, the runtime's), each controller's, then the
+/// AWS layer's (`blockwork_aws_…`, and the seeds' AWS-call names for `cert` and `tenant`).
+/// `identity` is the leader-election identity, if any.
+pub fn register_metrics(controllers: &[Controller], identity: Option<String>) -> Metrics {
+    let mut registry = Registry::default();
+    let process = registry.sub_registry_with_prefix("blockwork");
+    let status = Status::new(identity, process);
+    let runtime = RuntimeMetrics::register(process);
+    let metrics = controllers.iter().map(|c| (c.register_metrics)(&mut registry)).collect();
+    let seeds: Vec<blockwork_aws::Seed> = controllers.iter().filter_map(|c| blockwork_aws::Seed::of(c.name)).collect();
+    let aws = Arc::new(blockwork_aws::AwsMetrics::register(&mut registry, &seeds));
+    Metrics { registry, status, runtime, controllers: metrics, aws }
 }
 
 /// The pod's namespace, or `default` outside a pod.
@@ -210,6 +244,8 @@ impl Signals {
 
 struct Servers {
     tasks: Vec<JoinHandle<anyhow::Result<()>>>,
+    /// Whether the webhook server runs (some selected controller has webhooks).
+    webhooks: bool,
 }
 
 impl Servers {
@@ -218,6 +254,7 @@ impl Servers {
         args: &RunArgs,
         controllers: &[Controller],
         webhook_context: &WebhookContext,
+        self_managed: Option<&SelfManaged>,
         status: Arc<Status>,
         registry: Arc<Registry>,
         stop: &Shutdown,
@@ -231,8 +268,9 @@ impl Servers {
             BindAddress::Disabled => None,
         };
         let mut tasks = Vec::new();
+        let mut webhooks_served = false;
         if let Some(listener) = health {
-            tasks.push(server::spawn(listener, server::health_router(status), stop.clone(), "health probe"));
+            tasks.push(server::spawn(listener, server::health_router(Arc::clone(&status)), stop.clone(), "health probe"));
         }
         if let Some(listener) = metrics {
             tasks.push(server::spawn(listener, server::metrics_router(registry), stop.clone(), "metrics"));
@@ -243,13 +281,29 @@ impl Servers {
                 webhooks = webhooks.merge((controller.webhooks.routes)(webhook_context)?);
             }
             if webhooks.has_routes() {
-                let certificate = match &args.webhook_cert_dir {
-                    Some(dir) => {
+                let certificate = match (&args.webhook_cert_dir, self_managed) {
+                    (Some(dir), _) => {
                         let certificate = ServingCertificate::new(&TlsMaterial::from_dir(dir)?)?;
                         certificate.reload_from(dir.clone(), CERTIFICATE_RELOAD, stop.clone().wait_owned());
                         certificate
                     }
-                    None => {
+                    (None, Some(config)) => {
+                        // A stand-in nobody trusts until the Secret's certificate is loaded; not ready meanwhile.
+                        status.wait_for_webhook_certificate(format!("Secret {}/{}", config.namespace, config.secret));
+                        let certificate = ServingCertificate::new(&TlsMaterial::self_signed(
+                            &config.policy.hosts.iter().map(String::as_str).collect::<Vec<_>>(),
+                        )?)?;
+                        let loaded = Arc::clone(&status);
+                        tokio::spawn(certificates::follow(
+                            webhook_context.client.clone(),
+                            config.clone(),
+                            Arc::clone(&certificate),
+                            move || loaded.set_webhook_certificate_loaded(),
+                            stop.clone(),
+                        ));
+                        certificate
+                    }
+                    (None, None) => {
                         warn!("no --webhook-cert-dir: serving webhooks with a self-signed certificate (development only)");
                         ServingCertificate::new(&TlsMaterial::self_signed(&["localhost", "127.0.0.1"])?)?
                     }
@@ -257,9 +311,10 @@ impl Servers {
                 let (bound, task) = blockwork_webhook::serve(addr, webhooks, &certificate, stop.clone().wait_owned()).await?;
                 info!(server = "webhook", addr = %bound, "serving");
                 tasks.push(tokio::spawn(async move { task.await.context("webhook server") }));
+                webhooks_served = true;
             }
         }
-        Ok(Self { tasks })
+        Ok(Self { tasks, webhooks: webhooks_served })
     }
 
     async fn stop(self, trigger: ShutdownTrigger) {
@@ -363,6 +418,13 @@ impl Running {
             names.insert(handle.id(), controller.name);
         }
         Self { tasks, names }
+    }
+
+    /// Runs `task` beside the controllers, under `name`: it stops the process like a controller
+    /// when it ends before shutdown.
+    fn spawn(&mut self, name: &'static str, task: impl std::future::Future<Output = anyhow::Result<()>> + Send + 'static) {
+        let handle = self.tasks.spawn(task);
+        self.names.insert(handle.id(), name);
     }
 
     /// Completes when a controller stops, with why; never if none runs.

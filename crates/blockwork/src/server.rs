@@ -33,6 +33,9 @@ const STOPPING: u8 = 2;
 #[derive(Debug)]
 pub struct Status {
     phase: AtomicU8,
+    /// `Some(what)` while the webhook server waits for its certificate (self-managed
+    /// certificates): not ready meanwhile, as the API server would not trust it.
+    waiting_for: std::sync::Mutex<Option<String>>,
     /// `None` without leader election.
     identity: Option<String>,
     leader: Gauge,
@@ -47,7 +50,7 @@ impl Status {
             "1 while this process holds the leader-election Lease (always, without leader election)",
             leader.clone(),
         );
-        Arc::new(Self { phase: AtomicU8::new(STARTING), identity, leader })
+        Arc::new(Self { phase: AtomicU8::new(STARTING), waiting_for: std::sync::Mutex::new(None), identity, leader })
     }
 
     pub fn set_ready(&self) {
@@ -59,14 +62,25 @@ impl Status {
         self.phase.store(STOPPING, Ordering::Release);
     }
 
+    /// Not ready until [`Status::set_webhook_certificate_loaded`]; `what` says what is awaited.
+    pub fn wait_for_webhook_certificate(&self, what: String) {
+        *self.waiting_for.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = Some(what);
+    }
+
+    pub fn set_webhook_certificate_loaded(&self) {
+        *self.waiting_for.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = None;
+    }
+
     pub fn set_leader(&self, leader: bool) {
         self.leader.set(i64::from(leader));
     }
 
     fn readyz(&self) -> (StatusCode, String) {
-        let mut body = match self.phase.load(Ordering::Acquire) {
-            READY => return (StatusCode::OK, format!("ok\n{}", self.leadership())),
-            STARTING => "starting\n".to_owned(),
+        let waiting = self.waiting_for.lock().unwrap_or_else(std::sync::PoisonError::into_inner).clone();
+        let mut body = match (self.phase.load(Ordering::Acquire), waiting) {
+            (READY, None) => return (StatusCode::OK, format!("ok\n{}", self.leadership())),
+            (READY, Some(what)) => format!("waiting for the webhook certificate: {what}\n"),
+            (STARTING, _) => "starting\n".to_owned(),
             _ => "shutting down\n".to_owned(),
         };
         body.push_str(&self.leadership());
@@ -129,6 +143,22 @@ mod tests {
         status.set_stopping();
         status.set_ready();
         assert_eq!(status.readyz().0, StatusCode::SERVICE_UNAVAILABLE);
+    }
+
+    #[test]
+    fn a_replica_waiting_for_its_webhook_certificate_is_not_ready() {
+        let status = Status::new(None, &mut Registry::default());
+        status.wait_for_webhook_certificate("Secret ops/hooks".to_owned());
+        status.set_ready();
+        assert_eq!(
+            status.readyz(),
+            (
+                StatusCode::SERVICE_UNAVAILABLE,
+                "waiting for the webhook certificate: Secret ops/hooks\nleader: true\nleader election: disabled\n".to_owned()
+            )
+        );
+        status.set_webhook_certificate_loaded();
+        assert_eq!(status.readyz().0, StatusCode::OK);
     }
 
     #[test]

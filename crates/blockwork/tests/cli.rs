@@ -57,6 +57,9 @@ fn run_help_lists_every_flag() {
         "--webhook-bind-address",
         "--rotator-annotation-prefix",
         "--rotator-namespaces",
+        "--webhook-certificate-secret",
+        "--webhook-certificate-validity",
+        "--webhook-ca-validity",
     ] {
         assert!(help.contains(&format!("{flag} ")) || help.contains(&format!("{flag}\n")), "{flag} missing from:\n{help}");
     }
@@ -72,6 +75,30 @@ fn unknown_controllers_are_named_in_the_error() {
     let message = stderr(&output);
     assert!(message.contains("nosuch"), "{message}");
     assert!(message.contains("valid controllers"), "{message}");
+}
+
+#[test]
+fn self_managed_certificates_with_unworkable_validities_are_refused_at_start_up() {
+    for (flags, expected) in [
+        (["--webhook-certificate-validity", "10s"], "--webhook-certificate-validity must be at least"),
+        (["--webhook-ca-validity", "1h"], "--webhook-ca-validity (3600s) must be at least --webhook-certificate-validity"),
+    ] {
+        let output = std::process::Command::new(BIN)
+            .args(["run", "--controllers", "cache", "--webhook-certificate-secret", "tls"])
+            .args(flags)
+            .env("KUBECONFIG", "/nonexistent")
+            .output()
+            .unwrap();
+        assert_eq!(output.status.code(), Some(1), "{}", stderr(&output));
+        assert!(stderr(&output).contains(expected), "{}", stderr(&output));
+    }
+}
+
+#[test]
+fn a_certificate_directory_and_a_certificate_secret_are_exclusive() {
+    let output = blockwork(&["run", "--webhook-cert-dir", "/tmp", "--webhook-certificate-secret", "tls"]);
+    assert_eq!(output.status.code(), Some(2), "{}", stderr(&output));
+    assert!(stderr(&output).contains("cannot be used with"), "{}", stderr(&output));
 }
 
 #[test]

@@ -141,7 +141,17 @@ async fn a_domain_another_cert_holds_is_rejected_in_any_namespace() {
     create(&Api::namespaced(client.clone(), &first), &cert("orders", "orders", "prod"))
         .await
         .unwrap_or_else(|e| panic!("{e}\n{}", webhook.logs()));
-    let message = create(&Api::namespaced(client, &second), &cert("copy", "orders", "prod")).await.expect_err("duplicate domain");
+    // The webhook knows other Certs from a watch: wait (by dry runs, which the webhook sees but
+    // nothing stores) until it has seen the first, then the real create must be refused.
+    let copies: Api<Cert> = Api::namespaced(client, &second);
+    let dry_run = PostParams { dry_run: true, ..PostParams::default() };
+    for _ in 0..100 {
+        if copies.create(&dry_run, &cert("copy", "orders", "prod")).await.is_err() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let message = create(&copies, &cert("copy", "orders", "prod")).await.expect_err("duplicate domain");
     assert!(message.contains("orders-prod.k8s.example.com"), "{message}");
     assert!(message.contains(&format!("{first}/orders")), "names the holder: {message}");
 }

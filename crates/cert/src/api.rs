@@ -34,7 +34,10 @@ pub const DNS_NAME_PATTERN: &str = r"^(\*\.)?([a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?
     printcolumn = r#"{"name":"Domain","type":"string","jsonPath":".status.domainName"}"#,
     printcolumn = r#"{"name":"Ready","type":"boolean","jsonPath":".status.certReady"}"#,
     printcolumn = r#"{"name":"Expires","type":"string","format":"date-time","jsonPath":".status.expirationDate"}"#,
-    printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
+    printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#,
+    // The ARN is published in the ConfigMap `<name>-certificate` (crate::publish), whose name
+    // must fit the 253 characters of an object name.
+    validation = Rule::new("size(self.metadata.name) <= 241").message("metadata.name must be at most 241 characters: the Cert publishes its ARN in the ConfigMap <name>-certificate, and an object name has at most 253")
 )]
 #[x_kube(validation = Rule::new("has(self.domainName) || size(self.serviceName) + size(self.environment) <= 62").message("serviceName-environment must fit one DNS label (63 characters); shorten them or set domainName"))]
 #[serde(rename_all = "camelCase")]

@@ -36,7 +36,7 @@ use k8s_openapi::api::rbac::v1::PolicyRule;
 use kube::{Api, Client};
 use tracing::info;
 
-pub use api::{Cert, CertObservation, CertSpec, CertState, CertStatus, DnsZoneRef, GROUP, crd};
+pub use api::{Cert, CertObservation, CertSpec, CertState, CertStatus, DnsZoneRef, GROUP, ValidationRecordStatus, crd};
 pub use config::{CertArgs, CertConfig, ConfigError};
 pub use manager::VALIDATION_RECORD_TTL;
 pub use manager::{CertManager, Timing};

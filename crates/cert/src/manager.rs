@@ -168,6 +168,11 @@ impl CertManager {
     }
 
     fn desired(&self, object: &Cert, observation: &mut CertObservation) -> Result<Desired, ExternalError> {
+        // The webhook refuses these names at admission; this holds for objects stored without
+        // it (webhook off or failing open), before ACM is asked.
+        for name in object.spec.domain_name.iter().chain(&object.spec.subject_alternative_names) {
+            blockwork_aws::dns_name::parse(name).map_err(|e| ExternalError::terminal("InvalidSpec", e.to_string()))?;
+        }
         let desired = logic::desired(&object.spec, &self.zones).map_err(|e| ExternalError::terminal("InvalidSpec", e.to_string()))?;
         observation.domain_name = Some(desired.domain.clone());
         observation.resolved_zone = Some(desired.zone.to_ref());
@@ -367,10 +372,13 @@ impl CertManager {
             Assessment::Ready => {
                 observation.state = Some(CertState::Ready);
                 observation.cert_ready = true;
+                // A renewal needs the same records: put back any we have not written. So does a
+                // certificate issued before the background write of the records an earlier look
+                // listed (ACM reuses an account's validation record for the same name, and an
+                // emulator issues by time) — without them it could not renew.
                 let renewing = certificate.renewal_status.as_deref() == Some("PENDING_VALIDATION");
-                if (renewing || observation.validation_records.iter().any(|r| r.pending)) && may_create(object) {
-                    // Renewals need the same records: write any not written yet (ACM may have
-                    // issued before the background write), and put back any removed.
+                let unwritten = observation.validation_records.iter().any(|r| r.pending);
+                if (renewing || unwritten) && may_create(object) {
                     self.ensure_records(described.filter(|_| renewing), &desired, observation).await?;
                 }
                 if let Some(message) = logic::renewal_message(certificate.renewal_status.as_deref()) {

@@ -8,7 +8,7 @@ mod support;
 use std::time::Duration;
 
 use blockwork_aws::Service;
-use blockwork_cert::CertState;
+use blockwork_cert::{CertSpec, CertState};
 use blockwork_runtime::ReconcileState;
 use blockwork_testenv::fault_proxy::{Fault, Operation};
 use kube::ResourceExt;
@@ -129,6 +129,17 @@ async fn access_denied_fails_the_cert_with_a_sanitized_message() {
     assert_eq!(status(&cert).reconcile_state, Some(ReconcileState::Failed));
     h.proxy.clear();
     h.wait_for_state("api", CertState::Ready).await;
+}
+
+#[tokio::test]
+async fn an_undecodable_a_label_stored_without_the_webhook_fails_the_cert_before_acm_is_asked() {
+    let h = Harness::start("a-label", &["main"]).await;
+    let san = format!("xn--zz.{}", h.zones[0].name);
+    h.create("api", CertSpec { subject_alternative_names: vec![san.clone()], ..spec("api", "dev") }).await;
+    let cert = h.wait_for_state("api", CertState::Failed).await;
+    let message = status(&cert).message.clone().unwrap();
+    assert!(message.contains("xn--zz") && message.contains("A-label"), "{message}");
+    assert_eq!(h.proxy.calls("RequestCertificate"), 0, "nothing is requested");
 }
 
 #[tokio::test]
@@ -264,6 +275,26 @@ async fn a_changed_domain_gets_a_new_certificate_and_keeps_the_old_one() {
     assert_eq!(h.certificates_for(&domain).await, [new_arn]);
     assert!(h.certificate_exists(&old_arn).await, "deleteOnRemoval is false: the old certificate may still be in use");
     assert_eq!(h.cnames(&h.zones[0]).await.len(), 2, "the old certificate keeps its record for renewals");
+}
+
+#[tokio::test]
+async fn a_certificate_issued_before_its_records_are_written_still_gets_them() {
+    // Looks two seconds apart, moto issues after one: the look that would write the records an
+    // earlier look listed always finds the certificate issued already.
+    let h = Harness::start_with("issued-early", &["main"], |config, _| {
+        config.timing.verifying = blockwork_runtime::RequeuePolicy::fixed(Duration::from_secs(2));
+    })
+    .await;
+    h.create("api", spec("api", "early")).await;
+    // Ready as soon as the listing shows it issued; the records follow with the zone's batch.
+    let ready = h.wait_for_records_written("api").await;
+    let records = &status(&ready).observation.validation_records;
+    assert!(!records.is_empty() && records.iter().all(|r| !r.pending), "every listed record is written: {records:?}");
+    let cnames = h.cnames(&h.zones[0]).await;
+    let written = |r: &&blockwork_cert::ValidationRecordStatus| {
+        cnames.iter().any(|(name, value)| name.trim_end_matches('.') == r.name.trim_end_matches('.') && value == &r.value)
+    };
+    assert!(records.iter().all(|r| written(&r)), "every record in Route53: {records:?} in {cnames:?}");
 }
 
 #[tokio::test]

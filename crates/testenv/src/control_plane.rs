@@ -26,6 +26,7 @@ pub struct ControlPlane {
     dir: PathBuf,
     etcd: Process,
     apiserver: Process,
+    routes: std::sync::Arc<crate::egress::Routes>,
 }
 
 static CONTROL_PLANE: OnceCell<ControlPlane> = OnceCell::const_new();
@@ -71,6 +72,9 @@ impl ControlPlane {
         let sa_key = file("service-account.key", &pki.service_account_key_pem)?;
         let sa_public_key = file("service-account.pub", &pki.service_account_public_key_pem)?;
         let tokens = file("tokens.csv", &format!("{ADMIN_TOKEN},admin,admin,\"system:masters\"\n"))?;
+        let socket = dir.join("egress.sock");
+        let routes = crate::egress::start(&socket)?;
+        let egress = file("egress-selector.yaml", &crate::egress::configuration(&socket))?;
 
         let port = free_port()?;
         let apiserver = Process::start(
@@ -92,6 +96,7 @@ impl ControlPlane {
                 "--disable-admission-plugins=ServiceAccount".into(),
                 "--endpoint-reconciler-type=none".into(),
                 "--allow-privileged=true".into(),
+                format!("--egress-selector-config-file={}", egress.display()),
                 "--v=1".into(),
             ],
             &[],
@@ -115,7 +120,7 @@ impl ControlPlane {
             }
         })
         .await?;
-        Ok(Self { config, kubeconfig, dir, etcd, apiserver })
+        Ok(Self { config, kubeconfig, dir, etcd, apiserver, routes })
     }
 
     /// A new client for the calling test's tokio runtime (a client's connection pool belongs to
@@ -156,6 +161,23 @@ impl ControlPlane {
                 .map_err(|_| Error::Setup(format!("CRD {name} was not Established within 30 s")))?
                 .map_err(|e| Error::Setup(format!("waiting for CRD {name}: {e}")))?;
         }
+        Ok(())
+    }
+
+    /// Sends the API server's requests for Service `namespace/name` on `port` (its webhooks and
+    /// conversions) to `backends`, in turn, as kube-proxy would in a cluster; see
+    /// [`crate::egress`]. The Service must exist and have a ClusterIP.
+    pub async fn route_service(&self, namespace: &str, name: &str, port: u16, backends: &[std::net::SocketAddr]) -> Result<(), Error> {
+        let service = Api::<k8s_openapi::api::core::v1::Service>::namespaced(self.client(), namespace)
+            .get(name)
+            .await
+            .map_err(|e| Error::Setup(format!("reading Service {namespace}/{name}: {e}")))?;
+        let ip = service
+            .spec
+            .and_then(|spec| spec.cluster_ip)
+            .filter(|ip| !ip.is_empty() && ip != "None")
+            .ok_or_else(|| Error::Setup(format!("Service {namespace}/{name} has no ClusterIP")))?;
+        self.routes.set(format!("{ip}:{port}"), backends.to_vec());
         Ok(())
     }
 

@@ -5,6 +5,8 @@
 //!   namespace per test.
 //! - [`emulators`]: the moto AWS emulator (ACM, Route53, STS, CloudFront) and MiniStack (the
 //!   CloudFront tenant APIs moto lacks).
+//! - Services reach local processes: the API server's webhook and conversion calls go through
+//!   an egress proxy (`ControlPlane::route_service`).
 //! - [`fault_proxy`]: an HTTP proxy between the AWS SDK and an emulator that answers chosen
 //!   calls with real AWS errors, latency (before or after the call takes effect) or PENDING
 //!   changes.
@@ -16,6 +18,7 @@
 //! (default `~/.cache/blockwork-tools`).
 
 pub mod control_plane;
+mod egress;
 pub mod emulators;
 pub mod fault_proxy;
 pub mod leaks;

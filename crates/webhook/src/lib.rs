@@ -2,6 +2,8 @@
 //! an axum `Router`; it serves it over TLS, with a certificate from files (e.g. cert-manager) or
 //! a self-signed one it makes, whose CA goes into the webhook configurations' `caBundle`.
 
+pub mod authority;
+
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, PoisonError, RwLock};
@@ -63,7 +65,7 @@ impl TlsMaterial {
         Ok(Self { cert_pem: read("tls.crt")?, key_pem: read("tls.key")?, ca_pem: read("ca.crt").unwrap_or_default() })
     }
 
-    fn certified_key(&self) -> Result<Arc<CertifiedKey>, Error> {
+    pub(crate) fn certified_key(&self) -> Result<Arc<CertifiedKey>, Error> {
         let err = |e: String| Error::Certificate(e);
         let certs = CertificateDer::pem_slice_iter(self.cert_pem.as_bytes())
             .collect::<Result<Vec<_>, _>>()

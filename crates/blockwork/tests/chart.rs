@@ -1,0 +1,602 @@
+#![allow(clippy::unwrap_used, clippy::panic)]
+//! The Helm chart (charts/blockwork), with the `helm` that `scripts/install-test-tools` builds:
+//! it lints; what it is generated from is current; it sets every `blockwork run` flag an
+//! operator would; its RBAC is what `blockwork rbac` generates for the same options; bad values
+//! fail with a message; every rendered option is accepted by a real kube-apiserver (server-side
+//! dry run, restricted Pod Security warnings counted as failures); and every dashboard and alert
+//! expression parses and names only metrics the binary exports.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+use std::process::{Output, Stdio};
+use std::sync::Arc;
+
+use k8s_openapi::api::core::v1::Namespace;
+use kube::Api;
+use kube::api::{ObjectMeta, PostParams};
+use promql_parser::parser::{Expr, VectorSelector};
+use promql_parser::util::{ExprVisitor, walk_expr};
+use serde_json::Value;
+
+const BIN: &str = env!("CARGO_BIN_EXE_blockwork");
+const RELEASE: &str = "t";
+const FULLNAME: &str = "t-blockwork";
+const ZONES: [&str; 2] = ["controllers.cert.dnsZones[0].name=example.com", "controllers.cert.dnsZones[0].id=Z0123456789ABCDEFGHIJ"];
+
+fn chart() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../charts/blockwork")
+}
+
+fn tool(name: &str) -> PathBuf {
+    let tools = std::env::var("BLOCKWORK_TOOLS_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|_| PathBuf::from(std::env::var("HOME").unwrap()).join(".cache/blockwork-tools"));
+    tools.join("bin").join(name)
+}
+
+fn output(program: &Path, args: &[&str], env: &[(&str, &Path)], stdin: &str) -> Output {
+    let mut command = std::process::Command::new(program);
+    command.args(args).stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped());
+    for (key, value) in env {
+        command.env(key, value);
+    }
+    let mut child = command.spawn().unwrap_or_else(|e| panic!("{}: {e}", program.display()));
+    std::io::Write::write_all(&mut child.stdin.take().unwrap(), stdin.as_bytes()).unwrap();
+    child.wait_with_output().unwrap()
+}
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+/// `helm template` of the chart in `namespace` with `sets`; the error text if it fails.
+fn try_render(namespace: &str, sets: &[&str]) -> Result<String, String> {
+    let chart = chart();
+    let mut args = vec!["template", RELEASE, chart.to_str().unwrap(), "--namespace", namespace];
+    for set in sets {
+        args.extend(["--set", set]);
+    }
+    let out = output(&tool("helm"), &args, &[], "");
+    if out.status.success() { Ok(text(&out.stdout)) } else { Err(text(&out.stderr)) }
+}
+
+fn render(namespace: &str, sets: &[&str]) -> String {
+    try_render(namespace, sets).unwrap_or_else(|e| panic!("helm template {sets:?}: {e}"))
+}
+
+fn documents(yaml: &str) -> Vec<Value> {
+    yaml.split("\n---")
+        .map(|d| d.trim_start_matches("-\n"))
+        .filter_map(|d| serde_saphyr::from_str::<Value>(d).ok())
+        .filter(|v| v.is_object())
+        .collect()
+}
+
+fn of_kind<'a>(documents: &'a [Value], kind: &str) -> Vec<&'a Value> {
+    documents.iter().filter(|d| d["kind"] == kind).collect()
+}
+
+fn blockwork(args: &[&str]) -> String {
+    let out = output(Path::new(BIN), args, &[], "");
+    assert!(out.status.success(), "blockwork {args:?}: {}", text(&out.stderr));
+    text(&out.stdout)
+}
+
+#[test]
+fn the_chart_lints_clean() {
+    let chart = chart();
+    for sets in [vec![], vec!["controllers.cert.enabled=true", ZONES[0], ZONES[1], "controllers.tenant.enabled=true"]] {
+        let mut args = vec!["lint", "--strict", chart.to_str().unwrap()];
+        for set in &sets {
+            args.extend(["--set", set]);
+        }
+        let out = output(&tool("helm"), &args, &[], "");
+        assert!(out.status.success(), "helm lint {sets:?}:\n{}{}", text(&out.stdout), text(&out.stderr));
+    }
+}
+
+#[test]
+fn what_the_chart_is_generated_from_is_current() {
+    let dir = tempfile::tempdir().unwrap();
+    blockwork(&["chart-files", "--output-dir", dir.path().to_str().unwrap()]);
+    let files = chart().join("files");
+    let mut generated: Vec<PathBuf> =
+        std::fs::read_dir(dir.path().join("crds")).unwrap().map(|e| PathBuf::from("crds").join(e.unwrap().file_name())).collect();
+    generated.push("controllers.yaml".into());
+    let checked_in = std::fs::read_dir(files.join("crds")).unwrap().count() + 1;
+    assert_eq!(generated.len(), checked_in, "charts/blockwork/files/crds has stale files: run `make chart`");
+    for file in generated {
+        let want = std::fs::read_to_string(dir.path().join(&file)).unwrap();
+        let have = std::fs::read_to_string(files.join(&file)).unwrap_or_default();
+        assert!(want == have, "charts/blockwork/files/{} is stale: run `make chart`", file.display());
+    }
+    let config = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../config/prometheus");
+    for entry in std::fs::read_dir(&config).unwrap() {
+        let name = entry.unwrap().file_name();
+        let copy = std::fs::read_to_string(files.join("prometheus").join(&name)).unwrap_or_default();
+        assert!(copy == std::fs::read_to_string(config.join(&name)).unwrap(), "files/prometheus/{name:?} is stale: run `make chart`");
+    }
+}
+
+#[test]
+fn the_chart_and_its_image_follow_the_workspace_version() {
+    let chart: Value = serde_saphyr::from_str(&std::fs::read_to_string(chart().join("Chart.yaml")).unwrap()).unwrap();
+    assert_eq!(chart["version"], env!("CARGO_PKG_VERSION"));
+    assert_eq!(chart["appVersion"], env!("CARGO_PKG_VERSION"));
+    let deployment = documents(&render("ops", &[])).into_iter().find(|d| d["kind"] == "Deployment").unwrap();
+    let container = &deployment["spec"]["template"]["spec"]["containers"][0];
+    assert_eq!(
+        container["image"],
+        format!("localhost/blockwork:{}", env!("CARGO_PKG_VERSION")),
+        "the reference scripts/build-image writes"
+    );
+    assert_eq!(container["imagePullPolicy"], "IfNotPresent");
+}
+
+/// The leaf keys of values.yaml (free-form maps such as `resources` count as leaves).
+fn value_keys(value: &Value, prefix: &str, keys: &mut Vec<String>) {
+    match value.as_object() {
+        Some(map)
+            if !map.is_empty() && !["resources", "podSecurityContext", "securityContext", "labels"].iter().any(|f| prefix.ends_with(f)) =>
+        {
+            for (key, child) in map {
+                let path = if prefix.is_empty() { key.clone() } else { format!("{prefix}.{key}") };
+                value_keys(child, &path, keys);
+            }
+        }
+        _ => keys.push(prefix.to_owned()),
+    }
+}
+
+#[test]
+fn every_value_is_documented_in_the_chart_readme() {
+    let values: Value = serde_saphyr::from_str(&std::fs::read_to_string(chart().join("values.yaml")).unwrap()).unwrap();
+    let readme = std::fs::read_to_string(chart().join("README.md")).unwrap();
+    let mut keys = Vec::new();
+    value_keys(&values, "", &mut keys);
+    let missing: Vec<_> = keys.iter().filter(|k| !readme.contains(&format!("| `{k}` |"))).collect();
+    assert!(missing.is_empty(), "values missing from the README's values table: {missing:?}");
+}
+
+/// Flags the chart does not set, and why.
+const NOT_SET_BY_THE_CHART: &[(&str, &str)] = &[
+    ("--help", "not a setting"),
+    ("--leader-election-namespace", "the pod's namespace, the default"),
+    ("--aws-region", "`aws.region` sets AWS_REGION, which this flag and the AWS SDK read"),
+    ("--aws-endpoint-url", "`aws.endpointUrl` sets AWS_ENDPOINT_URL, which this flag and the AWS SDK read"),
+    ("--rotator-namespaces", "`namespaces` applies to every controller, and the RBAC follows it"),
+];
+
+#[test]
+fn every_run_flag_is_set_by_the_chart_or_deliberately_left_out() {
+    let help = blockwork(&["run", "--help"]);
+    let flags: BTreeSet<String> = help
+        .lines()
+        .filter_map(|l| l.trim_start().strip_prefix("--"))
+        .map(|l| format!("--{}", l.split([' ', '=', '<']).next().unwrap_or_default()))
+        .collect();
+    let everything = ["controllers.cert.enabled=true", ZONES[0], ZONES[1], "controllers.tenant.enabled=true"];
+    let mut set = BTreeSet::new();
+    for extra in [
+        &[][..],
+        &[
+            "namespaces={a}",
+            "aws.quotas={acm.RequestCertificate=10,route53.changes=200/2000}",
+            "aws.endpointUrls.acm=http://127.0.0.1:1",
+            "aws.endpointUrls.cloudfront=http://127.0.0.1:1",
+            "aws.endpointUrls.route53=http://127.0.0.1:2",
+            "aws.endpointUrls.sts=http://127.0.0.1:2",
+        ][..],
+        &["webhook.certificates.mode=cert-manager"][..],
+    ] {
+        let sets: Vec<&str> = everything.iter().chain(extra).copied().collect();
+        let deployment = documents(&render("ops", &sets)).into_iter().find(|d| d["kind"] == "Deployment").unwrap();
+        for arg in deployment["spec"]["template"]["spec"]["containers"][0]["args"].as_array().unwrap() {
+            set.insert(arg.as_str().unwrap().split('=').next().unwrap().to_owned());
+        }
+    }
+    let unset: Vec<_> = flags.iter().filter(|f| !set.contains(*f) && !NOT_SET_BY_THE_CHART.iter().any(|(n, _)| n == f)).collect();
+    assert!(unset.is_empty(), "`blockwork run` flags the chart neither sets nor lists in NOT_SET_BY_THE_CHART: {unset:?}");
+}
+
+/// What a set of RBAC objects grants: per scope (`cluster` or a namespace), (group, resource,
+/// name or `*`, verb). Every role must be bound to the ServiceAccount `subject`.
+fn grants(documents: &[&Value], subject: (&str, &str)) -> BTreeMap<String, BTreeSet<(String, String, String, String)>> {
+    let bound: BTreeSet<(String, String)> = documents
+        .iter()
+        .filter(|d| d["kind"].as_str().unwrap().ends_with("Binding"))
+        .filter(|d| d["subjects"].as_array().unwrap().iter().any(|s| s["name"] == subject.0 && s["namespace"] == subject.1))
+        .map(|d| (d["roleRef"]["kind"].as_str().unwrap().to_owned(), d["roleRef"]["name"].as_str().unwrap().to_owned()))
+        .collect();
+    let mut grants: BTreeMap<String, BTreeSet<_>> = BTreeMap::new();
+    for role in documents.iter().filter(|d| d["kind"] == "Role" || d["kind"] == "ClusterRole") {
+        let (kind, name) = (role["kind"].as_str().unwrap(), role["metadata"]["name"].as_str().unwrap());
+        assert!(bound.contains(&(kind.to_owned(), name.to_owned())), "{kind} {name} is not bound to the ServiceAccount");
+        let scope = role["metadata"]["namespace"].as_str().unwrap_or("cluster").to_owned();
+        for rule in role["rules"].as_array().unwrap() {
+            let list = |key: &str| {
+                rule[key]
+                    .as_array()
+                    .map(|a| a.iter().map(|v| v.as_str().unwrap().to_owned()).collect())
+                    .unwrap_or_else(|| vec!["*".to_owned()])
+            };
+            for group in list("apiGroups") {
+                for resource in list("resources") {
+                    for name in list("resourceNames") {
+                        for verb in list("verbs") {
+                            grants.entry(scope.clone()).or_default().insert((group.clone(), resource.clone(), name.clone(), verb));
+                        }
+                    }
+                }
+            }
+        }
+    }
+    grants
+}
+
+#[test]
+fn the_rbac_the_chart_grants_is_what_blockwork_rbac_generates() {
+    let all = ["controllers.cert.enabled=true", ZONES[0], ZONES[1], "controllers.tenant.enabled=true"];
+    let cases: Vec<(Vec<&str>, &str, Vec<&str>)> = vec![
+        (vec![], "cache,rotator", vec![]),
+        (all.to_vec(), "cache,cert,tenant,rotator", vec![]),
+        (all.iter().copied().chain(["namespaces={a,b}"]).collect(), "cache,cert,tenant,rotator", vec!["--namespaces", "a,b"]),
+        (
+            all.iter().copied().chain(["webhook.certificates.mode=cert-manager"]).collect(),
+            "cache,cert,tenant,rotator",
+            vec!["cert-manager"],
+        ),
+        (
+            vec![
+                "controllers.cache.enabled=false",
+                "controllers.rotator.enabled=false",
+                "controllers.cert.enabled=true",
+                ZONES[0],
+                ZONES[1],
+            ],
+            "cert",
+            vec![],
+        ),
+        (vec!["controllers.cache.enabled=false"], "rotator", vec![]),
+    ];
+    for (sets, controllers, extra) in cases {
+        let rendered = documents(&render("ops", &sets));
+        let chart_rbac: Vec<&Value> = rendered.iter().filter(|d| d["apiVersion"] == "rbac.authorization.k8s.io/v1").collect();
+        let mut args = vec!["rbac", "--controllers", controllers, "--name", FULLNAME, "--namespace", "ops", "--service-account", FULLNAME];
+        if extra.first() == Some(&"--namespaces") {
+            args.extend(&extra);
+        }
+        if extra.first() != Some(&"cert-manager") {
+            args.extend(["--webhook-certificate-secret", "t-blockwork-webhook-tls", "--webhook-configuration-name", FULLNAME]);
+        }
+        let generated = documents(&blockwork(&args));
+        let generated: Vec<&Value> = generated.iter().collect();
+        assert_eq!(
+            grants(&chart_rbac, (FULLNAME, "ops")),
+            grants(&generated, (FULLNAME, "ops")),
+            "chart {sets:?} against blockwork {args:?}: run `make chart` if a controller's rules changed"
+        );
+    }
+}
+
+#[test]
+fn bad_values_are_refused_with_a_message_naming_them() {
+    for (sets, expected) in [
+        (vec!["controllers.cert.enabeld=true"], "enabeld"),
+        (vec!["controllers.cert.enabled=true"], "dnsZones"),
+        (
+            vec!["controllers.cert.enabled=true", "controllers.cert.dnsZones[0].name=example.com", "controllers.cert.dnsZones[0].id=zone"],
+            "id",
+        ),
+        (vec!["webhook.certificates.mode=cert-manger"], "cert-manager"),
+        (vec!["controllers.tenant.driftPolicy=ignore"], "driftPolicy"),
+        (vec!["aws.roleArn=my-role"], "roleArn"),
+        (vec!["aws.accessKeyId=AKIA"], "accessKeyId"),
+        (vec!["replicaCount=2", "leaderElection.enabled=false"], "leaderElection.enabled=true"),
+        (vec!["controllers.cache.enabled=false", "controllers.rotator.enabled=false"], "no controller is enabled"),
+        (vec!["maxConcurrentReconciles=0"], "maxConcurrentReconciles"),
+        (vec!["aws.quotaSafetyFactor=1.5"], "quotaSafetyFactor"),
+        (vec!["aws.quotas={s3=100}"], "quotas"),
+        (vec!["aws.endpointUrls.sqs=http://127.0.0.1:1"], "sqs"),
+    ] {
+        let error = try_render("ops", &sets).expect_err(&format!("{sets:?} renders"));
+        assert!(error.contains(expected), "{sets:?}: the error does not name {expected:?}:\n{error}");
+    }
+}
+
+/// Helm reads numbers as floats and writes `10` for `10.0`: the same number to the API server.
+fn numbers_as_floats(value: &Value) -> Value {
+    match value {
+        Value::Number(n) => serde_json::json!(n.as_f64()),
+        Value::Array(items) => Value::Array(items.iter().map(numbers_as_floats).collect()),
+        Value::Object(map) => Value::Object(map.iter().map(|(k, v)| (k.clone(), numbers_as_floats(v))).collect()),
+        other => other.clone(),
+    }
+}
+
+#[test]
+fn the_chart_installs_the_crds_the_code_generates_pointed_at_its_service() {
+    let rendered = documents(&render("ops", &["controllers.cert.enabled=true", ZONES[0], ZONES[1], "controllers.tenant.enabled=true"]));
+    let crds = of_kind(&rendered, "CustomResourceDefinition");
+    let generated = blockwork(&["crds", "--webhook-service-namespace", "ops", "--webhook-service-name", "t-blockwork-webhook"]);
+    let generated = documents(&generated);
+    assert_eq!(crds.len(), generated.len());
+    for crd in crds {
+        let want = generated.iter().find(|g| g["metadata"]["name"] == crd["metadata"]["name"]).unwrap();
+        assert_eq!(numbers_as_floats(&crd["spec"]), numbers_as_floats(&want["spec"]), "{}", crd["metadata"]["name"]);
+        assert_eq!(crd["metadata"]["annotations"]["helm.sh/resource-policy"], "keep");
+    }
+}
+
+/// Stand-ins for the Prometheus Operator's and cert-manager's CRDs, which this machine cannot
+/// fetch: they accept any spec, so those objects are checked for kind, names and metadata only
+/// (their content is checked by the tests above and below).
+fn stand_in_crds() -> String {
+    [("monitoring.coreos.com", "ServiceMonitor", "servicemonitors"), ("monitoring.coreos.com", "PrometheusRule", "prometheusrules"), ("cert-manager.io", "Issuer", "issuers"), ("cert-manager.io", "Certificate", "certificates")]
+        .iter()
+        .map(|(group, kind, plural)| {
+            format!(
+                "apiVersion: apiextensions.k8s.io/v1\nkind: CustomResourceDefinition\nmetadata:\n  name: {plural}.{group}\nspec:\n  group: {group}\n  scope: Namespaced\n  names: {{kind: {kind}, plural: {plural}, listKind: {kind}List, singular: {}}}\n  versions:\n  - name: v1\n    served: true\n    storage: true\n    schema:\n      openAPIV3Schema: {{type: object, x-kubernetes-preserve-unknown-fields: true}}\n",
+                plural.trim_end_matches('s')
+            )
+        })
+        .collect::<Vec<_>>()
+        .join("---\n")
+}
+
+#[tokio::test]
+async fn every_rendered_option_is_accepted_by_the_api_server() {
+    let plane = blockwork_testenv::control_plane::control_plane().await.unwrap();
+    let kubeconfig = plane.kubeconfig_path().to_path_buf();
+    let kubectl = |args: &[&str], stdin: &str| output(&tool("kubectl"), args, &[("KUBECONFIG", &kubeconfig)], stdin);
+    let applied = kubectl(&["apply", "--server-side", "-f", "-"], &stand_in_crds());
+    assert!(applied.status.success(), "{}", text(&applied.stderr));
+    let waited = kubectl(&["wait", "--for", "condition=established", "--timeout", "60s", "crd", "--all"], "");
+    assert!(waited.status.success(), "{}", text(&waited.stderr));
+
+    let all = ["controllers.cert.enabled=true", ZONES[0], ZONES[1], "controllers.tenant.enabled=true"];
+    let cases: Vec<Vec<&str>> = vec![
+        vec![],
+        all.iter()
+            .copied()
+            .chain([
+                "webhook.certificates.mode=cert-manager",
+                "metrics.serviceMonitor.enabled=true",
+                "metrics.prometheusRule.enabled=true",
+                "metrics.dashboard.enabled=true",
+                "aws.roleArn=arn:aws:iam::111122223333:role/blockwork",
+                "aws.region=eu-west-1",
+            ])
+            .collect(),
+        all.iter()
+            .copied()
+            .chain([
+                "namespaces={NS1,NS2}",
+                "webhook.certificates.mode=cert-manager",
+                "webhook.certificates.certManager.issuerRef.kind=ClusterIssuer",
+                "webhook.certificates.certManager.issuerRef.name=ca",
+            ])
+            .collect(),
+        all.iter()
+            .copied()
+            .chain([
+                "replicaCount=1",
+                "leaderElection.enabled=false",
+                "webhook.failClosed=false",
+                "crds.enabled=false",
+                "crds.keep=false",
+                "podDisruptionBudget.enabled=false",
+                "serviceAccount.create=false",
+                "serviceAccount.name=existing",
+            ])
+            .collect(),
+        vec![
+            "controllers.cache.enabled=false",
+            "metrics.port=0",
+            "metrics.service.enabled=false",
+            "image.digest=sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef",
+            "extraArgs={--log-level=debug}",
+        ],
+    ];
+    let client = plane.client();
+    for sets in cases {
+        let release = plane.namespace("chart").await.unwrap();
+        let label = |name: String| {
+            let labels = [
+                ("pod-security.kubernetes.io/warn".to_owned(), "restricted".to_owned()),
+                ("pod-security.kubernetes.io/enforce".to_owned(), "restricted".to_owned()),
+            ];
+            Namespace {
+                metadata: ObjectMeta { name: Some(name), labels: Some(labels.into()), ..ObjectMeta::default() },
+                ..Namespace::default()
+            }
+        };
+        let namespaces: Api<Namespace> = Api::all(client.clone());
+        let mut patched = namespaces.get(&release).await.unwrap();
+        patched.metadata.labels = label(release.clone()).metadata.labels;
+        namespaces.replace(&release, &PostParams::default(), &patched).await.unwrap();
+        let watched = [format!("{release}-a"), format!("{release}-b")];
+        for name in &watched {
+            namespaces.create(&PostParams::default(), &label(name.clone())).await.unwrap();
+        }
+        let sets: Vec<String> = sets.iter().map(|s| s.replace("NS1", &watched[0]).replace("NS2", &watched[1])).collect();
+        let sets: Vec<&str> = sets.iter().map(String::as_str).collect();
+        let rendered = render(&release, &sets);
+        let applied = kubectl(&["apply", "--server-side", "--dry-run=server", "--field-manager", "helm", "-f", "-"], &rendered);
+        let stderr = text(&applied.stderr);
+        assert!(applied.status.success(), "the API server refused the chart rendered with {sets:?}:\n{stderr}");
+        assert!(!stderr.contains("would violate PodSecurity"), "{sets:?} violates the restricted Pod Security Standard:\n{stderr}");
+        let kinds = text(&applied.stdout);
+        assert!(kinds.contains("deployment.apps/t-blockwork serverside-applied (server dry run)"), "{sets:?}: {kinds}");
+    }
+    // The Pod Security check above can fail: a privileged setting is reported.
+    let release = plane.namespace("chart-pss").await.unwrap();
+    let relabeled = kubectl(&["label", "namespace", &release, "pod-security.kubernetes.io/warn=restricted"], "");
+    assert!(relabeled.status.success(), "{}", text(&relabeled.stderr));
+    let rendered = render(&release, &["securityContext.allowPrivilegeEscalation=true"]);
+    let applied = kubectl(&["apply", "--server-side", "--dry-run=server", "--field-manager", "helm", "-f", "-"], &rendered);
+    assert!(text(&applied.stderr).contains("would violate PodSecurity"), "{}", text(&applied.stderr));
+}
+
+/// Every series the binary exports, by sample name, with the label names each carries: the
+/// registry `blockwork run` builds (`blockwork::run::register_metrics`), every metric touched
+/// once so that each family has a series.
+fn exported() -> BTreeMap<String, BTreeSet<String>> {
+    use std::time::Duration;
+    let controllers = blockwork::controllers::registered();
+    let metrics = blockwork::run::register_metrics(&controllers, Some("me".to_owned()));
+    metrics.status.set_leader(true);
+    metrics.runtime.reconciled("cache", "success", Duration::from_millis(5));
+    metrics.runtime.external_call("cert", "verify", "success", Duration::from_millis(5));
+    metrics.runtime.object_state("cache", "u1", Some(blockwork_runtime::ReconcileState::Succeeded));
+    {
+        use blockwork_aws::{ErrorClass, Seed, Service, acm};
+        let aws = &metrics.aws;
+        aws.call(&[Seed::Cert], Service::Acm, "DescribeCertificate", Ok(()), Duration::from_millis(5));
+        aws.call(&[Seed::Cert], Service::Acm, "RequestCertificate", Err(ErrorClass::Throttled), Duration::from_millis(5));
+        aws.call(&[Seed::Tenant], Service::CloudFront, "GetDistributionTenant", Ok(()), Duration::from_millis(5));
+        aws.limiter_wait(&[Seed::Cert], Service::Acm, Duration::from_millis(1));
+        aws.limiter_tokens(Service::Acm, "DescribeCertificate", 8.0);
+        aws.cache_lookup(&[Seed::Cert], acm::DESCRIBE_CACHE, true);
+        aws.cache_lookup(&[Seed::Cert], acm::DESCRIBE_CACHE, false);
+    }
+    for (controller, touched) in controllers.iter().zip(&metrics.controllers) {
+        let touched = Arc::clone(touched);
+        match controller.name {
+            "cert" => {
+                let cert = touched.downcast::<blockwork_cert::CertMetrics>().unwrap();
+                cert.set_tracking_limits(90, 1);
+                cert.certificate("u1", "ns", "a", blockwork_cert::CertState::Ready, Some(5.0));
+                cert.certificate("u2", "ns", "b", blockwork_cert::CertState::Ready, Some(6.0));
+                cert.reconciled(blockwork_cert::CertState::Ready, true, Duration::from_millis(5));
+            }
+            "tenant" => {
+                let tenant = touched.downcast::<blockwork_tenant::TenantMetrics>().unwrap();
+                tenant.error("throttling");
+                tenant.drift();
+                tenant.count_from(|| {
+                    let mut one = blockwork_tenant::DistributionTenant::new("t", Default::default());
+                    one.metadata.namespace = Some("ns".to_owned());
+                    vec![Arc::new(one)]
+                });
+            }
+            "rotator" => {
+                let rotator = touched.downcast::<blockwork_rotator::Metrics>().unwrap();
+                rotator.set_max_tracked_targets(1);
+                rotator.reconciled("rotated");
+                rotator.error("invalid-source");
+                rotator.rotated("ns", "a", 1.0);
+                rotator.rotated("ns", "b", 2.0);
+            }
+            "cache" => {}
+            other => panic!("controller `{other}` is new: touch its metrics here so the dashboard test sees them"),
+        }
+    }
+    let mut text = String::new();
+    prometheus_client::encoding::text::encode(&mut text, &metrics.registry).unwrap();
+    let mut series: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    for line in text.lines().filter(|l| !l.starts_with('#') && !l.is_empty()) {
+        let end = line.find(['{', ' ']).unwrap();
+        let labels = series.entry(line[..end].to_owned()).or_default();
+        if line.as_bytes()[end] == b'{' {
+            let inner = &line[end + 1..line.find('}').unwrap()];
+            labels.extend(inner.split(',').map(|pair| pair.split_once('=').unwrap().0.to_owned()));
+        }
+    }
+    series
+}
+
+#[derive(Default)]
+struct Selectors(Vec<VectorSelector>);
+
+impl ExprVisitor for Selectors {
+    type Error = String;
+
+    fn pre_visit(&mut self, expr: &Expr) -> Result<bool, String> {
+        match expr {
+            Expr::VectorSelector(selector) => self.0.push(selector.clone()),
+            Expr::MatrixSelector(matrix) => self.0.push(matrix.vs.clone()),
+            _ => {}
+        }
+        Ok(true)
+    }
+}
+
+/// Parses `expr` (Grafana's `$__rate_interval` and `$__range` read as durations, `$job` as a
+/// regex) and checks every metric it reads, and every label it matches on, is exported.
+fn check_expression(expr: &str, exported: &BTreeMap<String, BTreeSet<String>>) -> Result<(), String> {
+    let promql = expr.replace("$__rate_interval", "5m").replace("$__range", "6h").replace("$job", ".*");
+    let parsed = promql_parser::parser::parse(&promql).map_err(|e| format!("{expr:?} is not valid PromQL: {e}"))?;
+    let mut selectors = Selectors::default();
+    walk_expr(&mut selectors, &parsed)?;
+    if selectors.0.is_empty() {
+        return Err(format!("{expr:?} reads no metric"));
+    }
+    for selector in selectors.0 {
+        let name = selector.name.clone().ok_or_else(|| format!("{expr:?}: a selector without a metric name"))?;
+        let labels = exported.get(&name).ok_or_else(|| format!("{expr:?} reads {name}, which the binary does not export"))?;
+        for matcher in &selector.matchers.matchers {
+            // `job` (and `pod`, `namespace` of the target) come from Prometheus' scrape, not the binary.
+            if !["job", "instance", "pod"].contains(&matcher.name.as_str()) && !labels.contains(&matcher.name) {
+                return Err(format!("{expr:?}: {name} has no label {}", matcher.name));
+            }
+        }
+    }
+    Ok(())
+}
+
+#[test]
+fn dashboard_and_alert_expressions_parse_and_name_only_exported_metrics() {
+    let exported = exported();
+    let dashboard: Value =
+        serde_json::from_str(&std::fs::read_to_string(chart().join("files/dashboards/blockwork.json")).unwrap()).unwrap();
+    let panels = dashboard["panels"].as_array().unwrap();
+    let mut expressions: Vec<String> = panels
+        .iter()
+        .flat_map(|p| p["targets"].as_array().cloned().unwrap_or_default())
+        .map(|t| t["expr"].as_str().unwrap().to_owned())
+        .collect();
+    assert!(expressions.len() > 20, "{} dashboard expressions", expressions.len());
+    let rules = documents(&render("ops", &["controllers.cert.enabled=true", ZONES[0], ZONES[1], "metrics.prometheusRule.enabled=true"]));
+    let rule = of_kind(&rules, "PrometheusRule");
+    assert_eq!(rule.len(), 1, "the chart renders the shipped alerts");
+    for group in rule[0]["spec"]["groups"].as_array().unwrap() {
+        expressions.extend(group["rules"].as_array().unwrap().iter().map(|r| r["expr"].as_str().unwrap().to_owned()));
+    }
+    let errors: Vec<String> = expressions.iter().filter_map(|e| check_expression(e, &exported).err()).collect();
+    assert!(errors.is_empty(), "{errors:#?}\nexported: {:#?}", exported.keys().collect::<Vec<_>>());
+    // Every controller has a row.
+    let titles: Vec<&str> = panels.iter().filter(|p| p["type"] == "row").map(|p| p["title"].as_str().unwrap()).collect();
+    for controller in blockwork::controllers::names() {
+        assert!(
+            titles.iter().any(|t| t.to_lowercase().contains(controller)
+                || (controller == "tenant" && t.contains("DistributionTenant"))
+                || (controller == "rotator" && t.contains("rotator"))),
+            "no dashboard row for `{controller}`: {titles:?}"
+        );
+    }
+}
+
+#[test]
+fn a_broken_expression_or_unknown_metric_is_caught() {
+    let exported = exported();
+    assert!(check_expression("rate(blockwork_reconciles_total[5m]", &exported).is_err());
+    assert!(check_expression("rate(blockwork_no_such_metric_total[5m])", &exported).is_err());
+    assert!(check_expression("blockwork_reconciles_total{no_such_label=\"x\"}", &exported).is_err());
+    assert!(check_expression("sum(rate(blockwork_reconciles_total{job=~\"$job\"}[$__rate_interval]))", &exported).is_ok());
+}
+
+#[tokio::test]
+async fn helm_install_against_the_api_server_prints_how_to_check_the_install() {
+    let plane = blockwork_testenv::control_plane::control_plane().await.unwrap();
+    let namespace = plane.namespace("chart-install").await.unwrap();
+    let chart = chart();
+    let args = ["install", "blockwork", chart.to_str().unwrap(), "--namespace", &namespace, "--dry-run=server"];
+    let out = output(&tool("helm"), &args, &[("KUBECONFIG", plane.kubeconfig_path())], "");
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let stdout = text(&out.stdout);
+    let notes = stdout.split("NOTES:").nth(1).unwrap_or_else(|| panic!("no NOTES:\n{stdout}"));
+    assert!(notes.contains(&format!("kubectl -n {namespace} rollout status deployment/blockwork")), "{notes}");
+    assert!(notes.contains("Controllers: cache, rotator"), "{notes}");
+    assert!(notes.contains("get secret blockwork-webhook-tls"), "{notes}");
+}

@@ -1,0 +1,294 @@
+#![allow(clippy::unwrap_used, clippy::panic)]
+//! Self-managed webhook certificates (`--webhook-certificate-secret`, the chart's default)
+//! against a real kube-apiserver: two replicas of `blockwork run`, under the RBAC `blockwork
+//! rbac` generates for this mode, behind the webhook Service (the test environment routes the
+//! API server's calls to it, as kube-proxy would). The leader creates the CA and the serving
+//! certificate, the CRD's and the ValidatingWebhookConfiguration's `caBundle` are set, Cert
+//! admission and Cache conversion go through the webhook, and renewals — serving certificates
+//! every 20 s, a new CA once — swap the certificate without one failed request. Own test binary:
+//! the webhook configuration and CRDs are cluster-wide.
+
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::sync::Arc;
+use std::time::Duration;
+
+use k8s_openapi::api::admissionregistration::v1::ValidatingWebhookConfiguration;
+use k8s_openapi::api::core::v1::{Secret, Service, ServicePort, ServiceSpec};
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::api::{ApiResource, DynamicObject, GroupVersionKind, ObjectMeta, PostParams};
+use kube::{Api, Client};
+use rustls_pki_types::pem::PemObject as _;
+use rustls_pki_types::{CertificateDer, ServerName};
+use tokio::time::{Instant, sleep};
+
+const BIN: &str = env!("CARGO_BIN_EXE_blockwork");
+const SECRET: &str = "blockwork-webhook-tls";
+const SERVICE: &str = "blockwork-webhook";
+const CONFIGURATION: &str = "blockwork";
+const ZONES: &str = "k8s.example.com:Z0000000000000000001";
+
+fn tool(name: &str) -> PathBuf {
+    let tools = std::env::var("BLOCKWORK_TOOLS_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|_| PathBuf::from(std::env::var("HOME").unwrap()).join(".cache/blockwork-tools"));
+    tools.join("bin").join(name)
+}
+
+/// Runs `program args` with `stdin`, asserting success; returns stdout.
+fn run(program: &Path, args: &[&str], kubeconfig: &Path, stdin: &str) -> String {
+    let mut child = std::process::Command::new(program)
+        .args(args)
+        .env("KUBECONFIG", kubeconfig)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::io::Write::write_all(&mut child.stdin.take().unwrap(), stdin.as_bytes()).unwrap();
+    let output = child.wait_with_output().unwrap();
+    assert!(output.status.success(), "{} {args:?}: {}", program.display(), String::from_utf8_lossy(&output.stderr));
+    String::from_utf8_lossy(&output.stdout).into_owned()
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+/// One `blockwork run` replica, killed on drop.
+struct Replica {
+    child: tokio::process::Child,
+    webhook: u16,
+    health: u16,
+    log: PathBuf,
+    _dir: tempfile::TempDir,
+}
+
+impl Replica {
+    fn start(kubeconfig: &Path, namespace: &str) -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let log = dir.path().join("log");
+        let (webhook, health) = (free_port(), free_port());
+        let child = tokio::process::Command::new(BIN)
+            .args(["run", "--controllers", "cache,cert", "--namespaces", namespace])
+            .args(["--leader-elect", "--leader-election-namespace", namespace])
+            .args(["--metrics-bind-address", "0", "--health-probe-bind-address", &format!("127.0.0.1:{health}")])
+            .args(["--webhook-bind-address", &format!("127.0.0.1:{webhook}")])
+            .args(["--webhook-certificate-secret", SECRET, "--webhook-service-name", SERVICE, "--webhook-service-namespace", namespace])
+            .args(["--webhook-configuration-name", CONFIGURATION])
+            // Renewals every 20 s, a new CA after 60 s.
+            .args(["--webhook-certificate-validity", "30s", "--webhook-ca-validity", "90s"])
+            // No AWS here: only the webhook is under test.
+            .args(["--dns-zones", ZONES, "--aws-region", "us-east-1", "--aws-endpoint-url", "http://127.0.0.1:9"])
+            .args(["--log-level", "info,blockwork=debug"])
+            .env("KUBECONFIG", kubeconfig)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&log).unwrap())
+            .kill_on_drop(true)
+            .spawn()
+            .unwrap();
+        Self { child, webhook, health, log, _dir: dir }
+    }
+
+    fn logs(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    async fn ready(&mut self) -> bool {
+        if let Some(status) = self.child.try_wait().unwrap() {
+            panic!("blockwork exited with {status}\n{}", self.logs());
+        }
+        let Ok(mut stream) = tokio::net::TcpStream::connect(("127.0.0.1", self.health)).await else { return false };
+        use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+        let _ = stream.write_all(b"GET /readyz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").await;
+        let mut response = String::new();
+        let _ = stream.read_to_string(&mut response).await;
+        response.starts_with("HTTP/1.1 200")
+    }
+
+    /// The certificate this replica presents to a client that trusts `bundle` and asks for
+    /// `host`: fails unless it verifies.
+    async fn presented(&self, bundle: &[u8], host: &str) -> Result<Vec<u8>, String> {
+        let mut roots = rustls::RootCertStore::empty();
+        for ca in CertificateDer::pem_slice_iter(bundle) {
+            roots.add(ca.map_err(|e| e.to_string())?).map_err(|e| e.to_string())?;
+        }
+        let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
+        let config = rustls::ClientConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()
+            .map_err(|e| e.to_string())?
+            .with_root_certificates(roots)
+            .with_no_client_auth();
+        let connector = tokio_rustls::TlsConnector::from(Arc::new(config));
+        let tcp = tokio::net::TcpStream::connect(("127.0.0.1", self.webhook)).await.map_err(|e| e.to_string())?;
+        let tls =
+            connector.connect(ServerName::try_from(host.to_owned()).map_err(|e| e.to_string())?, tcp).await.map_err(|e| e.to_string())?;
+        let (_, session) = tls.get_ref();
+        Ok(session.peer_certificates().and_then(|c| c.first()).map(|c| c.to_vec()).unwrap_or_default())
+    }
+}
+
+/// A kubeconfig for the ServiceAccount `blockwork` of `namespace`, bound to what `blockwork
+/// rbac` generates for self-managed certificates.
+fn generated_rbac_kubeconfig(admin: &Path, namespace: &str, dir: &Path) -> PathBuf {
+    let kubectl = tool("kubectl");
+    run(&kubectl, &["create", "serviceaccount", "blockwork", "-n", namespace], admin, "");
+    let rbac = run(
+        Path::new(BIN),
+        &["rbac", "--controllers", "cache,cert", "--name", namespace, "--namespace", namespace, "--namespaces", namespace],
+        admin,
+        "",
+    );
+    let certificates = run(
+        Path::new(BIN),
+        &["rbac", "--controllers", "cache,cert", "--name", namespace, "--namespace", namespace, "--namespaces", namespace]
+            .into_iter()
+            .chain(["--webhook-certificate-secret", SECRET, "--webhook-configuration-name", CONFIGURATION])
+            .collect::<Vec<_>>(),
+        admin,
+        "",
+    );
+    assert!(certificates.len() > rbac.len(), "self-managed certificates need more than the controllers:\n{certificates}");
+    run(&kubectl, &["apply", "-f", "-"], admin, &certificates);
+    let token = run(&kubectl, &["create", "token", "blockwork", "-n", namespace, "--duration", "1h"], admin, "");
+    let text = std::fs::read_to_string(admin).unwrap();
+    let admin_token = text.lines().find_map(|l| l.trim().strip_prefix("token: ")).unwrap();
+    let path = dir.join("kubeconfig");
+    std::fs::write(&path, text.replace(admin_token, token.trim())).unwrap();
+    path
+}
+
+fn data(secret: &Secret, key: &str) -> Vec<u8> {
+    secret.data.as_ref().and_then(|d| d.get(key)).map(|v| v.0.clone()).unwrap_or_default()
+}
+
+fn der(pem: &[u8]) -> Vec<u8> {
+    CertificateDer::pem_slice_iter(pem).next().map(|c| c.unwrap().to_vec()).unwrap_or_default()
+}
+
+async fn ca_bundles(client: &Client) -> (Vec<u8>, Vec<u8>) {
+    let crd = Api::<CustomResourceDefinition>::all(client.clone()).get("caches.cache.blockwork.dev").await.unwrap();
+    let crd_bundle = crd.spec.conversion.and_then(|c| c.webhook).and_then(|w| w.client_config).and_then(|c| c.ca_bundle).map(|b| b.0);
+    let configuration = Api::<ValidatingWebhookConfiguration>::all(client.clone()).get(CONFIGURATION).await.unwrap();
+    let webhook_bundle = configuration.webhooks.unwrap_or_default().first().and_then(|w| w.client_config.ca_bundle.clone()).map(|b| b.0);
+    (crd_bundle.unwrap_or_default(), webhook_bundle.unwrap_or_default())
+}
+
+#[tokio::test]
+async fn self_managed_certificates_are_trusted_and_renewed_without_a_failed_request() {
+    let plane = blockwork_testenv::control_plane::control_plane().await.unwrap();
+    let client = plane.client();
+    let admin = plane.kubeconfig_path().to_path_buf();
+    let namespace = plane.namespace("self-managed").await.unwrap();
+    let host = format!("{SERVICE}.{namespace}.svc");
+
+    // What the chart installs besides the Deployment: CRDs and webhook configuration pointing at
+    // the Service, the Service, RBAC.
+    let crds = run(Path::new(BIN), &["crds", "--webhook-service-namespace", &namespace], &admin, "");
+    run(&tool("kubectl"), &["apply", "--server-side", "-f", "-"], &admin, &crds);
+    let webhooks = run(Path::new(BIN), &["webhooks", "--controllers", "cert", "--webhook-service-namespace", &namespace], &admin, "");
+    run(&tool("kubectl"), &["apply", "--server-side", "-f", "-"], &admin, &webhooks);
+    run(&tool("kubectl"), &["wait", "--for", "condition=established", "--timeout", "60s", "crd", "--all"], &admin, "");
+    let service = Service {
+        metadata: ObjectMeta { name: Some(SERVICE.into()), ..ObjectMeta::default() },
+        spec: Some(ServiceSpec { ports: Some(vec![ServicePort { port: 443, ..ServicePort::default() }]), ..ServiceSpec::default() }),
+        ..Service::default()
+    };
+    Api::<Service>::namespaced(client.clone(), &namespace).create(&PostParams::default(), &service).await.unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let kubeconfig = generated_rbac_kubeconfig(&admin, &namespace, dir.path());
+
+    let mut replicas = [Replica::start(&kubeconfig, &namespace), Replica::start(&kubeconfig, &namespace)];
+    let backends: Vec<_> = replicas.iter().map(|r| std::net::SocketAddr::from(([127, 0, 0, 1], r.webhook))).collect();
+    plane.route_service(&namespace, SERVICE, 443, &backends).await.unwrap();
+    let logs = |replicas: &[Replica]| replicas.iter().map(Replica::logs).collect::<Vec<_>>().join("\n--- next replica ---\n");
+
+    // Both replicas become ready once they serve the Secret's certificate, and the caBundles are set.
+    let secrets: Api<Secret> = Api::namespaced(client.clone(), &namespace);
+    let deadline = Instant::now() + Duration::from_secs(90);
+    loop {
+        let secret = secrets.get_opt(SECRET).await.unwrap();
+        let bundle = secret.as_ref().map(|s| data(s, "ca.crt")).unwrap_or_default();
+        let ready = replicas[0].ready().await & replicas[1].ready().await;
+        if ready && !bundle.is_empty() && ca_bundles(&client).await == (bundle.clone(), bundle.clone()) {
+            break;
+        }
+        assert!(Instant::now() < deadline, "not ready with the caBundles set after 90 s\n{}", logs(&replicas));
+        sleep(Duration::from_millis(200)).await;
+    }
+
+    // A Cache stored as v1beta1, read as v1alpha1: every read converts through the webhook.
+    let gvk = |version: &str| GroupVersionKind::gvk("cache.blockwork.dev", version, "Cache");
+    let beta: Api<DynamicObject> = Api::namespaced_with(client.clone(), &namespace, &ApiResource::from_gvk(&gvk("v1beta1")));
+    let alpha: Api<DynamicObject> = Api::namespaced_with(client.clone(), &namespace, &ApiResource::from_gvk(&gvk("v1alpha1")));
+    let cache: DynamicObject = serde_json::from_value(serde_json::json!({
+        "apiVersion": "cache.blockwork.dev/v1beta1", "kind": "Cache",
+        "metadata": { "name": "converted" },
+        "spec": { "engine": "memcached", "memory": "64Mi", "replicas": 1 },
+    }))
+    .unwrap();
+    beta.create(&PostParams::default(), &cache).await.unwrap();
+    // A Cert outside the operator's zones: only the webhook knows the zones, so its denial
+    // proves the request reached it over TLS the API server trusted.
+    let certs: Api<DynamicObject> =
+        Api::namespaced_with(client.clone(), &namespace, &ApiResource::from_gvk(&GroupVersionKind::gvk("acm.blockwork.dev", "v1", "Cert")));
+    let outside: DynamicObject = serde_json::from_value(serde_json::json!({
+        "apiVersion": "acm.blockwork.dev/v1", "kind": "Cert",
+        "metadata": { "name": "outside" },
+        "spec": { "serviceName": "shop", "environment": "prod", "domainName": "shop.other.org" },
+    }))
+    .unwrap();
+    let dry_run = PostParams { dry_run: true, ..PostParams::default() };
+
+    // Requests all through the renewals: three serving certificates and a new CA.
+    let mut serving_certificates = BTreeSet::new();
+    let mut cas = BTreeSet::new();
+    let (mut admissions, mut conversions, mut failures) = (0, 0, Vec::new());
+    let deadline = Instant::now() + Duration::from_secs(150);
+    while serving_certificates.len() < 4 || cas.len() < 2 {
+        assert!(
+            Instant::now() < deadline,
+            "after 150 s: {} serving certificates, {} CAs\n{}",
+            serving_certificates.len(),
+            cas.len(),
+            logs(&replicas)
+        );
+        let secret = secrets.get(SECRET).await.unwrap();
+        serving_certificates.insert(data(&secret, "tls.crt"));
+        cas.insert(der(&data(&secret, "ca.crt")));
+        match certs.create(&dry_run, &outside).await {
+            Err(kube::Error::Api(status))
+                if status.message.contains("shop.other.org") && !status.message.contains("failed calling webhook") =>
+            {
+                admissions += 1;
+            }
+            other => failures.push(format!("admission: {other:?}")),
+        }
+        match alpha.get("converted").await {
+            Ok(object) if object.types.as_ref().is_some_and(|t| t.api_version == "cache.blockwork.dev/v1alpha1") => conversions += 1,
+            other => failures.push(format!("conversion: {other:?}")),
+        }
+        sleep(Duration::from_millis(250)).await;
+    }
+    assert!(failures.is_empty(), "{} failed requests of {}: {failures:#?}\n{}", failures.len(), admissions + conversions, logs(&replicas));
+    assert!(admissions > 50 && conversions > 50, "{admissions} admissions, {conversions} conversions");
+
+    // Every replica presents the Secret's current certificate, verified against the bundle.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    'replicas: for replica in &replicas {
+        loop {
+            let secret = secrets.get(SECRET).await.unwrap();
+            let presented = replica.presented(&data(&secret, "ca.crt"), &host).await;
+            if presented.as_ref().is_ok_and(|cert| *cert == der(&data(&secret, "tls.crt"))) {
+                continue 'replicas;
+            }
+            assert!(Instant::now() < deadline, "a replica does not present the current certificate: {presented:?}\n{}", replica.logs());
+            sleep(Duration::from_millis(200)).await;
+        }
+    }
+    let (crd_bundle, webhook_bundle) = ca_bundles(&client).await;
+    let current = data(&secrets.get(SECRET).await.unwrap(), "ca.crt");
+    assert_eq!((crd_bundle, webhook_bundle), (current.clone(), current), "the caBundles follow the Secret");
+}
