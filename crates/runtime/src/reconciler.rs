@@ -88,8 +88,11 @@ pub struct Context<M: ExternalResource> {
     /// The caches of the watches [`run`] keeps, one per `Api` it was started with.
     stores: Mutex<Vec<reflector::Store<M::Object>>>,
     /// Per watch [`run`] keeps: its cache, and where [`Context::wake`] sends the objects in it.
-    wakers: Mutex<Vec<(reflector::Store<M::Object>, UnboundedSender<ObjectRef<M::Object>>)>>,
+    wakers: Mutex<Vec<Waker<M::Object>>>,
 }
+
+/// A watch's cache, and the channel that makes its reconciler look at an object again.
+type Waker<K> = (reflector::Store<K>, UnboundedSender<ObjectRef<K>>);
 
 #[derive(Clone, Debug)]
 struct DependencyKind {

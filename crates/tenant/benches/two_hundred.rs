@@ -125,7 +125,7 @@ async fn bench() {
                 dns: Some(dns),
                 ..DistributionTenantSpec::default()
             };
-            async move { api.create(&PostParams::default(), &DistributionTenant::new(&format!("t{i}"), spec)).await.map(|_| ()) }
+            async move { api.create(&PostParams::default(), &DistributionTenant::new(&format!("tenant-{i}"), spec)).await.map(|_| ()) }
         })
         .buffer_unordered(32)
         .try_collect::<()>()
