@@ -1,4 +1,4 @@
-.PHONY: dev test crds chart install-test-tools
+.PHONY: dev test e2e crds chart install-test-tools
 
 # Local control plane + AWS emulators + `blockwork run` + examples, until Ctrl-C.
 dev:
@@ -7,6 +7,10 @@ dev:
 # Every test (installs the pinned test tools first).
 test:
 	scripts/test
+
+# The end-to-end suite on a real node (root): Blockwork's image, its chart, every scenario.
+e2e:
+	scripts/e2e
 
 # Regenerate config/crd/ from the Rust types.
 crds:

@@ -143,8 +143,7 @@ async fn run_against_a_real_apiserver() {
     let leases: Api<Lease> = Api::namespaced(client, &namespace);
     let holder = wait_for_holder(&leases, Duration::from_secs(30), |h| h.is_some()).await.unwrap();
     assert_eq!(Some(holder.as_str()), instance.identity().await.as_deref(), "{}", instance.logs());
-    let readyz = instance.get(instance.health, "/readyz").await;
-    assert!(readyz.body.contains("leader: true"), "{}", readyz.body);
+    instance.wait_leading(Duration::from_secs(5)).await;
 
     instance.interrupt();
     let status = instance.wait_exit(Duration::from_secs(10)).await;
@@ -169,7 +168,7 @@ async fn one_of_two_instances_leads() {
     let holder = wait_for_holder(&leases, Duration::from_secs(30), |h| h.is_some()).await.unwrap();
     assert!(holder == id_a || holder == id_b, "holder {holder} is neither {id_a} nor {id_b}");
     let (mut leader, mut standby) = if holder == id_a { (a, b) } else { (b, a) };
-    assert!(leader.get(leader.health, "/readyz").await.body.contains("leader: true"));
+    leader.wait_leading(Duration::from_secs(5)).await;
     let standby_ready = standby.get(standby.health, "/readyz").await;
     assert_eq!(standby_ready.status, 200, "a standby is ready");
     assert!(standby_ready.body.contains("leader: false"), "{}", standby_ready.body);
@@ -181,11 +180,7 @@ async fn one_of_two_instances_leads() {
     let standby_id = standby.identity().await.unwrap();
     let holder = wait_for_holder(&leases, Duration::from_secs(8), |h| h == Some(standby_id.as_str())).await;
     assert_eq!(holder.as_deref(), Some(standby_id.as_str()), "{}", standby.logs());
-    let deadline = Instant::now() + Duration::from_secs(5);
-    while !standby.get(standby.health, "/readyz").await.body.contains("leader: true") {
-        assert!(Instant::now() < deadline, "{}", standby.logs());
-        sleep(Duration::from_millis(200)).await;
-    }
+    standby.wait_leading(Duration::from_secs(5)).await;
 
     standby.interrupt();
     assert_eq!(standby.wait_exit(Duration::from_secs(10)).await.code(), Some(0), "{}", standby.logs());
@@ -362,6 +357,17 @@ impl Instance {
                 panic!("blockwork exited with {status} before becoming ready\n{}", self.logs());
             }
             assert!(Instant::now() < deadline, "not ready after 60 s\n{}", self.logs());
+            sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    /// Waits until `/readyz` says this instance leads. The Lease names the holder as soon as the
+    /// API server accepts the acquiring write; the process marks itself leader when that write
+    /// returns, a moment later.
+    async fn wait_leading(&self, timeout: Duration) {
+        let deadline = Instant::now() + timeout;
+        while !self.get(self.health, "/readyz").await.body.contains("leader: true") {
+            assert!(Instant::now() < deadline, "not leading after {timeout:?}\n{}", self.logs());
             sleep(Duration::from_millis(100)).await;
         }
     }

@@ -31,6 +31,7 @@ use tracing::{info, warn};
 use blockwork_runtime::status::{condition, set_condition};
 
 use crate::api::{Cache, CacheStatus, GROUP, Phase};
+use crate::applied;
 use crate::build::{self, Desired, MANAGED_BY};
 use crate::refs::{self, Hold};
 
@@ -361,6 +362,14 @@ where
     let mut body = serde_json::to_value(object).map_err(|e| failed(kube::Error::SerdeError(e)))?;
     body["apiVersion"] = K::api_version(&()).into();
     body["kind"] = K::kind(&()).into();
+    applied::stamp(&mut body);
+    // Nothing to change: no write (see `applied`).
+    let live = api.get_opt(&object.name_any()).await.map_err(failed)?;
+    if let Some(live) = live
+        && applied::holds(&serde_json::to_value(&live).map_err(|e| failed(kube::Error::SerdeError(e)))?, &body)
+    {
+        return Ok(live);
+    }
     api.patch(&object.name_any(), &PatchParams::apply(FIELD_MANAGER).force(), &Patch::Apply(&body)).await.map_err(failed)
 }
 

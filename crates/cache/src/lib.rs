@@ -2,6 +2,7 @@
 //! a StatefulSet, a Service and, with more than one replica, a PodDisruptionBudget.
 
 pub mod api;
+pub mod applied;
 pub mod build;
 pub mod controller;
 pub mod conversion;

@@ -9,12 +9,21 @@
 //! `/proc/<pid>/status` and times the rotations through a watch on the targets. For comparison
 //! the child can also run the caches a naive controller would keep (`--child full-cache`: a
 //! reflector of every Secret; `--child metadata-cache`: a reflector of every Secret's metadata).
+//!
+//! The second table runs the full binary as it runs in a cluster (`blockwork run
+//! --controllers=rotator --log-format=json`, release build, built by this bench with `cargo build
+//! --release -p blockwork` unless `BLOCKWORK_BIN` names one): its idle memory before any Secret
+//! exists, then, started after the Secrets exist, its memory and start-up CPU once it has
+//! settled, the latency of 200 rotations and its CPU per rotation, and its memory after a restart
+//! with twice the unrelated Secrets. `ROTATOR_BENCH_COMPARE="<command> <args>…"` adds a column
+//! for another rotator run the same way (e.g. a build of the original Go operator): it gets 100
+//! sources of its own, annotated with the prefix [`COMPARE_PREFIX`], beside ours.
 //! Not run by `cargo test` (it exits at once without `--bench`).
 
 #![allow(clippy::unwrap_used, clippy::panic)]
 
 use std::collections::BTreeMap;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -34,6 +43,8 @@ const UNRELATED: usize = 10_000;
 const SOURCES: usize = 100;
 const ROTATIONS: usize = 200;
 const SETTLE: Duration = Duration::from_secs(5);
+/// Annotation prefix of the comparison operator's own sources (`ROTATOR_BENCH_COMPARE`).
+const COMPARE_PREFIX: &str = "rotator.compare.bench";
 
 fn main() {
     let args: Vec<String> = std::env::args().collect();
@@ -91,10 +102,105 @@ fn spawn_child(mode: &str, kubeconfig: &Path) -> MeasuredChild {
     .unwrap()
 }
 
+/// A rotator binary run as it runs in a cluster, with its own sources.
+struct Operator {
+    label: String,
+    program: PathBuf,
+    args: Vec<String>,
+    keys: blockwork_rotator::Keys,
+    namespace: String,
+}
+
+impl Operator {
+    /// `blockwork run --controllers=rotator` with the flags of `config/rotator/manager.yaml`,
+    /// except leader election (a killed leader's Lease would hold up the next start) and with
+    /// loopback ports for the probes and metrics.
+    fn blockwork(namespace: String) -> Self {
+        let port = || std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().to_string();
+        let args = vec![
+            "run".to_owned(),
+            "--controllers=rotator".to_owned(),
+            "--log-format=json".to_owned(),
+            format!("--health-probe-bind-address={}", port()),
+            format!("--metrics-bind-address={}", port()),
+        ];
+        Self { label: "blockwork".to_owned(), program: blockwork_binary(), args, keys: blockwork_rotator::Keys::default(), namespace }
+    }
+
+    /// The operator of `ROTATOR_BENCH_COMPARE`, if set; its sources use [`COMPARE_PREFIX`].
+    fn compare(namespace: String) -> Option<Self> {
+        let command = std::env::var("ROTATOR_BENCH_COMPARE").ok().filter(|c| !c.trim().is_empty())?;
+        let mut words = command.split_whitespace().map(str::to_owned);
+        let program = PathBuf::from(words.next()?);
+        let label = program.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+        Some(Self { label, program, args: words.collect(), keys: blockwork_rotator::Keys::new(COMPARE_PREFIX).unwrap(), namespace })
+    }
+
+    fn spawn(&self, kubeconfig: &Path) -> MeasuredChild {
+        MeasuredChild::spawn(
+            Command::new(&self.program)
+                .args(&self.args)
+                .env("KUBECONFIG", kubeconfig)
+                .stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .stderr(Stdio::null()),
+        )
+        .unwrap()
+    }
+}
+
+/// `BLOCKWORK_BIN`, or the release build of the `blockwork` binary (built now, into the same
+/// target directory).
+fn blockwork_binary() -> PathBuf {
+    if let Some(path) = std::env::var_os("BLOCKWORK_BIN") {
+        return path.into();
+    }
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_owned());
+    let output = Command::new(cargo)
+        .args(["build", "--release", "-p", "blockwork", "--bin", "blockwork", "--message-format=json"])
+        .stderr(Stdio::inherit())
+        .output()
+        .unwrap();
+    assert!(output.status.success(), "building the blockwork binary failed");
+    String::from_utf8_lossy(&output.stdout)
+        .lines()
+        .filter_map(|line| serde_json::from_str::<serde_json::Value>(line).ok())
+        .filter_map(|message| message["executable"].as_str().map(PathBuf::from))
+        .rfind(|path| path.file_name().is_some_and(|name| name == "blockwork"))
+        .expect("cargo names the blockwork executable")
+}
+
+/// Waits until `child` has used no CPU for 2 s (initial lists and catch-up done); returns the CPU
+/// seconds it used so far.
+async fn settle(child: &MeasuredChild) -> f64 {
+    let started = Instant::now();
+    let mut last = child.cpu_seconds().unwrap();
+    let mut quiet = 0;
+    while quiet < 4 {
+        assert!(started.elapsed() < Duration::from_secs(300), "the operator never settled");
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        let now = child.cpu_seconds().unwrap();
+        // One clock tick (10 ms) in 500 ms is a timer or the runtime's housekeeping, not work.
+        quiet = if now - last <= 0.011 { quiet + 1 } else { 0 };
+        last = now;
+    }
+    last
+}
+
 fn cert(i: usize) -> (String, String) {
     let key = rcgen::KeyPair::generate().unwrap();
     let cert = rcgen::CertificateParams::new(vec![format!("key-{i}.bench.example")]).unwrap().self_signed(&key).unwrap();
     (cert.pem(), key.serialize_pem())
+}
+
+/// Certificates, each one used once.
+struct Certs(usize);
+
+impl Certs {
+    fn next(&mut self) -> (String, String) {
+        self.0 += 1;
+        cert(self.0)
+    }
 }
 
 fn secret(name: &str, annotations: BTreeMap<String, String>, data: BTreeMap<String, ByteString>, type_: &str) -> Secret {
@@ -104,6 +210,33 @@ fn secret(name: &str, annotations: BTreeMap<String, String>, data: BTreeMap<Stri
         data: Some(data),
         ..Secret::default()
     }
+}
+
+fn tls_data((crt, key): &(String, String)) -> BTreeMap<String, ByteString> {
+    BTreeMap::from([
+        ("tls.crt".to_owned(), ByteString(crt.clone().into_bytes())),
+        ("tls.key".to_owned(), ByteString(key.clone().into_bytes())),
+    ])
+}
+
+/// `SOURCES` sources `source-<i>` naming `target-<i>`, half of them with the JWKS opt-in; returns
+/// each target's expected `next-tls.crt`.
+async fn create_sources(api: &Api<Secret>, keys: &blockwork_rotator::Keys, certs: &mut Certs) -> BTreeMap<String, String> {
+    let mut expected = BTreeMap::new();
+    let sources: Vec<Secret> = (0..SOURCES)
+        .map(|i| {
+            let mut annotations =
+                BTreeMap::from([(keys.source.clone(), "true".to_owned()), (keys.destination.clone(), format!("target-{i}"))]);
+            if i % 2 == 0 {
+                annotations.insert(keys.jwks.clone(), "true".into());
+            }
+            let pair = certs.next();
+            expected.insert(format!("target-{i}"), pair.0.clone());
+            secret(&format!("source-{i}"), annotations, tls_data(&pair), "kubernetes.io/tls")
+        })
+        .collect();
+    create_all(api, sources).await;
+    expected
 }
 
 async fn create_all(api: &Api<Secret>, secrets: Vec<Secret>) {
@@ -122,7 +255,7 @@ async fn create_all(api: &Api<Secret>, secrets: Vec<Secret>) {
 async fn wait_for_targets(api: &Api<Secret>, expected: &BTreeMap<String, String>) -> Duration {
     let started = Instant::now();
     loop {
-        let targets = api.list(&kube::api::ListParams::default().labels("app.kubernetes.io/managed-by=blockwork-rotator")).await.unwrap();
+        let targets = api.list(&kube::api::ListParams::default()).await.unwrap();
         let done = expected
             .iter()
             .filter(|(target, crt)| {
@@ -155,9 +288,94 @@ async fn create_unrelated(api: &Api<Secret>) {
     create_all(api, unrelated).await;
 }
 
-fn percentile(sorted: &[Duration], p: f64) -> Duration {
-    let rank = ((p / 100.0) * sorted.len() as f64).ceil() as usize;
-    sorted[rank.clamp(1, sorted.len()) - 1]
+/// Renews every source while nothing rotates them.
+async fn renew_all(api: &Api<Secret>, expected: &mut BTreeMap<String, String>, certs: &mut Certs) {
+    for i in 0..SOURCES {
+        let (crt, key) = certs.next();
+        let patch = json!({ "data": { "tls.crt": b64(&crt), "tls.key": b64(&key) } });
+        api.patch(&format!("source-{i}"), &PatchParams::default(), &Patch::Merge(&patch)).await.unwrap();
+        expected.insert(format!("target-{i}"), crt);
+    }
+}
+
+/// What `ROTATIONS` rotations, one at a time, cost the rotator running as `child`.
+struct Rotations {
+    /// Sorted.
+    latencies: Vec<Duration>,
+    cpu_seconds: f64,
+}
+
+impl Rotations {
+    /// Each source renewed in turn, timed from just before the source's PATCH to the watch event
+    /// of its target with the new certificate in next-tls.
+    async fn run(api: &Api<Secret>, child: &MeasuredChild, certs: &mut Certs) -> Self {
+        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<(String, Vec<u8>, Instant)>();
+        let watch_api = api.clone();
+        let watch = tokio::spawn(async move {
+            let mut stream = std::pin::pin!(watcher::watcher(watch_api, watcher::Config::default()).applied_objects());
+            while let Some(Ok(target)) = stream.next().await {
+                let next = target.data.as_ref().and_then(|d| d.get("next-tls.crt")).map(|c| c.0.clone()).unwrap_or_default();
+                let _ = tx.send((target.name_any(), next, Instant::now()));
+            }
+        });
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        while rx.try_recv().is_ok() {}
+        let cpu_before = child.cpu_seconds().unwrap();
+        let mut latencies = Vec::with_capacity(ROTATIONS);
+        for r in 0..ROTATIONS {
+            let i = r % SOURCES;
+            let (crt, key) = certs.next();
+            let patch = json!({ "data": { "tls.crt": b64(&crt), "tls.key": b64(&key) } });
+            let started = Instant::now();
+            api.patch(&format!("source-{i}"), &PatchParams::default(), &Patch::Merge(&patch)).await.unwrap();
+            let target = format!("target-{i}");
+            loop {
+                let (name, next, at) = tokio::time::timeout(Duration::from_secs(30), rx.recv()).await.unwrap().unwrap();
+                if name == target && next == crt.as_bytes() {
+                    latencies.push(at - started);
+                    break;
+                }
+            }
+        }
+        // Let the work that follows the last write (events) finish before reading the CPU.
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        let cpu_seconds = child.cpu_seconds().unwrap() - cpu_before;
+        watch.abort();
+        latencies.sort();
+        Self { latencies, cpu_seconds }
+    }
+
+    fn p(&self, percentile: f64) -> f64 {
+        let rank = ((percentile / 100.0) * self.latencies.len() as f64).ceil() as usize;
+        ms(self.latencies[rank.clamp(1, self.latencies.len()) - 1])
+    }
+
+    fn mean(&self) -> f64 {
+        ms(self.latencies.iter().sum::<Duration>() / self.latencies.len() as u32)
+    }
+
+    fn min(&self) -> f64 {
+        ms(self.latencies[0])
+    }
+
+    fn max(&self) -> f64 {
+        ms(self.latencies[self.latencies.len() - 1])
+    }
+
+    fn cpu_per_rotation_ms(&self) -> f64 {
+        self.cpu_seconds * 1000.0 / ROTATIONS as f64
+    }
+}
+
+/// One full binary's figures, for the second table.
+#[derive(Default)]
+struct BinaryRun {
+    idle: (u64, u64),
+    start_cpu: f64,
+    started: (u64, u64),
+    rotations: Option<Rotations>,
+    after_rotations: (u64, u64),
+    doubled: (u64, u64),
 }
 
 async fn bench() {
@@ -169,31 +387,28 @@ async fn bench() {
     let unrelated_ns = plane.namespace("bench-unrelated").await.unwrap();
     let sources_api: Api<Secret> = Api::namespaced(client.clone(), &sources_ns);
     let unrelated_api: Api<Secret> = Api::namespaced(client.clone(), &unrelated_ns);
-    println!("rotator benchmark: {SOURCES} sources, {UNRELATED} unrelated Secrets, {ROTATIONS} rotations");
+    let mut certs = Certs(0);
+    let mut operators = vec![Operator::blockwork(sources_ns.clone())];
+    if let Some(compare) = Operator::compare(plane.namespace("bench-compare").await.unwrap()) {
+        operators.push(compare);
+    }
+    let labels: Vec<&str> = operators.iter().map(|o| o.label.as_str()).collect();
+    println!("rotator benchmark: {SOURCES} sources, {UNRELATED} unrelated Secrets, {ROTATIONS} rotations; binaries: {labels:?}");
+    let mut runs: Vec<BinaryRun> = operators.iter().map(|_| BinaryRun::default()).collect();
+
+    // 0. Each full binary before any Secret exists.
+    for (operator, run) in operators.iter().zip(&mut runs) {
+        let child = operator.spawn(&kubeconfig);
+        settle(&child).await;
+        run.idle = child.memory().unwrap();
+    }
 
     // 1. The rotator with only the sources.
-    let certs: Vec<(String, String)> = (0..2 * SOURCES + ROTATIONS).map(cert).collect();
-    let mut expected = BTreeMap::new();
-    let sources: Vec<Secret> = (0..SOURCES)
-        .map(|i| {
-            let mut annotations =
-                BTreeMap::from([(keys.source.clone(), "true".to_owned()), (keys.destination.clone(), format!("target-{i}"))]);
-            if i % 2 == 0 {
-                annotations.insert(keys.jwks.clone(), "true".into());
-            }
-            expected.insert(format!("target-{i}"), certs[i].0.clone());
-            let data = BTreeMap::from([
-                ("tls.crt".to_owned(), ByteString(certs[i].0.clone().into_bytes())),
-                ("tls.key".to_owned(), ByteString(certs[i].1.clone().into_bytes())),
-            ]);
-            secret(&format!("source-{i}"), annotations, data, "kubernetes.io/tls")
-        })
-        .collect();
     let rotator = spawn_child("rotator", &kubeconfig);
     tokio::time::sleep(Duration::from_secs(2)).await;
     let idle = rotator.memory().unwrap();
     let started = Instant::now();
-    create_all(&sources_api, sources).await;
+    let mut expected = create_sources(&sources_api, &keys, &mut certs).await;
     wait_for_targets(&sources_api, &expected).await;
     let first_sight = started.elapsed();
     tokio::time::sleep(SETTLE).await;
@@ -217,12 +432,7 @@ async fn bench() {
 
     // 4. Every source renewed while the rotator is down; a fresh rotator lists all 10,200
     //    Secrets and catches up with 100 rotations.
-    for i in 0..SOURCES {
-        let (crt, key) = &certs[SOURCES + ROTATIONS + i];
-        let patch = json!({ "data": { "tls.crt": b64(crt), "tls.key": b64(key) } });
-        sources_api.patch(&format!("source-{i}"), &PatchParams::default(), &Patch::Merge(&patch)).await.unwrap();
-        expected.insert(format!("target-{i}"), crt.clone());
-    }
+    renew_all(&sources_api, &mut expected, &mut certs).await;
     let started = Instant::now();
     let rotator = spawn_child("rotator", &kubeconfig);
     wait_for_targets(&sources_api, &expected).await;
@@ -230,45 +440,12 @@ async fn bench() {
     tokio::time::sleep(SETTLE).await;
     let restarted = rotator.memory().unwrap();
 
-    // 4. Latency: 200 rotations, one at a time, timed from just before the source update to the
-    //    watch event of the target with the new certificate in next-tls.
-    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<(String, Vec<u8>, Instant)>();
-    let watch_api = sources_api.clone();
-    let watch = tokio::spawn(async move {
-        let config = watcher::Config::default().labels("app.kubernetes.io/managed-by=blockwork-rotator");
-        let mut stream = std::pin::pin!(watcher::watcher(watch_api, config).applied_objects());
-        while let Some(Ok(target)) = stream.next().await {
-            let next = target.data.as_ref().and_then(|d| d.get("next-tls.crt")).map(|c| c.0.clone()).unwrap_or_default();
-            let _ = tx.send((target.name_any(), next, Instant::now()));
-        }
-    });
-    tokio::time::sleep(Duration::from_secs(2)).await;
-    while rx.try_recv().is_ok() {}
-    let cpu_at_rotations = rotator.cpu_seconds().unwrap();
-    let mut latencies = Vec::with_capacity(ROTATIONS);
-    for r in 0..ROTATIONS {
-        let i = r % SOURCES;
-        let (crt, key) = &certs[SOURCES + r];
-        let patch = json!({ "data": { "tls.crt": b64(crt), "tls.key": b64(key) } });
-        let started = Instant::now();
-        sources_api.patch(&format!("source-{i}"), &PatchParams::default(), &Patch::Merge(&patch)).await.unwrap();
-        let target = format!("target-{i}");
-        loop {
-            let (name, next, at) = tokio::time::timeout(Duration::from_secs(30), rx.recv()).await.unwrap().unwrap();
-            if name == target && next == crt.as_bytes() {
-                latencies.push(at - started);
-                break;
-            }
-        }
-    }
-    let cpu_rotations = rotator.cpu_seconds().unwrap() - cpu_at_rotations;
+    // 5. Latency: 200 rotations, one at a time.
+    let library = Rotations::run(&sources_api, &rotator, &mut certs).await;
     let after_rotations = rotator.memory().unwrap();
-    watch.abort();
     rotator.kill();
-    latencies.sort();
-    let mean = latencies.iter().sum::<Duration>() / latencies.len() as u32;
 
-    // 5. What caching every Secret would cost, in the same cluster.
+    // 6. What caching every Secret would cost, in the same cluster.
     let mut naive = Vec::new();
     for mode in ["full-cache", "metadata-cache"] {
         let cache = spawn_child(mode, &kubeconfig);
@@ -277,13 +454,36 @@ async fn bench() {
         cache.kill();
     }
 
-    // 6. Twice as many unrelated Secrets, and a restart: memory does not follow their number.
+    // 7. Each full binary started after its Secrets exist, as in a cluster: a comparison
+    //    operator's sources are created and get their targets first (from a run not measured).
+    for operator in operators.iter().skip(1) {
+        let api = Api::namespaced(client.clone(), &operator.namespace);
+        let expected = create_sources(&api, &operator.keys, &mut certs).await;
+        let child = operator.spawn(&kubeconfig);
+        wait_for_targets(&api, &expected).await;
+        child.kill();
+    }
+    for (operator, run) in operators.iter().zip(&mut runs) {
+        let api = Api::namespaced(client.clone(), &operator.namespace);
+        let child = operator.spawn(&kubeconfig);
+        run.start_cpu = settle(&child).await;
+        run.started = child.memory().unwrap();
+        run.rotations = Some(Rotations::run(&api, &child, &mut certs).await);
+        run.after_rotations = child.memory().unwrap();
+    }
+
+    // 8. Twice as many unrelated Secrets, and a restart: memory does not follow their number.
     let more_ns = plane.namespace("bench-unrelated-more").await.unwrap();
     create_unrelated(&Api::namespaced(client.clone(), &more_ns)).await;
     let rotator = spawn_child("rotator", &kubeconfig);
     tokio::time::sleep(Duration::from_secs(15)).await;
     let doubled = rotator.memory().unwrap();
     rotator.kill();
+    for (operator, run) in operators.iter().zip(&mut runs) {
+        let child = operator.spawn(&kubeconfig);
+        settle(&child).await;
+        run.doubled = child.memory().unwrap();
+    }
 
     println!();
     println!("| phase | VmRSS | VmHWM (peak) |");
@@ -323,11 +523,35 @@ async fn bench() {
     println!();
     println!("| latency, source update → target written ({ROTATIONS} rotations, one at a time) | |");
     println!("|---|---|");
-    println!("| p50 | {:.1} ms |", ms(percentile(&latencies, 50.0)));
-    println!("| p99 | {:.1} ms |", ms(percentile(&latencies, 99.0)));
-    println!("| mean | {:.1} ms |", ms(mean));
-    println!("| min / max | {:.1} / {:.1} ms |", ms(latencies[0]), ms(latencies[latencies.len() - 1]));
-    println!("| rotator CPU for the {ROTATIONS} rotations | {cpu_rotations:.2} s |");
+    println!("| p50 | {:.1} ms |", library.p(50.0));
+    println!("| p99 | {:.1} ms |", library.p(99.0));
+    println!("| mean | {:.1} ms |", library.mean());
+    println!("| min / max | {:.1} / {:.1} ms |", library.min(), library.max());
+    println!("| rotator CPU per rotation | {:.2} ms |", library.cpu_per_rotation_ms());
+
+    println!();
+    let in_cluster = UNRELATED + 2 * SOURCES * operators.len();
+    println!("| full binary | {} |", labels.join(" | "));
+    println!("|---|{}", "---|".repeat(operators.len()));
+    let row = |what: String, cell: &dyn Fn(&BinaryRun) -> String| {
+        println!("| {what} | {} |", runs.iter().map(cell).collect::<Vec<_>>().join(" | "));
+    };
+    row("idle, before any Secret exists: VmRSS".into(), &|r| mib(r.idle.0));
+    row(format!("started with {in_cluster} Secrets in the cluster, settled: VmRSS (peak)"), &|r| {
+        format!("{} ({})", mib(r.started.0), mib(r.started.1))
+    });
+    row("CPU to start and settle".into(), &|r| format!("{:.2} s", r.start_cpu));
+    row(format!("latency p50 / p99 ({ROTATIONS} rotations)"), &|r| {
+        r.rotations.as_ref().map(|x| format!("{:.1} / {:.1} ms", x.p(50.0), x.p(99.0))).unwrap_or_default()
+    });
+    row("latency mean / max".into(), &|r| r.rotations.as_ref().map(|x| format!("{:.1} / {:.1} ms", x.mean(), x.max())).unwrap_or_default());
+    row("CPU per rotation".into(), &|r| r.rotations.as_ref().map(|x| format!("{:.2} ms", x.cpu_per_rotation_ms())).unwrap_or_default());
+    row(format!("after the {ROTATIONS} rotations: VmRSS (peak)"), &|r| {
+        format!("{} ({})", mib(r.after_rotations.0), mib(r.after_rotations.1))
+    });
+    row(format!("restarted with {} unrelated Secrets: VmRSS (peak)", 2 * UNRELATED), &|r| {
+        format!("{} ({})", mib(r.doubled.0), mib(r.doubled.1))
+    });
 }
 
 fn ms(d: Duration) -> f64 {

@@ -1,12 +1,17 @@
-//! The Kubernetes side: a metadata-only watch of Secrets, routed to one reconcile per source;
-//! each reconcile reads the source and its target, [`plan`]s, writes at most once (the commit
-//! point), then reports through events and metrics.
+//! The Kubernetes side: two watches of Secrets per scope, routed to one reconcile per source;
+//! each reconcile takes the source and its target from the [`Cache`] (or reads them when the
+//! cache cannot tell), [`plan`]s, writes at most once (the commit point), then reports through
+//! events and metrics.
 //!
-//! Memory: the watch asks the API server for metadata only, and the reflector store keeps only
-//! sources (name, namespace, uid, resourceVersion), so unrelated Secrets cost nothing once they
-//! have streamed past. Sources and targets are read in full only when a reconcile needs them.
+//! Memory and speed: `kubernetes.io/tls` Secrets — every source cert-manager writes, every
+//! target — come in full through one watch, and the cache keeps the few the rotator works
+//! with; every other Secret comes through a metadata-only watch (the API server never sends
+//! its data) and is dropped once it has streamed past. A rotation is then one write with the
+//! cached target's resourceVersion as precondition, and no read; a 409 Conflict (the cache was
+//! behind) falls back to reading the source and the target. A source of another type is read
+//! each time.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeSet, HashMap, HashSet};
 use std::future::Future;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
@@ -21,7 +26,7 @@ use kube::core::PartialObjectMeta;
 use kube::runtime::WatchStreamExt as _;
 use kube::runtime::controller::{Action as Requeue, Config as ControllerConfig, Controller};
 use kube::runtime::events::{Event as KubeEvent, EventType, Recorder, Reporter};
-use kube::runtime::reflector::{self, ObjectRef};
+use kube::runtime::reflector::{self, ObjectRef, store::Writer};
 use kube::runtime::watcher::{self, Event};
 use kube::{Client, Resource as _, ResourceExt as _};
 use serde_json::json;
@@ -29,9 +34,10 @@ use tracing::{debug, info, warn};
 
 use blockwork_runtime::policy::AnnotationError;
 
-use crate::config::{Config, Keys};
+use crate::cache::{Cache, Key, Scope};
+use crate::config::{Config, Keys, MANAGED_BY};
 use crate::metrics::Metrics;
-use crate::plan::{self, Action, Blocked, Input, Plan};
+use crate::plan::{self, Action, Blocked, Input, MANAGED_BY_LABEL, Plan, TLS_TYPE};
 
 type Meta = PartialObjectMeta<Secret>;
 
@@ -41,6 +47,10 @@ const RESYNC: Duration = Duration::from_secs(3600);
 const MAX_BACKOFF: Duration = Duration::from_secs(300);
 /// Field manager of the rotator's writes.
 const FIELD_MANAGER: &str = "blockwork-rotator";
+/// Secrets per page of a watch's (re)list. The rotator keeps almost none of them, so a page is
+/// garbage once routed; small pages keep the heap that a start-up leaves behind small (500,
+/// client-go's and kube's default, left 5.5 MiB of a 10,000-Secret list in the allocator).
+const LIST_PAGE_SIZE: u32 = 100;
 
 /// Why a reconcile failed; it is retried.
 #[derive(Debug, thiserror::Error)]
@@ -71,11 +81,11 @@ fn conflict_or(error: kube::Error, name: &str) -> Error {
     }
 }
 
-/// What one reconcile read.
+/// What one reconcile read (from the API server or the cache).
 #[derive(Clone, Debug)]
 pub struct Observation {
-    pub source: Secret,
-    pub target: Option<Secret>,
+    pub source: Arc<Secret>,
+    pub target: Option<Arc<Secret>>,
     /// See [`plan::Input::other_claim_active`].
     pub other_claim_active: bool,
 }
@@ -101,6 +111,8 @@ pub struct Rotator {
     written: Mutex<HashMap<(String, String), String>>,
     /// Consecutive failures per source, for the retry backoff.
     failures: Mutex<HashMap<(String, String), u32>>,
+    /// Sources and targets in full, kept by [`run`]'s watches (empty without them).
+    cache: Mutex<Cache>,
 }
 
 impl std::fmt::Debug for Rotator {
@@ -122,6 +134,7 @@ impl Rotator {
             error_requeue: config.error_requeue,
             written: Mutex::default(),
             failures: Mutex::default(),
+            cache: Mutex::default(),
         }
     }
 
@@ -149,10 +162,31 @@ impl Rotator {
             None => None,
         };
         let other_claim_active = match target.as_ref().and_then(|t| plan::claimant(&self.keys, t)) {
-            Some(claim) if claim.source() != source_name => self.claim_active(&api, claim.source(), target_name.as_deref()).await?,
+            Some(claim) if claim.source() != source_name => {
+                api.get_opt(claim.source()).await?.is_some_and(|other| self.claims(&other, target_name.as_deref()))
+            }
             _ => false,
         };
-        Ok(Some(Observation { source, target, other_claim_active }))
+        Ok(Some(Observation { source: Arc::new(source), target: target.map(Arc::new), other_claim_active }))
+    }
+
+    /// The same observation from the cache alone, when the cache can give it: its view of the
+    /// namespace is consistent and holds the source. A target it does not hold is taken as
+    /// absent (a create then fails with 409 if it exists after all). `None`: read instead.
+    pub fn observe_cached(&self, namespace: &str, source_name: &str) -> Option<Observation> {
+        let cache = self.cache();
+        if !cache.is_consistent(namespace) {
+            return None;
+        }
+        let source = cache.get(namespace, source_name).filter(|s| self.keys.is_source(s.annotations()))?;
+        let target_name = self.destination(&source);
+        let target = target_name.as_deref().and_then(|name| cache.get(namespace, name));
+        let other_claim_active = match target.as_deref().and_then(|t| plan::claimant(&self.keys, t)) {
+            // A competing source the cache does not hold (gone, or not a TLS Secret): read.
+            Some(claim) if claim.source() != source_name => self.claims(&*cache.get(namespace, claim.source())?, target_name.as_deref()),
+            _ => false,
+        };
+        Some(Observation { source, target, other_claim_active })
     }
 
     /// The source's destination if it is a usable Secret name other than the source's own.
@@ -164,11 +198,11 @@ impl Rotator {
             .filter(|d| crate::config::is_dns_subdomain(d) && *d != source.name_any())
     }
 
-    /// Whether `other` still exists as a source naming `target` and is not being deleted.
-    async fn claim_active(&self, api: &Api<Secret>, other: &str, target: Option<&str>) -> Result<bool, Error> {
-        Ok(api.get_opt(other).await?.is_some_and(|s| {
-            self.keys.is_source(s.annotations()) && s.metadata.deletion_timestamp.is_none() && self.destination(&s).as_deref() == target
-        }))
+    /// Whether `other` is a source naming `target` and is not being deleted.
+    fn claims(&self, other: &Secret, target: Option<&str>) -> bool {
+        self.keys.is_source(other.annotations())
+            && other.metadata.deletion_timestamp.is_none()
+            && self.destination(other).as_deref() == target
     }
 
     /// The pure decision (see [`plan::plan`]).
@@ -176,7 +210,7 @@ impl Rotator {
         plan::plan(&Input {
             keys: &self.keys,
             source: &observation.source,
-            target: observation.target.as_ref(),
+            target: observation.target.as_deref(),
             other_claim_active: observation.other_claim_active,
             now,
         })
@@ -221,14 +255,16 @@ impl Rotator {
         Ok(())
     }
 
-    /// Events and metrics for an outcome. Best effort: a lost event is logged, never retried.
-    pub async fn report(&self, observation: &Observation, outcome: &Outcome) {
+    /// Logs, metrics and events for an outcome: what was written is told on the target (one
+    /// event per write, the source named in it), what blocks on the source. Events are published
+    /// in the background, best effort: a lost event is logged, never retried.
+    pub fn report(&self, observation: &Observation, outcome: &Outcome) {
         let plan = &outcome.plan;
         let source = &observation.source;
         let namespace = source.namespace().unwrap_or_default();
         let source_name = source.name_any();
         let target_name = plan.target_name.clone().unwrap_or_default();
-        let target_ref = outcome.written.as_ref().or(observation.target.as_ref()).map(|t| t.object_ref(&()));
+        let target_ref = outcome.written.as_ref().or(observation.target.as_deref()).map(|t| t.object_ref(&()));
         let source_ref = source.object_ref(&());
         let rv = source.resource_version().unwrap_or_default();
         let now = Timestamp::now().as_duration().as_secs_f64();
@@ -237,11 +273,9 @@ impl Rotator {
             Action::Create => {
                 info!(namespace, source = %source_name, target = %target_name, next_kid = %plan.kids.next, "created target");
                 self.metrics.rotated(&namespace, &target_name, now);
-                let note = format!("Created target {target_name} with the source's certificate as next-tls (kid {})", plan.kids.next);
-                self.event(&source_ref, EventType::Normal, "TargetCreated", "Create", note).await;
                 if let Some(target_ref) = &target_ref {
                     let note = format!("Created from source {source_name} (resourceVersion {rv}); next-tls.kid {}", plan.kids.next);
-                    self.event(target_ref, EventType::Normal, "Created", "Create", note).await;
+                    self.event(target_ref, EventType::Normal, "Created", "Create", note);
                 }
             }
             Action::Rotate => {
@@ -254,43 +288,34 @@ impl Rotator {
                     or_none(&plan.kids.prev)
                 );
                 let extra = if plan.reasons.is_empty() { String::new() } else { format!("; {}", plan.reasons.join("; ")) };
-                self.event(&source_ref, EventType::Normal, "Rotated", "Rotate", format!("Rotated target {target_name}: {kids}{extra}"))
-                    .await;
                 if let Some(target_ref) = &target_ref {
                     let note = format!("Rotated from source {source_name} (resourceVersion {rv}): {kids}{extra}");
-                    self.event(target_ref, EventType::Normal, "Rotated", "Rotate", note).await;
+                    self.event(target_ref, EventType::Normal, "Rotated", "Rotate", note);
                 }
             }
             Action::Update => {
                 let reasons = plan.reasons.join("; ");
                 info!(namespace, source = %source_name, target = %target_name, %reasons, "updated target without rotating");
-                self.event(
-                    &source_ref,
-                    EventType::Normal,
-                    "TargetUpdated",
-                    "Update",
-                    format!("Updated target {target_name} without rotating: {reasons}"),
-                )
-                .await;
                 if let Some(target_ref) = &target_ref {
-                    self.event(target_ref, EventType::Normal, "Updated", "Update", format!("Updated without rotating: {reasons}")).await;
+                    let note = format!("Updated from source {source_name} without rotating: {reasons}");
+                    self.event(target_ref, EventType::Normal, "Updated", "Update", note);
                 }
                 self.observe_recorded(&namespace, &target_name, outcome.written.as_ref());
             }
             Action::Unchanged => {
                 debug!(namespace, source = %source_name, target = %target_name, "target up to date");
-                self.observe_recorded(&namespace, &target_name, observation.target.as_ref());
+                self.observe_recorded(&namespace, &target_name, observation.target.as_deref());
             }
             Action::Blocked(blocked) => {
                 warn!(namespace, source = %source_name, target = %target_name, reason = blocked.event_reason(), "{blocked}");
                 self.metrics.error(blocked.metric_reason());
-                self.event(&source_ref, EventType::Warning, blocked.event_reason(), "Rotate", blocked.to_string()).await;
+                self.event(&source_ref, EventType::Warning, blocked.event_reason(), "Rotate", blocked.to_string());
             }
         }
         if !plan.warnings.is_empty() {
             self.metrics.error("jwks_key_skipped");
             let note = format!("Left out of {}: {}", crate::jwks::JWKS_KEY, plan.warnings.join("; "));
-            self.event(&source_ref, EventType::Warning, "JwksKeySkipped", "RenderJwks", note).await;
+            self.event(&source_ref, EventType::Warning, "JwksKeySkipped", "RenderJwks", note);
         }
     }
 
@@ -302,7 +327,10 @@ impl Rotator {
         }
     }
 
-    async fn event(&self, reference: &ObjectReference, type_: EventType, reason: &str, action: &str, note: String) {
+    /// Publishes an event in a task of its own: events are best effort and come after the
+    /// write, so neither the reconcile nor the next change of the source waits for the API
+    /// server to take them.
+    fn event(&self, reference: &ObjectReference, type_: EventType, reason: &str, action: &str, note: String) {
         let mut note = note;
         if note.len() > 1000 {
             let mut cut = 997;
@@ -313,30 +341,40 @@ impl Rotator {
             note.push_str("...");
         }
         let event = KubeEvent { type_, reason: reason.to_owned(), note: Some(note), action: action.to_owned(), secondary: None };
-        if let Err(e) = self.recorder.publish(&event, reference).await {
-            warn!(error = %e, reason, object = ?reference.name, "could not publish an event");
-        }
+        let (recorder, reference) = (self.recorder.clone(), reference.clone());
+        tokio::spawn(async move {
+            if let Err(e) = recorder.publish(&event, &reference).await {
+                warn!(error = %e, reason = event.reason, object = ?reference.name, "could not publish an event");
+            }
+        });
     }
 
-    /// One reconcile of a source: observe, plan, apply, report, release the original's
-    /// finalizer. `None` if it is no source (any more).
+    /// One reconcile of a source: observe (from the cache if it can tell, else by reading),
+    /// plan, apply, report, release the original's finalizer. `None` if it is no source (any
+    /// more). A plan from the cache whose write is refused with 409 (the cache was behind) is
+    /// made again from a fresh read; nothing was written, so there is still at most one write.
     pub async fn reconcile(&self, namespace: &str, source_name: &str) -> Result<Option<Outcome>, Error> {
-        let Some(observation) = self.observe(namespace, source_name).await? else {
-            return Ok(None);
+        let cached = self.observe_cached(namespace, source_name);
+        let from_cache = cached.is_some();
+        let observation = match cached {
+            Some(observation) => observation,
+            None => match self.observe(namespace, source_name).await? {
+                Some(observation) => observation,
+                None => return Ok(None),
+            },
         };
-        let plan = self.plan(&observation, Timestamp::now());
-        let written = match self.apply(&observation, &plan).await {
-            Ok(written) => written,
-            Err(error) => {
-                if !matches!(error, Error::Conflict(_)) {
-                    let note = format!("Could not write target {}: {error}", plan.target_name.as_deref().unwrap_or("?"));
-                    self.event(&observation.source.object_ref(&()), EventType::Warning, "WriteFailed", "Rotate", note).await;
-                }
-                return Err(error);
+        let (observation, plan, written) = match self.plan_and_apply(observation).await {
+            Err(Error::Conflict(name)) if from_cache => {
+                debug!(namespace, source = source_name, target = %name, "the cache was behind; reading");
+                let Some(observation) = self.observe(namespace, source_name).await? else {
+                    return Ok(None);
+                };
+                self.plan_and_apply(observation).await?
             }
+            result => result?,
         };
         let outcome = Outcome { plan, written };
-        self.report(&observation, &outcome).await;
+        self.report(&observation, &outcome);
         // After the report: a failure here is retried without losing the write's events.
         self.release_legacy_finalizer(&observation, &outcome.plan).await?;
         Ok(Some(outcome))
@@ -344,20 +382,25 @@ impl Rotator {
 
     /// A Secret that is no source carries an annotation under the prefix that the rotator cannot
     /// act on (a misspelt key, or `source-secret: "yes"`): say so on it, since nothing else will.
-    async fn invalid_annotation(&self, meta: &Meta, invalid: &AnnotationError) {
-        let (namespace, name) = (meta.namespace().unwrap_or_default(), meta.name_any());
-        warn!(namespace, secret = %name, %invalid, "invalid rotator annotation");
+    fn invalid_annotation(&self, secret: &Secret, invalid: &AnnotationError) {
+        warn!(namespace = secret.namespace().unwrap_or_default(), secret = %secret.name_any(), %invalid, "invalid rotator annotation");
         self.metrics.error("invalid_annotation");
-        let reference = ObjectReference {
-            api_version: Some("v1".into()),
-            kind: Some("Secret".into()),
-            name: Some(name),
-            namespace: Some(namespace),
-            uid: meta.metadata.uid.clone(),
-            ..ObjectReference::default()
-        };
         let note = format!("{invalid}; the rotator acts on this Secret's annotations once it is fixed");
-        self.event(&reference, EventType::Warning, "InvalidAnnotation", "Read", note).await;
+        self.event(&secret.object_ref(&()), EventType::Warning, "InvalidAnnotation", "Read", note);
+    }
+
+    async fn plan_and_apply(&self, observation: Observation) -> Result<(Observation, Plan, Option<Secret>), Error> {
+        let plan = self.plan(&observation, Timestamp::now());
+        match self.apply(&observation, &plan).await {
+            Ok(written) => Ok((observation, plan, written)),
+            Err(error) => {
+                if !matches!(error, Error::Conflict(_)) {
+                    let note = format!("Could not write target {}: {error}", plan.target_name.as_deref().unwrap_or("?"));
+                    self.event(&observation.source.object_ref(&()), EventType::Warning, "WriteFailed", "Rotate", note);
+                }
+                Err(error)
+            }
+        }
     }
 
     /// A source was deleted: its target stays as it is; say so on the target, drop its series.
@@ -375,7 +418,7 @@ impl Rotator {
                 info!(namespace, source = %source_name, target = %target_name, "source deleted; target kept");
                 self.metrics.forget(&namespace, &target_name);
                 let note = format!("Source {source_name} was deleted; this Secret is kept as it is and no longer rotates");
-                self.event(&target.object_ref(&()), EventType::Normal, "SourceDeleted", "Release", note).await;
+                self.event(&target.object_ref(&()), EventType::Normal, "SourceDeleted", "Release", note);
             }
             Ok(_) => {}
             Err(e) => warn!(error = %e, namespace, target = %target_name, "could not read the target of a deleted source"),
@@ -398,6 +441,10 @@ impl Rotator {
     fn is_own_write(&self, namespace: &str, name: &str, resource_version: Option<&str>) -> bool {
         let written = self.written.lock().unwrap_or_else(PoisonError::into_inner);
         resource_version.is_some_and(|rv| written.get(&(namespace.to_owned(), name.to_owned())).is_some_and(|w| w == rv))
+    }
+
+    fn cache(&self) -> std::sync::MutexGuard<'_, Cache> {
+        self.cache.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
     fn forget_written(&self, namespace: &str, name: &str) {
@@ -451,128 +498,278 @@ impl Destinations {
     }
 }
 
-/// Routes the metadata watch: sources into the store (stripped to their identity); a change of
-/// a Secret that sources name to a reconcile of those sources; deletions of sources to
-/// [`Rotator::source_deleted`] and to the other sources naming the same target (which may take
-/// it over).
+/// Which of a scope's two watches an event comes from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Kind {
+    /// `kubernetes.io/tls` Secrets, in full.
+    Tls,
+    /// Every other Secret, metadata only.
+    Other,
+}
+
+impl Kind {
+    const BOTH: [Kind; 2] = [Kind::Tls, Kind::Other];
+
+    fn index(self) -> usize {
+        self as usize
+    }
+}
+
+/// A (re)list in progress on one watch.
+#[derive(Debug, Default)]
+struct Listing {
+    /// The watch's sources before it: those not listed again are gone.
+    before: HashSet<Key>,
+    /// What it put into the cache: the rest of the scope's entries are gone.
+    kept: HashSet<Key>,
+}
+
+/// Routes a scope's two watches, one event at a time: the TLS Secrets the rotator works with
+/// into the [`Cache`]; sources into the controller's store (stripped to their identity); a
+/// change of a source, or of a Secret that sources name, to a reconcile of those sources;
+/// deletions of sources to [`Rotator::source_deleted`] and to the other sources naming the same
+/// target (which may take it over). Reconciles wait while the TLS watch (re)lists, so that they
+/// never plan from a half-listed cache; the metadata watch's list does not hold them up (what it
+/// brings is read, never cached).
 struct Router {
     rotator: Arc<Rotator>,
-    destinations: Destinations,
+    scope: Scope,
+    /// Per watch ([`Kind::index`]): its sources, and which destination each names.
+    sources: [HashSet<Key>; 2],
+    destinations: [Destinations; 2],
+    listings: [Option<Listing>; 2],
+    /// Whether the TLS watch has listed once.
+    tls_listed: bool,
+    /// Sources to reconcile once the TLS watch has listed.
+    held: BTreeSet<Key>,
+    store: Writer<Meta>,
     triggers: mpsc::UnboundedSender<ObjectRef<Meta>>,
     deleted: mpsc::UnboundedSender<Meta>,
-    /// Secrets that are no source, with an annotation under the prefix the rotator cannot act on.
-    invalid: mpsc::UnboundedSender<(Meta, AnnotationError)>,
 }
 
 impl Router {
-    fn route(&mut self, event: watcher::Result<Event<Meta>>) -> Option<watcher::Result<Event<Meta>>> {
-        let event = match event {
-            Ok(event) => event,
-            Err(error) => return Some(Err(error)),
-        };
-        Some(Ok(match event {
-            Event::Init => {
-                self.destinations.clear();
-                Event::Init
-            }
-            Event::InitDone => Event::InitDone,
-            Event::InitApply(object) => {
-                self.named_secret_changed(&object, false);
-                if !self.track(&object, false) {
-                    self.check_annotations(&object);
-                    return None;
-                }
-                Event::InitApply(identity(&object))
-            }
-            Event::Apply(object) => {
-                self.named_secret_changed(&object, false);
-                self.check_annotations(&object);
-                // A Secret that stops being a source leaves the store like a deleted one.
-                if self.track(&object, false) { Event::Apply(identity(&object)) } else { Event::Delete(identity(&object)) }
-            }
-            Event::Delete(object) => {
-                self.named_secret_changed(&object, true);
-                if self.track(&object, true) {
-                    let _ = self.deleted.unbounded_send(object.clone());
-                }
-                Event::Delete(identity(&object))
-            }
-        }))
+    fn new(
+        rotator: Arc<Rotator>,
+        scope: Scope,
+        mut store: Writer<Meta>,
+        triggers: mpsc::UnboundedSender<ObjectRef<Meta>>,
+        deleted: mpsc::UnboundedSender<Meta>,
+    ) -> Self {
+        // The store is filled source by source, not list by list; reconciles are held instead
+        // (see `held`).
+        store.apply_watcher_event(&Event::Init);
+        store.apply_watcher_event(&Event::InitDone);
+        Self {
+            rotator,
+            scope,
+            sources: Default::default(),
+            destinations: Default::default(),
+            listings: Default::default(),
+            tls_listed: false,
+            held: BTreeSet::new(),
+            store,
+            triggers,
+            deleted,
+        }
     }
 
-    /// Reports a Secret that is no source and has an annotation the rotator cannot act on (a
-    /// source's annotations are checked by its reconcile, which blocks it).
-    fn check_annotations(&self, object: &Meta) {
-        let keys = &self.rotator.keys;
-        if keys.is_source(object.annotations()) {
+    fn route(&mut self, kind: Kind, event: Event<Secret>) {
+        match event {
+            Event::Init => self.list_started(kind),
+            Event::InitApply(secret) | Event::Apply(secret) => self.applied(kind, secret),
+            Event::InitDone => self.list_done(kind),
+            Event::Delete(secret) => self.deleted(kind, secret),
+        }
+    }
+
+    fn applied(&mut self, kind: Kind, secret: Secret) {
+        let Some(namespace) = secret.namespace() else {
             return;
+        };
+        let key = (namespace, secret.name_any());
+        let is_source = self.rotator.keys.is_source(secret.annotations());
+        let destination = self.destination(&secret, is_source);
+        let previous = self.destinations[kind.index()].set(&key.0, &key.1, destination.clone());
+        let identity = identity(&secret.metadata);
+        let resource_version = secret.resource_version();
+        if !is_source && let Err(invalid) = self.rotator.keys.check(secret.annotations()) {
+            // A source's annotations are checked by its reconcile, which blocks it.
+            self.rotator.invalid_annotation(&secret, &invalid);
         }
-        if let Err(invalid) = keys.check(object.annotations()) {
-            let _ = self.invalid.unbounded_send((object.clone(), invalid));
+        // The cache first: the reconciles triggered below read this version.
+        if kind == Kind::Tls {
+            if is_source || self.is_named(&key) || managed_by_rotator(&secret) {
+                if let Some(listing) = &mut self.listings[Kind::Tls.index()] {
+                    listing.kept.insert(key.clone());
+                }
+                self.rotator.cache().put(secret);
+            } else {
+                self.rotator.cache().remove(&key);
+            }
+        }
+        if is_source {
+            self.sources[kind.index()].insert(key.clone());
+            self.store.apply_watcher_event(&Event::Apply(identity));
+        } else if self.sources[kind.index()].remove(&key) {
+            // A Secret that stops being a source leaves the store like a deleted one.
+            self.forget_source(kind, identity);
+        }
+        self.released(&key.0, previous, destination.as_ref());
+        self.named_secret_changed(&key, resource_version.as_deref(), false);
+        if is_source {
+            self.trigger(key);
         }
     }
 
-    /// Updates the index for `object`; whether it is (or, when deleted, was) a source.
-    fn track(&mut self, object: &Meta, deleted: bool) -> bool {
-        let Some(namespace) = object.namespace() else {
-            return false;
+    fn deleted(&mut self, kind: Kind, secret: Secret) {
+        let Some(namespace) = secret.namespace() else {
+            return;
         };
-        let name = object.name_any();
-        let is_source = self.rotator.keys.is_source(object.annotations());
-        let destination = if is_source && !deleted {
-            object.annotations().get(&self.rotator.keys.destination).map(|d| d.trim().to_owned()).filter(|d| !d.is_empty())
-        } else {
-            None
+        let key = (namespace, secret.name_any());
+        self.named_secret_changed(&key, None, true);
+        let previous = self.destinations[kind.index()].set(&key.0, &key.1, None);
+        self.released(&key.0, previous, None);
+        if kind == Kind::Tls {
+            self.rotator.cache().remove(&key);
+        }
+        if self.sources[kind.index()].remove(&key) || self.rotator.keys.is_source(secret.annotations()) {
+            self.forget_source(kind, identity(&secret.metadata));
+            let _ = self.deleted.unbounded_send(Meta { metadata: secret.metadata, ..Meta::default() });
+        }
+    }
+
+    fn list_started(&mut self, kind: Kind) {
+        let before = std::mem::take(&mut self.sources[kind.index()]);
+        self.listings[kind.index()] = Some(Listing { before, kept: HashSet::new() });
+        self.destinations[kind.index()].clear();
+        if kind == Kind::Tls {
+            self.rotator.cache().listing(&self.scope);
+        }
+    }
+
+    fn list_done(&mut self, kind: Kind) {
+        let Some(listing) = self.listings[kind.index()].take() else {
+            return;
         };
-        let previous = self.destinations.set(&namespace, &name, destination.clone());
-        // Whoever else names a destination this source lets go of may take it over now.
-        if let Some(old) = previous.filter(|old| Some(old) != destination.as_ref()) {
-            let others = self.destinations.naming(&namespace, &old);
-            if others.is_empty() {
-                // No source rotates that target any more: free its metric series for live ones.
-                self.rotator.metrics.forget(&namespace, &old);
-            }
-            for other in others {
-                let _ = self.triggers.unbounded_send(ObjectRef::new(&other).within(&namespace));
+        let gone: Vec<Key> = listing.before.difference(&self.sources[kind.index()]).cloned().collect();
+        for (namespace, name) in gone {
+            let metadata = ObjectMeta { name: Some(name), namespace: Some(namespace), ..ObjectMeta::default() };
+            self.forget_source(kind, Meta { metadata, ..Meta::default() });
+        }
+        if kind == Kind::Tls {
+            self.rotator.cache().listed(self.scope.clone(), &listing.kept);
+            self.tls_listed = true;
+        }
+        if self.reconciles_may_run() {
+            for key in std::mem::take(&mut self.held) {
+                self.trigger(key);
             }
         }
-        is_source
+    }
+
+    /// Removes a source from the controller's store, unless the other watch has a source of
+    /// that name (deleted and created again with another type).
+    fn forget_source(&mut self, kind: Kind, identity: Meta) {
+        let other = Kind::BOTH[1 - kind.index()];
+        let key = (identity.namespace().unwrap_or_default(), identity.name_any());
+        if !self.sources[other.index()].contains(&key) {
+            self.store.apply_watcher_event(&Event::Delete(identity));
+        }
+    }
+
+    /// The destination a source names (trimmed, non-empty).
+    fn destination(&self, secret: &Secret, is_source: bool) -> Option<String> {
+        if !is_source {
+            return None;
+        }
+        secret.annotations().get(&self.rotator.keys.destination).map(|d| d.trim().to_owned()).filter(|d| !d.is_empty())
+    }
+
+    fn naming(&self, (namespace, name): &Key) -> Vec<String> {
+        let mut sources = self.destinations[0].naming(namespace, name);
+        sources.extend(self.destinations[1].naming(namespace, name));
+        sources
+    }
+
+    fn is_named(&self, key: &Key) -> bool {
+        !self.naming(key).is_empty()
+    }
+
+    /// A source let go of `previous` (it names another destination, or none): whoever else
+    /// names it may take it over now.
+    fn released(&mut self, namespace: &str, previous: Option<String>, now: Option<&String>) {
+        let Some(old) = previous.filter(|old| Some(old) != now) else {
+            return;
+        };
+        let key = (namespace.to_owned(), old);
+        let others = self.naming(&key);
+        if others.is_empty() {
+            // No source rotates that target any more: free its metric series for live ones.
+            self.rotator.metrics.forget(&key.0, &key.1);
+        }
+        for other in others {
+            self.trigger((key.0.clone(), other));
+        }
     }
 
     /// A Secret changed that sources name as their target: reconcile them (unless the change is
     /// the rotator's own last write).
-    fn named_secret_changed(&self, object: &Meta, deleted: bool) {
-        let Some(namespace) = object.namespace() else {
-            return;
-        };
-        let name = object.name_any();
-        let sources = self.destinations.naming(&namespace, &name);
+    fn named_secret_changed(&mut self, key: &Key, resource_version: Option<&str>, deleted: bool) {
+        let sources = self.naming(key);
         if sources.is_empty() {
             return;
         }
         if deleted {
-            self.rotator.forget_written(&namespace, &name);
-        } else if self.rotator.is_own_write(&namespace, &name, object.resource_version().as_deref()) {
+            self.rotator.forget_written(&key.0, &key.1);
+        } else if self.rotator.is_own_write(&key.0, &key.1, resource_version) {
             return;
         }
         for source in sources {
-            let _ = self.triggers.unbounded_send(ObjectRef::new(&source).within(&namespace));
+            self.trigger((key.0.clone(), source));
+        }
+    }
+
+    fn reconciles_may_run(&self) -> bool {
+        self.tls_listed && self.listings[Kind::Tls.index()].is_none()
+    }
+
+    fn trigger(&mut self, key: Key) {
+        if self.reconciles_may_run() {
+            let _ = self.triggers.unbounded_send(ObjectRef::new(&key.1).within(&key.0));
+        } else {
+            self.held.insert(key);
         }
     }
 }
 
-/// What the store keeps of a source.
-fn identity(object: &Meta) -> Meta {
-    let mut slim = PartialObjectMeta::<Secret>::default();
-    slim.types.clone_from(&object.types);
-    slim.metadata = ObjectMeta {
-        name: object.metadata.name.clone(),
-        namespace: object.metadata.namespace.clone(),
-        uid: object.metadata.uid.clone(),
-        resource_version: object.metadata.resource_version.clone(),
-        ..ObjectMeta::default()
-    };
-    slim
+fn managed_by_rotator(secret: &Secret) -> bool {
+    secret.labels().get(MANAGED_BY_LABEL).is_some_and(|v| v == MANAGED_BY)
+}
+
+/// What the controller's store keeps of a source.
+fn identity(metadata: &ObjectMeta) -> Meta {
+    Meta {
+        metadata: ObjectMeta {
+            name: metadata.name.clone(),
+            namespace: metadata.namespace.clone(),
+            uid: metadata.uid.clone(),
+            resource_version: metadata.resource_version.clone(),
+            ..ObjectMeta::default()
+        },
+        ..Meta::default()
+    }
+}
+
+/// A metadata-only event as a Secret event (with metadata only), to route both watches alike.
+fn with_metadata_only(event: Event<Meta>) -> Event<Secret> {
+    let secret = |meta: Meta| Secret { metadata: meta.metadata, ..Secret::default() };
+    match event {
+        Event::Apply(meta) => Event::Apply(secret(meta)),
+        Event::Delete(meta) => Event::Delete(secret(meta)),
+        Event::Init => Event::Init,
+        Event::InitApply(meta) => Event::InitApply(secret(meta)),
+        Event::InitDone => Event::InitDone,
+    }
 }
 
 async fn reconcile(meta: Arc<Meta>, rotator: Arc<Rotator>) -> Result<Requeue, Error> {
@@ -605,7 +802,8 @@ fn error_policy(meta: Arc<Meta>, error: &Error, rotator: Arc<Rotator>) -> Requeu
 
 /// Runs the rotator until `shutdown` completes, then lets running reconciles finish.
 ///
-/// One metadata watch per namespace of `config.namespaces`, or one cluster-wide watch.
+/// Two watches per namespace of `config.namespaces`, or two cluster-wide: one of
+/// `kubernetes.io/tls` Secrets in full, one of every other Secret's metadata.
 pub async fn run(
     client: Client,
     config: Config,
@@ -615,9 +813,9 @@ pub async fn run(
     metrics.set_max_tracked_targets(config.max_tracked_targets);
     let rotator = Arc::new(Rotator::new(client.clone(), &config, metrics));
     let shutdown = shutdown.boxed().shared();
-    let apis: Vec<Api<Meta>> = match &config.namespaces {
-        None => vec![Api::all(client)],
-        Some(namespaces) => namespaces.iter().map(|ns| Api::namespaced(client.clone(), ns)).collect(),
+    let scopes: Vec<Scope> = match &config.namespaces {
+        None => vec![None],
+        Some(namespaces) => namespaces.iter().cloned().map(Some).collect(),
     };
     info!(
         namespaces = ?config.namespaces.as_deref().unwrap_or(&["(all)".to_owned()]),
@@ -625,49 +823,60 @@ pub async fn run(
         concurrency = config.concurrency,
         "starting the rotator"
     );
-    let watches = apis.into_iter().map(|api| watch(api, Arc::clone(&rotator), config.concurrency, shutdown.clone()));
+    let watches = scopes.into_iter().map(|scope| watch(&client, scope, Arc::clone(&rotator), config.concurrency, shutdown.clone()));
     futures::future::join_all(watches).await;
     info!("rotator stopped");
     Ok(())
 }
 
-async fn watch(api: Api<Meta>, rotator: Arc<Rotator>, concurrency: u16, shutdown: impl Future<Output = ()> + Send + Sync + 'static) {
+async fn watch(
+    client: &Client,
+    scope: Scope,
+    rotator: Arc<Rotator>,
+    concurrency: u16,
+    shutdown: impl Future<Output = ()> + Clone + Send + Sync + 'static,
+) {
+    let (tls_api, other_api): (Api<Secret>, Api<Meta>) = match &scope {
+        Some(namespace) => (Api::namespaced(client.clone(), namespace), Api::namespaced(client.clone(), namespace)),
+        None => (Api::all(client.clone()), Api::all(client.clone())),
+    };
+    let tls = watcher::watcher(tls_api, watcher::Config::default().fields(&format!("type={TLS_TYPE}")).page_size(LIST_PAGE_SIZE))
+        .default_backoff()
+        .map(|event| (Kind::Tls, event));
+    let other = watcher::watcher(other_api, watcher::Config::default().fields(&format!("type!={TLS_TYPE}")).page_size(LIST_PAGE_SIZE))
+        .default_backoff()
+        .map(|event| (Kind::Other, event.map(with_metadata_only)));
     let (reader, writer) = reflector::store::<Meta>();
     let (triggers, trigger_rx) = mpsc::unbounded();
     let (deleted, mut deleted_rx) = mpsc::unbounded::<Meta>();
-    let (invalid, mut invalid_rx) = mpsc::unbounded::<(Meta, AnnotationError)>();
-    let mut router = Router { rotator: Arc::clone(&rotator), destinations: Destinations::default(), triggers, deleted, invalid };
-    let sources = watcher::watcher(api, watcher::Config::default())
-        .default_backoff()
-        .filter_map(move |event| std::future::ready(router.route(event)))
-        .reflect(writer)
-        .applied_objects();
-    let shutdown = shutdown.boxed().shared();
-    let controller = Controller::for_stream(sources, reader.clone())
+    let mut router = Router::new(Arc::clone(&rotator), scope, writer, triggers, deleted);
+    // Ends at shutdown, dropping the router (which ends `releases`).
+    let routing = futures::stream::select(tls, other).take_until(shutdown.clone()).for_each(move |(kind, event)| {
+        match event {
+            Ok(event) => router.route(kind, event),
+            Err(error) => warn!(error = %error, "rotator watch"),
+        }
+        std::future::ready(())
+    });
+    let controller = Controller::for_stream(futures::stream::pending(), reader)
         .reconcile_on(trigger_rx)
         .with_config(ControllerConfig::default().concurrency(concurrency))
-        .graceful_shutdown_on(shutdown.clone())
+        .graceful_shutdown_on(shutdown)
         .run(reconcile, error_policy, Arc::clone(&rotator))
         .for_each(|result| {
             match result {
                 Ok(_) => {}
                 Err(kube::runtime::controller::Error::ReconcilerFailed(..) | kube::runtime::controller::Error::ObjectNotFound(_)) => {}
-                Err(error) => warn!(error = %error, "rotator watch"),
+                Err(error) => warn!(error = %error, "rotator controller"),
             }
             std::future::ready(())
         });
-    // Both end when the controller has stopped and dropped the router.
     let releases = async {
         while let Some(meta) = deleted_rx.next().await {
             rotator.source_deleted(&meta).await;
         }
     };
-    let warnings = async {
-        while let Some((meta, error)) = invalid_rx.next().await {
-            rotator.invalid_annotation(&meta, &error).await;
-        }
-    };
-    futures::join!(blockwork_runtime::shutdown::drive_until_shutdown(controller, shutdown, reader), releases, warnings);
+    futures::join!(routing, controller, releases);
 }
 
 #[cfg(test)]
@@ -689,5 +898,139 @@ mod tests {
         assert!(!index.sources.contains_key(&("ns".to_owned(), "t".to_owned())), "no empty sets left behind");
         index.clear();
         assert!(index.naming("other", "t").is_empty());
+    }
+
+    /// A router of the namespace `ns` whose rotator has a client that is never called.
+    struct Routed {
+        router: Router,
+        rotator: Arc<Rotator>,
+        triggered: mpsc::UnboundedReceiver<ObjectRef<Meta>>,
+        store: reflector::Store<Meta>,
+    }
+
+    impl Routed {
+        fn new() -> Self {
+            let client = Client::try_from(kube::Config::new("http://127.0.0.1:9".parse().expect("a URL"))).expect("a client");
+            let config = Config::new(&crate::RotatorArgs::default(), &[], 1).expect("valid");
+            let mut registry = prometheus_client::registry::Registry::default();
+            let rotator = Arc::new(Rotator::new(client, &config, Metrics::register(&mut registry)));
+            let (store, writer) = reflector::store::<Meta>();
+            let (triggers, triggered) = mpsc::unbounded();
+            let (deleted, _) = mpsc::unbounded();
+            Self { router: Router::new(Arc::clone(&rotator), Some("ns".into()), writer, triggers, deleted), rotator, triggered, store }
+        }
+
+        fn list(&mut self, kind: Kind, secrets: Vec<Secret>) {
+            self.router.route(kind, Event::Init);
+            for secret in secrets {
+                self.router.route(kind, Event::InitApply(secret));
+            }
+            self.router.route(kind, Event::InitDone);
+        }
+
+        fn triggered(&mut self) -> Vec<String> {
+            let mut names = Vec::new();
+            while let Ok(reference) = self.triggered.try_recv() {
+                names.push(reference.name);
+            }
+            names
+        }
+
+        fn cached(&self, name: &str) -> bool {
+            self.rotator.cache().get("ns", name).is_some()
+        }
+
+        fn in_store(&self, name: &str) -> bool {
+            self.store.get(&ObjectRef::new(name).within("ns")).is_some()
+        }
+    }
+
+    fn secret(name: &str, annotations: &[(&str, &str)], labels: &[(&str, &str)]) -> Secret {
+        let map = |pairs: &[(&str, &str)]| Some(pairs.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())).collect());
+        Secret {
+            metadata: ObjectMeta {
+                name: Some(name.into()),
+                namespace: Some("ns".into()),
+                resource_version: Some("1".into()),
+                annotations: map(annotations),
+                labels: map(labels),
+                ..ObjectMeta::default()
+            },
+            ..Secret::default()
+        }
+    }
+
+    fn source(name: &str, target: &str) -> Secret {
+        let keys = Keys::default();
+        secret(name, &[(&keys.source, "true"), (&keys.destination, target)], &[])
+    }
+
+    #[tokio::test]
+    async fn reconciles_wait_until_the_tls_watch_has_listed() {
+        let mut routed = Routed::new();
+        routed.router.route(Kind::Tls, Event::Init);
+        routed.router.route(Kind::Tls, Event::InitApply(source("a", "t")));
+        routed.router.route(Kind::Other, Event::Init);
+        routed.router.route(Kind::Other, Event::InitApply(source("b", "u")));
+        assert!(routed.triggered().is_empty(), "the cache is half listed");
+        assert!(routed.in_store("a") && routed.in_store("b"));
+        assert!(!routed.rotator.cache().is_consistent("ns"));
+        routed.router.route(Kind::Tls, Event::InitDone);
+        assert_eq!(routed.triggered(), ["a", "b"]);
+        assert!(routed.rotator.cache().is_consistent("ns"));
+        routed.router.route(Kind::Other, Event::InitApply(source("c", "v")));
+        assert_eq!(routed.triggered(), ["c"], "the metadata watch's list holds nothing up");
+        routed.router.route(Kind::Other, Event::InitDone);
+        routed.router.route(Kind::Tls, Event::Apply(source("a", "t")));
+        assert_eq!(routed.triggered(), ["a"], "afterwards each change at once");
+    }
+
+    #[tokio::test]
+    async fn the_cache_keeps_sources_the_secrets_they_name_and_the_rotators_targets_only() {
+        let mut routed = Routed::new();
+        routed.list(Kind::Other, vec![]);
+        let managed = [(MANAGED_BY_LABEL, MANAGED_BY)];
+        routed.list(Kind::Tls, vec![source("a", "t"), secret("t", &[], &[]), secret("orphan", &[], &managed), secret("web", &[], &[])]);
+        assert!(routed.cached("a") && routed.cached("t") && routed.cached("orphan"));
+        assert!(!routed.cached("web"), "an unrelated TLS Secret streams past");
+
+        // The source names another target: the old one is dropped at its next event.
+        routed.router.route(Kind::Tls, Event::Apply(source("a", "t2")));
+        routed.router.route(Kind::Tls, Event::Apply(secret("t", &[], &[])));
+        assert!(!routed.cached("t"));
+        routed.router.route(Kind::Tls, Event::Delete(secret("orphan", &[], &managed)));
+        assert!(!routed.cached("orphan"));
+    }
+
+    #[tokio::test]
+    async fn a_relist_forgets_what_it_no_longer_lists_and_holds_reconciles_until_it_is_done() {
+        let mut routed = Routed::new();
+        routed.list(Kind::Other, vec![]);
+        routed.list(Kind::Tls, vec![source("a", "t"), source("b", "u"), secret("u", &[], &[])]);
+        routed.triggered();
+
+        routed.router.route(Kind::Tls, Event::Init);
+        routed.router.route(Kind::Tls, Event::InitApply(source("a", "t")));
+        assert!(!routed.rotator.cache().is_consistent("ns"), "half listed");
+        assert!(routed.triggered().is_empty(), "held while listing");
+        routed.router.route(Kind::Tls, Event::InitDone);
+        assert_eq!(routed.triggered(), ["a"]);
+        assert!(routed.in_store("a") && !routed.in_store("b"), "b was deleted while the watch was away");
+        assert!(!routed.cached("b") && !routed.cached("u"));
+        assert!(routed.rotator.cache().is_consistent("ns"));
+    }
+
+    #[tokio::test]
+    async fn a_change_of_a_named_secret_reconciles_its_sources_unless_it_is_the_rotators_own_write() {
+        let mut routed = Routed::new();
+        routed.list(Kind::Other, vec![]);
+        routed.list(Kind::Tls, vec![source("a", "t"), source("b", "t")]);
+        routed.triggered();
+        routed.router.route(Kind::Other, Event::Apply(secret("t", &[], &[])));
+        assert_eq!(routed.triggered(), ["a", "b"], "a Secret in the way, of any type");
+
+        routed.rotator.written.lock().expect("not poisoned").insert(("ns".into(), "t".into()), "1".into());
+        routed.router.route(Kind::Tls, Event::Apply(secret("t", &[], &[])));
+        assert!(routed.triggered().is_empty(), "the rotator's own write");
     }
 }

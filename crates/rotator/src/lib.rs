@@ -2,15 +2,19 @@
 //! next key pair (`prev-tls.*`, `tls.*`, `next-tls.*`) of a source Secret that cert-manager
 //! renews, for authorization servers that serve a JWK set. A drop-in for the original
 //! k8s-tls-rotator (same annotations, layout and key ids), with exactly-once rotations, events,
-//! annotations, an optional `jwks.json`, bounded metrics and a metadata-only watch.
+//! annotations, an optional `jwks.json`, bounded metrics, and a memory that does not follow the
+//! number of Secrets (only `kubernetes.io/tls` Secrets are watched in full, and only the few it
+//! works with are kept).
 //!
-//! Pipeline per source: [`Rotator::observe`] (read source and target) → [`plan::plan`] (pure) →
-//! [`Rotator::apply`] (one write, the commit point) → [`Rotator::report`] (events, metrics).
+//! Pipeline per source: [`Rotator::observe_cached`] (source and target from the cache) or
+//! [`Rotator::observe`] (read them) → [`plan::plan`] (pure) → [`Rotator::apply`] (one write, the
+//! commit point) → [`Rotator::report`] (logs, metrics, events in the background).
 //! See `docs/rotator.md`.
 //!
 //! It runs as the `rotator` controller of `blockwork run`, with [`RotatorArgs`] flattened into
 //! that command's flags.
 
+mod cache;
 pub mod config;
 pub mod controller;
 pub mod jwks;

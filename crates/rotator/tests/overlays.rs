@@ -216,7 +216,7 @@ async fn the_clusterwide_overlay_grants_enough_to_rotate_everywhere() {
     h.wait_for_next("target", "cert").await;
     h.renew("source", "cert-1", "key-1").await;
     h.wait_for_next("target", "cert-1").await;
-    h.wait_for_event("source", "Rotated").await;
+    h.wait_for_event("target", "Rotated").await;
     let api: Api<Secret> = Api::namespaced(h.client.clone(), &home);
     assert!(api.get_opt("target").await.unwrap().is_none());
 }

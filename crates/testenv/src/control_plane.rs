@@ -58,7 +58,7 @@ impl ControlPlane {
             &[("ETCD_UNSUPPORTED_ARCH", String::new())],
             &dir,
         )?;
-        wait_until(&etcd, READY_TIMEOUT, || accepts(etcd_port)).await?;
+        wait_until(&etcd, READY_TIMEOUT, || accepts(std::net::Ipv4Addr::LOCALHOST, etcd_port)).await?;
 
         let pki = Pki::generate()?;
         let file = |name: &str, contents: &str| -> Result<PathBuf, Error> {

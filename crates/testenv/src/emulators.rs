@@ -2,6 +2,7 @@
 //! CloudFront distributions) and MiniStack (the CloudFront tenant APIs moto answers with 404).
 //! A test that needs an account of its own starts a private pair ([`Emulators::for_account`]).
 
+use std::net::Ipv4Addr;
 use std::time::Duration;
 
 use tokio::sync::OnceCell;
@@ -17,6 +18,7 @@ pub const ACCOUNT_ID: &str = "123456789012";
 
 #[derive(Debug)]
 pub struct Emulator {
+    host: Ipv4Addr,
     port: u16,
     process: Process,
 }
@@ -26,12 +28,12 @@ static MINISTACK: OnceCell<Emulator> = OnceCell::const_new();
 
 /// The moto server shared by the tests of this binary, answering as [`ACCOUNT_ID`].
 pub async fn moto() -> Result<&'static Emulator, Error> {
-    MOTO.get_or_try_init(|| start_moto("moto", ACCOUNT_ID)).await
+    MOTO.get_or_try_init(|| start_moto("moto", ACCOUNT_ID, Ipv4Addr::LOCALHOST)).await
 }
 
 /// The MiniStack server shared by the tests of this binary, answering as [`ACCOUNT_ID`].
 pub async fn ministack() -> Result<&'static Emulator, Error> {
-    MINISTACK.get_or_try_init(|| start_ministack("ministack", ACCOUNT_ID)).await
+    MINISTACK.get_or_try_init(|| start_ministack("ministack", ACCOUNT_ID, Ipv4Addr::LOCALHOST)).await
 }
 
 /// A moto and a MiniStack of a test's own that answer as `account`, stopped when dropped: for a
@@ -45,28 +47,31 @@ pub struct Emulators {
 impl Emulators {
     pub async fn for_account(account: &str) -> Result<Self, Error> {
         let (moto_name, ministack_name) = (format!("moto-{account}"), format!("ministack-{account}"));
-        let (moto, ministack) = tokio::try_join!(start_moto(&moto_name, account), start_ministack(&ministack_name, account))?;
+        let (moto, ministack) = tokio::try_join!(
+            start_moto(&moto_name, account, Ipv4Addr::LOCALHOST),
+            start_ministack(&ministack_name, account, Ipv4Addr::LOCALHOST)
+        )?;
         Ok(Self { moto, ministack })
     }
 }
 
-async fn start_moto(name: &str, account: &str) -> Result<Emulator, Error> {
+async fn start_moto(name: &str, account: &str, host: Ipv4Addr) -> Result<Emulator, Error> {
     retry_on_port_clash(|| async {
         let port = free_port()?;
         let process = Process::start(
             name,
             &tool("moto_server")?,
-            &["-H".into(), "127.0.0.1".into(), "-p".into(), port.to_string()],
+            &["-H".into(), host.to_string(), "-p".into(), port.to_string()],
             &[("MOTO_ACM_VALIDATION_WAIT", MOTO_ACM_VALIDATION_WAIT_SECONDS.to_string()), ("MOTO_ACCOUNT_ID", account.to_owned())],
             &state_dir()?,
         )?;
-        wait_until(&process, Duration::from_secs(60), || accepts(port)).await?;
-        Ok(Emulator { port, process })
+        wait_until(&process, Duration::from_secs(60), || accepts(host, port)).await?;
+        Ok(Emulator { host, port, process })
     })
     .await
 }
 
-async fn start_ministack(name: &str, account: &str) -> Result<Emulator, Error> {
+async fn start_ministack(name: &str, account: &str, host: Ipv4Addr) -> Result<Emulator, Error> {
     retry_on_port_clash(|| async {
         let port = free_port()?;
         let process = Process::start(
@@ -75,22 +80,34 @@ async fn start_ministack(name: &str, account: &str) -> Result<Emulator, Error> {
             &[],
             &[
                 ("GATEWAY_PORT", port.to_string()),
-                ("BIND_HOST", "127.0.0.1".to_owned()),
+                ("BIND_HOST", host.to_string()),
                 ("MINISTACK_ACCOUNT_ID", account.to_owned()),
                 ("LOG_LEVEL", "WARNING".to_owned()),
             ],
             &state_dir()?,
         )?;
-        wait_until(&process, Duration::from_secs(60), || accepts(port)).await?;
-        Ok(Emulator { port, process })
+        wait_until(&process, Duration::from_secs(60), || accepts(host, port)).await?;
+        Ok(Emulator { host, port, process })
     })
     .await
 }
 
 impl Emulator {
+    /// A moto server of its own listening on `host` (the end-to-end suite binds the node's
+    /// bridge address, where pods reach it), answering as [`ACCOUNT_ID`]; killed with this
+    /// process.
+    pub async fn moto(host: Ipv4Addr) -> Result<Self, Error> {
+        start_moto("moto", ACCOUNT_ID, host).await
+    }
+
+    /// A MiniStack server of its own listening on `host`, answering as [`ACCOUNT_ID`].
+    pub async fn ministack(host: Ipv4Addr) -> Result<Self, Error> {
+        start_ministack("ministack", ACCOUNT_ID, host).await
+    }
+
     /// e.g. `http://127.0.0.1:40123`: the SDK's endpoint override, or a fault proxy's upstream.
     pub fn endpoint(&self) -> String {
-        format!("http://127.0.0.1:{}", self.port)
+        format!("http://{}:{}", self.host, self.port)
     }
 
     pub fn pid(&self) -> u32 {

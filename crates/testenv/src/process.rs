@@ -124,9 +124,9 @@ where
     }
 }
 
-/// True when something accepts TCP connections on 127.0.0.1:`port`.
-pub(crate) async fn accepts(port: u16) -> bool {
-    tokio::net::TcpStream::connect(("127.0.0.1", port)).await.is_ok()
+/// True when something accepts TCP connections on `host`:`port`.
+pub(crate) async fn accepts(host: std::net::Ipv4Addr, port: u16) -> bool {
+    tokio::net::TcpStream::connect((host, port)).await.is_ok()
 }
 
 /// Runs `start` again (with new free ports) when what it started could not bind its port: a
