@@ -60,6 +60,11 @@ pub const DISTRIBUTION_TTL: Duration = Duration::from_secs(60);
 /// How long a certificate's names are reused: longer than a DNS-first create takes, so its
 /// coverage is read once per create. Only imported certificates can change names, by re-import.
 pub const CERTIFICATE_NAMES_TTL: Duration = Duration::from_secs(600);
+/// How long a connection group's routing endpoint is reused. CloudFront assigns it with the
+/// group and never changes it; the account's *default* group could be replaced, which this sees
+/// within ten minutes. Without it every tenant of the default group listed the account's groups
+/// after its create and again at its first verify.
+pub const ROUTING_ENDPOINT_TTL: Duration = Duration::from_secs(600);
 /// Distributions and certificates remembered at most; each entry is a few hundred bytes.
 const CACHE_ENTRIES: u64 = 1000;
 
@@ -75,6 +80,8 @@ pub struct TenantManager<C, D> {
     distributions: Cached<String, DistributionRules>,
     /// By certificate ARN: its domain name and subject alternative names.
     certificate_names: Cached<String, Vec<String>>,
+    /// By connection group id (`""`: the account's default group): its routing endpoint.
+    routing_endpoints: Cached<String, String>,
 }
 
 impl<C: CloudFront + Acm, D: DnsRecords> TenantManager<C, D> {
@@ -95,6 +102,13 @@ impl<C: CloudFront + Acm, D: DnsRecords> TenantManager<C, D> {
             metrics,
             distributions: Cached::new(aws_metrics, crate::CONTROLLER, "cloudfront-distribution", DISTRIBUTION_TTL, CACHE_ENTRIES),
             certificate_names: Cached::new(aws_metrics, crate::CONTROLLER, "acm-certificate-names", CERTIFICATE_NAMES_TTL, CACHE_ENTRIES),
+            routing_endpoints: Cached::new(
+                aws_metrics,
+                crate::CONTROLLER,
+                "cloudfront-routing-endpoint",
+                ROUTING_ENDPOINT_TTL,
+                CACHE_ENTRIES,
+            ),
         }
     }
 
@@ -280,7 +294,8 @@ impl<C: CloudFront + Acm, D: DnsRecords> TenantManager<C, D> {
         if observation.dns_target.is_some() {
             return;
         }
-        match self.cloudfront.routing_endpoint(connection_group_id).await {
+        let group = connection_group_id.unwrap_or_default();
+        match self.routing_endpoints.get_or_load(group, self.cloudfront.routing_endpoint(connection_group_id)).await {
             Ok(target) => observation.dns_target = Some(target),
             Err(error) => {
                 // Not worth failing the reconcile: the next verify tries again.

@@ -42,6 +42,20 @@ async fn tenant_is_created_and_becomes_ready_with_its_aws_status() {
 }
 
 #[tokio::test]
+async fn tenants_of_one_connection_group_share_one_lookup_of_its_routing_endpoint() {
+    let h = Harness::start("dt-routing").await;
+    h.create("shop-a", h.spec(&["a"])).await;
+    h.create("shop-b", h.spec(&["b"])).await;
+    for name in ["shop-a", "shop-b"] {
+        let tenant = h.wait_ready(name).await;
+        let target = tenant.status.as_ref().and_then(|s| s.observation.dns_target.as_deref());
+        assert!(target.is_some_and(|t| t.ends_with(".cloudfront.net")), "{name}: {target:?}");
+    }
+    let lookups = h.proxy.calls("ListConnectionGroups") + h.proxy.calls("GetConnectionGroup");
+    assert_eq!(lookups, 1, "one lookup of the default group for both tenants: {:?}", h.proxy.all_calls());
+}
+
+#[tokio::test]
 async fn spec_change_is_pushed_to_cloudfront() {
     let h = Harness::start("dt-update").await;
     h.create("shop-two", h.spec(&["www"])).await;
