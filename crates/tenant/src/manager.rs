@@ -289,13 +289,19 @@ impl<C: CloudFront + Acm, D: DnsRecords> TenantManager<C, D> {
         Ok(step)
     }
 
+    /// The connection group's routing endpoint (`None`: the account's default group), cached
+    /// for [`ROUTING_ENDPOINT_TTL`]; concurrent lookups of one group share one call.
+    async fn routing_endpoint(&self, connection_group_id: Option<&str>) -> Result<String, AwsError> {
+        let group = connection_group_id.unwrap_or_default();
+        self.routing_endpoints.get_or_load(group, self.cloudfront.routing_endpoint(connection_group_id)).await
+    }
+
     /// Best effort: the CNAME target users (or the DNS step) point the domains at.
     async fn resolve_dns_target(&self, connection_group_id: Option<&str>, observation: &mut TenantObservation) {
         if observation.dns_target.is_some() {
             return;
         }
-        let group = connection_group_id.unwrap_or_default();
-        match self.routing_endpoints.get_or_load(group, self.cloudfront.routing_endpoint(connection_group_id)).await {
+        match self.routing_endpoint(connection_group_id).await {
             Ok(target) => observation.dns_target = Some(target),
             Err(error) => {
                 // Not worth failing the reconcile: the next verify tries again.
@@ -332,7 +338,7 @@ impl<C: CloudFront + Acm, D: DnsRecords> TenantManager<C, D> {
         let Some(config) = &spec.dns else { return Ok(true) };
         let group = spec.connection_group_id.as_deref();
         let context = CallContext { connection_group_lookup: group.is_some(), ..CallContext::default() };
-        let target = match self.cloudfront.routing_endpoint(group).await {
+        let target = match self.routing_endpoint(group).await {
             Ok(target) => target,
             Err(error) => {
                 let classified = self.cloudfront_error(&error, context);
@@ -408,7 +414,7 @@ impl<C: CloudFront + Acm, D: DnsRecords> TenantManager<C, D> {
         }
         let group = spec.connection_group_id.as_deref();
         let context = CallContext { connection_group_lookup: group.is_some(), ..CallContext::default() };
-        let target = self.cloudfront.routing_endpoint(group).await.map_err(|e| self.cloudfront_error(&e, context).error)?;
+        let target = self.routing_endpoint(group).await.map_err(|e| self.cloudfront_error(&e, context).error)?;
         observation.dns_target = Some(target.clone());
         Ok(target)
     }
