@@ -51,6 +51,31 @@ pub fn normalize(name: &str) -> String {
     name.trim().trim_end_matches('.').to_ascii_lowercase()
 }
 
+/// A name as Route 53 returns it (a trailing dot, and characters other than letters, digits,
+/// `-`, `_` and `.` escaped as three octal digits: `\052` for `*`) in the normal form, for
+/// comparing with names from anywhere else.
+pub fn from_route53(name: &str) -> String {
+    let mut unescaped = String::with_capacity(name.len());
+    let mut rest = name;
+    while let Some(at) = rest.find('\\') {
+        unescaped.push_str(&rest[..at]);
+        let escape = &rest[at + 1..];
+        let octal = escape.get(..3).filter(|digits| digits.bytes().all(|b| (b'0'..=b'7').contains(&b)));
+        match octal.and_then(|digits| u8::from_str_radix(digits, 8).ok()) {
+            Some(byte) => {
+                unescaped.push(char::from(byte));
+                rest = &escape[3..];
+            }
+            None => {
+                unescaped.push('\\');
+                rest = escape;
+            }
+        }
+    }
+    unescaped.push_str(rest);
+    normalize(&unescaped)
+}
+
 /// Checks `name` against the rule and returns its normal form.
 pub fn parse(name: &str) -> Result<String, DnsNameError> {
     let relative = name.strip_suffix('.').unwrap_or(name);
@@ -111,6 +136,14 @@ mod tests {
     fn trailing_dot_names_the_same_name() {
         assert_eq!(parse("www.example.com."), parse("www.example.com"));
         assert_eq!(normalize("WWW.Example.com."), "www.example.com");
+    }
+
+    #[test]
+    fn names_as_route53_returns_them_compare_in_the_normal_form() {
+        assert_eq!(from_route53("\\052.example.com."), "*.example.com");
+        assert_eq!(from_route53("WWW.Example.com"), "www.example.com");
+        assert_eq!(from_route53("_a1.api.example.com."), "_a1.api.example.com");
+        assert_eq!(from_route53("odd\\\\name\\9.example.com"), "odd\\\\name\\9.example.com", "not an octal escape: kept");
     }
 
     #[test]

@@ -1,19 +1,10 @@
 use aws_sdk_sts::error::{ProvideErrorMetadata, SdkError};
+/// How the caller reacts to a failed call: the runtime's classes, one vocabulary for every AWS
+/// call and every reconcile.
+pub use blockwork_runtime::ErrorClass;
+use blockwork_runtime::ExternalError;
 
 use crate::sanitize::sanitize;
-
-/// How the caller should react to a failed AWS call.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum ErrorClass {
-    /// A person must act (permissions, invalid input, limits).
-    Terminal,
-    /// Try again with backoff (5xx, timeouts, network).
-    Retryable,
-    /// The API asked us to slow down.
-    Throttled,
-    /// The resource does not exist.
-    NotFound,
-}
 
 /// A failed AWS call, with a message safe to show users.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
@@ -25,6 +16,44 @@ pub struct AwsError {
     pub class: ErrorClass,
     /// Sanitized: no account ids, no ARNs.
     pub message: String,
+}
+
+impl AwsError {
+    /// A request the SDK refused to build (a required member missing): a bug of ours, never
+    /// retried.
+    pub fn invalid_request(operation: &'static str, error: &impl std::fmt::Display) -> Self {
+        Self {
+            operation,
+            code: Some("InvalidInput".to_owned()),
+            class: ErrorClass::Terminal,
+            message: format!("the request could not be built: {error}"),
+        }
+    }
+
+    /// An answer without what the operation promises (an emulator's or AWS's bug): retried.
+    pub fn incomplete(operation: &'static str, what: &str) -> Self {
+        Self { operation, code: None, class: ErrorClass::Retryable, message: format!("AWS answered without {what}") }
+    }
+
+    /// Whether retrying the same call may succeed: throttling and transient failures.
+    pub fn is_transient(&self) -> bool {
+        matches!(self.class, ErrorClass::Throttled | ErrorClass::Retryable)
+    }
+}
+
+/// The runtime's view of a failed AWS call: its class, the AWS error code as the reason, and
+/// the operation with the sanitized message.
+impl From<&AwsError> for ExternalError {
+    fn from(error: &AwsError) -> Self {
+        let reason = error.code.clone().unwrap_or_else(|| "AwsError".to_owned());
+        ExternalError::new(error.class, reason, sanitize(&error.to_string()))
+    }
+}
+
+impl From<AwsError> for ExternalError {
+    fn from(error: AwsError) -> Self {
+        Self::from(&error)
+    }
 }
 
 const THROTTLING: &[&str] = &[
@@ -131,6 +160,22 @@ mod tests {
     #[test]
     fn too_many_requests_status_is_throttled_without_a_code() {
         assert_eq!(classify(None, Some(429)), ErrorClass::Throttled);
+    }
+
+    #[test]
+    fn aws_errors_reach_the_runtime_with_their_class_and_code_and_without_account_ids() {
+        let error = AwsError {
+            operation: "DeleteCertificate",
+            code: Some("AccessDeniedException".into()),
+            class: ErrorClass::Terminal,
+            message: "User: arn:aws:iam::123456789012:user/x is not authorized".into(),
+        };
+        let external = ExternalError::from(&error);
+        assert_eq!(external.class, ErrorClass::Terminal);
+        assert_eq!(external.reason, "AccessDeniedException");
+        assert_eq!(external.message, "DeleteCertificate: User: [ARN] is not authorized");
+        let throttled = AwsError { code: None, class: ErrorClass::Throttled, ..error };
+        assert_eq!(ExternalError::from(throttled).reason, "AwsError");
     }
 
     #[test]

@@ -1,12 +1,39 @@
-//! Blockwork's AWS layer: SDK configuration (with the endpoint override emulators need), error
-//! classification that picks the runtime's reaction, messages sanitized of account ids and
-//! ARNs before users can read them, and the one rule for DNS names ([`dns_name`]).
+//! Blockwork's AWS layer: one per process, shared by every controller.
+//!
+//! - [`Aws`] ([`edge`]): the SDK clients (region, endpoint overrides, assumed roles; the SDK's
+//!   own retries off) and the one path of every call: the process's token buckets, then the
+//!   attempt, timed, classified and counted, then a retry with backoff and jitter on throttling
+//!   and transient failures.
+//! - [`quota`]: the quota model, per account (and region for ACM): account-level,
+//!   per-operation and Route 53 change-throughput buckets at AWS's published values times a
+//!   safety factor. [`limiter`] holds them (governor). [`config`]: the process's AWS flags.
+//! - [`acm`]: ACM calls and the shared certificate listing. [`route53`]: records for every
+//!   controller, batched per hosted zone ([`batch`]), with one ownership rule.
+//! - [`metrics`]: one family of AWS metrics, feeding the seeds' names too. [`cache`]: cached
+//!   reads whose concurrent misses share one call.
+//! - [`ErrorClass`] (the runtime's) and [`classify`]: how a failed call is handled; messages are
+//!   sanitized of account ids and ARNs ([`sanitize`]) before users can read them.
+//! - [`dns_name`]: the one rule and normal form of DNS names.
 
+pub mod acm;
+pub mod batch;
+pub mod cache;
+pub mod config;
 pub mod dns_name;
+pub mod edge;
 mod error;
+pub mod limiter;
+pub mod metrics;
+pub mod quota;
+pub mod route53;
 mod sanitize;
 
-pub use error::{AwsError, ErrorClass, classify, classify_sdk_error};
+pub use config::{AwsArgs, parse_duration};
+pub use edge::{Aws, AwsConfig, Call, Endpoint, RetryPolicy};
+pub use error::{AwsError, ErrorClass, HttpStatus, classify, classify_sdk_error};
+pub use limiter::{Account, Scope};
+pub use metrics::{AwsMetrics, Seed};
+pub use quota::{Quotas, Service};
 pub use sanitize::{mask_accounts, sanitize};
 
 use std::time::Duration;
@@ -14,19 +41,17 @@ use std::time::Duration;
 use aws_config::timeout::TimeoutConfig;
 use aws_config::{BehaviorVersion, Region, SdkConfig};
 
-/// How long one attempt of an AWS call may take. The SDK's defaults bound only connecting: an
-/// answer that never comes (a hung connection, an overloaded endpoint) would hold the reconcile
-/// that made the call, and the object with it, forever. The reliability campaign's fault soak
-/// found that (issue 15).
+/// How long one attempt of an AWS call made with [`sdk_config`] may take. The SDK's defaults
+/// bound only connecting: an answer that never comes (a hung connection, an overloaded endpoint)
+/// would hold the caller forever. The reliability campaign's fault soak found that (issue 15);
+/// the layer's own clients are bounded by `--aws-default-timeout` ([`AwsConfig`]).
 pub const ATTEMPT_TIMEOUT: Duration = Duration::from_secs(20);
-/// How long an AWS call may take with the SDK's own retries.
+/// How long an AWS call made with [`sdk_config`] may take with the SDK's own retries.
 pub const CALL_TIMEOUT: Duration = Duration::from_secs(60);
 
-/// The shared SDK configuration: the usual credential and region chain (env, IRSA / Pod
-/// Identity, profile, IMDS), with an optional endpoint override (`--aws-endpoint-url`) and region.
-/// Every call is bounded ([`ATTEMPT_TIMEOUT`], [`CALL_TIMEOUT`]): a call that never answers ends
-/// as a retryable timeout. A service client may set its own bounds (the cert controller's
-/// `--aws-default-timeout`).
+/// An SDK configuration with the usual credential and region chain and an optional endpoint
+/// override and region, every call bounded ([`ATTEMPT_TIMEOUT`], [`CALL_TIMEOUT`]): for tools
+/// and tests that call AWS beside the layer.
 pub async fn sdk_config(endpoint_url: Option<&str>, region: Option<&str>) -> SdkConfig {
     let timeouts = TimeoutConfig::builder().operation_attempt_timeout(ATTEMPT_TIMEOUT).operation_timeout(CALL_TIMEOUT).build();
     let mut loader = aws_config::defaults(BehaviorVersion::latest()).timeout_config(timeouts);

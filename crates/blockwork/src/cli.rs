@@ -215,6 +215,9 @@ pub struct RunArgs {
     #[arg(long, env = "RUST_LOG", default_value = "info", value_name = "FILTER")]
     pub log_level: String,
 
+    #[command(flatten, next_help_heading = "AWS (every controller: one set of quotas, retries and clients for the process)")]
+    pub aws: blockwork_aws::AwsArgs,
+
     #[command(flatten, next_help_heading = "Cert: ACM certificates (controller `cert`)")]
     pub cert: blockwork_cert::CertArgs,
 

@@ -162,13 +162,14 @@ async fn run_cert(ctx: ControllerContext) -> anyhow::Result<()> {
     blockwork_cert::run(
         ctx.client,
         config,
+        ctx.aws,
         ctx.runtime_metrics,
         metrics,
         namespaces,
         ctx.max_concurrent_reconciles,
         ctx.shutdown.wait_owned(),
     )
-    .await?;
+    .await;
     Ok(())
 }
 
@@ -182,6 +183,7 @@ async fn run_tenant(ctx: ControllerContext) -> anyhow::Result<()> {
     blockwork_tenant::run(
         ctx.client,
         args,
+        ctx.aws,
         ctx.runtime_metrics,
         metrics,
         namespaces,
@@ -306,6 +308,9 @@ pub struct ControllerContext {
     pub metrics: ControllerMetrics,
     /// The command line, for the controller's own flags (flattened into [`RunArgs`]).
     pub args: Arc<RunArgs>,
+    /// The process's AWS layer: every controller's AWS calls go through it, so they share the
+    /// account's quotas (`blockwork_aws`).
+    pub aws: Arc<blockwork_aws::Aws>,
 }
 
 impl ControllerContext {

@@ -56,8 +56,9 @@ pub async fn run(args: RunArgs, controllers: Vec<Controller>) -> anyhow::Result<
         identity: leader::identity(),
     });
 
-    let Metrics { registry, status, runtime: runtime_metrics, controllers: metrics } =
+    let Metrics { registry, status, runtime: runtime_metrics, controllers: metrics, aws: aws_metrics } =
         register_metrics(&controllers, elector.as_ref().map(|e| e.identity.clone()));
+    let aws = aws_layer(&args, aws_metrics)?;
 
     // Before the servers: webhooks check requests against the cluster. Builds no connection yet.
     let client = Client::try_default().await.context("building the Kubernetes client")?;
@@ -105,6 +106,7 @@ pub async fn run(args: RunArgs, controllers: Vec<Controller>) -> anyhow::Result<
         runtime_metrics,
         metrics: Arc::new(()),
         args: Arc::new(args.clone()),
+        aws,
     };
     let mut running = Running::start(&controllers, metrics, &context);
     if let Some(config) = self_managed.filter(|_| servers.webhooks) {
@@ -150,6 +152,16 @@ pub async fn run(args: RunArgs, controllers: Vec<Controller>) -> anyhow::Result<
     }
 }
 
+/// The process's one AWS layer, from the AWS flags. Loads no credentials yet (a process whose
+/// controllers never call AWS never does).
+fn aws_layer(args: &RunArgs, metrics: Arc<blockwork_aws::AwsMetrics>) -> anyhow::Result<Arc<blockwork_aws::Aws>> {
+    let (config, warnings) = args.aws.config()?;
+    for warning in warnings {
+        warn!("{warning}");
+    }
+    Ok(blockwork_aws::Aws::new(config, metrics))
+}
+
 /// Every metric the process exports, registered once.
 pub struct Metrics {
     pub registry: Registry,
@@ -157,17 +169,22 @@ pub struct Metrics {
     pub runtime: Arc<RuntimeMetrics>,
     /// What each controller's `register_metrics` returned, in order.
     pub controllers: Vec<ControllerMetrics>,
+    /// The AWS layer's, with the seed names of the controllers that run.
+    pub aws: Arc<blockwork_aws::AwsMetrics>,
 }
 
-/// The process's metrics (`blockwork_…`: leadership, the runtime's), then each controller's.
+/// The process's metrics (`blockwork_…`: leadership, the runtime's), each controller's, then the
+/// AWS layer's (`blockwork_aws_…`, and the seeds' AWS-call names for `cert` and `tenant`).
 /// `identity` is the leader-election identity, if any.
 pub fn register_metrics(controllers: &[Controller], identity: Option<String>) -> Metrics {
     let mut registry = Registry::default();
     let process = registry.sub_registry_with_prefix("blockwork");
     let status = Status::new(identity, process);
     let runtime = RuntimeMetrics::register(process);
-    let controllers = controllers.iter().map(|c| (c.register_metrics)(&mut registry)).collect();
-    Metrics { registry, status, runtime, controllers }
+    let metrics = controllers.iter().map(|c| (c.register_metrics)(&mut registry)).collect();
+    let seeds: Vec<blockwork_aws::Seed> = controllers.iter().filter_map(|c| blockwork_aws::Seed::of(c.name)).collect();
+    let aws = Arc::new(blockwork_aws::AwsMetrics::register(&mut registry, &seeds));
+    Metrics { registry, status, runtime, controllers: metrics, aws }
 }
 
 /// The pod's namespace, or `default` outside a pod.

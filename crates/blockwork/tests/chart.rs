@@ -181,9 +181,11 @@ fn every_run_flag_is_set_by_the_chart_or_deliberately_left_out() {
         &[][..],
         &[
             "namespaces={a}",
-            "controllers.tenant.awsRegion=eu-west-1",
-            "controllers.tenant.cloudfrontEndpointUrl=http://127.0.0.1:1",
-            "controllers.tenant.route53EndpointUrl=http://127.0.0.1:2",
+            "aws.quotas={acm.RequestCertificate=10,route53.changes=200/2000}",
+            "aws.endpointUrls.acm=http://127.0.0.1:1",
+            "aws.endpointUrls.cloudfront=http://127.0.0.1:1",
+            "aws.endpointUrls.route53=http://127.0.0.1:2",
+            "aws.endpointUrls.sts=http://127.0.0.1:2",
         ][..],
         &["webhook.certificates.mode=cert-manager"][..],
     ] {
@@ -330,6 +332,9 @@ fn bad_values_are_refused_with_a_message_naming_them() {
         (vec!["replicaCount=2", "leaderElection.enabled=false"], "leaderElection.enabled=true"),
         (vec!["controllers.cache.enabled=false", "controllers.rotator.enabled=false"], "no controller is enabled"),
         (vec!["maxConcurrentReconciles=0"], "maxConcurrentReconciles"),
+        (vec!["aws.quotaSafetyFactor=1.5"], "quotaSafetyFactor"),
+        (vec!["aws.quotas={s3=100}"], "quotas"),
+        (vec!["aws.endpointUrls.sqs=http://127.0.0.1:1"], "sqs"),
     ] {
         let error = try_render("ops", &sets).expect_err(&format!("{sets:?} renders"));
         assert!(error.contains(expected), "{sets:?}: the error does not name {expected:?}:\n{error}");
@@ -481,6 +486,17 @@ fn exported() -> BTreeMap<String, BTreeSet<String>> {
     metrics.runtime.reconciled("cache", "success", Duration::from_millis(5));
     metrics.runtime.external_call("cert", "verify", "success", Duration::from_millis(5));
     metrics.runtime.object_state("cache", "u1", Some(blockwork_runtime::ReconcileState::Succeeded));
+    {
+        use blockwork_aws::{ErrorClass, Seed, Service, acm};
+        let aws = &metrics.aws;
+        aws.call(&[Seed::Cert], Service::Acm, "DescribeCertificate", Ok(()), Duration::from_millis(5));
+        aws.call(&[Seed::Cert], Service::Acm, "RequestCertificate", Err(ErrorClass::Throttled), Duration::from_millis(5));
+        aws.call(&[Seed::Tenant], Service::CloudFront, "GetDistributionTenant", Ok(()), Duration::from_millis(5));
+        aws.limiter_wait(&[Seed::Cert], Service::Acm, Duration::from_millis(1));
+        aws.limiter_tokens(Service::Acm, "DescribeCertificate", 8.0);
+        aws.cache_lookup(&[Seed::Cert], acm::DESCRIBE_CACHE, true);
+        aws.cache_lookup(&[Seed::Cert], acm::DESCRIBE_CACHE, false);
+    }
     for (controller, touched) in controllers.iter().zip(&metrics.controllers) {
         let touched = Arc::clone(touched);
         match controller.name {
@@ -490,18 +506,11 @@ fn exported() -> BTreeMap<String, BTreeSet<String>> {
                 cert.certificate("u1", "ns", "a", blockwork_cert::CertState::Ready, Some(5.0));
                 cert.certificate("u2", "ns", "b", blockwork_cert::CertState::Ready, Some(6.0));
                 cert.reconciled(blockwork_cert::CertState::Ready, true, Duration::from_millis(5));
-                cert.aws_call("DescribeCertificate", true, Duration::from_millis(5));
-                cert.throttled("RequestCertificate");
-                cert.rate_limit_wait("acm", Duration::from_millis(1));
-                cert.rate_limiter_tokens("acm", "", 10.0, 5.0, 10.0);
-                cert.cache_lookup("arn", true);
-                cert.cache_lookup("arn", false);
             }
             "tenant" => {
                 let tenant = touched.downcast::<blockwork_tenant::TenantMetrics>().unwrap();
                 tenant.error("throttling");
                 tenant.drift();
-                tenant.aws_call("GetDistributionTenant", Duration::from_millis(5));
                 tenant.count_from(|| {
                     let mut one = blockwork_tenant::DistributionTenant::new("t", Default::default());
                     one.metadata.namespace = Some("ns".to_owned());

@@ -1,15 +1,25 @@
-//! Cert benchmark: 1,000 Certs created at once against the local control plane and moto, with
-//! the operator's default rate limits (ACM 5/s burst 10, Route53 3/s burst 5 per hosted zone).
+//! Cert benchmark: 1,000 Certs created at once against the local control plane and moto, behind
+//! a fault proxy that throttles as AWS does (AWS's own buckets: `Quotas::aws()`, unscaled), with
+//! the operator's defaults (AWS's quotas × 0.8, concurrency 3).
 //!
 //!     cargo bench -p blockwork-cert --bench thousand
 //!
 //! The cert controller runs in a child process (this binary again, `--child`, release build) so
-//! that its memory is its own; it reaches moto through a fault proxy in the parent that counts
-//! every AWS call by operation (and injects nothing). The parent creates the hosted zones and
-//! the Certs, polls until all are Ready, and prints the time, the AWS calls, the operator's
-//! throttling events (from its own metrics, which the child writes to a file every second), its
-//! VmRSS/VmHWM, the lower bound the rate limits allow, and the AWS calls made in a quiet window
-//! after all are Ready. Not run by `cargo test` (it exits at once without `--bench`).
+//! that its memory is its own; its metrics go to a file every second. The parent creates 8
+//! hosted zones and the Certs (round robin), and reports:
+//!
+//! 1. the time until all are Ready, against the **floor** the operator's quotas allow for the
+//!    minimal calls (RequestCertificate and one DescribeCertificate per Cert, Route 53 batched),
+//!    and until every validation record is written; AWS calls by operation; throttling answers
+//!    (the proxy's, i.e. AWS's view, and the operator's own metric);
+//! 2. the **steady state**: AWS calls in a quiet window (`BENCH_QUIET_SECS`, default 600) per
+//!    Ready certificate and hour, while one certificate is revoked behind the operator's back
+//!    and the time until its Cert says so is measured;
+//! 3. memory with 2,500 Certs (ACM's default quota per account and region): `BENCH_EXTRA_CERTS`
+//!    (default 1,500) more are created and the child's VmRSS/VmHWM read when all are Ready.
+//!
+//! `BENCH_CERTS` changes the first count (for development). Not run by `cargo test` (it exits at
+//! once without `--bench`).
 
 #![allow(clippy::unwrap_used, clippy::panic, clippy::print_stdout, clippy::print_stderr)]
 
@@ -20,35 +30,29 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use aws_config::BehaviorVersion;
+use blockwork_aws::quota::{Quotas, Service};
+use blockwork_aws::{Aws, AwsArgs, AwsMetrics, Seed};
 use blockwork_cert::{Cert, CertArgs, CertConfig, CertMetrics, CertSpec, CertState};
 use blockwork_runtime::RuntimeMetrics;
 use blockwork_testenv::fault_proxy::FaultProxy;
 use blockwork_testenv::measure::{MeasuredChild, mib};
 use futures::{StreamExt as _, TryStreamExt as _};
-use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{Api, ListParams, PostParams};
 use kube::{Client, CustomResourceExt as _};
 use prometheus_client::registry::Registry;
 
-const CERTS: usize = 1_000;
-/// Hosted zones the Certs are spread over (round robin): Route53's quota is per zone.
+/// Hosted zones the Certs are spread over (round robin), in one account.
 const ZONES: usize = 8;
-/// The operator's defaults (`blockwork run`).
+/// The operator's default (`blockwork run`).
 const CONCURRENCY: u16 = 3;
-const ACM_RATE: f64 = 5.0;
-const ACM_BURST: f64 = 10.0;
-const ROUTE53_RATE: f64 = 3.0;
-const ROUTE53_BURST: f64 = 5.0;
-/// How long the AWS calls are counted after every Cert is Ready.
-const QUIET: Duration = Duration::from_secs(120);
-const ACM_OPERATIONS: [&str; 6] = [
-    "RequestCertificate",
-    "DescribeCertificate",
-    "ListCertificates",
-    "ListTagsForCertificate",
-    "DeleteCertificate",
-    "AddTagsToCertificate",
-];
+/// docs/benchmarks.md before the AWS layer (the same command): time until 1,000 Ready, and
+/// AWS calls per Ready certificate and hour at steady state.
+const BEFORE_READY_SECONDS: f64 = 627.0;
+const BEFORE_CALLS_PER_CERTIFICATE_HOUR: f64 = 0.97;
+
+fn env_or(name: &str, default: u64) -> u64 {
+    std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or(default)
+}
 
 fn main() {
     let args: Vec<String> = std::env::args().collect();
@@ -66,16 +70,18 @@ fn main() {
 /// its metrics go to `BENCH_METRICS_FILE` every second.
 async fn child() {
     let client = Client::try_default().await.unwrap();
-    let args = CertArgs {
-        dns_zones: std::env::var("BENCH_DNS_ZONES").unwrap(),
-        aws_endpoint_url: Some(std::env::var("BENCH_AWS_ENDPOINT").unwrap()),
-        aws_region: Some("us-east-1".into()),
-        ..CertArgs::default()
-    };
+    let args = CertArgs { dns_zones: std::env::var("BENCH_DNS_ZONES").unwrap(), ..CertArgs::default() };
     let config = CertConfig::from_args(&args).unwrap();
+    let aws_args = AwsArgs {
+        endpoint_url: Some(std::env::var("BENCH_AWS_ENDPOINT").unwrap()),
+        region: Some("us-east-1".into()),
+        ..AwsArgs::default()
+    };
+    let (aws_config, _) = aws_args.config().unwrap();
     let mut registry = Registry::default();
     let metrics = CertMetrics::register(registry.sub_registry_with_prefix("cert_operator"));
     let runtime_metrics = RuntimeMetrics::register(registry.sub_registry_with_prefix("blockwork"));
+    let aws_metrics = Arc::new(AwsMetrics::register(&mut registry, &[Seed::Cert]));
     let registry = Arc::new(registry);
     let file = PathBuf::from(std::env::var("BENCH_METRICS_FILE").unwrap());
     tokio::spawn(async move {
@@ -89,7 +95,8 @@ async fn child() {
             std::fs::rename(&partial, &file).unwrap();
         }
     });
-    blockwork_cert::run(client, config, runtime_metrics, metrics, None, CONCURRENCY, std::future::pending()).await.unwrap();
+    let aws = Aws::new(aws_config, aws_metrics);
+    blockwork_cert::run(client, config, aws, runtime_metrics, metrics, None, CONCURRENCY, std::future::pending()).await;
 }
 
 /// The bench binary itself in `--child` mode: the cert controller.
@@ -136,34 +143,24 @@ async fn create_zones(endpoint: &str, namespace: &str) -> Vec<(String, String)> 
     zones
 }
 
-async fn ready_count(api: &Api<Cert>) -> usize {
+/// (Ready, Ready with every validation record written).
+async fn progress(api: &Api<Cert>) -> (usize, usize) {
     let certs = api.list(&ListParams::default()).await.unwrap();
-    certs.items.iter().filter(|c| c.status.as_ref().and_then(|s| s.observation.state) == Some(CertState::Ready)).count()
+    let ready: Vec<&Cert> =
+        certs.items.iter().filter(|c| c.status.as_ref().and_then(|s| s.observation.state) == Some(CertState::Ready)).collect();
+    let written = ready
+        .iter()
+        .filter(|c| {
+            c.status.as_ref().is_some_and(|s| {
+                !s.observation.validation_records.is_empty() && s.observation.validation_records.iter().all(|r| !r.pending)
+            })
+        })
+        .count();
+    (ready.len(), written)
 }
 
-fn calls_by_operation(proxy: &FaultProxy) -> BTreeMap<String, usize> {
-    proxy.all_calls().into_iter().collect()
-}
-
-async fn bench() {
-    let plane = blockwork_testenv::control_plane::control_plane().await.unwrap();
-    plane.install_crds(&[Cert::crd()]).await.unwrap();
-    let namespace = plane.namespace("bench-certs").await.unwrap();
-    let client = plane.client();
-    let moto = blockwork_testenv::emulators::moto().await.unwrap();
-    let proxy = FaultProxy::start(&moto.endpoint()).await.unwrap();
-    let zones = create_zones(&moto.endpoint(), &namespace).await;
-    let zone_flag = zones.iter().map(|(name, id)| format!("{name}:{id}")).collect::<Vec<_>>().join(",");
-    let metrics_file = plane.dir().join("cert-bench-metrics.txt");
-    let _ = std::fs::remove_file(&metrics_file);
-
-    let operator = spawn_operator(plane.kubeconfig_path(), &zone_flag, &proxy.endpoint(), &metrics_file);
-    tokio::time::sleep(Duration::from_secs(2)).await;
-    let (idle_rss, _) = operator.memory().unwrap();
-
-    let api: Api<Cert> = Api::namespaced(client.clone(), &namespace);
-    let started = Instant::now();
-    futures::stream::iter(0..CERTS)
+async fn create_certs(api: &Api<Cert>, zones: &[(String, String)], range: std::ops::Range<usize>) {
+    futures::stream::iter(range)
         .map(|i| {
             let api = api.clone();
             let zone = zones[i % ZONES].0.clone();
@@ -181,80 +178,162 @@ async fn bench() {
         .try_collect::<()>()
         .await
         .unwrap();
-    let created_in = started.elapsed();
-    eprintln!("created {CERTS} Certs in {created_in:.1?}");
+}
 
+/// Polls until `count` Certs are Ready and (second value) have their records written; returns
+/// when each happened, and the peak RSS sampled meanwhile.
+async fn wait_all(api: &Api<Cert>, count: usize, started: Instant, operator: &MeasuredChild) -> (Duration, Duration, u64) {
     let mut peak_rss = 0;
+    let mut ready_at = None;
     let mut last_report = Instant::now();
-    let all_ready = loop {
-        let ready = ready_count(&api).await;
+    loop {
+        let (ready, written) = progress(api).await;
         peak_rss = peak_rss.max(operator.memory().unwrap().0);
-        if ready == CERTS {
-            break started.elapsed();
+        if ready >= count && ready_at.is_none() {
+            ready_at = Some(started.elapsed());
+        }
+        if let (Some(ready_at), true) = (ready_at, written >= count) {
+            return (ready_at, started.elapsed(), peak_rss);
         }
         if last_report.elapsed() > Duration::from_secs(30) {
-            eprintln!("{:>5.0} s: {ready} Ready", started.elapsed().as_secs_f64());
+            eprintln!("{:>5.0} s: {ready} Ready, {written} with their records written", started.elapsed().as_secs_f64());
             last_report = Instant::now();
         }
-        assert!(started.elapsed() < Duration::from_secs(3600), "only {ready} of {CERTS} Certs are Ready after an hour");
+        assert!(started.elapsed() < Duration::from_secs(3600), "only {ready} of {count} Certs are Ready after an hour");
         tokio::time::sleep(Duration::from_secs(1)).await;
-    };
+    }
+}
+
+fn calls_by_operation(proxy: &FaultProxy) -> BTreeMap<String, usize> {
+    proxy.all_calls().into_iter().collect()
+}
+
+async fn bench() {
+    let certs = usize::try_from(env_or("BENCH_CERTS", 1000)).unwrap();
+    let extra = usize::try_from(env_or("BENCH_EXTRA_CERTS", 1500)).unwrap();
+    let quiet = Duration::from_secs(env_or("BENCH_QUIET_SECS", 600));
+
+    let plane = blockwork_testenv::control_plane::control_plane().await.unwrap();
+    plane.install_crds(&[Cert::crd()]).await.unwrap();
+    let namespace = plane.namespace("bench-certs").await.unwrap();
+    let client = plane.client();
+    let moto = blockwork_testenv::emulators::moto().await.unwrap();
+    let proxy = FaultProxy::start(&moto.endpoint()).await.unwrap();
+    let zones = create_zones(&moto.endpoint(), &namespace).await;
+    // From now on the proxy throttles as AWS would (AWS's own quotas, not the operator's share).
+    proxy.enforce_quotas(Quotas::aws());
+    let zone_flag = zones.iter().map(|(name, id)| format!("{name}:{id}")).collect::<Vec<_>>().join(",");
+    let metrics_file = plane.dir().join("cert-bench-metrics.txt");
+    let _ = std::fs::remove_file(&metrics_file);
+
+    let operator = spawn_operator(plane.kubeconfig_path(), &zone_flag, &proxy.endpoint(), &metrics_file);
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let (idle_rss, _) = operator.memory().unwrap();
+
+    // 1. N Certs at once.
+    let api: Api<Cert> = Api::namespaced(client.clone(), &namespace);
+    let started = Instant::now();
+    create_certs(&api, &zones, 0..certs).await;
+    let created_in = started.elapsed();
+    eprintln!("created {certs} Certs in {created_in:.1?}");
+    let (all_ready, all_written, peak_rss) = wait_all(&api, certs, started, &operator).await;
     let calls = calls_by_operation(&proxy);
+    let throttled_by_aws: usize = proxy.all_throttled().values().sum();
     let (rss_ready, hwm_ready) = operator.memory().unwrap();
     let cpu = operator.cpu_seconds().unwrap();
     tokio::time::sleep(Duration::from_secs(2)).await;
     let metrics = std::fs::read_to_string(&metrics_file).unwrap();
-    let throttled = metric_sum(&metrics, "cert_operator_throttling_events_total");
-    let waits = metric_sum(&metrics, "cert_operator_rate_limit_wait_seconds_sum");
-    let configmaps = Api::<ConfigMap>::namespaced(client.clone(), &namespace)
-        .list(&ListParams::default().labels("app.kubernetes.io/managed-by=blockwork"))
-        .await
-        .unwrap()
-        .items
-        .len();
+    let throttled = metric_sum(&metrics, "blockwork_aws_throttling_events_total");
+    let waits = metric_sum(&metrics, "blockwork_aws_limiter_wait_seconds_sum");
 
-    eprintln!("all Ready; counting AWS calls for {} s of steady state", QUIET.as_secs());
+    // The floor the operator's quotas allow for the minimal calls.
+    let (config, _) = AwsArgs::default().config().unwrap();
+    let acm = config.quotas.service(Service::Acm);
+    let n = u64::try_from(certs).unwrap();
+    let floor_request = acm.operation("RequestCertificate").seconds_for(n);
+    let floor_describe = acm.operation("DescribeCertificate").seconds_for(n);
+    let floor = floor_request.max(floor_describe);
+    let made = |operation: &str| calls.get(operation).copied().unwrap_or(0);
+
+    // 2. Steady state, one certificate revoked behind the operator's back.
+    eprintln!("all Ready; counting AWS calls for {} s of steady state", quiet.as_secs());
+    let revoked = api.get("cert-0").await.unwrap().status.unwrap().observation.certificate_arn.unwrap();
     let before_quiet = proxy.all_calls().values().sum::<usize>();
-    tokio::time::sleep(QUIET).await;
+    let quiet_started = Instant::now();
+    proxy.set_certificate_status(&revoked, "REVOKED");
+    let mut noticed = None;
+    while quiet_started.elapsed() < quiet {
+        if noticed.is_none() && api.get("cert-0").await.unwrap().status.and_then(|s| s.observation.state) == Some(CertState::Failed) {
+            noticed = Some(quiet_started.elapsed());
+        }
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
     let quiet_calls = proxy.all_calls().values().sum::<usize>() - before_quiet;
-    let (rss_end, hwm_end) = operator.memory().unwrap();
+    let ready_hours = (certs as f64 - 1.0) * quiet.as_secs_f64() / 3600.0;
+    let (rss_quiet, _) = operator.memory().unwrap();
+
+    // 3. Memory with 2,500 Certs.
+    let rss_total = if extra > 0 {
+        let started = Instant::now();
+        create_certs(&api, &zones, certs..certs + extra).await;
+        // The revoked one stays Failed.
+        wait_all(&api, certs + extra - 1, started, &operator).await;
+        tokio::time::sleep(Duration::from_secs(5)).await;
+        Some(operator.memory().unwrap())
+    } else {
+        None
+    };
+    let throttled_at_end: usize = proxy.all_throttled().values().sum();
     operator.kill();
 
-    let acm: usize = calls.iter().filter(|(op, _)| ACM_OPERATIONS.contains(&op.as_str())).map(|(_, n)| n).sum();
-    let route53: usize = calls.iter().filter(|(op, _)| !ACM_OPERATIONS.contains(&op.as_str())).map(|(_, n)| n).sum();
-    // The fewest calls a Cert can cost: RequestCertificate and one DescribeCertificate (for the
-    // validation record, and the issued certificate when ACM is quick; a slower ACM needs a
-    // second one); a lookup and an UPSERT of the record. Plus one listing for adoption, shared.
-    let minimal_acm = 2 * CERTS + 1;
-    let minimal_route53_per_zone = 2 * CERTS.div_ceil(ZONES);
-    let bound = |calls: usize, rate: f64, burst: f64| ((calls as f64 - burst).max(0.0) / rate).max(0.0);
-    let lower_minimal = bound(minimal_acm, ACM_RATE, ACM_BURST).max(bound(minimal_route53_per_zone, ROUTE53_RATE, ROUTE53_BURST));
-    let lower_made = bound(acm, ACM_RATE, ACM_BURST).max(bound(route53.div_ceil(ZONES), ROUTE53_RATE, ROUTE53_BURST));
-
     println!();
-    println!("| {CERTS} Certs created at once ({ZONES} hosted zones, concurrency {CONCURRENCY}, default rate limits) | |");
-    println!("|---|---|");
-    println!("| Certs created (API server) | {:.1} s |", created_in.as_secs_f64());
-    println!("| time until all Ready | {:.0} s |", all_ready.as_secs_f64());
     println!(
-        "| lower bound from the rate limits, minimal calls ({minimal_acm} ACM at {ACM_RATE}/s burst {ACM_BURST}; {minimal_route53_per_zone} Route53 per zone at {ROUTE53_RATE}/s burst {ROUTE53_BURST}) | {lower_minimal:.0} s |"
+        "| {certs} Certs created at once ({ZONES} hosted zones in one account, concurrency {CONCURRENCY}, default quotas; the proxy throttles with AWS's) | now | before the AWS layer |"
     );
-    println!("| lower bound from the rate limits, for the calls actually made | {lower_made:.0} s |");
-    for (operation, count) in &calls {
-        println!("| AWS calls: {operation} | {count} ({:.2} per Cert) |", *count as f64 / CERTS as f64);
-    }
-    println!("| AWS calls: ACM total / Route53 total | {acm} / {route53} |");
-    println!("| throttling events (cert_operator_throttling_events_total) | {throttled} |");
-    println!("| time spent waiting for rate-limiter tokens, summed over calls | {waits:.0} s |");
-    println!("| ConfigMaps published | {configmaps} |");
+    println!("|---|---|---|");
+    println!("| Certs created (API server) | {:.1} s | |", created_in.as_secs_f64());
+    println!("| **time until all Ready** | **{:.0} s** | {BEFORE_READY_SECONDS:.0} s |", all_ready.as_secs_f64());
     println!(
-        "| operator VmRSS: idle / peak sampled / when all Ready / after the quiet window | {} / {} / {} / {} |",
+        "| floor from the operator's quotas, minimal calls ({certs} RequestCertificate at {} → {floor_request:.0} s; {certs} DescribeCertificate at {} → {floor_describe:.0} s) | {floor:.0} s | |",
+        acm.operation("RequestCertificate"),
+        acm.operation("DescribeCertificate")
+    );
+    println!("| all Ready / floor | {:.2} | |", all_ready.as_secs_f64() / floor);
+    println!("| time until every validation record is written | {:.0} s | |", all_written.as_secs_f64());
+    for (operation, count) in &calls {
+        println!("| AWS calls: {operation} | {count} ({:.3} per Cert) | |", *count as f64 / certs as f64);
+    }
+    println!("| ChangeResourceRecordSets per Cert | {:.3} | 1.00 |", made("ChangeResourceRecordSets") as f64 / certs as f64);
+    println!("| throttling answers from the proxy (AWS's buckets) | {throttled_by_aws} | |");
+    println!("| throttling events (operator's metric) | {throttled} | 0 |");
+    println!("| time calls waited for the operator's buckets, summed | {waits:.0} s | |");
+    println!(
+        "| operator VmRSS: idle / peak sampled / when all Ready | {} / {} / {} | 19.4 / 36.7 / 36.7 MiB |",
         mib(idle_rss),
         mib(peak_rss),
-        mib(rss_ready),
-        mib(rss_end)
+        mib(rss_ready)
     );
-    println!("| operator VmHWM: when all Ready / at the end | {} / {} |", mib(hwm_ready), mib(hwm_end));
-    println!("| operator CPU until all Ready | {cpu:.1} s |");
-    println!("| AWS calls in the {} s after all were Ready | {quiet_calls} |", QUIET.as_secs());
+    println!("| operator VmHWM when all Ready | {} | |", mib(hwm_ready));
+    println!("| operator CPU until all Ready | {cpu:.1} s | 8.9 s |");
+    println!(
+        "| steady state: AWS calls in {} s with {} Ready certificates | {quiet_calls} ({:.4} per Ready certificate and hour) | {BEFORE_CALLS_PER_CERTIFICATE_HOUR} per certificate and hour |",
+        quiet.as_secs(),
+        certs - 1,
+        quiet_calls as f64 / ready_hours
+    );
+    match noticed {
+        Some(after) => println!(
+            "| a certificate revoked behind the operator's back: its Cert Failed after | {:.0} s | up to an hour |",
+            after.as_secs_f64()
+        ),
+        None => println!(
+            "| a certificate revoked behind the operator's back: its Cert Failed after | not within {} s | up to an hour |",
+            quiet.as_secs()
+        ),
+    }
+    println!("| operator VmRSS after the quiet window | {} | |", mib(rss_quiet));
+    if let Some((rss, hwm)) = rss_total {
+        println!("| operator VmRSS / VmHWM with {} Certs, all Ready | {} / {} | |", certs + extra, mib(rss), mib(hwm));
+    }
+    println!("| throttling answers from the proxy, whole run | {throttled_at_end} | |");
 }

@@ -6,26 +6,30 @@
 //!
 //! - [`api`]: the CRD. [`logic`]: pure decisions (FQDN, zones, token, records, states, admission
 //!   rules). [`zones`]: `--dns-zones`.
-//! - [`aws`]: ACM/Route53 traits, the SDK implementation and its decorators (cache, retry,
-//!   rate limits). [`manager`]: the runtime's `ExternalResource`. [`publish`]: the ConfigMap
-//!   with the ARN for consumers. [`metrics`]: seed 000's metric suite.
+//! - [`manager`]: the runtime's `ExternalResource`, on the process's AWS layer
+//!   (`blockwork_aws`: ACM and its certificate listing, batched Route 53 records, quotas,
+//!   retries). [`wake`]: reconciles Certs when the listing or a record write tells of a change.
+//!   [`publish`]: the ConfigMap with the ARN for consumers. [`metrics`]: seed 000's metric suite
+//!   (its AWS-call metrics are the layer's, under the seed's names).
 //!
 //! It runs as the `cert` controller of `blockwork run`, with [`CertArgs`] flattened into that
 //! command's flags.
 
 pub mod api;
-pub mod aws;
 pub mod config;
 pub mod logic;
 pub mod manager;
 pub mod metrics;
 pub mod publish;
+pub mod wake;
 pub mod webhook;
 pub mod zones;
 
 use std::future::Future;
 use std::sync::Arc;
 
+use blockwork_aws::Aws;
+use blockwork_aws::acm::Acm;
 use blockwork_runtime::{Context, ControllerConfig, RuntimeMetrics};
 use futures::FutureExt as _;
 use k8s_openapi::api::rbac::v1::PolicyRule;
@@ -34,47 +38,42 @@ use tracing::info;
 
 pub use api::{Cert, CertObservation, CertSpec, CertState, CertStatus, DnsZoneRef, GROUP, ValidationRecordStatus, crd};
 pub use config::{CertArgs, CertConfig, ConfigError};
+pub use manager::VALIDATION_RECORD_TTL;
 pub use manager::{CertManager, Timing};
 pub use metrics::CertMetrics;
-
-/// The decorated AWS client the controller uses.
-pub type AwsClient = aws::Cached<aws::Retrying<aws::RateLimited<aws::Sdk>>>;
 
 /// The controller's name: metric label, event reporter, `--controllers` entry.
 pub const CONTROLLER: &str = "cert";
 
-#[derive(Debug, thiserror::Error)]
-pub enum Error {
-    #[error(transparent)]
-    Config(#[from] ConfigError),
-    #[error(transparent)]
-    RateLimit(#[from] aws::RateLimitError),
-}
-
-/// Composes the AWS client: SDK → rate limits → retries → cache (seed 000's decorator stack).
-pub fn aws_client(sdk_config: &aws_config::SdkConfig, config: &CertConfig, metrics: &Arc<CertMetrics>) -> Result<AwsClient, Error> {
-    let sdk = aws::Sdk::new(sdk_config, config.aws_timeout, Arc::clone(metrics));
-    let limited = aws::RateLimited::new(sdk, config.rate_limits, Arc::clone(metrics))?;
-    let retrying = aws::Retrying::new(limited, config.retry, Arc::clone(metrics));
-    Ok(aws::Cached::new(retrying, config.cache, Arc::clone(metrics)))
-}
-
-/// Runs the controller over `namespaces` (`None`: all) until `shutdown` completes.
+/// Runs the controller over `namespaces` (`None`: all) until `shutdown` completes, calling AWS
+/// through the process's layer `aws`. It keeps the account's certificate listing swept while it
+/// runs.
+#[allow(clippy::too_many_arguments)]
 pub async fn run(
     client: Client,
     config: CertConfig,
+    aws: Arc<Aws>,
     runtime_metrics: Arc<RuntimeMetrics>,
     metrics: Arc<CertMetrics>,
     namespaces: Option<Vec<String>>,
     concurrency: u16,
     shutdown: impl Future<Output = ()> + Send + 'static,
-) -> Result<(), Error> {
-    let sdk_config = blockwork_aws::sdk_config(config.aws_endpoint_url.as_deref(), config.aws_region.as_deref()).await;
-    let aws = aws_client(&sdk_config, &config, &metrics)?;
+) {
     metrics.set_tracking_limits(config.expiry_threshold_days, config.max_tracked_certificates);
-    let manager =
-        CertManager::new(aws, config.zones.clone(), config.validation_timeout, config.timing, Arc::clone(&metrics), client.clone());
+    let acm = Acm::new(&aws, CONTROLLER, None, config.acm);
+    let records = aws.records();
+    let _sweeps = Background(tokio::spawn(Arc::clone(&acm).keep_swept()));
+    let manager = CertManager::new(
+        Arc::clone(&acm),
+        Arc::clone(&records),
+        config.zones.clone(),
+        config.validation_timeout,
+        config.timing,
+        Arc::clone(&metrics),
+        client.clone(),
+    );
     let context = Context::new(client.clone(), manager, ControllerConfig::new(CONTROLLER, GROUP), runtime_metrics);
+    let _wakes = Background(tokio::spawn(wake::follow(Arc::clone(&context), acm, records)));
     let apis: Vec<Api<Cert>> = match &namespaces {
         None => vec![Api::all(client)],
         Some(namespaces) => namespaces.iter().map(|ns| Api::namespaced(client.clone(), ns)).collect(),
@@ -83,7 +82,15 @@ pub async fn run(
     let shutdown = shutdown.boxed().shared();
     futures::future::join_all(apis.into_iter().map(|api| blockwork_runtime::run(api, Arc::clone(&context), concurrency, shutdown.clone())))
         .await;
-    Ok(())
+}
+
+/// A task that lives as long as the controller: aborted when [`run`] returns or is dropped.
+struct Background(tokio::task::JoinHandle<()>);
+
+impl Drop for Background {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
 }
 
 /// The cluster permissions the controller needs (beyond events and leases, which the binary

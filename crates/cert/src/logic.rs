@@ -1,5 +1,6 @@
 //! The Cert operator's decisions as pure functions: which domains and zones a spec asks for,
-//! the ACM idempotency token, how to find a certificate whose request was never recorded, which
+//! the ACM idempotency token, how to find a certificate whose request was never recorded, when
+//! the certificate listing tells enough and when DescribeCertificate is needed, which
 //! validation records to write and which go with a replaced certificate, what an ACM status
 //! means for the object, and the admission rules. No I/O here; each rule has unit tests.
 
@@ -10,8 +11,8 @@ use blockwork_aws::dns_name;
 use sha2::{Digest, Sha256};
 
 use crate::api::{CertSpec, CertState, MAX_SANS, ValidationRecordStatus};
-use crate::aws::{AcmStatus, Certificate, DnsRecord, Freshness};
 use crate::zones::{Zone, ZoneError, ZoneRegistry, base_domain, normalize};
+use blockwork_aws::acm::{AcmStatus, Certificate, Freshness, Summary, ValidationRecord};
 
 /// The seed's validation timeout: a certificate still pending after this fails.
 pub const DEFAULT_VALIDATION_TIMEOUT: Duration = Duration::from_secs(72 * 3600);
@@ -150,8 +151,8 @@ pub fn owner_tags(namespace: &str, name: &str, uid: &str, token: &str) -> Vec<(S
 /// Whether an existing certificate matches what the spec asks for (ACM certificates cannot be
 /// changed: a difference means a new certificate).
 pub fn names_differ(certificate: &Certificate, desired: &Desired) -> Option<String> {
-    if normalize(&certificate.domain) != desired.domain {
-        return Some(format!("the certificate is for {} but the spec asks for {}", certificate.domain, desired.domain));
+    if let Some(difference) = primary_differs(&certificate.domain, desired) {
+        return Some(difference);
     }
     let mut have: Vec<String> = certificate.sans.iter().map(|s| normalize(s)).filter(|s| *s != desired.domain).collect();
     have.sort();
@@ -162,11 +163,57 @@ pub fn names_differ(certificate: &Certificate, desired: &Desired) -> Option<Stri
         .then(|| format!("the certificate's alternative names are [{}], the spec asks for [{}]", have.join(", "), want.join(", ")))
 }
 
+/// Why a look at a listed certificate needs DescribeCertificate too; `None`: the listing's
+/// summary tells all it needs (the steady state, and waiting for ACM to issue).
+pub fn description_needed(summary: &Summary, spec_changed: bool, records_known: bool, now: jiff::Timestamp) -> Option<&'static str> {
+    if spec_changed {
+        return Some("the alternative names are only described");
+    }
+    match summary.status {
+        AcmStatus::PendingValidation if !records_known => Some("the validation records are only described"),
+        AcmStatus::Failed => Some("the failure reason is only described"),
+        AcmStatus::Issued if summary.renewing(now) => Some("the renewal status is only described"),
+        _ => None,
+    }
+}
+
+/// The certificate as far as its summary tells: no alternative names, validation records or
+/// renewal status (those need DescribeCertificate).
+pub fn listed(summary: &Summary) -> Certificate {
+    Certificate {
+        arn: summary.arn.clone(),
+        domain: summary.domain.clone(),
+        sans: Vec::new(),
+        status: summary.status.clone(),
+        created_at: summary.created_at,
+        not_after: summary.not_after,
+        in_use_by: Vec::new(),
+        renewal_status: None,
+        failure_reason: None,
+        validations: Vec::new(),
+    }
+}
+
+/// Whether the status lists a validation record for every name of the spec (ACM names each
+/// `_<token>.<name>`, a wildcard's after its base name), so the records need not be described
+/// again.
+pub fn records_known(desired: &Desired, tracked: &[ValidationRecordStatus]) -> bool {
+    desired.zones.iter().all(|(name, zone)| {
+        let suffix = format!(".{}", base_domain(name));
+        tracked.iter().any(|r| r.zone_id == zone.id && normalize(&r.name).starts_with('_') && normalize(&r.name).ends_with(&suffix))
+    })
+}
+
+/// Whether a certificate for `domain` is for another primary domain than the spec's.
+pub fn primary_differs(domain: &str, desired: &Desired) -> Option<String> {
+    (normalize(domain) != desired.domain).then(|| format!("the certificate is for {domain} but the spec asks for {}", desired.domain))
+}
+
 /// A validation record to write: the CNAME ACM asked for, in the zone of its domain.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct PlannedRecord {
     pub zone_id: String,
-    pub record: DnsRecord,
+    pub record: ValidationRecord,
 }
 
 /// The validation records of a certificate, one per (zone, name): a wildcard and its base
@@ -175,7 +222,7 @@ pub struct PlannedRecord {
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct RecordPlan {
     /// By zone id, in a stable order.
-    pub by_zone: BTreeMap<String, Vec<DnsRecord>>,
+    pub by_zone: BTreeMap<String, Vec<ValidationRecord>>,
     pub complete: bool,
 }
 
@@ -374,7 +421,7 @@ mod tests {
     #![allow(clippy::unwrap_used, clippy::panic)]
     use super::*;
     use crate::api::DnsZoneRef;
-    use crate::aws::DomainValidation;
+    use blockwork_aws::acm::DomainValidation;
 
     fn zones() -> ZoneRegistry {
         "example.com:Z1,staging.example.com:Z2,other.org:Z3".parse().unwrap()
@@ -403,7 +450,7 @@ mod tests {
         DomainValidation {
             domain: domain.into(),
             status: None,
-            record: Some(DnsRecord { name: format!("{name}."), value: format!("{name}.acm-validations.aws.") }),
+            record: Some(ValidationRecord { name: format!("{name}."), value: format!("{name}.acm-validations.aws.") }),
         }
     }
 
@@ -490,6 +537,58 @@ mod tests {
         assert_eq!(marked_lookup(true, false, marked_at, soon), Freshness::Current, "before releasing a deleted Cert");
         assert_eq!(marked_lookup(false, true, marked_at, soon), Freshness::Current, "before marking other names");
         assert_eq!(marked_lookup(false, false, marked_at, late), Freshness::Current, "after ACM forgets the token");
+    }
+
+    fn summary(status: AcmStatus, not_after: Option<jiff::Timestamp>) -> Summary {
+        Summary {
+            arn: "arn:1".into(),
+            domain: "api-prod.example.com".into(),
+            status,
+            created_at: None,
+            not_after,
+            in_use: false,
+            revoked_at: None,
+        }
+    }
+
+    #[test]
+    fn the_listing_tells_enough_while_waiting_for_acm_and_at_steady_state() {
+        let now = jiff::Timestamp::from_second(1_700_000_000).unwrap();
+        let in_a_year = Some(now + jiff::SignedDuration::from_hours(24 * 365));
+        assert_eq!(description_needed(&summary(AcmStatus::Issued, in_a_year), false, true, now), None);
+        assert_eq!(description_needed(&summary(AcmStatus::PendingValidation, None), false, true, now), None);
+        assert_eq!(description_needed(&summary(AcmStatus::Revoked, in_a_year), false, true, now), None, "revoked says enough");
+    }
+
+    #[test]
+    fn what_only_describe_has_is_described() {
+        let now = jiff::Timestamp::from_second(1_700_000_000).unwrap();
+        let in_a_month = Some(now + jiff::SignedDuration::from_hours(24 * 30));
+        let in_a_year = Some(now + jiff::SignedDuration::from_hours(24 * 365));
+        assert!(description_needed(&summary(AcmStatus::PendingValidation, None), false, false, now).is_some(), "records");
+        assert!(description_needed(&summary(AcmStatus::Failed, None), false, true, now).is_some(), "the reason");
+        assert!(description_needed(&summary(AcmStatus::Issued, in_a_month), false, true, now).is_some(), "renewing");
+        assert!(description_needed(&summary(AcmStatus::Issued, in_a_year), true, true, now).is_some(), "names changed");
+    }
+
+    #[test]
+    fn records_are_known_when_every_name_of_the_spec_has_one_in_its_zone() {
+        let d = desired(
+            &CertSpec { subject_alternative_names: vec!["*.api-prod.example.com".into(), "www.other.org".into()], ..spec("api", "prod") },
+            &zones(),
+        )
+        .unwrap();
+        let record = |zone: &str, name: &str| ValidationRecordStatus {
+            zone_id: zone.into(),
+            name: name.into(),
+            value: "v".into(),
+            owned: true,
+            pending: false,
+        };
+        let primary = record("Z1", "_a.api-prod.example.com.");
+        assert!(!records_known(&d, std::slice::from_ref(&primary)));
+        assert!(records_known(&d, &[primary.clone(), record("Z3", "_b.www.other.org.")]), "the wildcard shares its base name's record");
+        assert!(!records_known(&d, &[primary, record("Z1", "_b.www.other.org.")]), "in the wrong zone");
     }
 
     #[test]

@@ -4,22 +4,30 @@
 //! - `verify` finds the certificate: by the ARN in status; else the one a create whose status
 //!   write was lost made (the runtime's create-pending marker names that request: found by the
 //!   owner-UID and request-token tags, in a current listing when missing it would lose it); else
-//!   one of ours for the same names (adoption after the status was lost). It lists and then
-//!   writes the DNS validation records while ACM waits for them (an idempotent step of the
-//!   asynchronous create), maps ACM's status to Ready, in progress or a terminal failure, and
-//!   once the certificate is issued deletes the ones it replaced. A Ready certificate costs one
-//!   (cacheable) DescribeCertificate.
-//! - `create` requests the certificate with an idempotency token and owner tags.
+//!   one of ours for the same names (adoption after the status was lost). It reads the
+//!   certificate **list-first**: from the process's certificate listing (one ListCertificates
+//!   call per sweep for up to 1,000 certificates), and with DescribeCertificate only for what
+//!   the listing lacks ([`logic::description_needed`]). It lists the DNS validation records and
+//!   has them written with the zone's next Route 53 batch, in the background, while ACM waits
+//!   for them; maps ACM's status to Ready, in progress or a terminal failure; and once the
+//!   certificate is issued deletes the ones it replaced. A Ready certificate costs no AWS call:
+//!   the listing's sweeps wake the Cert when its certificate changes (`crate::wake`).
+//! - `create` requests the certificate with an idempotency token and owner tags, and describes
+//!   it once for its validation records.
 //! - `delete`, for a recreate (changed names), sets the old certificate aside (make before
 //!   break); for the Cert's deletion it deletes every certificate the Cert holds if
 //!   `deleteOnRemoval` — only ones whose owner tag names the Cert, never one in use — and then
-//!   only the validation records this operator created.
+//!   only the validation records this operator created (one Route 53 batch per zone).
 //! - `on_success` publishes the ARN in the ConfigMap `<name>-certificate` ([`crate::publish`]),
 //!   which `verify` and `delete` remove when the Cert goes.
 
 use std::collections::{BTreeMap, HashSet};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
+
+use blockwork_aws::acm::{Acm, Certificate, CertificateRequest, Freshness};
+use blockwork_aws::route53::{Deletion, Record, Records, Written, Zone};
+use blockwork_aws::{AwsError, ErrorClass};
 
 use blockwork_runtime::{
     DeleteOutcome, ExternalError, ExternalResource, MutateOutcome, ReconcileState, Request, RequeuePolicy, VerifyOutcome,
@@ -29,7 +37,6 @@ use kube::{Client, ResourceExt};
 use tracing::warn;
 
 use crate::api::{Cert, CertObservation, CertState, ValidationRecordStatus};
-use crate::aws::{AwsError, Certificate, CertificateApi, CertificateRequest, DnsApi, DnsRecord, ErrorClass, Freshness, external_error};
 use crate::logic::{self, Assessment, Desired};
 use crate::metrics::CertMetrics;
 use crate::zones::{ZoneRegistry, normalize};
@@ -66,10 +73,18 @@ impl Default for Timing {
     }
 }
 
-/// The Cert operator's manager, over any ACM + Route53 client (the decorated SDK in
-/// production).
-pub struct CertManager<A> {
-    aws: A,
+/// TTL of the validation records: ACM only reads them at validation and renewal.
+pub const VALIDATION_RECORD_TTL: i64 = 300;
+
+/// The AWS error as the runtime reports it.
+fn external_error(error: &AwsError) -> ExternalError {
+    ExternalError::from(error)
+}
+
+/// The Cert operator's manager, over the process's AWS layer.
+pub struct CertManager {
+    acm: Arc<Acm>,
+    records: Arc<Records>,
     zones: ZoneRegistry,
     validation_timeout: Duration,
     timing: Timing,
@@ -82,16 +97,51 @@ pub struct CertManager<A> {
     client: Client,
 }
 
-impl<A: CertificateApi + DnsApi> CertManager<A> {
+impl CertManager {
     pub fn new(
-        aws: A,
+        acm: Arc<Acm>,
+        records: Arc<Records>,
         zones: ZoneRegistry,
         validation_timeout: Duration,
         timing: Timing,
         metrics: Arc<CertMetrics>,
         client: Client,
     ) -> Self {
-        Self { aws, zones, validation_timeout, timing, metrics, failed: Mutex::default(), client }
+        Self { acm, records, zones, validation_timeout, timing, metrics, failed: Mutex::default(), client }
+    }
+
+    /// The ACM of this controller, whose listing [`crate::wake`] follows.
+    pub fn acm(&self) -> &Arc<Acm> {
+        &self.acm
+    }
+
+    /// The certificate of the ARN in status, list-first: its listed summary when that tells all
+    /// this look needs, else its description too. `None` when ACM no longer has it.
+    async fn read(
+        &self,
+        arn: &str,
+        request: &Request<'_, Cert>,
+        desired: &Desired,
+        observation: &CertObservation,
+    ) -> Result<Option<Found>, AwsError> {
+        let described = match self.acm.summary(arn, Freshness::Listed).await? {
+            Some(summary) => {
+                let spec = serde_json::to_string(&request.object.spec).ok();
+                let spec_changed = request.last_applied_spec.is_none() || request.last_applied_spec != spec.as_deref();
+                let known = logic::records_known(desired, &observation.validation_records);
+                match logic::description_needed(&summary, spec_changed, known, jiff::Timestamp::now()) {
+                    None => return Ok(Some(Found { certificate: logic::listed(&summary), described: false })),
+                    Some(_) => self.acm.describe_recent(arn).await,
+                }
+            }
+            // Not listed yet (requested since the last sweep) or gone: ask.
+            None => self.acm.describe(arn).await,
+        };
+        match described {
+            Ok(certificate) => Ok(Some(Found::described(certificate))),
+            Err(error) if error.class == ErrorClass::NotFound => Ok(None),
+            Err(error) => Err(error),
+        }
     }
 
     /// Notes that a call of the current reconcile of `object` failed.
@@ -146,32 +196,25 @@ impl<A: CertificateApi + DnsApi> CertManager<A> {
     /// The certificate of this object: by the ARN in status; else the one the create-pending
     /// marker's request made, if any; else, without a marker, one of ours for exactly these names
     /// (an adoption after the status was lost, e.g. by a restore).
-    async fn find(
-        &self,
-        request: &Request<'_, Cert>,
-        desired: &Desired,
-        observation: &CertObservation,
-    ) -> Result<Option<Certificate>, AwsError> {
-        if let Some(arn) = &observation.certificate_arn {
-            match self.aws.describe(arn).await {
-                Ok(certificate) => return Ok(Some(certificate)),
-                Err(error) if error.class == ErrorClass::NotFound => {}
-                Err(error) => return Err(error),
-            }
+    async fn find(&self, request: &Request<'_, Cert>, desired: &Desired, observation: &CertObservation) -> Result<Option<Found>, AwsError> {
+        if let Some(arn) = &observation.certificate_arn
+            && let Some(found) = self.read(arn, request, desired, observation).await?
+        {
+            return Ok(Some(found));
         }
         let uid = request.object.uid().unwrap_or_default();
         if let Some(marked) = self.marked(request) {
             let freshness = logic::marked_lookup(false, marked.desired != *desired, marked.at, jiff::Timestamp::now());
-            let listing = self.aws.list_certificates(freshness).await?;
-            return self.find_requested(&listing, &marked, &uid).await;
+            let listing = self.acm.list_certificates(freshness).await?;
+            return Ok(self.find_requested(&listing, &marked, &uid).await?.map(Found::described));
         }
-        let listing = self.aws.list_certificates(Freshness::Recent).await?;
+        let listing = self.acm.list_certificates(Freshness::Recent).await?;
         for (arn, _) in self.owned_candidates(&listing, &desired.domain, &uid).await? {
             if observation.previous_certificate_arns.contains(&arn) {
                 continue;
             }
-            match self.aws.describe(&arn).await {
-                Ok(certificate) if logic::names_differ(&certificate, desired).is_none() => return Ok(Some(certificate)),
+            match self.acm.describe(&arn).await {
+                Ok(certificate) if logic::names_differ(&certificate, desired).is_none() => return Ok(Some(Found::described(certificate))),
                 Ok(_) => {}
                 Err(error) if error.class == ErrorClass::NotFound => {}
                 Err(error) => return Err(error),
@@ -186,7 +229,7 @@ impl<A: CertificateApi + DnsApi> CertManager<A> {
             if logic::tag(&tags, logic::TAG_TOKEN) != Some(marked.token.as_str()) {
                 continue;
             }
-            match self.aws.describe(&arn).await {
+            match self.acm.describe(&arn).await {
                 Ok(certificate) => return Ok(Some(certificate)),
                 Err(error) if error.class == ErrorClass::NotFound => {}
                 Err(error) => return Err(error),
@@ -204,7 +247,7 @@ impl<A: CertificateApi + DnsApi> CertManager<A> {
     ) -> Result<Vec<(String, Vec<(String, String)>)>, AwsError> {
         let mut owned = Vec::new();
         for (_, arn) in listing.iter().filter(|(d, _)| normalize(d) == domain) {
-            match self.aws.list_tags(arn).await {
+            match self.acm.list_tags(arn).await {
                 Ok(tags) if logic::owned_by(&tags, uid) => owned.push((arn.clone(), tags)),
                 Ok(_) => {}
                 // Deleted since the listing.
@@ -215,51 +258,83 @@ impl<A: CertificateApi + DnsApi> CertManager<A> {
         Ok(owned)
     }
 
-    /// Writes the validation records an earlier look listed as ours and pending, then lists those
-    /// ACM asks for that are not listed yet, each with whether it is ours (it did not exist with
-    /// this value). Listed now, ours are written by the next look: which records are ours is in
-    /// the status before any is written, so a status write lost after a write never makes ours
-    /// look like someone else's (and never deleted). True when every record ACM asks for is
-    /// written.
+    /// Has the validation records an earlier look listed as ours and pending written (with the
+    /// zone's next Route 53 batch, in the background: the Cert is woken when they are), then
+    /// lists those ACM asks for that are not listed yet (`described`: the certificate's
+    /// description, when this look read one), each with whether it is ours (it did not exist
+    /// with this value). Listed now, ours are written after the status records them: which
+    /// records are ours is in the status before any is written, so a status write lost after a
+    /// write never makes ours look like someone else's (and never deleted). True when every
+    /// record ACM asks for is written.
     async fn ensure_records(
+        &self,
+        described: Option<&Certificate>,
+        desired: &Desired,
+        observation: &mut CertObservation,
+    ) -> Result<bool, ExternalError> {
+        let mut to_write: BTreeMap<String, Vec<Record>> = BTreeMap::new();
+        let mut failure = None;
+        for record in observation.validation_records.iter_mut().filter(|r| r.pending) {
+            match self.records.written(&record.zone_id, &record.name) {
+                Some(Written::Done(_)) => record.pending = false,
+                Some(Written::Queued) => {}
+                Some(Written::Failed(error)) => {
+                    to_write.entry(record.zone_id.clone()).or_default().push(cname(record));
+                    failure.get_or_insert(error);
+                }
+                None => to_write.entry(record.zone_id.clone()).or_default().push(cname(record)),
+            }
+        }
+        for (zone_id, records) in to_write {
+            self.records.upsert_in_background(crate::CONTROLLER, &Zone::new(&zone_id, None), records);
+        }
+        if let Some(error) = failure.filter(|e| e.class == ErrorClass::Terminal) {
+            return Err(external_error(&error));
+        }
+        let complete = match described {
+            Some(certificate) => self.list_records(certificate, desired, observation).await?,
+            None => logic::records_known(desired, &observation.validation_records),
+        };
+        Ok(complete && observation.validation_records.iter().all(|r| !r.pending))
+    }
+
+    /// Adds the records ACM asks for that the status does not list yet, as pending and owned
+    /// unless they already exist with ACM's value (another certificate for the same name shares
+    /// them: used, never deleted). True when ACM has published every record.
+    async fn list_records(
         &self,
         certificate: &Certificate,
         desired: &Desired,
         observation: &mut CertObservation,
     ) -> Result<bool, ExternalError> {
-        let mut pending: BTreeMap<String, Vec<DnsRecord>> = BTreeMap::new();
-        for record in observation.validation_records.iter().filter(|r| r.pending) {
-            pending.entry(record.zone_id.clone()).or_default().push(DnsRecord { name: record.name.clone(), value: record.value.clone() });
-        }
-        for (zone_id, records) in &pending {
-            self.aws.upsert_cnames(zone_id, records).await.map_err(|e| external_error(&e))?;
-            for record in observation.validation_records.iter_mut().filter(|r| r.zone_id == *zone_id) {
-                record.pending = false;
-            }
-        }
         let plan = logic::plan_records(certificate, desired).map_err(|e| ExternalError::terminal("InvalidSpec", e.to_string()))?;
+        let mut unlisted: BTreeMap<String, Vec<logic::PlannedRecord>> = BTreeMap::new();
         for planned in plan.records() {
             let listed = observation.validation_records.iter().any(|r| {
                 r.zone_id == planned.zone_id
                     && normalize(&r.name) == normalize(&planned.record.name)
                     && normalize(&r.value) == normalize(&planned.record.value)
             });
-            if listed {
-                continue;
+            if !listed {
+                unlisted.entry(planned.zone_id.clone()).or_default().push(planned);
             }
-            let existing = self.aws.lookup_cname(&planned.zone_id, &planned.record.name).await.map_err(|e| external_error(&e))?;
-            // A record that already has this value was put there by someone else (another
-            // certificate for the same name shares it): use it, never delete it.
-            let owned = existing.as_deref().map(normalize) != Some(normalize(&planned.record.value));
-            observation.validation_records.push(ValidationRecordStatus {
-                zone_id: planned.zone_id,
-                name: planned.record.name,
-                value: planned.record.value,
-                owned,
-                pending: owned,
-            });
         }
-        Ok(plan.complete && observation.validation_records.iter().all(|r| !r.pending))
+        for (zone_id, planned) in unlisted {
+            let names: Vec<String> = planned.iter().map(|p| p.record.name.clone()).collect();
+            let existing =
+                self.records.lookup(crate::CONTROLLER, &Zone::new(&zone_id, None), &names).await.map_err(|e| external_error(&e))?;
+            for (planned, existing) in planned.into_iter().zip(existing) {
+                let owned = existing.map(|record| normalize(&record.value)) != Some(normalize(&planned.record.value));
+                observation.validation_records.push(ValidationRecordStatus {
+                    zone_id: planned.zone_id,
+                    name: planned.record.name,
+                    value: planned.record.value,
+                    owned,
+                    pending: owned,
+                });
+            }
+        }
+        Ok(plan.complete)
     }
 
     async fn observe(&self, request: &Request<'_, Cert>, observation: &mut CertObservation) -> Result<VerifyOutcome, ExternalError> {
@@ -272,17 +347,25 @@ impl<A: CertificateApi + DnsApi> CertManager<A> {
             return self.observe_held(request, observation).await.map_err(|e| external_error(&e));
         }
         let desired = self.desired(object, observation)?;
-        let Some(certificate) = self.find(request, &desired, observation).await.map_err(|e| external_error(&e))? else {
+        let Some(found) = self.find(request, &desired, observation).await.map_err(|e| external_error(&e))? else {
             observation.certificate_arn = None;
             observation.cert_ready = false;
             observation.expiration_date = None;
             observation.state = Some(CertState::Pending);
             return Ok(VerifyOutcome::Missing);
         };
+        let certificate = found.certificate;
         observation.certificate_arn = Some(certificate.arn.clone());
-        if let Some(difference) = logic::names_differ(&certificate, &desired) {
+        // A listed summary names the primary domain only; the alternative names are compared
+        // whenever the spec changed, which is when they can differ (then it is described).
+        let difference = match found.described {
+            true => logic::names_differ(&certificate, &desired),
+            false => logic::primary_differs(&certificate.domain, &desired),
+        };
+        if let Some(difference) = difference {
             return Ok(VerifyOutcome::RecreateRequired(difference));
         }
+        let described = found.described.then_some(&certificate);
         observation.expiration_date = certificate.not_after.map(Time);
         observation.renewal_status = certificate.renewal_status.clone();
         match logic::assess(&certificate, jiff::Timestamp::now(), self.validation_timeout) {
@@ -290,19 +373,27 @@ impl<A: CertificateApi + DnsApi> CertManager<A> {
                 observation.state = Some(CertState::Ready);
                 observation.cert_ready = true;
                 // A renewal needs the same records: put back any we have not written. So does a
-                // certificate issued before the look that writes the records an earlier look
+                // certificate issued before the background write of the records an earlier look
                 // listed (ACM reuses an account's validation record for the same name, and an
                 // emulator issues by time) — without them it could not renew.
                 let renewing = certificate.renewal_status.as_deref() == Some("PENDING_VALIDATION");
                 let unwritten = observation.validation_records.iter().any(|r| r.pending);
                 if (renewing || unwritten) && may_create(object) {
-                    self.ensure_records(&certificate, &desired, observation).await?;
+                    self.ensure_records(described.filter(|_| renewing), &desired, observation).await?;
                 }
                 if let Some(message) = logic::renewal_message(certificate.renewal_status.as_deref()) {
                     warn!(cert = %object.name_any(), namespace = ?object.namespace(), "{message}");
                 }
                 if !observation.previous_certificate_arns.is_empty() {
-                    self.settle_previous(request, &certificate, observation).await;
+                    // Which records the current certificate still needs is only described.
+                    let current = match described {
+                        Some(certificate) => Ok(certificate.clone()),
+                        None => self.acm.describe_recent(&certificate.arn).await,
+                    };
+                    match current {
+                        Ok(current) => self.settle_previous(request, &current, observation).await,
+                        Err(error) => warn!(cert = %object.name_any(), %error, "the replaced certificates are settled at the next look"),
+                    }
                 }
                 Ok(VerifyOutcome::Ready)
             }
@@ -317,7 +408,8 @@ impl<A: CertificateApi + DnsApi> CertManager<A> {
                         "waiting for ACM to validate; access-permissions do not allow writing the validation records".to_owned(),
                     ));
                 }
-                if self.ensure_records(&certificate, &desired, observation).await? {
+                self.acm.await_issue(&certificate.arn);
+                if self.ensure_records(described, &desired, observation).await? {
                     observation.state = Some(CertState::Validated);
                     Ok(VerifyOutcome::InProgress(format!(
                         "the validation records are in place; waiting for ACM to issue {}",
@@ -341,7 +433,7 @@ impl<A: CertificateApi + DnsApi> CertManager<A> {
     async fn observe_held(&self, request: &Request<'_, Cert>, observation: &mut CertObservation) -> Result<VerifyOutcome, AwsError> {
         if let Some(marked) = self.marked(request) {
             let uid = request.object.uid().unwrap_or_default();
-            let listing = self.aws.list_certificates(Freshness::Current).await?;
+            let listing = self.acm.list_certificates(Freshness::Current).await?;
             if let Some(found) = self.find_requested(&listing, &marked, &uid).await? {
                 hold(observation, found.arn);
             }
@@ -365,7 +457,7 @@ impl<A: CertificateApi + DnsApi> CertManager<A> {
         let uid = object.uid().unwrap_or_default();
         let tags = logic::owner_tags(&object.namespace().unwrap_or_default(), &object.name_any(), &uid, &token);
         let arn = self
-            .aws
+            .acm
             .request(&CertificateRequest { domain: desired.domain.clone(), sans: desired.sans.clone(), token, tags })
             .await
             .map_err(|e| external_error(&e))?;
@@ -375,9 +467,10 @@ impl<A: CertificateApi + DnsApi> CertManager<A> {
         // ACM usually publishes the validation records within seconds: list them now (with
         // whether each is ours), so that the next look writes them. If it has not yet, a later
         // look lists them.
-        match self.aws.describe(&arn).await {
+        self.acm.await_issue(&arn);
+        match self.acm.describe(&arn).await {
             Ok(certificate) => {
-                if let Err(error) = self.ensure_records(&certificate, &desired, observation).await {
+                if let Err(error) = self.list_records(&certificate, &desired, observation).await {
                     warn!(cert = %object.name_any(), %error, "listing the validation records failed; verify retries");
                 }
             }
@@ -426,7 +519,7 @@ impl<A: CertificateApi + DnsApi> CertManager<A> {
             }
             if let Err(error) = self.delete_owned(&arn, &uid).await {
                 warn!(cert = %object.name_any(), %error, "a replaced certificate is not deleted yet; the next look tries again");
-                match self.aws.describe(&arn).await {
+                match self.acm.describe(&arn).await {
                     Ok(certificate) if !certificate.validations.is_empty() => needed.extend(logic::record_names(&certificate)),
                     _ => needs_known = false,
                 }
@@ -437,22 +530,23 @@ impl<A: CertificateApi + DnsApi> CertManager<A> {
         if !needs_known {
             return;
         }
-        for record in logic::unneeded_records(&observation.validation_records, &needed) {
-            if object.spec.delete_on_removal && record.owned {
-                let cname = DnsRecord { name: record.name.clone(), value: record.value.clone() };
-                if let Err(error) = self.aws.delete_cname(&record.zone_id, &cname).await {
-                    warn!(cert = %object.name_any(), %error, "a replaced certificate's validation record is not deleted yet");
-                    continue;
-                }
+        let unneeded = logic::unneeded_records(&observation.validation_records, &needed);
+        let owned: Vec<ValidationRecordStatus> = unneeded.iter().filter(|r| object.spec.delete_on_removal && r.owned).cloned().collect();
+        let (deleted, failure) = self.delete_records(&owned).await;
+        if let Some(error) = failure {
+            warn!(cert = %object.name_any(), %error, "a replaced certificate's validation records are not deleted yet");
+        }
+        for record in unneeded {
+            if !owned.contains(&record) || deleted.contains(&record) {
+                observation.validation_records.retain(|r| *r != record);
             }
-            observation.validation_records.retain(|r| *r != record);
         }
     }
 
     /// Deletes a certificate of this Cert: only if its owner tag names this object (one that
     /// does not is someone else's, and only forgotten), and never one in use.
     async fn delete_owned(&self, arn: &str, uid: &str) -> Result<(), ExternalError> {
-        let tags = match self.aws.list_tags(arn).await {
+        let tags = match self.acm.list_tags(arn).await {
             Ok(tags) => tags,
             Err(error) if error.class == ErrorClass::NotFound => return Ok(()),
             Err(error) => return Err(external_error(&error)),
@@ -462,14 +556,14 @@ impl<A: CertificateApi + DnsApi> CertManager<A> {
             return Ok(());
         }
         // In-use status changes outside our view: ask AWS, not the cache.
-        self.aws.invalidate(arn).await;
-        match self.aws.describe(arn).await {
+        self.acm.invalidate(arn).await;
+        match self.acm.describe(arn).await {
             Ok(certificate) if !certificate.in_use_by.is_empty() => return Err(in_use(certificate.in_use_by.len())),
             Ok(_) => {}
             Err(error) if error.class == ErrorClass::NotFound => return Ok(()),
             Err(error) => return Err(external_error(&error)),
         }
-        match self.aws.delete(arn).await {
+        match self.acm.delete(arn).await {
             Ok(()) => Ok(()),
             Err(error) if error.class == ErrorClass::NotFound => Ok(()),
             Err(error) if error.code.as_deref() == Some("ResourceInUseException") => Err(in_use(1)),
@@ -505,15 +599,58 @@ impl<A: CertificateApi + DnsApi> CertManager<A> {
         // deletion then fails. A failure here leaves the remaining records listed, and verify
         // makes the runtime call delete again. A pending record may have been written by a look
         // whose status write was lost: it is ours either way.
-        while let Some(record) = observation.validation_records.first().cloned() {
-            if record.owned {
-                let cname = DnsRecord { name: record.name.clone(), value: record.value.clone() };
-                self.aws.delete_cname(&record.zone_id, &cname).await.map_err(|e| external_error(&e))?;
-            }
-            observation.validation_records.remove(0);
-        }
-        Ok(())
+        let owned: Vec<ValidationRecordStatus> = observation.validation_records.iter().filter(|r| r.owned).cloned().collect();
+        let (deleted, failure) = self.delete_records(&owned).await;
+        observation.validation_records.retain(|r| r.owned && !deleted.contains(r));
+        failure.map_or(Ok(()), |error| Err(external_error(&error)))
     }
+
+    /// Deletes owned validation records, one Route 53 batch per zone, each only while it still
+    /// has the value written (see `blockwork_aws::route53`); returns those gone now (deleted, or
+    /// not there with that value) and the first failure. Progress is kept: a zone whose batch
+    /// fails leaves its records for the next look, the others' are gone.
+    async fn delete_records(&self, records: &[ValidationRecordStatus]) -> (Vec<ValidationRecordStatus>, Option<AwsError>) {
+        let mut by_zone: BTreeMap<&str, Vec<&ValidationRecordStatus>> = BTreeMap::new();
+        for record in records {
+            by_zone.entry(record.zone_id.as_str()).or_default().push(record);
+        }
+        let mut gone = Vec::new();
+        let mut failure = None;
+        for (zone_id, records) in by_zone {
+            let cnames = records.iter().map(|r| cname(r)).collect();
+            match self.records.delete(crate::CONTROLLER, &Zone::new(zone_id, None), cnames).await {
+                Ok(deletions) => {
+                    for (record, deletion) in records.into_iter().zip(deletions) {
+                        if deletion == Deletion::NotFound {
+                            tracing::debug!(record = %record.name, "a validation record was not there with the value written; nothing deleted");
+                        }
+                        gone.push(record.clone());
+                    }
+                }
+                Err(error) => {
+                    failure.get_or_insert(error);
+                }
+            }
+        }
+        (gone, failure)
+    }
+}
+
+/// A certificate as one look found it: described, or only listed.
+struct Found {
+    certificate: Certificate,
+    described: bool,
+}
+
+impl Found {
+    fn described(certificate: Certificate) -> Self {
+        Self { certificate, described: true }
+    }
+}
+
+/// The Route 53 record of a validation record.
+fn cname(record: &ValidationRecordStatus) -> Record {
+    Record { name: record.name.clone(), value: record.value.clone(), ttl: VALIDATION_RECORD_TTL }
 }
 
 /// The request a create-pending marker names.
@@ -563,7 +700,7 @@ fn settle_state(observation: &mut CertObservation, error: &ExternalError) {
     }
 }
 
-impl<A: CertificateApi + DnsApi> ExternalResource for CertManager<A> {
+impl ExternalResource for CertManager {
     type Object = Cert;
     type Observation = CertObservation;
 

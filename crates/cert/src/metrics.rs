@@ -1,25 +1,27 @@
 //! The Cert operator's own metrics, seed 000 part 5's suite (the runtime's generic reconcile
-//! metrics come on top). Labels are bounded: AWS operation names, services, lookup types, the
-//! five states; the one per-object family (`certificate_expiry_days`) holds at most
-//! `--max-tracked-certificates` series. [`CertMetrics::register`] registers unprefixed names;
-//! the `blockwork` binary passes a sub-registry with the prefix `cert_operator`, giving the
-//! seed's names ([`SEED_METRICS`]).
+//! metrics come on top). Labels are bounded: the five states, six expiry buckets; the one
+//! per-object family (`certificate_expiry_days`) holds at most `--max-tracked-certificates`
+//! series. [`CertMetrics::register`] registers unprefixed names; the `blockwork` binary passes
+//! a sub-registry with the prefix `cert_operator`, giving the seed's names ([`SEED_METRICS`]).
+//!
+//! The seed's AWS-call metrics (calls, latency, throttling events, rate-limiter wait and tokens,
+//! cache hits and misses) are recorded by the process's AWS layer, in its one family, and
+//! exposed under the seed's names too (`blockwork_aws::metrics`).
 
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Mutex, PoisonError};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use prometheus_client::encoding::{EncodeLabelSet, EncodeMetric, MetricEncoder};
-use prometheus_client::metrics::MetricType;
+use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
-use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
 
-/// Seed 000's metric names (after the `cert_operator_` prefix, as exposed) and the labels of
-/// each, which dashboards and the shipped alerts rely on.
+/// Seed 000's metric names (as exposed) and the labels of each, which dashboards and the shipped
+/// alerts rely on: the first five are this module's, the rest the AWS layer's.
 pub const SEED_METRICS: [(&str, &[&str]); 12] = [
     ("cert_operator_certificate_expiry_buckets", &["bucket"]),
     ("cert_operator_certificate_expiry_days", &["namespace", "name"]),
@@ -34,29 +36,6 @@ pub const SEED_METRICS: [(&str, &[&str]); 12] = [
     ("cert_operator_cache_hits_total", &["lookup_type"]),
     ("cert_operator_cache_misses_total", &["lookup_type"]),
 ];
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct CallLabels {
-    pub operation: String,
-    pub success: String,
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct OperationLabels {
-    pub operation: String,
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct ServiceLabels {
-    /// `acm` or `route53`.
-    pub service: String,
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct LookupLabels {
-    /// `arn` or `fqdn`.
-    pub lookup_type: String,
-}
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct BucketLabels {
@@ -80,63 +59,6 @@ pub struct ReconcileLabels {
     pub state: String,
     /// `false` when a call to AWS or Kubernetes failed.
     pub success: String,
-}
-
-/// One token bucket as last seen: its tokens right after the last call took one.
-#[derive(Clone, Copy, Debug)]
-struct Bucket {
-    tokens: f64,
-    at: Instant,
-    per_second: f64,
-    burst: f64,
-}
-
-impl Bucket {
-    /// The tokens now: the bucket refills at its rate up to the burst.
-    fn tokens(&self, now: Instant) -> f64 {
-        (self.tokens + now.saturating_duration_since(self.at).as_secs_f64() * self.per_second).min(self.burst)
-    }
-}
-
-/// `rate_limiter_tokens{service}`, computed when scraped: the tokens a call could take now, from
-/// each bucket's state at its last call and its refill rate. Route53 has a bucket per hosted
-/// zone; the series shows the emptiest (the zone closest to making calls wait).
-#[derive(Clone, Debug, Default)]
-struct TokenGauges {
-    /// By (service, bucket key: the hosted zone id for Route53, empty for ACM and for the
-    /// full bucket every new zone starts with).
-    buckets: Arc<Mutex<HashMap<(&'static str, String), Bucket>>>,
-}
-
-impl TokenGauges {
-    fn values(&self) -> Vec<(&'static str, f64)> {
-        let now = Instant::now();
-        let buckets = self.buckets.lock().unwrap_or_else(PoisonError::into_inner);
-        let mut services: Vec<(&'static str, f64)> = Vec::new();
-        for ((service, _), bucket) in buckets.iter() {
-            let tokens = bucket.tokens(now);
-            match services.iter_mut().find(|(s, _)| s == service) {
-                Some((_, lowest)) => *lowest = lowest.min(tokens),
-                None => services.push((service, tokens)),
-            }
-        }
-        services.sort_by(|a, b| a.0.cmp(b.0));
-        services
-    }
-}
-
-impl EncodeMetric for TokenGauges {
-    fn encode(&self, mut encoder: MetricEncoder) -> Result<(), std::fmt::Error> {
-        for (service, tokens) in self.values() {
-            let labels = ServiceLabels { service: service.to_owned() };
-            encoder.encode_family(&labels)?.encode_gauge(&tokens)?;
-        }
-        Ok(())
-    }
-
-    fn metric_type(&self) -> MetricType {
-        MetricType::Gauge
-    }
 }
 
 /// The six fixed expiry windows (seed 000), by upper bound in days; an expired certificate
@@ -175,13 +97,6 @@ pub struct CertMetrics {
     certificates: Family<StateLabels, Gauge>,
     tracking: Mutex<Tracking>,
     reconcile_duration: Family<ReconcileLabels, Histogram>,
-    aws_calls: Family<CallLabels, Counter>,
-    aws_latency: Family<OperationLabels, Histogram>,
-    throttling_events: Family<OperationLabels, Counter>,
-    rate_limit_wait: Family<ServiceLabels, Histogram>,
-    rate_limiter_tokens: TokenGauges,
-    cache_hits: Family<LookupLabels, Counter>,
-    cache_misses: Family<LookupLabels, Counter>,
 }
 
 impl CertMetrics {
@@ -205,25 +120,6 @@ impl CertMetrics {
             "Duration of Cert reconciles by the state they began in and whether they succeeded",
             metrics.reconcile_duration.clone(),
         );
-        registry.register("aws_api_calls", "AWS API calls by operation and success", metrics.aws_calls.clone());
-        registry.register("aws_api_latency_seconds", "AWS API call latency by operation", metrics.aws_latency.clone());
-        registry.register(
-            "throttling_events",
-            "Calls AWS answered with a throttling error, by operation",
-            metrics.throttling_events.clone(),
-        );
-        registry.register(
-            "rate_limit_wait_seconds",
-            "Time calls waited for a rate-limiter token, by service",
-            metrics.rate_limit_wait.clone(),
-        );
-        registry.register(
-            "rate_limiter_tokens",
-            "Tokens a call could take now, by service (Route53: the emptiest hosted zone's bucket)",
-            metrics.rate_limiter_tokens.clone(),
-        );
-        registry.register("cache_hits", "Certificate lookups answered from the cache, by lookup type", metrics.cache_hits.clone());
-        registry.register("cache_misses", "Certificate lookups that went to AWS, by lookup type", metrics.cache_misses.clone());
         Arc::new(metrics)
     }
 
@@ -243,13 +139,6 @@ impl CertMetrics {
             reconcile_duration: Family::new_with_constructor(|| {
                 Histogram::new([0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0])
             }),
-            aws_calls: Family::default(),
-            aws_latency: Family::new_with_constructor(|| Histogram::new(exponential_buckets(0.005, 2.0, 12))),
-            throttling_events: Family::default(),
-            rate_limit_wait: Family::new_with_constructor(|| Histogram::new(exponential_buckets(0.001, 4.0, 9))),
-            rate_limiter_tokens: TokenGauges::default(),
-            cache_hits: Family::default(),
-            cache_misses: Family::default(),
         }
     }
 
@@ -313,63 +202,10 @@ impl CertMetrics {
         }
     }
 
-    pub fn aws_call(&self, operation: &str, success: bool, latency: Duration) {
-        let success = if success { "true" } else { "false" };
-        self.aws_calls.get_or_create(&CallLabels { operation: operation.to_owned(), success: success.to_owned() }).inc();
-        self.aws_latency.get_or_create(&OperationLabels { operation: operation.to_owned() }).observe(latency.as_secs_f64());
-    }
-
     /// One reconcile of a Cert that began in `state`.
     pub fn reconciled(&self, state: crate::api::CertState, success: bool, duration: Duration) {
         let labels = ReconcileLabels { state: state.as_str().to_owned(), success: success.to_string() };
         self.reconcile_duration.get_or_create(&labels).observe(duration.as_secs_f64());
-    }
-
-    /// A token bucket of `service` (`key`: its hosted zone, or empty) that now holds `tokens`
-    /// of at most `burst`, refilling at `per_second`.
-    pub fn rate_limiter_tokens(&self, service: &'static str, key: &str, tokens: f64, per_second: f64, burst: f64) {
-        let bucket = Bucket { tokens, at: Instant::now(), per_second, burst };
-        self.rate_limiter_tokens.buckets.lock().unwrap_or_else(PoisonError::into_inner).insert((service, key.to_owned()), bucket);
-    }
-
-    pub fn throttled(&self, operation: &str) {
-        self.throttling_events.get_or_create(&OperationLabels { operation: operation.to_owned() }).inc();
-    }
-
-    pub fn rate_limit_wait(&self, service: &str, waited: Duration) {
-        self.rate_limit_wait.get_or_create(&ServiceLabels { service: service.to_owned() }).observe(waited.as_secs_f64());
-    }
-
-    pub fn cache_lookup(&self, lookup_type: &str, hit: bool) {
-        let labels = LookupLabels { lookup_type: lookup_type.to_owned() };
-        if hit {
-            self.cache_hits.get_or_create(&labels).inc()
-        } else {
-            self.cache_misses.get_or_create(&labels).inc()
-        };
-    }
-
-    /// Calls of `operation` made so far (both outcomes), for tests and benchmarks.
-    pub fn aws_calls(&self, operation: &str) -> u64 {
-        ["true", "false"]
-            .iter()
-            .map(|s| self.aws_calls.get_or_create(&CallLabels { operation: operation.to_owned(), success: (*s).to_owned() }).get())
-            .sum()
-    }
-
-    /// The tokens `service`'s bucket holds now, as `rate_limiter_tokens` shows them (for tests
-    /// and benchmarks).
-    pub fn tokens(&self, service: &str) -> Option<f64> {
-        self.rate_limiter_tokens.values().into_iter().find(|(s, _)| *s == service).map(|(_, tokens)| tokens)
-    }
-
-    pub fn throttling_events(&self, operation: &str) -> u64 {
-        self.throttling_events.get_or_create(&OperationLabels { operation: operation.to_owned() }).get()
-    }
-
-    pub fn cache_counts(&self, lookup_type: &str) -> (u64, u64) {
-        let labels = LookupLabels { lookup_type: lookup_type.to_owned() };
-        (self.cache_hits.get_or_create(&labels).get(), self.cache_misses.get_or_create(&labels).get())
     }
 }
 
@@ -412,24 +248,28 @@ mod tests {
             .collect()
     }
 
-    /// Every metric once, so that each family has a series.
-    fn exercise(metrics: &CertMetrics) {
+    /// Every metric once, so that each family has a series: the Cert's own, and the AWS
+    /// layer's as the process records them for the cert controller.
+    fn exercise(metrics: &CertMetrics, aws: &blockwork_aws::AwsMetrics) {
+        use blockwork_aws::{ErrorClass, Seed, Service};
         metrics.certificate("u1", "ns", "a", CertState::Ready, Some(5.0));
         metrics.reconciled(CertState::Ready, true, Duration::from_millis(50));
-        metrics.aws_call("DescribeCertificate", true, Duration::from_millis(5));
-        metrics.throttled("RequestCertificate");
-        metrics.rate_limit_wait("acm", Duration::from_millis(2));
-        metrics.rate_limiter_tokens("acm", "", 8.0, 5.0, 10.0);
-        metrics.cache_lookup("fqdn", true);
-        metrics.cache_lookup("fqdn", false);
         metrics.not_tracked.inc();
+        aws.call(&[Seed::Cert], Service::Acm, "DescribeCertificate", Ok(()), Duration::from_millis(5));
+        aws.call(&[Seed::Cert], Service::Acm, "RequestCertificate", Err(ErrorClass::Throttled), Duration::from_millis(5));
+        aws.limiter_wait(&[Seed::Cert], Service::Acm, Duration::from_millis(2));
+        aws.limiter_tokens(Service::Acm, "RequestCertificate", 3.0);
+        aws.cache_lookup(&[Seed::Cert], blockwork_aws::acm::LISTING_CACHE, true);
+        aws.cache_lookup(&[Seed::Cert], blockwork_aws::acm::LISTING_CACHE, false);
     }
 
     #[test]
     fn exposed_names_and_labels_are_exactly_the_seed_s() {
-        let (registry, metrics) = registered();
-        exercise(&metrics);
-        let exposed = series(&scrape(&registry));
+        let (mut registry, metrics) = registered();
+        let aws = blockwork_aws::AwsMetrics::register(&mut registry, &[blockwork_aws::Seed::Cert]);
+        exercise(&metrics, &aws);
+        let exposed: Vec<(String, Vec<String>)> =
+            series(&scrape(&registry)).into_iter().filter(|(name, _)| !name.starts_with("blockwork_aws_")).collect();
         for (name, labels) in SEED_METRICS {
             let found: Vec<&Vec<String>> = exposed.iter().filter(|(n, _)| n == name).map(|(_, l)| l).collect();
             assert!(!found.is_empty(), "{name} is not exposed: {exposed:?}");
@@ -517,44 +357,5 @@ mod tests {
         ] {
             assert!(text.contains(line), "{line} missing in\n{text}");
         }
-    }
-
-    #[test]
-    fn rate_limiter_tokens_refill_at_the_rate_up_to_the_burst_and_show_the_emptiest_zone() {
-        let (registry, metrics) = registered();
-        metrics.rate_limiter_tokens("route53", "", 5.0, 3.0, 5.0);
-        metrics.rate_limiter_tokens("route53", "Z1", 0.0, 3.0, 5.0);
-        metrics.rate_limiter_tokens("acm", "", 10.0, 5.0, 10.0);
-        let values = metrics.rate_limiter_tokens.values();
-        assert_eq!(values[0], ("acm", 10.0));
-        assert_eq!(values[1].0, "route53");
-        assert!(values[1].1 < 1.0, "the emptiest zone: {values:?}");
-        let bucket = Bucket { tokens: 1.0, at: Instant::now(), per_second: 3.0, burst: 5.0 };
-        assert!((bucket.tokens(bucket.at + Duration::from_millis(500)) - 2.5).abs() < 1e-9);
-        assert_eq!(bucket.tokens(bucket.at + Duration::from_secs(60)), 5.0);
-        assert!(scrape(&registry).contains(r#"cert_operator_rate_limiter_tokens{service="acm"} 10.0"#));
-    }
-
-    #[test]
-    fn aws_and_cache_metrics_are_labelled_by_operation_service_and_lookup_type() {
-        let (registry, metrics) = registered();
-        metrics.aws_call("DescribeCertificate", true, Duration::from_millis(5));
-        metrics.cache_lookup("arn", true);
-        metrics.cache_lookup("fqdn", false);
-        metrics.throttled("RequestCertificate");
-        metrics.rate_limit_wait("acm", Duration::from_millis(2));
-        let text = scrape(&registry);
-        for line in [
-            r#"cert_operator_aws_api_calls_total{operation="DescribeCertificate",success="true"} 1"#,
-            r#"cert_operator_aws_api_latency_seconds_count{operation="DescribeCertificate"} 1"#,
-            r#"cert_operator_cache_hits_total{lookup_type="arn"} 1"#,
-            r#"cert_operator_cache_misses_total{lookup_type="fqdn"} 1"#,
-            r#"cert_operator_throttling_events_total{operation="RequestCertificate"} 1"#,
-            r#"cert_operator_rate_limit_wait_seconds_count{service="acm"} 1"#,
-        ] {
-            assert!(text.contains(line), "{line} missing in\n{text}");
-        }
-        assert_eq!(metrics.aws_calls("DescribeCertificate"), 1);
-        assert_eq!(metrics.cache_counts("arn"), (1, 0));
     }
 }

@@ -9,6 +9,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
+use blockwork_aws::{AwsMetrics, ErrorClass, Seed, Service};
 use blockwork_cert::{CertMetrics, CertState};
 use blockwork_runtime::{ReconcileState, RuntimeMetrics};
 use prometheus_client::registry::Registry;
@@ -60,8 +61,9 @@ fn rules() -> Vec<Rule> {
 
 /// Every series the operator exposes, by sample name (`_total`, `_bucket`, `_count`, `_sum`
 /// included), with the label names each carries: a registered CertMetrics (prefix
-/// `cert_operator`, as `blockwork run` registers it) and RuntimeMetrics (prefix `blockwork`),
-/// with every metric touched once so that each family has a series.
+/// `cert_operator`, as `blockwork run` registers it), RuntimeMetrics (prefix `blockwork`) and
+/// the AWS layer's (with seed 000's names), with every metric touched once so that each family
+/// has a series.
 fn exported() -> BTreeMap<String, BTreeSet<String>> {
     let mut registry = Registry::default();
     let cert = CertMetrics::register(registry.sub_registry_with_prefix("cert_operator"));
@@ -70,12 +72,13 @@ fn exported() -> BTreeMap<String, BTreeSet<String>> {
     cert.certificate("u1", "ns", "a", CertState::Ready, Some(5.0));
     cert.certificate("u2", "ns", "b", CertState::Ready, Some(6.0));
     cert.reconciled(CertState::Ready, true, Duration::from_millis(5));
-    cert.aws_call("DescribeCertificate", true, Duration::from_millis(5));
-    cert.throttled("RequestCertificate");
-    cert.rate_limit_wait("acm", Duration::from_millis(1));
-    cert.rate_limiter_tokens("acm", "", 10.0, 5.0, 10.0);
-    cert.cache_lookup("arn", true);
-    cert.cache_lookup("arn", false);
+    let aws = AwsMetrics::register(&mut registry, &[Seed::Cert]);
+    aws.call(&[Seed::Cert], Service::Acm, "DescribeCertificate", Ok(()), Duration::from_millis(5));
+    aws.call(&[Seed::Cert], Service::Acm, "RequestCertificate", Err(ErrorClass::Throttled), Duration::from_millis(5));
+    aws.limiter_wait(&[Seed::Cert], Service::Acm, Duration::from_millis(1));
+    aws.limiter_tokens(Service::Acm, "DescribeCertificate", 8.0);
+    aws.cache_lookup(&[Seed::Cert], blockwork_aws::acm::DESCRIBE_CACHE, true);
+    aws.cache_lookup(&[Seed::Cert], blockwork_aws::acm::DESCRIBE_CACHE, false);
     runtime.reconciled("cert", "success", Duration::from_millis(5));
     runtime.external_call("cert", "verify", "success", Duration::from_millis(5));
     runtime.object_state("cert", "u1", Some(ReconcileState::Succeeded));

@@ -7,6 +7,7 @@ mod support;
 
 use std::time::Duration;
 
+use blockwork_aws::Service;
 use blockwork_cert::{CertSpec, CertState};
 use blockwork_runtime::ReconcileState;
 use blockwork_testenv::fault_proxy::{Fault, Operation};
@@ -93,11 +94,11 @@ async fn throttling_and_server_errors_are_retried_without_a_duplicate() {
     h.proxy.inject(Operation::named("ChangeResourceRecordSets"), Fault::ServerError(500), 1);
     h.proxy.inject(Operation::named("DescribeCertificate"), Fault::ServerError(503), 2);
     h.create("api", spec("api", "test")).await;
-    let cert = h.wait_for_state("api", CertState::Ready).await;
+    let cert = h.wait_for_records_written("api").await;
     let domain = format!("api-test.{}", h.zones[0].name);
     assert_eq!(h.certificates_for(&domain).await.len(), 1, "one certificate despite the retried requests");
-    assert!(h.metrics.throttling_events("RequestCertificate") >= 2);
-    assert!(h.metrics.throttling_events("ChangeResourceRecordSets") >= 1);
+    assert!(h.aws_metrics.throttling_events(Service::Acm, "RequestCertificate") >= 2);
+    assert!(h.aws_metrics.throttling_events(Service::Route53, "ChangeResourceRecordSets") >= 1);
     assert!(h.proxy.calls("RequestCertificate") >= 4);
     assert!(status(&cert).observation.cert_ready);
 }
@@ -200,21 +201,22 @@ async fn a_san_outside_every_zone_fails_without_calling_aws() {
 }
 
 #[tokio::test]
-async fn ready_certificates_cost_no_describe_per_reconcile() {
-    let h = Harness::start("steady", &["main"]).await;
+async fn ready_certificates_are_read_from_the_listing_not_described_per_reconcile() {
+    let h = Harness::start_with("steady", &["main"], |config, _| config.acm.sweep = Duration::from_secs(3600)).await;
     h.create("api", spec("api", "steady")).await;
-    h.wait_for_state("api", CertState::Ready).await;
+    h.wait_for_records_written("api").await;
     tokio::time::sleep(Duration::from_millis(500)).await;
-    let describes = h.proxy.calls("DescribeCertificate");
-    let (hits, _) = h.metrics.cache_counts("arn");
+    let (describes, listings) = (h.proxy.calls("DescribeCertificate"), h.proxy.calls("ListCertificates"));
+    let (hits, _) = h.aws_metrics.cache_counts(blockwork_aws::acm::LISTING_CACHE);
     // Each annotation change triggers a reconcile, which verifies the certificate.
     for i in 0..5 {
         let patch = json!({"metadata": {"annotations": {"test/touch": i.to_string()}}});
         h.api().patch("api", &PatchParams::default(), &Patch::Merge(patch)).await.unwrap();
         tokio::time::sleep(Duration::from_millis(300)).await;
     }
-    assert_eq!(h.proxy.calls("DescribeCertificate"), describes, "answered from the cache: {:?}", h.proxy.all_calls());
-    assert!(h.metrics.cache_counts("arn").0 >= hits + 5, "each reconcile is a cache hit");
+    assert_eq!(h.proxy.calls("DescribeCertificate"), describes, "no description: {:?}", h.proxy.all_calls());
+    assert_eq!(h.proxy.calls("ListCertificates"), listings, "the listing as swept: {:?}", h.proxy.all_calls());
+    assert!(h.aws_metrics.cache_counts(blockwork_aws::acm::LISTING_CACHE).0 >= hits + 5, "each reconcile reads the listing");
     let cert = h.api().get("api").await.unwrap();
     assert_eq!(status(&cert).observation.state, Some(CertState::Ready));
     assert!(cert.annotations().contains_key("test/touch"));
@@ -279,12 +281,13 @@ async fn a_changed_domain_gets_a_new_certificate_and_keeps_the_old_one() {
 async fn a_certificate_issued_before_its_records_are_written_still_gets_them() {
     // Looks two seconds apart, moto issues after one: the look that would write the records an
     // earlier look listed always finds the certificate issued already.
-    let h = Harness::start_with("issued-early", &["main"], |config| {
+    let h = Harness::start_with("issued-early", &["main"], |config, _| {
         config.timing.verifying = blockwork_runtime::RequeuePolicy::fixed(Duration::from_secs(2));
     })
     .await;
     h.create("api", spec("api", "early")).await;
-    let ready = h.wait_for_state("api", CertState::Ready).await;
+    // Ready as soon as the listing shows it issued; the records follow with the zone's batch.
+    let ready = h.wait_for_records_written("api").await;
     let records = &status(&ready).observation.validation_records;
     assert!(!records.is_empty() && records.iter().all(|r| !r.pending), "every listed record is written: {records:?}");
     let cnames = h.cnames(&h.zones[0]).await;
@@ -298,7 +301,7 @@ async fn a_certificate_issued_before_its_records_are_written_still_gets_them() {
 async fn validation_timeout_fails_the_cert_and_the_failed_retry_recovers_it() {
     // moto keeps a certificate pending for a second: with no time allowed, the first look at
     // it times out; once ACM has issued it, the Failed retry finds it Ready.
-    let h = Harness::start_with("timeout", &["main"], |config| config.validation_timeout = Duration::ZERO).await;
+    let h = Harness::start_with("timeout", &["main"], |config, _| config.validation_timeout = Duration::ZERO).await;
     h.create("api", spec("api", "slow")).await;
     let failed = h.wait_for_state("api", CertState::Failed).await;
     let synced = status(&failed).condition("Synced").unwrap();
@@ -330,12 +333,13 @@ async fn a_certificate_attached_to_a_load_balancer_is_kept_until_orphaned() {
 }
 
 #[tokio::test]
-async fn steady_state_costs_at_most_one_aws_call_per_certificate_per_ready_interval() {
-    // Time compressed 3600×: the Ready requeue (an hour in production) is a second, the cache
-    // TTL (five minutes) 83 ms.
-    let h = Harness::start_with("steady-cost", &["main"], |config| {
+async fn steady_state_costs_one_listing_per_sweep_whatever_the_number_of_certificates() {
+    // Time compressed 3600×: the Ready requeue (an hour in production) is a second, the
+    // listing's sweep (five minutes) 83 ms, a description's reuse (four minutes) 67 ms.
+    let h = Harness::start_with("steady-cost", &["main"], |config, _| {
         config.timing.ready = blockwork_runtime::RequeuePolicy::fixed(Duration::from_secs(1));
-        config.cache.ttl = Duration::from_millis(83);
+        config.acm.sweep = Duration::from_millis(83);
+        config.acm.describe_ttl = Duration::from_millis(67);
     })
     .await;
     const CERTS: usize = 8;
@@ -343,22 +347,36 @@ async fn steady_state_costs_at_most_one_aws_call_per_certificate_per_ready_inter
         h.create(&format!("c{i}"), spec(&format!("svc{i}"), "prod")).await;
     }
     for i in 0..CERTS {
-        h.wait_for_state(&format!("c{i}"), CertState::Ready).await;
+        h.wait_for_records_written(&format!("c{i}")).await;
     }
-    assert!(h.proxy.calls("ListCertificates") < CERTS, "Certs created together share the adoption listing: {:?}", h.proxy.all_calls());
-    let before: usize = h.proxy.all_calls().values().sum();
+    let before = h.proxy.all_calls();
     const HOURS: f64 = 5.0;
     tokio::time::sleep(Duration::from_secs_f64(HOURS)).await;
-    let calls = h.proxy.all_calls().values().sum::<usize>() - before;
-    let per_certificate_hour = calls as f64 / (CERTS as f64 * HOURS);
+    let after = h.proxy.all_calls();
+    let made = |operation: &str| after.get(operation).copied().unwrap_or(0) - before.get(operation).copied().unwrap_or(0);
+    let calls: usize = after.values().sum::<usize>() - before.values().sum::<usize>();
+    let listings = made("ListCertificates");
+    // One page a sweep (up to 1,000 certificates): the cost does not grow with the certificates.
+    let per_hour = listings as f64 / HOURS;
+    let per_certificate_hour_at_1000 = per_hour / 1000.0;
     eprintln!(
-        "steady state: {calls} AWS calls for {CERTS} certificates over {HOURS} compressed hours = {per_certificate_hour:.2} per certificate-hour"
+        "steady state: {calls} AWS calls ({listings} ListCertificates) for {CERTS} certificates over {HOURS} compressed hours: {per_hour:.1} an hour, {per_certificate_hour_at_1000:.3} per certificate-hour at 1,000 certificates"
     );
-    // Jitter (±10 %) lets an interval end a little early: allow for one extra look per certificate.
-    assert!(
-        per_certificate_hour <= 1.0 + 1.0 / HOURS,
-        "{calls} calls: {per_certificate_hour:.2} per certificate-hour ({:?})",
-        h.proxy.all_calls()
-    );
-    assert!(calls > 0, "Ready certificates are still looked at (expiry, renewal, revocation)");
+    assert_eq!(calls, listings, "a Ready certificate costs no call of its own: {:?}", after);
+    assert!(listings > 0, "the listing is swept (revocation, expiry, renewal)");
+    // Twelve sweeps an hour; on a loaded machine sweeps come late, never early.
+    assert!(per_hour <= 12.0 * 1.25, "{per_hour:.1} sweeps an hour");
+    assert!(per_certificate_hour_at_1000 <= 0.05);
+}
+
+#[tokio::test]
+async fn a_revoked_certificate_is_noticed_by_the_sweep_without_a_reconcile_of_its_own() {
+    // The Ready requeue is the production hour: only the listing's sweep can tell.
+    let h = Harness::start_with("revoked", &["main"], |config, _| config.acm.sweep = Duration::from_secs(1)).await;
+    h.create("api", spec("api", "revoked")).await;
+    let cert = h.wait_for_records_written("api").await;
+    let arn = status(&cert).observation.certificate_arn.clone().unwrap();
+    h.proxy.set_certificate_status(&arn, "REVOKED");
+    let failed = h.wait_for_state("api", CertState::Failed).await;
+    assert_eq!(status(&failed).condition("Ready").map(|c| c.reason.as_str()), Some("Revoked"));
 }

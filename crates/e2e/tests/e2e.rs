@@ -871,15 +871,15 @@ fn aws_examples_reach_ready(suite: &Suite) -> Result<()> {
     let moto = suite.moto.endpoint();
     let ministack = suite.ministack.endpoint();
     let zones = format!("controllers.cert.dnsZones[0].name=k8s.example.com,controllers.cert.dnsZones[0].id={zone}");
-    let cloudfront = format!("controllers.tenant.cloudfrontEndpointUrl={ministack}");
-    let route53 = format!("controllers.tenant.route53EndpointUrl={moto}");
+    // One AWS layer for the process: CloudFront in MiniStack, every other service in moto (the
+    // example tenant brings no certificate of its own, so its controller asks ACM nothing).
+    let cloudfront = format!("aws.endpointUrls.cloudfront={ministack}");
     let endpoint = format!("aws.endpointUrl={moto}");
     suite.helm_install(&[
         "controllers.cert.enabled=true",
         &zones,
         "controllers.tenant.enabled=true",
         &cloudfront,
-        &route53,
         &endpoint,
         "aws.region=us-east-1",
         // The emulators take any key; a real cluster uses IRSA or Pod Identity (aws.roleArn).

@@ -4,8 +4,9 @@
 //! permissions cannot be exercised without writing, and are named for the user to compare.
 
 use std::collections::BTreeSet;
+use std::sync::Arc;
 
-use blockwork_aws::{AwsError, ErrorClass, classify_sdk_error, mask_accounts};
+use blockwork_aws::{Aws, AwsError, AwsMetrics, ErrorClass, classify_sdk_error, mask_accounts};
 use blockwork_tenant::DistributionTenant;
 use kube::api::ListParams;
 use kube::{Api, Client};
@@ -17,10 +18,25 @@ const TENANT_POLICY: &str = "docs/iam/cloudfront-tenant-operator-policy.json";
 
 /// The findings of one controller's AWS access.
 pub async fn findings(controller: &str, args: &CheckArgs, client: &Client) -> Vec<Finding> {
+    if !matches!(controller, "cert" | "tenant") {
+        return Vec::new();
+    }
+    // The process's AWS layer, as `blockwork run` builds it from the same flags: the same
+    // clients, endpoints and region (its metrics go nowhere).
+    let aws = match args.aws.config() {
+        Ok((config, _deprecations)) => Aws::new(config, Arc::new(AwsMetrics::register(&mut Default::default(), &[]))),
+        Err(error) => {
+            return vec![Finding {
+                check: format!("{controller}: AWS configuration"),
+                verdict: Verdict::Fail,
+                detail: error.to_string(),
+                fix: Some("pass the operator's AWS flags or environment (--aws-*, AWS_*)".into()),
+            }];
+        }
+    };
     match controller {
-        "cert" => cert(args).await,
-        "tenant" => tenant(args, client).await,
-        _ => Vec::new(),
+        "cert" => cert(args, &aws).await,
+        _ => tenant(&aws, client).await,
     }
 }
 
@@ -67,9 +83,11 @@ impl ActionName for AwsError {
     }
 }
 
-async fn identity(config: &aws_config::SdkConfig, check: &str) -> Finding {
+async fn identity(aws: &Aws, controller: &str, check: &str) -> Finding {
     const OP: &str = "GetCallerIdentity";
-    let result = aws_sdk_sts::Client::new(config)
+    let result = aws
+        .sts(controller)
+        .await
         .get_caller_identity()
         .send()
         .await
@@ -86,7 +104,7 @@ async fn identity(config: &aws_config::SdkConfig, check: &str) -> Finding {
 }
 
 /// The Cert controller: configured zones, credentials, ACM and Route53 reads.
-async fn cert(args: &CheckArgs) -> Vec<Finding> {
+async fn cert(args: &CheckArgs, aws: &Aws) -> Vec<Finding> {
     let config = match blockwork_cert::CertConfig::from_args(&args.cert) {
         Ok(config) => config,
         Err(error) => {
@@ -98,12 +116,13 @@ async fn cert(args: &CheckArgs) -> Vec<Finding> {
             }];
         }
     };
-    let sdk = blockwork_aws::sdk_config(config.aws_endpoint_url.as_deref(), config.aws_region.as_deref()).await;
-    let mut findings = vec![identity(&sdk, "cert: AWS credentials").await];
+    let mut findings = vec![identity(aws, "cert", "cert: AWS credentials").await];
     if findings[0].verdict == Verdict::Fail {
         return findings;
     }
-    let listed = aws_sdk_acm::Client::new(&sdk)
+    let listed = aws
+        .acm("cert", None)
+        .await
         .list_certificates()
         .max_items(1)
         .send()
@@ -111,9 +130,13 @@ async fn cert(args: &CheckArgs) -> Vec<Finding> {
         .map(|_| "allowed (acm:ListCertificates)".to_owned())
         .map_err(|e| classify_sdk_error("ListCertificates", &e));
     findings.push(call_finding("cert: ACM read access".into(), listed, CERT_POLICY));
-    let route53 = aws_sdk_route53::Client::new(&sdk);
-    for zone in config.zones.zones() {
-        findings.push(zone_finding(&route53, &zone.id, Some(&zone.name), "cert", CERT_POLICY).await);
+    match aws.route53("cert", None).await {
+        Ok((route53, _)) => {
+            for zone in config.zones.zones() {
+                findings.push(zone_finding(&route53, &zone.id, Some(&zone.name), "cert", CERT_POLICY).await);
+            }
+        }
+        Err(error) => findings.push(call_finding("cert: Route 53".into(), Err(error), CERT_POLICY)),
     }
     findings.push(writes_not_exercised(
         "cert",
@@ -164,14 +187,12 @@ fn writes_not_exercised(controller: &str, actions: &str, policy: &str) -> Findin
 
 /// The DistributionTenant controller: credentials, CloudFront reads, and the distributions and
 /// hosted zones the tenants in the cluster name.
-async fn tenant(args: &CheckArgs, client: &Client) -> Vec<Finding> {
-    let tenant = &args.tenant;
-    let sdk = blockwork_aws::sdk_config(tenant.aws_endpoint_url.as_deref(), tenant.aws_region.as_deref()).await;
-    let mut findings = vec![identity(&sdk, "tenant: AWS credentials").await];
+async fn tenant(aws: &Aws, client: &Client) -> Vec<Finding> {
+    let mut findings = vec![identity(aws, "tenant", "tenant: AWS credentials").await];
     if findings[0].verdict == Verdict::Fail {
         return findings;
     }
-    let cloudfront = aws_sdk_cloudfront::Client::new(&sdk);
+    let cloudfront = aws.cloudfront("tenant").await;
     let groups = cloudfront
         .list_connection_groups()
         .send()
@@ -196,9 +217,13 @@ async fn tenant(args: &CheckArgs, client: &Client) -> Vec<Finding> {
             .map_err(|e| classify_sdk_error(OP, &e));
         findings.push(call_finding(format!("tenant: distribution {id}"), result, TENANT_POLICY));
     }
-    let dns_endpoint = tenant.route53_endpoint_url.as_deref().or(tenant.aws_endpoint_url.as_deref());
-    let dns_sdk = blockwork_aws::sdk_config(dns_endpoint, tenant.aws_region.as_deref()).await;
-    let route53 = aws_sdk_route53::Client::new(&dns_sdk);
+    let route53 = match aws.route53("tenant", None).await {
+        Ok((route53, _)) => route53,
+        Err(error) => {
+            findings.push(call_finding("tenant: Route 53".into(), Err(error), TENANT_POLICY));
+            return findings;
+        }
+    };
     let zones: BTreeSet<&str> = tenants
         .iter()
         .filter_map(|t| t.spec.dns.as_ref())

@@ -32,6 +32,8 @@ pub struct CheckArgs {
     pub output: Output,
     #[command(flatten)]
     pub kube: KubeArgs,
+    #[command(flatten, next_help_heading = "AWS (controllers `cert` and `tenant`), as `blockwork run` takes them")]
+    pub aws: blockwork_aws::AwsArgs,
     #[command(flatten, next_help_heading = "Cert: ACM certificates (controller `cert`), as `blockwork run` takes them")]
     pub cert: blockwork_cert::CertArgs,
     #[command(flatten, next_help_heading = "DistributionTenant: CloudFront tenants (controller `tenant`), as `blockwork run` takes them")]

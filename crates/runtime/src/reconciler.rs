@@ -90,7 +90,12 @@ pub struct Context<M: ExternalResource> {
     dependencies: Arc<Mutex<DependencyIndex<M::Object>>>,
     /// The caches of the watches [`run`] keeps, one per `Api` it was started with.
     stores: Mutex<Vec<reflector::Store<M::Object>>>,
+    /// Per watch [`run`] keeps: its cache, and where [`Context::wake`] sends the objects in it.
+    wakers: Mutex<Vec<Waker<M::Object>>>,
 }
+
+/// A watch's cache, and the channel that makes its reconciler look at an object again.
+type Waker<K> = (reflector::Store<K>, UnboundedSender<ObjectRef<K>>);
 
 #[derive(Clone, Debug)]
 struct DependencyKind {
@@ -179,8 +184,22 @@ impl<M: ExternalResource> Context<M> {
             attempts: Mutex::default(),
             api_resources: Mutex::default(),
             stores: Mutex::default(),
+            wakers: Mutex::default(),
             dependencies: Arc::default(),
         })
+    }
+
+    /// Reconciles `object` soon, whatever its requeue: for an operator that learns of a change
+    /// of the external resource elsewhere than in a reconcile (a shared listing of many
+    /// resources, a write done in the background). An object no watch holds is ignored.
+    pub fn wake(&self, object: &ObjectRef<M::Object>) {
+        let wakers = self.wakers.lock().unwrap_or_else(PoisonError::into_inner);
+        for (store, waker) in wakers.iter() {
+            if store.get(object).is_some() {
+                // A closed channel: that watch has stopped; nothing to wake.
+                let _ = waker.unbounded_send(object.clone());
+            }
+        }
     }
 
     /// Counts an attempt in `state`; the count restarts when the state changes.
@@ -266,9 +285,12 @@ pub async fn run<M: ExternalResource>(
     // Changes of dependencies, from watches started as reconciles discover them.
     let (dependency_triggers, dependency_changes) = unbounded();
     context.dependencies.lock().unwrap_or_else(PoisonError::into_inner).triggers = Some(dependency_triggers);
+    let (waker, woken) = unbounded();
+    context.wakers.lock().unwrap_or_else(PoisonError::into_inner).push((reader.clone(), waker));
     let shutdown = shutdown.boxed().shared();
     let controller = Controller::for_stream(triggers, reader.clone())
         .reconcile_on(dependency_changes)
+        .reconcile_on(woken)
         .with_config(RunConfig::default().concurrency(concurrency))
         .graceful_shutdown_on(shutdown.clone())
         .run(reconcile::<M>, error_policy::<M>, Arc::clone(&context))

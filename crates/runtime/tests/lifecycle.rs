@@ -190,6 +190,23 @@ async fn drift_is_repaired_under_enforce() {
 }
 
 #[tokio::test]
+async fn a_woken_object_is_reconciled_before_its_requeue() {
+    // Succeeded is requeued after an hour: only the wake can bring the drift to light sooner.
+    let h = Harness::start_slow("wake", &[ReconcileState::Succeeded]).await;
+    let created = h.create(widget("a", 3)).await;
+    let ready = h.wait_for_state("a", ReconcileState::Succeeded).await;
+    h.backend.tamper(&token(&created), 9);
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert_eq!(h.backend.widget(&token(&created)).unwrap().size, 9, "nothing looks without a wake");
+    h.context.as_ref().unwrap().wake(&kube::runtime::reflector::ObjectRef::from_obj(&ready));
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    while h.backend.widget(&token(&created)).unwrap().size != 3 {
+        assert!(tokio::time::Instant::now() < deadline, "the woken object was not reconciled");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+#[tokio::test]
 async fn drift_is_reported_under_report_without_touching_the_resource() {
     let h = Harness::start("drift-report").await;
     let created = h.create(with_annotation(widget("a", 3), DRIFT_POLICY_ANNOTATION, "report")).await;

@@ -1,22 +1,22 @@
 //! The AWS calls the operator makes, behind traits ([`CloudFront`], and [`Acm`] for the names of
-//! a certificate), and their SDK implementation. Every call is timed into
-//! `..._aws_api_call_duration_seconds{operation}`; failures come back as [`AwsError`]
-//! (classified, message sanitized).
+//! a certificate), and their SDK implementation on the process's AWS layer: every call draws
+//! from the process's buckets, is retried there on throttling, and is counted in the layer's
+//! metrics (seed 001's `..._aws_api_call_duration_seconds{operation}` included); failures come
+//! back as [`AwsError`] (classified, message sanitized).
 
 use std::future::Future;
 use std::sync::Arc;
-use std::time::Instant;
 
 use aws_sdk_cloudfront::types::{
     Certificate, CertificateTransparencyLoggingPreference, CustomizationActionType, Customizations, DomainItem,
     GeoRestrictionCustomization, GeoRestrictionType as SdkGeoType, ManagedCertificateRequest as SdkManagedRequest, Parameter, Tag, Tags,
     ValidationTokenHost as SdkTokenHost, WebAclCustomization,
 };
-use blockwork_aws::{AwsError, ErrorClass as AwsClass, classify_sdk_error};
+use blockwork_aws::acm::AcmConfig;
+use blockwork_aws::{Account, Aws, AwsError, Call, ErrorClass as AwsClass, Scope, Service, classify_sdk_error};
 
 use crate::api::{GeoRestrictionType, ManagedCertificateRequest, TransparencyPreference, ValidationTokenHost, WebAclAction};
 use crate::diff::{TenantConfig, WebAcl, normal_geo};
-use crate::metrics::TenantMetrics;
 use crate::validate::{DistributionRules, ParameterDefinition};
 
 /// The tag naming the object a tenant was created for: its idempotency token. A tenant of the
@@ -83,26 +83,33 @@ pub trait Acm: Send + Sync + 'static {
     fn certificate_names(&self, arn: &str) -> impl Future<Output = Result<Vec<String>, AwsError>> + Send;
 }
 
-/// aws-sdk-cloudfront and aws-sdk-acm.
-#[derive(Clone, Debug)]
+/// aws-sdk-cloudfront and ACM, on the process's AWS layer.
 pub struct Sdk {
-    client: aws_sdk_cloudfront::Client,
-    acm: aws_sdk_acm::Client,
-    metrics: Arc<TenantMetrics>,
+    aws: Arc<Aws>,
+    client: tokio::sync::OnceCell<aws_sdk_cloudfront::Client>,
+    acm: Arc<blockwork_aws::acm::Acm>,
 }
 
 impl Sdk {
-    pub fn new(config: &aws_config::SdkConfig, metrics: Arc<TenantMetrics>) -> Self {
+    pub fn new(aws: &Arc<Aws>) -> Self {
         // CloudFront only takes certificates from us-east-1, whatever the operator's region.
-        let acm = aws_sdk_acm::config::Builder::from(config).region(aws_config::Region::new(crate::validate::CERTIFICATE_REGION)).build();
-        Self { client: aws_sdk_cloudfront::Client::new(config), acm: aws_sdk_acm::Client::from_conf(acm), metrics }
+        let acm = blockwork_aws::acm::Acm::new(aws, crate::CONTROLLER, Some(crate::validate::CERTIFICATE_REGION), AcmConfig::default());
+        Self { aws: Arc::clone(aws), client: tokio::sync::OnceCell::new(), acm }
     }
 
-    async fn timed<T>(&self, operation: &'static str, call: impl Future<Output = T>) -> T {
-        let started = Instant::now();
-        let output = call.await;
-        self.metrics.aws_call(operation, started.elapsed());
-        output
+    async fn client(&self) -> &aws_sdk_cloudfront::Client {
+        self.client.get_or_init(|| self.aws.cloudfront(crate::CONTROLLER)).await
+    }
+
+    /// One CloudFront call through the layer: CloudFront's quota is the account's, global.
+    async fn call<T, F, Fut>(&self, operation: &'static str, attempt: F) -> Result<T, AwsError>
+    where
+        F: Fn() -> Fut,
+        Fut: Future<Output = Result<T, AwsError>>,
+    {
+        let call =
+            Call { callers: &[crate::CONTROLLER], scope: Scope::new(Account::Own, Service::CloudFront, None), operation, changes: 0 };
+        self.aws.call(call, attempt).await
     }
 }
 
@@ -226,13 +233,16 @@ fn missing_tenant(operation: &'static str) -> AwsError {
 impl CloudFront for Sdk {
     async fn get_tenant(&self, identifier: &str) -> Result<Option<ObservedTenant>, AwsError> {
         const OP: &str = "GetDistributionTenant";
-        let result = self.timed(OP, self.client.get_distribution_tenant().identifier(identifier).send()).await;
+        let client = self.client().await;
+        let result = self
+            .call(OP, || async {
+                client.get_distribution_tenant().identifier(identifier).send().await.map_err(|e| classify_sdk_error(OP, &e))
+            })
+            .await;
         match result {
             Ok(output) => Ok(output.distribution_tenant().map(|t| observed(t, output.e_tag()))),
-            Err(error) => {
-                let error = classify_sdk_error(OP, &error);
-                if error.class == AwsClass::NotFound { Ok(None) } else { Err(error) }
-            }
+            Err(error) if error.class == AwsClass::NotFound => Ok(None),
+            Err(error) => Err(error),
         }
     }
 
@@ -241,7 +251,8 @@ impl CloudFront for Sdk {
         let SdkWrite { domains, parameters, customizations, managed } = sdk_write(OP, write)?;
         let tag = Tag::builder().key(OWNER_TAG).value(owner).build().map_err(|e| build_error(OP, &e))?;
         let request = self
-            .client
+            .client()
+            .await
             .create_distribution_tenant()
             .name(name)
             .distribution_id(&write.config.distribution_id)
@@ -252,7 +263,12 @@ impl CloudFront for Sdk {
             .set_managed_certificate_request(managed)
             .enabled(write.config.enabled)
             .tags(Tags::builder().items(tag).build());
-        let output = self.timed(OP, request.send()).await.map_err(|e| classify_sdk_error(OP, &e))?;
+        let output = self
+            .call(OP, || {
+                let request = request.clone();
+                async move { request.send().await.map_err(|e| classify_sdk_error(OP, &e)) }
+            })
+            .await?;
         output.distribution_tenant().map(|t| observed(t, output.e_tag())).ok_or_else(|| missing_tenant(OP))
     }
 
@@ -260,7 +276,8 @@ impl CloudFront for Sdk {
         const OP: &str = "UpdateDistributionTenant";
         let SdkWrite { domains, parameters, customizations, managed } = sdk_write(OP, write)?;
         let request = self
-            .client
+            .client()
+            .await
             .update_distribution_tenant()
             .id(id)
             .if_match(if_match)
@@ -271,23 +288,34 @@ impl CloudFront for Sdk {
             .set_connection_group_id(write.config.connection_group_id.clone())
             .set_managed_certificate_request(managed)
             .enabled(write.config.enabled);
-        let output = self.timed(OP, request.send()).await.map_err(|e| classify_sdk_error(OP, &e))?;
+        let output = self
+            .call(OP, || {
+                let request = request.clone();
+                async move { request.send().await.map_err(|e| classify_sdk_error(OP, &e)) }
+            })
+            .await?;
         output.distribution_tenant().map(|t| observed(t, output.e_tag())).ok_or_else(|| missing_tenant(OP))
     }
 
     async fn delete_tenant(&self, id: &str, if_match: &str) -> Result<(), AwsError> {
         const OP: &str = "DeleteDistributionTenant";
-        self.timed(OP, self.client.delete_distribution_tenant().id(id).if_match(if_match).send())
-            .await
-            .map(|_| ())
-            .map_err(|e| classify_sdk_error(OP, &e))
+        let client = self.client().await;
+        self.call(OP, || async move {
+            client.delete_distribution_tenant().id(id).if_match(if_match).send().await.map_err(|e| classify_sdk_error(OP, &e))
+        })
+        .await
+        .map(|_| ())
     }
 
     async fn routing_endpoint(&self, connection_group_id: Option<&str>) -> Result<String, AwsError> {
         if let Some(id) = connection_group_id {
             const OP: &str = "GetConnectionGroup";
+            let client = self.client().await;
             let output =
-                self.timed(OP, self.client.get_connection_group().identifier(id).send()).await.map_err(|e| classify_sdk_error(OP, &e))?;
+                self.call(OP, || async move {
+                    client.get_connection_group().identifier(id).send().await.map_err(|e| classify_sdk_error(OP, &e))
+                })
+                .await?;
             return output.connection_group().and_then(|g| g.routing_endpoint()).map(str::to_owned).ok_or_else(|| AwsError {
                 operation: OP,
                 code: None,
@@ -297,9 +325,15 @@ impl CloudFront for Sdk {
         }
         const OP: &str = "ListConnectionGroups";
         let mut marker: Option<String> = None;
+        let client = self.client().await;
         loop {
-            let request = self.client.list_connection_groups().set_marker(marker.take());
-            let output = self.timed(OP, request.send()).await.map_err(|e| classify_sdk_error(OP, &e))?;
+            let request = client.list_connection_groups().set_marker(marker.take());
+            let output = self
+                .call(OP, || {
+                    let request = request.clone();
+                    async move { request.send().await.map_err(|e| classify_sdk_error(OP, &e)) }
+                })
+                .await?;
             if let Some(default) = output.connection_groups().iter().find(|g| g.is_default() == Some(true)) {
                 return Ok(default.routing_endpoint().to_owned());
             }
@@ -320,21 +354,22 @@ impl CloudFront for Sdk {
 
     async fn distribution(&self, id: &str) -> Result<Option<DistributionRules>, AwsError> {
         const OP: &str = "GetDistribution";
-        match self.timed(OP, self.client.get_distribution().id(id).send()).await {
+        let client = self.client().await;
+        match self.call(OP, || async move { client.get_distribution().id(id).send().await.map_err(|e| classify_sdk_error(OP, &e)) }).await {
             Ok(output) => Ok(output.distribution().map(distribution_rules)),
-            Err(error) => {
-                let error = classify_sdk_error(OP, &error);
-                if error.class == AwsClass::NotFound { Ok(None) } else { Err(error) }
-            }
+            Err(error) if error.class == AwsClass::NotFound => Ok(None),
+            Err(error) => Err(error),
         }
     }
 
     async fn managed_certificate(&self, tenant: &str) -> Result<Option<ManagedCertificate>, AwsError> {
         const OP: &str = "GetManagedCertificateDetails";
+        let client = self.client().await;
         let output = self
-            .timed(OP, self.client.get_managed_certificate_details().identifier(tenant).send())
-            .await
-            .map_err(|e| classify_sdk_error(OP, &e))?;
+            .call(OP, || async move {
+                client.get_managed_certificate_details().identifier(tenant).send().await.map_err(|e| classify_sdk_error(OP, &e))
+            })
+            .await?;
         Ok(output.managed_certificate_details().and_then(|details| {
             details
                 .certificate_status()
@@ -374,14 +409,9 @@ pub fn distribution_rules(distribution: &aws_sdk_cloudfront::types::Distribution
 
 impl Acm for Sdk {
     async fn certificate_names(&self, arn: &str) -> Result<Vec<String>, AwsError> {
-        const OP: &str = "ACMDescribeCertificate";
-        let output =
-            self.timed(OP, self.acm.describe_certificate().certificate_arn(arn).send()).await.map_err(|e| classify_sdk_error(OP, &e))?;
-        let Some(certificate) = output.certificate() else {
-            return Ok(Vec::new());
-        };
-        let mut names: Vec<String> = certificate.subject_alternative_names().to_vec();
-        names.extend(certificate.domain_name().map(str::to_owned));
+        let certificate = self.acm.describe(arn).await?;
+        let mut names = certificate.sans;
+        names.push(certificate.domain);
         Ok(names)
     }
 }

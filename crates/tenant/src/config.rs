@@ -1,7 +1,8 @@
 //! What the tenant controller is told at start-up. Flags and environment variables, to flatten
 //! into the binary's `run` arguments (ids prefixed `tenant_`, so they do not clash; seed 001's
-//! `--drift-policy` keeps its name, the AWS flags are prefixed because the cert controller owns
-//! `--aws-endpoint-url`).
+//! `--drift-policy` keeps its name). The AWS flags (region, endpoints, quotas) are the
+//! process's, in `blockwork_aws::AwsArgs`, which also keeps this controller's former
+//! `--tenant-aws-*` flags working.
 
 use std::time::Duration;
 
@@ -20,30 +21,11 @@ pub struct TenantArgs {
     /// `blockwork.dev/drift-policy` annotation says: enforce, report or suspend.
     #[arg(id = "tenant_drift_policy", long = "drift-policy", env = "TENANT_DRIFT_POLICY", default_value = "enforce", value_parser = parse_drift_policy, value_name = "POLICY")]
     pub drift_policy: DriftPolicy,
-
-    /// AWS endpoint override for CloudFront (an emulator); default: AWS.
-    #[arg(id = "tenant_aws_endpoint_url", long = "tenant-aws-endpoint-url", env = "TENANT_AWS_ENDPOINT_URL", value_name = "URL")]
-    pub aws_endpoint_url: Option<String>,
-
-    /// AWS endpoint override for Route53 and STS (the DNS calls, an emulator); default: the
-    /// `--tenant-aws-endpoint-url`, else AWS.
-    #[arg(
-        id = "tenant_route53_endpoint_url",
-        long = "tenant-route53-endpoint-url",
-        env = "TENANT_ROUTE53_ENDPOINT_URL",
-        value_name = "URL"
-    )]
-    pub route53_endpoint_url: Option<String>,
-
-    /// AWS region for the API calls (CloudFront is global; this picks the signing region);
-    /// default: the SDK's chain (env, profile, IMDS).
-    #[arg(id = "tenant_aws_region", long = "tenant-aws-region", env = "TENANT_AWS_REGION", value_name = "REGION")]
-    pub aws_region: Option<String>,
 }
 
 impl Default for TenantArgs {
     fn default() -> Self {
-        Self { drift_policy: DriftPolicy::Enforce, aws_endpoint_url: None, route53_endpoint_url: None, aws_region: None }
+        Self { drift_policy: DriftPolicy::Enforce }
     }
 }
 
@@ -97,12 +79,6 @@ mod tests {
     fn drift_policy_flag_is_parsed() {
         let cli = Cli::try_parse_from(["t", "--drift-policy", "suspend"]).expect("valid policy");
         assert_eq!(cli.tenant.drift_policy, DriftPolicy::Suspend);
-    }
-
-    #[test]
-    fn route53_endpoint_flag_is_parsed() {
-        let cli = Cli::try_parse_from(["t", "--tenant-route53-endpoint-url", "http://localhost:5000"]).expect("valid URL");
-        assert_eq!(cli.tenant.route53_endpoint_url.as_deref(), Some("http://localhost:5000"));
     }
 
     #[test]

@@ -6,8 +6,9 @@
 //! - [`api`]: the CRD. [`validate`], [`diff`], [`errors`], [`lifecycle`]: pure decisions (spec
 //!   rules, certificate coverage, the spec/AWS comparison, seed 001's error table, the deletion
 //!   and managed-certificate steps).
-//! - [`cloudfront`]: the CloudFront trait and its SDK implementation. [`dns`]: the DNS trait and
-//!   its Route53 implementation (STS AssumeRole for another account's zone). [`manager`]: the
+//! - [`cloudfront`]: the CloudFront trait and its SDK implementation, on the process's AWS layer
+//!   (`blockwork_aws`: quotas, retries, metrics, caches). [`dns`]: the DNS trait over the layer's
+//!   batched Route 53 records (an assumed role for another account's zone). [`manager`]: the
 //!   runtime's `ExternalResource`.
 //! - [`webhook`]: the validating admission webhook ([`validate`]'s rules, before the object is
 //!   stored).
@@ -28,6 +29,7 @@ pub mod webhook;
 use std::future::Future;
 use std::sync::Arc;
 
+use blockwork_aws::Aws;
 use blockwork_runtime::rbac::rule;
 use blockwork_runtime::{Context, ControllerConfig, RuntimeMetrics};
 use futures::FutureExt as _;
@@ -49,23 +51,22 @@ pub const CONTROLLER: &str = "tenant";
 /// the roles named in `spec.dns.assumeRoleArn`.
 pub const IAM_POLICY: &str = include_str!("../../../docs/iam/cloudfront-tenant-operator-policy.json");
 
-/// Runs the controller over `namespaces` (`None`: all) until `shutdown` completes.
+/// Runs the controller over `namespaces` (`None`: all) until `shutdown` completes, calling AWS
+/// through the process's layer `aws`.
+#[allow(clippy::too_many_arguments)]
 pub async fn run(
     client: Client,
     args: TenantArgs,
+    aws: Arc<Aws>,
     runtime_metrics: Arc<RuntimeMetrics>,
     metrics: Arc<TenantMetrics>,
     namespaces: Option<Vec<String>>,
     concurrency: u16,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) {
-    let sdk_config = blockwork_aws::sdk_config(args.aws_endpoint_url.as_deref(), args.aws_region.as_deref()).await;
-    let cloudfront = cloudfront::Sdk::new(&sdk_config, Arc::clone(&metrics));
-    // Route53 and STS may sit elsewhere than CloudFront (an emulator for each in tests).
-    let dns_endpoint = args.route53_endpoint_url.as_deref().or(args.aws_endpoint_url.as_deref());
-    let dns_config = blockwork_aws::sdk_config(dns_endpoint, args.aws_region.as_deref()).await;
-    let route53 = dns::Route53::new(&dns_config, Arc::clone(&metrics));
-    let manager = TenantManager::new(cloudfront, Some(route53), args.drift_policy, Timing::default(), Arc::clone(&metrics));
+    let cloudfront = cloudfront::Sdk::new(&aws);
+    let route53 = dns::Route53::new(aws.records());
+    let manager = TenantManager::new(cloudfront, Some(route53), args.drift_policy, Timing::default(), Arc::clone(&metrics), aws.metrics());
     let context = Context::new(client.clone(), manager, ControllerConfig::new(CONTROLLER, GROUP), runtime_metrics);
     let apis: Vec<Api<DistributionTenant>> = match &namespaces {
         None => vec![Api::all(client)],

@@ -11,8 +11,9 @@
 //!   records of removed domains.
 //! - Before any write, `create` and `update` check the spec against the distribution it names
 //!   (which must exist: no DNS record is written for a distribution that does not) and the
-//!   certificate's names against the domains. Both are read through caches: a DNS-first create
-//!   spans several reconciles, and many tenants share one distribution.
+//!   certificate's names against the domains. Both are read through the AWS layer's caches
+//!   (concurrent misses share one call): a DNS-first create spans several reconciles, and many
+//!   tenants share one distribution.
 //! - `create` writes DNS first when `spec.dns` is set, then creates the tenant.
 //! - `update` upserts the records of the current domains, then pushes the spec with the last
 //!   ETag; a stale ETag is re-read and retried at once.
@@ -24,7 +25,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use blockwork_aws::AwsError;
+use blockwork_aws::cache::Cached;
+use blockwork_aws::{AwsError, AwsMetrics};
 use blockwork_runtime::status::{condition, set_condition};
 use blockwork_runtime::{
     DeleteOutcome, DriftPolicy, ExternalError, ExternalResource, MutateOutcome, ReconcileState, Request, RequeuePolicy, VerifyOutcome,
@@ -32,7 +34,6 @@ use blockwork_runtime::{
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use kube::{Resource, ResourceExt};
-use moka::future::Cache;
 use tracing::warn;
 
 use crate::api::{
@@ -59,6 +60,11 @@ pub const DISTRIBUTION_TTL: Duration = Duration::from_secs(60);
 /// How long a certificate's names are reused: longer than a DNS-first create takes, so its
 /// coverage is read once per create. Only imported certificates can change names, by re-import.
 pub const CERTIFICATE_NAMES_TTL: Duration = Duration::from_secs(600);
+/// How long a connection group's routing endpoint is reused. CloudFront assigns it with the
+/// group and never changes it; the account's *default* group could be replaced, which this sees
+/// within ten minutes. Without it every tenant of the default group listed the account's groups
+/// after its create and again at its first verify.
+pub const ROUTING_ENDPOINT_TTL: Duration = Duration::from_secs(600);
 /// Distributions and certificates remembered at most; each entry is a few hundred bytes.
 const CACHE_ENTRIES: u64 = 1000;
 
@@ -71,21 +77,38 @@ pub struct TenantManager<C, D> {
     timing: Timing,
     metrics: Arc<TenantMetrics>,
     /// By distribution id; a distribution that does not exist is not remembered.
-    distributions: Cache<String, DistributionRules>,
+    distributions: Cached<String, DistributionRules>,
     /// By certificate ARN: its domain name and subject alternative names.
-    certificate_names: Cache<String, Vec<String>>,
+    certificate_names: Cached<String, Vec<String>>,
+    /// By connection group id (`""`: the account's default group): its routing endpoint.
+    routing_endpoints: Cached<String, String>,
 }
 
 impl<C: CloudFront + Acm, D: DnsRecords> TenantManager<C, D> {
-    pub fn new(cloudfront: C, dns: Option<D>, default_drift: DriftPolicy, timing: Timing, metrics: Arc<TenantMetrics>) -> Self {
+    /// `aws_metrics`: where the caches count their hits and misses.
+    pub fn new(
+        cloudfront: C,
+        dns: Option<D>,
+        default_drift: DriftPolicy,
+        timing: Timing,
+        metrics: Arc<TenantMetrics>,
+        aws_metrics: &Arc<AwsMetrics>,
+    ) -> Self {
         Self {
             cloudfront,
             dns,
             default_drift,
             timing,
             metrics,
-            distributions: Cache::builder().max_capacity(CACHE_ENTRIES).time_to_live(DISTRIBUTION_TTL).build(),
-            certificate_names: Cache::builder().max_capacity(CACHE_ENTRIES).time_to_live(CERTIFICATE_NAMES_TTL).build(),
+            distributions: Cached::new(aws_metrics, crate::CONTROLLER, "cloudfront-distribution", DISTRIBUTION_TTL, CACHE_ENTRIES),
+            certificate_names: Cached::new(aws_metrics, crate::CONTROLLER, "acm-certificate-names", CERTIFICATE_NAMES_TTL, CACHE_ENTRIES),
+            routing_endpoints: Cached::new(
+                aws_metrics,
+                crate::CONTROLLER,
+                "cloudfront-routing-endpoint",
+                ROUTING_ENDPOINT_TTL,
+                CACHE_ENTRIES,
+            ),
         }
     }
 
@@ -112,7 +135,7 @@ impl<C: CloudFront + Acm, D: DnsRecords> TenantManager<C, D> {
                 Err(error) => Err(self.cloudfront_error(&error, CallContext::default()).error),
             }
         };
-        self.distributions.try_get_with_by_ref(id, read).await.map_err(|error| (*error).clone())
+        self.distributions.get_or_load(id, read).await
     }
 
     /// Classifies and counts a failed CloudFront call.
@@ -218,7 +241,7 @@ impl<C: CloudFront + Acm, D: DnsRecords> TenantManager<C, D> {
         let Some(arn) = spec.customizations.as_ref().and_then(|c| c.certificate.as_ref()).map(|c| c.arn.as_str()) else {
             return Ok(());
         };
-        let names = match self.certificate_names.try_get_with_by_ref(arn, self.cloudfront.certificate_names(arn)).await {
+        let names = match self.certificate_names.get_or_load(arn, self.cloudfront.certificate_names(arn)).await {
             Ok(names) => names,
             // A certificate that does not exist will not start to by retrying.
             Err(error) if error.class == blockwork_aws::ErrorClass::NotFound => {
@@ -266,12 +289,19 @@ impl<C: CloudFront + Acm, D: DnsRecords> TenantManager<C, D> {
         Ok(step)
     }
 
+    /// The connection group's routing endpoint (`None`: the account's default group), cached
+    /// for [`ROUTING_ENDPOINT_TTL`]; concurrent lookups of one group share one call.
+    async fn routing_endpoint(&self, connection_group_id: Option<&str>) -> Result<String, AwsError> {
+        let group = connection_group_id.unwrap_or_default();
+        self.routing_endpoints.get_or_load(group, self.cloudfront.routing_endpoint(connection_group_id)).await
+    }
+
     /// Best effort: the CNAME target users (or the DNS step) point the domains at.
     async fn resolve_dns_target(&self, connection_group_id: Option<&str>, observation: &mut TenantObservation) {
         if observation.dns_target.is_some() {
             return;
         }
-        match self.cloudfront.routing_endpoint(connection_group_id).await {
+        match self.routing_endpoint(connection_group_id).await {
             Ok(target) => observation.dns_target = Some(target),
             Err(error) => {
                 // Not worth failing the reconcile: the next verify tries again.
@@ -308,7 +338,7 @@ impl<C: CloudFront + Acm, D: DnsRecords> TenantManager<C, D> {
         let Some(config) = &spec.dns else { return Ok(true) };
         let group = spec.connection_group_id.as_deref();
         let context = CallContext { connection_group_lookup: group.is_some(), ..CallContext::default() };
-        let target = match self.cloudfront.routing_endpoint(group).await {
+        let target = match self.routing_endpoint(group).await {
             Ok(target) => target,
             Err(error) => {
                 let classified = self.cloudfront_error(&error, context);
@@ -386,7 +416,7 @@ impl<C: CloudFront + Acm, D: DnsRecords> TenantManager<C, D> {
         }
         let group = spec.connection_group_id.as_deref();
         let context = CallContext { connection_group_lookup: group.is_some(), ..CallContext::default() };
-        let target = self.cloudfront.routing_endpoint(group).await.map_err(|e| self.cloudfront_error(&e, context).error)?;
+        let target = self.routing_endpoint(group).await.map_err(|e| self.cloudfront_error(&e, context).error)?;
         observation.dns_target = Some(target.clone());
         Ok(target)
     }

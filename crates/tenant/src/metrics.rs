@@ -1,14 +1,14 @@
 //! Seed 001's metrics under its names. [`TenantMetrics::register`] registers them as given, so
 //! register into an unprefixed registry to get the seed's exact names:
 //! `cloudfront_tenant_operator_reconcile_errors_total{error_type}`,
-//! `cloudfront_tenant_operator_drift_detected_total`,
-//! `cloudfront_tenant_operator_aws_api_call_duration_seconds{operation}`, and
+//! `cloudfront_tenant_operator_drift_detected_total`, and
 //! `cloudfront_tenant_operator_tenants_total{namespace,status}`, computed at scrape time from a
-//! reflector store (never stale, no work in the reconcile loop).
+//! reflector store (never stale, no work in the reconcile loop). The seed's
+//! `cloudfront_tenant_operator_aws_api_call_duration_seconds{operation}` is recorded by the
+//! process's AWS layer with every other AWS call (`blockwork_aws::metrics`).
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, PoisonError};
-use std::time::Duration;
 
 use prometheus_client::collector::Collector;
 use prometheus_client::encoding::{DescriptorEncoder, EncodeLabelSet, EncodeMetric};
@@ -16,7 +16,6 @@ use prometheus_client::metrics::MetricType;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::ConstGauge;
-use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 
 use crate::api::DistributionTenant;
@@ -26,11 +25,6 @@ pub const PREFIX: &str = "cloudfront_tenant_operator";
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ErrorLabels {
     pub error_type: String,
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct OperationLabels {
-    pub operation: String,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -44,18 +38,12 @@ pub struct TenantLabels {
 pub struct TenantMetrics {
     reconcile_errors: Family<ErrorLabels, Counter>,
     drift_detected: Counter,
-    aws_call_duration: Family<OperationLabels, Histogram>,
     tenants: Arc<TenantCount>,
 }
 
 impl TenantMetrics {
     pub fn register(registry: &mut Registry) -> Arc<Self> {
-        let metrics = Self {
-            reconcile_errors: Family::default(),
-            drift_detected: Counter::default(),
-            aws_call_duration: Family::new_with_constructor(|| Histogram::new(exponential_buckets(0.005, 2.0, 14))),
-            tenants: Arc::default(),
-        };
+        let metrics = Self { reconcile_errors: Family::default(), drift_detected: Counter::default(), tenants: Arc::default() };
         registry.register(
             format!("{PREFIX}_reconcile_errors"),
             "AWS API errors by classification (seed 001's error table)",
@@ -65,11 +53,6 @@ impl TenantMetrics {
             format!("{PREFIX}_drift_detected"),
             "Times external drift of a tenant was detected, whatever the drift policy",
             metrics.drift_detected.clone(),
-        );
-        registry.register(
-            format!("{PREFIX}_aws_api_call_duration_seconds"),
-            "Wall-clock duration of each AWS SDK call, successful or not",
-            metrics.aws_call_duration.clone(),
         );
         registry.register_collector(Box::new(Arc::clone(&metrics.tenants)));
         Arc::new(metrics)
@@ -81,10 +64,6 @@ impl TenantMetrics {
 
     pub fn drift(&self) {
         self.drift_detected.inc();
-    }
-
-    pub fn aws_call(&self, operation: &str, duration: Duration) {
-        self.aws_call_duration.get_or_create(&OperationLabels { operation: operation.to_owned() }).observe(duration.as_secs_f64());
     }
 
     /// Where the tenant count comes from at scrape time: the controller's own caches
@@ -179,14 +158,9 @@ mod tests {
         let metrics = TenantMetrics::register(&mut registry);
         metrics.error("throttling");
         metrics.drift();
-        metrics.aws_call("GetDistributionTenant", Duration::from_millis(3));
         let mut text = String::new();
         prometheus_client::encoding::text::encode(&mut text, &registry).expect("encodes");
         assert!(text.contains("cloudfront_tenant_operator_reconcile_errors_total{error_type=\"throttling\"} 1"), "{text}");
         assert!(text.contains("cloudfront_tenant_operator_drift_detected_total 1"), "{text}");
-        assert!(
-            text.contains("cloudfront_tenant_operator_aws_api_call_duration_seconds_count{operation=\"GetDistributionTenant\"} 1"),
-            "{text}"
-        );
     }
 }

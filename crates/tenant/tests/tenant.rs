@@ -12,7 +12,7 @@ use blockwork_tenant::api::{CertificateRef, Customizations, DriftPolicyName, Man
 use blockwork_tenant::{DistributionTenant, DistributionTenantSpec, Timing};
 use blockwork_testenv::fault_proxy::{Fault, Operation};
 use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
-use support::{DNS_ACCOUNT, DNS_ROLE, Harness, MultiAccountMoto, TIMING, condition};
+use support::{DNS_ACCOUNT, DNS_ROLE, Harness, MultiAccountMoto, RETRIES, TIMING, condition};
 
 fn state(tenant: &DistributionTenant) -> Option<ReconcileState> {
     tenant.status.as_ref().and_then(|s| s.reconcile_state)
@@ -39,6 +39,24 @@ async fn tenant_is_created_and_becomes_ready_with_its_aws_status() {
     assert_eq!(condition(&tenant, "DNSReady").map(|c| (c.0, c.1)), Some(("True".to_owned(), "DNSNotConfigured".to_owned())));
     assert_eq!(aws_domains(&aws), [h.domain("www")]);
     assert_eq!(h.proxy.calls("CreateDistributionTenant"), 1);
+}
+
+#[tokio::test]
+async fn tenants_of_one_connection_group_share_one_lookup_of_its_routing_endpoint() {
+    let h = Harness::start("dt-routing").await;
+    h.create("shop-a", h.spec(&["a"])).await;
+    h.create("shop-b", h.spec(&["b"])).await;
+    h.create("shop-c", h.dns_spec(&["c"], &h.zone_id, 120)).await;
+    for name in ["shop-a", "shop-b", "shop-c"] {
+        let tenant = h.wait_ready(name).await;
+        let target = tenant.status.as_ref().and_then(|s| s.observation.dns_target.as_deref());
+        assert!(target.is_some_and(|t| t.ends_with(".cloudfront.net")), "{name}: {target:?}");
+    }
+    // Before a create the spec names no group (the account's default is listed); after it,
+    // CloudFront reports the group's id (read by id). Each once, for all three tenants.
+    let calls = h.proxy.all_calls();
+    assert_eq!(h.proxy.calls("ListConnectionGroups"), 1, "{calls:?}");
+    assert!(h.proxy.calls("GetConnectionGroup") <= 1, "{calls:?}");
 }
 
 #[tokio::test]
@@ -142,7 +160,8 @@ async fn throttled_call_is_not_retried_before_the_throttle_floor() {
     let h = Harness::start("dt-throttle").await;
     h.create("shop-nine", h.spec(&["www"])).await;
     h.wait_ready("shop-nine").await;
-    h.proxy.inject(Operation::named("GetDistributionTenant"), Fault::Throttling, 1);
+    // The layer retries throttling (twice in these tests): three in a row reach the operator.
+    h.proxy.inject(Operation::named("GetDistributionTenant"), Fault::Throttling, RETRIES + 1);
     let tenant = h.wait_for("shop-nine", "Synced=False/Throttling", |t| condition(t, "Synced").is_some_and(|c| c.1 == "Throttling")).await;
     assert_eq!(condition(&tenant, "Synced").unwrap().2, "Rate exceeded", "the AWS message is kept");
     let calls = h.proxy.calls("GetDistributionTenant");
@@ -276,10 +295,19 @@ async fn server_error_is_retried_with_backoff_and_counted() {
     let h = Harness::start("dt-retry").await;
     h.create("shop-retry", h.spec(&["www"])).await;
     h.wait_ready("shop-retry").await;
-    h.proxy.inject(Operation::named("GetDistributionTenant"), Fault::ServerError(500), 1);
+    // The layer retries a 5xx (twice in these tests) before the operator sees it.
+    h.proxy.inject(Operation::named("GetDistributionTenant"), Fault::ServerError(500), RETRIES + 1);
     h.wait_for("shop-retry", "Synced=False/InternalFailure", |t| condition(t, "Synced").is_some_and(|c| c.1 == "InternalFailure")).await;
     h.wait_for("shop-retry", "Synced again", |t| condition(t, "Synced").is_some_and(|c| c.0 == "True")).await;
-    assert!(h.metrics_text().contains("error_type=\"retryable\"} 1"), "{}", h.metrics_text());
+    let text = h.metrics_text();
+    assert!(text.contains("error_type=\"retryable\"} 1"), "{text}");
+    assert!(
+        text.contains(&format!(
+            r#"blockwork_aws_calls_total{{service="cloudfront",operation="GetDistributionTenant",result="retryable"}} {}"#,
+            RETRIES + 1
+        )),
+        "every attempt is counted: {text}"
+    );
 }
 
 #[tokio::test]
@@ -598,8 +626,9 @@ async fn cross_account_role_is_assumed_for_route53_only_and_cached() {
 async fn route53_throttling_and_prior_request_not_complete_are_retried_after_the_floor() {
     let timing = Timing { throttle: Duration::from_secs(3), ..TIMING };
     let h = Harness::start_configured("dt-dns-throttle", DriftPolicy::Enforce, timing).await;
-    h.dns_proxy.inject(Operation::named("ChangeResourceRecordSets"), Fault::PriorRequestNotComplete, 1);
-    h.dns_proxy.inject(Operation::named("GetChange"), Fault::Throttling, 1);
+    // More than the layer's retries absorb, so that the operator's throttle floor shows.
+    h.dns_proxy.inject(Operation::named("ChangeResourceRecordSets"), Fault::PriorRequestNotComplete, RETRIES + 1);
+    h.dns_proxy.inject(Operation::named("GetChange"), Fault::Throttling, RETRIES + 1);
     h.create("shop-dns-throttle", h.dns_spec(&["www"], &h.zone_id, 300)).await;
     let tenant = h
         .wait_for("shop-dns-throttle", "Synced=False/DNSThrottling", |t| condition(t, "Synced").is_some_and(|c| c.1 == "DNSThrottling"))
@@ -614,8 +643,8 @@ async fn route53_throttling_and_prior_request_not_complete_are_retried_after_the
         assert!(tokio::time::Instant::now() < deadline, "never Ready: {:?}", h.dns_proxy.all_calls());
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
-    assert_eq!(h.dns_proxy.calls("ChangeResourceRecordSets"), 2, "PriorRequestNotComplete, then accepted");
-    assert!(h.dns_proxy.calls("GetChange") >= 2, "Throttling, then INSYNC");
+    assert_eq!(h.dns_proxy.calls("ChangeResourceRecordSets"), RETRIES + 2, "PriorRequestNotComplete (retried), then accepted");
+    assert!(h.dns_proxy.calls("GetChange") >= RETRIES + 2, "Throttling (retried), then INSYNC");
     assert!(h.metrics_text().contains("error_type=\"dns_throttling\"} 2"), "{}", h.metrics_text());
 }
 

@@ -10,6 +10,21 @@
 //! moto reports every record change INSYNC and issues every certificate after a second,
 //! MiniStack issues every managed certificate immediately. They forward the call and rewrite only the status in the answer, so everything
 //! else (the change id, the certificate's ARN) is the emulator's.
+//!
+//! Two faithful extensions stand in for AWS behaviour the emulators lack:
+//!
+//! - **Throttling** ([`FaultProxy::enforce_quotas`]): AWS's token buckets (account-level,
+//!   per-operation, Route 53's change throughput; see [`crate::throttle`]), answering
+//!   `Throttling`/`ThrottlingException` as AWS does once a bucket is empty. Calls are counted
+//!   whether throttled or not; [`FaultProxy::throttled`] counts the throttled ones.
+//! - **A certificate's status changing on its own** ([`FaultProxy::set_certificate_status`]):
+//!   revoked, expired, failed. moto cannot revoke an ACM certificate; the proxy rewrites the
+//!   status in ListCertificates and DescribeCertificate answers about that certificate.
+//! - **Route 53's DELETE matches the current values** (always on): AWS refuses a change batch
+//!   whose DELETE names a record set that is gone or whose TTL or values differ from the
+//!   current ones (`InvalidChangeBatch`); moto accepts a DELETE whose values matched *any* past
+//!   write of the record. The proxy reads the record set from moto first and answers as AWS
+//!   would. Blockwork's ownership rule rests on this check.
 
 use std::collections::HashMap;
 use std::convert::Infallible;
@@ -159,6 +174,10 @@ struct State {
     random: Option<Dice>,
     calls: HashMap<String, usize>,
     injected: HashMap<String, usize>,
+    throttle: Option<crate::throttle::Throttle>,
+    throttled: HashMap<String, usize>,
+    /// ACM certificate ARN → the status its answers report.
+    certificate_statuses: HashMap<String, String>,
 }
 
 /// Stops serving when dropped.
@@ -232,6 +251,27 @@ impl FaultProxy {
         self.lock().injected.clone()
     }
 
+    /// Throttles calls as AWS would with `quotas` (`Quotas::aws()`: AWS's own), from now on.
+    pub fn enforce_quotas(&self, quotas: blockwork_aws::quota::Quotas) {
+        self.lock().throttle = Some(crate::throttle::Throttle::new(quotas));
+    }
+
+    /// How many requests of `operation` were answered `Throttling` by [`Self::enforce_quotas`].
+    pub fn throttled(&self, operation: &str) -> usize {
+        self.lock().throttled.get(operation).copied().unwrap_or(0)
+    }
+
+    /// Every operation throttled, with its count.
+    pub fn all_throttled(&self) -> HashMap<String, usize> {
+        self.lock().throttled.clone()
+    }
+
+    /// From now on, ACM reports the certificate `arn` as `status` (e.g. `REVOKED`, `EXPIRED`)
+    /// in ListCertificates and DescribeCertificate answers.
+    pub fn set_certificate_status(&self, arn: &str, status: &str) {
+        self.lock().certificate_statuses.insert(arn.to_owned(), status.to_owned());
+    }
+
     pub fn clear(&self) {
         *self.lock() = State::default();
     }
@@ -289,7 +329,7 @@ async fn handle(request: Request<Incoming>, state: &Mutex<State>, upstream: &str
         Err(e) => return Some(plain(StatusCode::BAD_REQUEST, &format!("fault proxy: reading the request: {e}"))),
     };
     let (protocol, operation) = identify(&parts, &body);
-    let fault = {
+    let (fault, statuses) = {
         let mut state = state.lock().unwrap_or_else(PoisonError::into_inner);
         *state.calls.entry(operation.clone()).or_default() += 1;
         let found = state.faults.iter_mut().find(|(op, _, left)| *left > 0 && op.matches(&operation));
@@ -297,12 +337,27 @@ async fn handle(request: Request<Incoming>, state: &Mutex<State>, upstream: &str
             *left -= 1;
             fault.clone()
         });
-        let fault = chosen.or_else(|| state.random.as_mut().and_then(Dice::roll));
+        let mut fault = chosen.or_else(|| state.random.as_mut().and_then(Dice::roll));
         if let Some(fault) = &fault {
             *state.injected.entry(fault.label()).or_default() += 1;
         }
-        fault
+        if fault.is_none() && !admitted(&mut state, &parts, &operation, &body) {
+            *state.throttled.entry(operation.clone()).or_default() += 1;
+            fault = Some(Fault::Throttling);
+        }
+        let statuses = (protocol == Protocol::Json && !state.certificate_statuses.is_empty()).then(|| state.certificate_statuses.clone());
+        (fault, statuses)
     };
+    if fault.is_none()
+        && operation == "ChangeResourceRecordSets"
+        && let Some(refusal) = refused_delete(&parts, &body, upstream, client).await
+    {
+        return Some(refusal);
+    }
+    if let (None, Some(statuses)) = (&fault, statuses) {
+        let response = forward(parts, body, upstream, client, None).await;
+        return Some(with_certificate_statuses(response, &statuses).await);
+    }
     Some(match fault {
         Some(Fault::Latency(delay)) => {
             tokio::time::sleep(delay).await;
@@ -324,6 +379,117 @@ async fn handle(request: Request<Incoming>, state: &Mutex<State>, upstream: &str
         Some(fault) => error_response(protocol, &fault),
         None => forward(parts, body, upstream, client, None).await,
     })
+}
+
+/// Whether AWS's buckets (when enforced) let the request through; takes its tokens if so.
+fn admitted(state: &mut State, parts: &http::request::Parts, operation: &str, body: &[u8]) -> bool {
+    let Some(throttle) = state.throttle.as_mut() else { return true };
+    let authorization = parts.headers.get(http::header::AUTHORIZATION).and_then(|v| v.to_str().ok()).unwrap_or_default();
+    let Some(caller) = crate::throttle::caller(authorization) else { return true };
+    let changes = if operation == "ChangeResourceRecordSets" { crate::throttle::changes(body) } else { 0 };
+    throttle.admit(&caller, operation, changes, std::time::Instant::now())
+}
+
+/// One record set of a Route 53 XML request or answer.
+#[derive(Debug, PartialEq, Eq)]
+struct RecordSet {
+    name: String,
+    kind: String,
+    ttl: Option<String>,
+    values: Vec<String>,
+}
+
+/// The text of each `<tag>…</tag>` in `xml`, in order.
+fn elements<'a>(xml: &'a str, tag: &str) -> Vec<&'a str> {
+    let (open, close) = (format!("<{tag}>"), format!("</{tag}>"));
+    let mut found = Vec::new();
+    let mut rest = xml;
+    while let Some(start) = rest.find(&open) {
+        let inner = &rest[start + open.len()..];
+        let Some(end) = inner.find(&close) else { break };
+        found.push(&inner[..end]);
+        rest = &inner[end + close.len()..];
+    }
+    found
+}
+
+fn record_set(xml: &str) -> Option<RecordSet> {
+    let first = |tag| elements(xml, tag).first().map(|v| (*v).to_owned());
+    Some(RecordSet {
+        name: first("Name")?.trim_end_matches('.').to_ascii_lowercase(),
+        kind: first("Type")?,
+        ttl: first("TTL"),
+        values: elements(xml, "Value").iter().map(|v| (*v).to_owned()).collect(),
+    })
+}
+
+/// AWS's answer to a change batch whose DELETE does not match the record set as it is now;
+/// `None` when every DELETE matches (or there is none).
+async fn refused_delete(
+    parts: &http::request::Parts,
+    body: &[u8],
+    upstream: &str,
+    client: &Client<HttpConnector, Full<Bytes>>,
+) -> Option<Response<Full<Bytes>>> {
+    let text = String::from_utf8_lossy(body);
+    let zone = parts.uri.path().strip_prefix("/2013-04-01/hostedzone/")?.split('/').next()?.to_owned();
+    for change in elements(&text, "Change") {
+        if elements(change, "Action").first() != Some(&"DELETE") {
+            continue;
+        }
+        let wanted = record_set(change)?;
+        let uri = format!("{upstream}/2013-04-01/hostedzone/{zone}/rrset?name={}&type={}&maxitems=1", wanted.name, wanted.kind);
+        // Signed like the change itself: moto tells the service by the signature's scope.
+        let mut request = Request::builder().method("GET").uri(uri);
+        if let Some(authorization) = parts.headers.get(http::header::AUTHORIZATION) {
+            request = request.header(http::header::AUTHORIZATION, authorization);
+        }
+        let request = request.body(Full::new(Bytes::new())).ok()?;
+        let response = client.request(request).await.ok()?;
+        let listed = response.into_body().collect().await.ok()?.to_bytes();
+        let listed = String::from_utf8_lossy(&listed);
+        let current = elements(&listed, "ResourceRecordSet")
+            .first()
+            .and_then(|set| record_set(set))
+            .filter(|set| set.name == wanted.name && set.kind == wanted.kind);
+        if current.as_ref() != Some(&wanted) {
+            let why = if current.is_some() { "but the values provided do not match the current values" } else { "but it was not found" };
+            let message = format!("[Tried to delete resource record set [name='{}.', type='{}'] {why}]", wanted.name, wanted.kind);
+            let fault = Fault::Custom { status: 400, code: "InvalidChangeBatch".to_owned(), message };
+            return Some(error_response(Protocol::RestXml, &fault));
+        }
+    }
+    None
+}
+
+/// An ACM (JSON) answer with the statuses [`FaultProxy::set_certificate_status`] set: in a
+/// ListCertificates summary list and a DescribeCertificate detail.
+async fn with_certificate_statuses(response: Response<Full<Bytes>>, statuses: &HashMap<String, String>) -> Response<Full<Bytes>> {
+    let (mut parts, body) = response.into_parts();
+    let bytes = match body.collect().await {
+        Ok(collected) => collected.to_bytes(),
+        Err(never) => match never {},
+    };
+    let Ok(mut json) = serde_json::from_slice::<serde_json::Value>(&bytes) else {
+        return Response::from_parts(parts, Full::new(bytes));
+    };
+    let rewrite = |certificate: &mut serde_json::Value| {
+        let arn = certificate.get("CertificateArn").and_then(serde_json::Value::as_str).map(str::to_owned);
+        if let Some(status) = arn.and_then(|arn| statuses.get(&arn)) {
+            certificate["Status"] = serde_json::Value::String(status.clone());
+            if status == "REVOKED" {
+                certificate["RevokedAt"] = serde_json::json!(1_700_000_000);
+            }
+        }
+    };
+    if let Some(list) = json.get_mut("CertificateSummaryList").and_then(serde_json::Value::as_array_mut) {
+        list.iter_mut().for_each(rewrite);
+    }
+    if let Some(certificate) = json.get_mut("Certificate") {
+        rewrite(certificate);
+    }
+    parts.headers.remove(http::header::CONTENT_LENGTH);
+    Response::from_parts(parts, Full::new(Bytes::from(json.to_string())))
 }
 
 /// A status in an answer and what a "pending" fault turns it into.

@@ -12,6 +12,7 @@
 //!   changes.
 //! - [`kube_proxy`]: an HTTP proxy in front of kube-apiserver that cuts watches, answers 429,
 //!   5xx and 410, and records every write by field manager.
+//! - [`throttle`]: AWS's token buckets, which the fault proxy enforces on request.
 //! - [`measure`]: memory and CPU of a process, for benchmarks.
 //! - [`leaks`]: looks for account ids (or any secret) in statuses, events, logs and metrics.
 //!
@@ -26,4 +27,5 @@ pub mod kube_proxy;
 pub mod leaks;
 pub mod measure;
 mod process;
+pub mod throttle;
 mod tools;

@@ -1,5 +1,6 @@
 //! A Cert controller against the real kube-apiserver and moto, through the fault proxy: one
-//! namespace, fresh hosted zones and a proxy per test.
+//! namespace, fresh hosted zones and a proxy per test. Each controller started gets an AWS layer
+//! of its own, as a new process would.
 
 #![allow(dead_code, clippy::unwrap_used, clippy::panic)]
 
@@ -9,10 +10,13 @@ use std::time::Duration;
 use aws_config::BehaviorVersion;
 use aws_config::retry::RetryConfig as SdkRetryConfig;
 use aws_sdk_route53::types::RrType;
-use blockwork_cert::aws::{CacheConfig, RateLimitConfig, RetryConfig};
+use blockwork_aws::acm::AcmConfig;
+use blockwork_aws::quota::{Override, Quotas};
+use blockwork_aws::route53::BatchPolicy;
+use blockwork_aws::{Aws, AwsConfig, AwsMetrics, RetryPolicy, Seed};
 use blockwork_cert::zones::{Zone, ZoneRegistry};
-use blockwork_cert::{Cert, CertConfig, CertManager, CertMetrics, CertSpec, CertState, GROUP, Timing};
-use blockwork_runtime::{Context, ControllerConfig, RequeuePolicy, RuntimeMetrics};
+use blockwork_cert::{Cert, CertConfig, CertMetrics, CertSpec, CertState, Timing};
+use blockwork_runtime::{RequeuePolicy, RuntimeMetrics};
 use blockwork_testenv::control_plane::{ControlPlane, control_plane};
 use blockwork_testenv::emulators::moto;
 use blockwork_testenv::fault_proxy::FaultProxy;
@@ -30,13 +34,16 @@ pub struct Harness {
     pub route53: aws_sdk_route53::Client,
     pub zones: Vec<Zone>,
     pub metrics: Arc<CertMetrics>,
-    /// Where `metrics` are registered, under the seed's prefix `cert_operator`.
+    /// The AWS layer's metrics, shared by every controller this harness starts.
+    pub aws_metrics: Arc<AwsMetrics>,
+    /// Where `metrics` are registered, under the seed's prefix `cert_operator`, with the AWS
+    /// layer's (and their seed names).
     pub registry: Registry,
     /// The runtime's metrics, shared by every controller this harness starts, and their registry.
     runtime_metrics: Arc<RuntimeMetrics>,
     runtime_registry: Registry,
     /// Applied to the configuration of every controller this harness starts.
-    tweak: fn(&mut CertConfig),
+    tweak: fn(&mut CertConfig, &mut AwsConfig),
     controller: Option<JoinHandle<()>>,
     plane: &'static ControlPlane,
 }
@@ -70,10 +77,10 @@ pub fn fast_timing() -> Timing {
 impl Harness {
     /// `zones`: labels of hosted zones to create, e.g. `["a", "b"]` → `a.<namespace>.test`.
     pub async fn start(prefix: &str, zones: &[&str]) -> Self {
-        Self::start_with(prefix, zones, |_| {}).await
+        Self::start_with(prefix, zones, |_, _| {}).await
     }
 
-    pub async fn start_with(prefix: &str, zones: &[&str], tweak: fn(&mut CertConfig)) -> Self {
+    pub async fn start_with(prefix: &str, zones: &[&str], tweak: fn(&mut CertConfig, &mut AwsConfig)) -> Self {
         let plane = control_plane().await.expect("control plane starts");
         plane.install_crds(&[Cert::crd()]).await.expect("Cert CRD installs");
         let namespace = plane.namespace(prefix).await.expect("namespace is created");
@@ -97,6 +104,7 @@ impl Harness {
         }
         let mut registry = Registry::default();
         let metrics = CertMetrics::register(registry.sub_registry_with_prefix("cert_operator"));
+        let aws_metrics = Arc::new(AwsMetrics::register(&mut registry, &[Seed::Cert]));
         let mut runtime_registry = Registry::with_prefix("blockwork");
         let runtime_metrics = RuntimeMetrics::register(&mut runtime_registry);
         let mut harness = Self {
@@ -107,6 +115,7 @@ impl Harness {
             route53,
             zones: created,
             metrics,
+            aws_metrics,
             registry,
             runtime_metrics,
             runtime_registry,
@@ -118,41 +127,51 @@ impl Harness {
         harness
     }
 
-    pub fn config(&self) -> CertConfig {
+    /// The controller's configuration, and its AWS layer's: quotas far above what a test needs
+    /// (the quota model has tests of its own), quick retries, quick background batches and
+    /// listing sweeps.
+    pub fn config(&self) -> (CertConfig, AwsConfig) {
         let mut config = CertConfig {
             zones: ZoneRegistry::new(self.zones.clone()),
-            rate_limits: RateLimitConfig { acm_per_second: 50.0, acm_burst: 50, route53_per_second: 50.0, route53_burst: 50 },
-            retry: RetryConfig { base_delay: Duration::from_millis(20), max_delay: Duration::from_millis(100), max_retries: 3 },
-            cache: CacheConfig::default(),
-            aws_timeout: Duration::from_secs(10),
-            aws_region: Some("us-east-1".into()),
-            aws_endpoint_url: Some(self.proxy.endpoint()),
+            acm: AcmConfig { sweep: Duration::from_secs(2), busy_sweep: Duration::from_millis(200), ..AcmConfig::default() },
             validation_timeout: Duration::from_secs(72 * 3600),
             expiry_threshold_days: 90,
             max_tracked_certificates: 1000,
             timing: fast_timing(),
         };
-        (self.tweak)(&mut config);
-        config
+        let generous: Vec<Override> = ["acm.*=100/100", "acm.ListCertificates=100/100", "route53=100/100", "route53.*=100/100"]
+            .iter()
+            .map(|o| o.parse().unwrap())
+            .collect();
+        let mut aws = AwsConfig {
+            region: Some("us-east-1".into()),
+            endpoint_url: Some(self.proxy.endpoint()),
+            timeout: Duration::from_secs(10),
+            quotas: Quotas::aws().with(&generous),
+            retry: RetryPolicy { base_delay: Duration::from_millis(20), max_delay: Duration::from_millis(100), max_retries: 3 },
+            route53_batch: BatchPolicy { gather: Duration::from_millis(50), interval: Duration::from_millis(300) },
+            ..AwsConfig::default()
+        };
+        (self.tweak)(&mut config, &mut aws);
+        (config, aws)
     }
 
-    /// Starts a controller (again): a new process, as far as the object is concerned.
+    /// Starts a controller (again): a new process, as far as the object is concerned, with an
+    /// AWS layer of its own (its metrics counted in the harness's).
     pub async fn start_controller(&mut self) {
-        let config = self.config();
-        let sdk = sdk_config(&self.proxy.endpoint()).await;
-        let aws = blockwork_cert::aws_client(&sdk, &config, &self.metrics).unwrap();
-        let client = self.plane.client();
-        let manager = CertManager::new(
+        let (config, aws_config) = self.config();
+        let aws = Aws::with_sdk_config(aws_config, sdk_config(&self.proxy.endpoint()).await, Arc::clone(&self.aws_metrics));
+        let run = blockwork_cert::run(
+            self.plane.client(),
+            config,
             aws,
-            config.zones.clone(),
-            config.validation_timeout,
-            config.timing,
+            Arc::clone(&self.runtime_metrics),
             Arc::clone(&self.metrics),
-            client.clone(),
+            Some(vec![self.namespace.clone()]),
+            4,
+            std::future::pending(),
         );
-        let context = Context::new(client.clone(), manager, ControllerConfig::new("cert", GROUP), Arc::clone(&self.runtime_metrics));
-        let api: Api<Cert> = Api::namespaced(client, &self.namespace);
-        self.controller = Some(tokio::spawn(blockwork_runtime::run(api, context, 4, std::future::pending())));
+        self.controller = Some(tokio::spawn(run));
     }
 
     /// Kills the controller wherever it is, as a crash would.
@@ -215,6 +234,19 @@ impl Harness {
                 _ => tokio::time::sleep(Duration::from_millis(100)).await,
             }
         }
+    }
+
+    /// Waits until the Cert is Ready and every validation record it listed is written (the
+    /// background batch may follow ACM's issuance, which moto does after a second).
+    pub async fn wait_for_records_written(&self, name: &str) -> Cert {
+        self.wait_for(name, "Ready with its records written", |c| {
+            c.status.as_ref().is_some_and(|s| {
+                s.observation.state == Some(CertState::Ready)
+                    && !s.observation.validation_records.is_empty()
+                    && s.observation.validation_records.iter().all(|r| !r.pending)
+            })
+        })
+        .await
     }
 
     pub async fn wait_for_state(&self, name: &str, state: CertState) -> Cert {

@@ -1,5 +1,6 @@
 //! One DistributionTenant controller per test, against the shared kube-apiserver, MiniStack
 //! (CloudFront, ACM) and moto (Route53, STS), with a fault proxy of its own in front of each.
+//! Each controller started gets an AWS layer of its own, as a new process would.
 
 #![allow(dead_code, clippy::unwrap_used, clippy::panic)]
 
@@ -13,6 +14,9 @@ use aws_sdk_cloudfront::types::{
     StringSchemaConfig, TenantConfig, ViewerCertificate, ViewerProtocolPolicy,
 };
 use aws_sdk_route53::types::{Change, ChangeAction, ChangeBatch, ResourceRecord, ResourceRecordSet, RrType};
+use blockwork_aws::quota::{Override, Quotas};
+use blockwork_aws::route53::BatchPolicy;
+use blockwork_aws::{Aws, AwsConfig, AwsMetrics, Endpoint, RetryPolicy, Seed, Service};
 use blockwork_runtime::policy::DRIFT_POLICY_ANNOTATION;
 use blockwork_runtime::{Context, ControllerConfig, DriftPolicy, RuntimeMetrics};
 use blockwork_tenant::api::DomainName;
@@ -46,6 +50,9 @@ pub const TIMING: Timing = Timing {
     throttle: Duration::from_secs(60),
 };
 
+/// Retries of the layer in these tests: a fault injected `RETRIES + 1` times reaches the operator.
+pub const RETRIES: usize = 2;
+
 /// The account a cross-account DNS role lives in (moto switches to it on AssumeRole).
 pub const DNS_ACCOUNT: &str = "210987654321";
 pub const DNS_ROLE: &str = "arn:aws:iam::210987654321:role/blockwork-dns";
@@ -70,6 +77,7 @@ pub struct Harness {
     pub distribution_id: String,
     default_drift: DriftPolicy,
     metrics: Arc<TenantMetrics>,
+    pub aws_metrics: Arc<AwsMetrics>,
     runtime_metrics: Arc<RuntimeMetrics>,
     controller: Option<JoinHandle<()>>,
 }
@@ -108,6 +116,7 @@ impl Harness {
         let mut registry = Registry::default();
         let metrics = TenantMetrics::register(&mut registry);
         let runtime_metrics = RuntimeMetrics::register(&mut registry);
+        let aws_metrics = Arc::new(AwsMetrics::register(&mut registry, &[Seed::Tenant]));
         let moto = moto().await.expect("moto starts").endpoint();
         let dns_proxy = FaultProxy::start(&moto).await.expect("proxy starts");
         let route53 = aws_sdk_route53::Client::new(&sdk_config(&moto).await);
@@ -127,6 +136,7 @@ impl Harness {
             distribution_id,
             default_drift,
             metrics,
+            aws_metrics,
             runtime_metrics,
             controller: None,
         };
@@ -136,12 +146,40 @@ impl Harness {
 
     /// Starts a controller (again): a new process, as far as the objects are concerned.
     pub async fn start_controller(&mut self) {
-        let cloudfront = Sdk::new(&sdk_config(&self.proxy.endpoint()).await, Arc::clone(&self.metrics));
-        let route53 = Route53::new(&sdk_config(&self.dns_proxy.endpoint()).await, Arc::clone(&self.metrics));
-        let manager = TenantManager::new(cloudfront, Some(route53), self.default_drift, self.timing, Arc::clone(&self.metrics));
+        let aws = Aws::with_sdk_config(self.aws_config(), sdk_config(&self.proxy.endpoint()).await, Arc::clone(&self.aws_metrics));
+        let cloudfront = Sdk::new(&aws);
+        let route53 = Route53::new(aws.records());
+        let manager =
+            TenantManager::new(cloudfront, Some(route53), self.default_drift, self.timing, Arc::clone(&self.metrics), aws.metrics());
         let context =
             Context::new(self.client.clone(), manager, ControllerConfig::new(CONTROLLER, GROUP), Arc::clone(&self.runtime_metrics));
         self.controller = Some(tokio::spawn(blockwork_runtime::run(self.api(), context, 4, std::future::pending())));
+    }
+
+    /// The controller's AWS layer: CloudFront and ACM through `proxy`, Route 53 and STS through
+    /// `dns_proxy`; quotas far above what a test needs (the quota model has tests of its own);
+    /// two quick retries, so that a test injecting three failures sees the operator's own
+    /// reaction (seed 001's table, the throttle floor).
+    fn aws_config(&self) -> AwsConfig {
+        let endpoint = |service, url: String| Endpoint { controller: None, service, url };
+        let generous: Vec<Override> = ["cloudfront.*=100/100", "acm.*=100/100", "route53=100/100", "route53.*=100/100", "sts.*=100/100"]
+            .iter()
+            .map(|o| o.parse().unwrap())
+            .collect();
+        AwsConfig {
+            region: Some("us-east-1".into()),
+            endpoints: vec![
+                endpoint(Service::CloudFront, self.proxy.endpoint()),
+                endpoint(Service::Acm, self.proxy.endpoint()),
+                endpoint(Service::Route53, self.dns_proxy.endpoint()),
+                endpoint(Service::Sts, self.dns_proxy.endpoint()),
+            ],
+            timeout: Duration::from_secs(10),
+            quotas: Quotas::aws().with(&generous),
+            retry: RetryPolicy { base_delay: Duration::from_millis(10), max_delay: Duration::from_millis(50), max_retries: RETRIES },
+            route53_batch: BatchPolicy { gather: Duration::from_millis(50), interval: Duration::from_millis(300) },
+            ..AwsConfig::default()
+        }
     }
 
     /// Kills the controller wherever it is, as a crash would.
@@ -374,7 +412,7 @@ pub fn condition(tenant: &DistributionTenant, type_: &str) -> Option<(String, St
     status.condition(type_).map(|c| (c.status.clone(), c.reason.clone(), c.message.clone()))
 }
 
-async fn hosted_zone(route53: &aws_sdk_route53::Client, name: &str) -> String {
+pub async fn hosted_zone(route53: &aws_sdk_route53::Client, name: &str) -> String {
     let output = route53
         .create_hosted_zone()
         .name(name)
@@ -388,7 +426,7 @@ async fn hosted_zone(route53: &aws_sdk_route53::Client, name: &str) -> String {
 /// CloudFront makes the account's default connection group with its first tenant, and a tenant
 /// with managed DNS needs its routing endpoint before it exists: make sure there is one, whatever
 /// order the tests run in.
-async fn default_connection_group(aws: &aws_sdk_cloudfront::Client, distribution_id: &str, namespace: &str) {
+pub async fn default_connection_group(aws: &aws_sdk_cloudfront::Client, distribution_id: &str, namespace: &str) {
     let groups = aws.list_connection_groups().send().await.expect("connection groups are listed");
     if groups.connection_groups().iter().any(|g| g.is_default() == Some(true)) {
         return;
@@ -403,7 +441,7 @@ async fn default_connection_group(aws: &aws_sdk_cloudfront::Client, distribution
         .expect("a first tenant is created in MiniStack");
 }
 
-async fn request_certificate(acm: &aws_sdk_acm::Client, names: &[String]) -> String {
+pub async fn request_certificate(acm: &aws_sdk_acm::Client, names: &[String]) -> String {
     let output = acm
         .request_certificate()
         .domain_name(&names[0])
@@ -418,7 +456,7 @@ async fn request_certificate(acm: &aws_sdk_acm::Client, names: &[String]) -> Str
 /// A `tenant-only` distribution, the kind tenants attach to: with `certificate` as its viewer
 /// certificate (`None`: CloudFront's default certificate) and `parameters` as its tenant
 /// parameters, (name, required, default).
-async fn multi_tenant_distribution(
+pub async fn multi_tenant_distribution(
     aws: &aws_sdk_cloudfront::Client,
     reference: &str,
     certificate: Option<&str>,

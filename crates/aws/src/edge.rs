@@ -1,0 +1,399 @@
+//! The process's AWS edge: one [`Aws`] per process, shared by every controller. It builds the
+//! SDK clients (region, endpoint overrides, assumed roles; the SDK's own retries off) and runs
+//! every call through [`Aws::call`]:
+//!
+//! ```text
+//! tokens (limiter: account, operation, changes) → attempt (timed, classified, counted)
+//!   → throttled or transient? backoff with jitter, then tokens again → …
+//! ```
+//!
+//! so a call is retried in one place, each retry draws tokens like the first attempt, and every
+//! attempt lands in the one metrics family.
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant, SystemTime};
+
+use aws_config::retry::RetryConfig;
+use aws_config::timeout::TimeoutConfig;
+use aws_config::{BehaviorVersion, Region, SdkConfig};
+use backon::{ExponentialBuilder, Retryable};
+use tokio::sync::OnceCell;
+use tracing::debug;
+
+use crate::error::{AwsError, classify_sdk_error};
+use crate::limiter::{Account, Limiter, Scope};
+use crate::metrics::{AwsMetrics, Seed};
+use crate::quota::{Quotas, Service};
+use crate::route53::BatchPolicy;
+
+/// Backoff between attempts of one call: `min(max_delay, base_delay × 2^n)` with jitter, at
+/// most `max_retries` retries (seed 000: from 1 s, doubling, 5 retries).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RetryPolicy {
+    pub base_delay: Duration,
+    pub max_delay: Duration,
+    pub max_retries: usize,
+}
+
+impl Default for RetryPolicy {
+    fn default() -> Self {
+        Self { base_delay: Duration::from_secs(1), max_delay: Duration::from_secs(30), max_retries: 5 }
+    }
+}
+
+/// An endpoint override for one service, for every controller or (`controller`) one.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Endpoint {
+    pub controller: Option<&'static str>,
+    pub service: Service,
+    pub url: String,
+}
+
+/// Everything the layer is configured with (see [`crate::config::AwsArgs`] for the flags).
+#[derive(Clone, Debug, PartialEq)]
+pub struct AwsConfig {
+    /// The region of regional APIs (ACM); default: the SDK's chain.
+    pub region: Option<String>,
+    /// An endpoint for every service (an emulator).
+    pub endpoint_url: Option<String>,
+    /// Per-service (and per-controller) endpoints, over `endpoint_url`.
+    pub endpoints: Vec<Endpoint>,
+    /// Bounds each attempt of a call.
+    pub timeout: Duration,
+    /// The process's share of the quotas (already scaled).
+    pub quotas: Quotas,
+    pub retry: RetryPolicy,
+    pub route53_batch: BatchPolicy,
+}
+
+impl Default for AwsConfig {
+    fn default() -> Self {
+        Self {
+            region: None,
+            endpoint_url: None,
+            endpoints: Vec::new(),
+            timeout: Duration::from_secs(30),
+            // The published quotas are valid and the default factor is in range.
+            quotas: Quotas::aws().scaled(crate::quota::DEFAULT_SAFETY_FACTOR).unwrap_or_else(|_| Quotas::aws()),
+            retry: RetryPolicy::default(),
+            route53_batch: BatchPolicy::default(),
+        }
+    }
+}
+
+/// One AWS call as the layer sees it: for whom, against which quota, which operation, and how
+/// many record changes it makes (Route 53's change throughput).
+#[derive(Clone, Debug)]
+pub struct Call<'a> {
+    /// The controllers the call serves (a Route 53 batch may serve several).
+    pub callers: &'a [&'static str],
+    pub scope: Scope,
+    pub operation: &'static str,
+    pub changes: u32,
+}
+
+/// Credentials of an assumed role are used until this long before they expire.
+const CREDENTIAL_MARGIN: Duration = Duration::from_secs(300);
+/// The STS session name, as it shows in the other account's CloudTrail.
+const SESSION_NAME_PREFIX: &str = "blockwork";
+
+/// The process's AWS layer.
+pub struct Aws {
+    config: AwsConfig,
+    base: OnceCell<SdkConfig>,
+    limiter: Limiter,
+    metrics: Arc<AwsMetrics>,
+    /// Assumed roles: their SDK configuration and when its credentials expire.
+    roles: Mutex<HashMap<String, (SdkConfig, SystemTime)>>,
+    records: std::sync::OnceLock<Arc<crate::route53::Records>>,
+}
+
+impl std::fmt::Debug for Aws {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Aws").field("config", &self.config).finish_non_exhaustive()
+    }
+}
+
+impl Aws {
+    /// The layer with the SDK's default credential and region chain (env, IRSA / Pod Identity,
+    /// profile, IMDS), loaded on first use: building it costs nothing for a process whose
+    /// controllers never call AWS.
+    pub fn new(config: AwsConfig, metrics: Arc<AwsMetrics>) -> Arc<Self> {
+        Self::build(config, metrics, OnceCell::new())
+    }
+
+    /// The layer over a given SDK configuration (its credentials and region), e.g. static
+    /// credentials for an emulator.
+    pub fn with_sdk_config(config: AwsConfig, sdk: SdkConfig, metrics: Arc<AwsMetrics>) -> Arc<Self> {
+        Self::build(config, metrics, OnceCell::new_with(Some(sdk)))
+    }
+
+    fn build(config: AwsConfig, metrics: Arc<AwsMetrics>, base: OnceCell<SdkConfig>) -> Arc<Self> {
+        let limiter = Limiter::new(config.quotas.clone(), Arc::clone(&metrics));
+        Arc::new(Self { config, base, limiter, metrics, roles: Mutex::default(), records: std::sync::OnceLock::new() })
+    }
+
+    pub fn config(&self) -> &AwsConfig {
+        &self.config
+    }
+
+    pub fn metrics(&self) -> &Arc<AwsMetrics> {
+        &self.metrics
+    }
+
+    /// The process's share of the quotas.
+    pub fn quotas(&self) -> &Quotas {
+        self.limiter.quotas()
+    }
+
+    /// The process's Route 53 records (one set of batches per hosted zone, for every controller).
+    pub fn records(self: &Arc<Self>) -> Arc<crate::route53::Records> {
+        Arc::clone(self.records.get_or_init(|| crate::route53::Records::new(Arc::clone(self))))
+    }
+
+    async fn base(&self) -> &SdkConfig {
+        self.base
+            .get_or_init(|| async {
+                let mut loader = aws_config::defaults(BehaviorVersion::latest());
+                if let Some(region) = &self.config.region {
+                    loader = loader.region(Region::new(region.clone()));
+                }
+                loader.load().await
+            })
+            .await
+    }
+
+    /// The region regional calls go to when the caller names none.
+    pub async fn region(&self) -> Option<String> {
+        self.base().await.region().map(|r| r.as_ref().to_owned())
+    }
+
+    fn endpoint(&self, controller: &str, service: Service) -> Option<&str> {
+        let overrides = self.config.endpoints.iter().filter(|e| e.service == service);
+        let mut overrides: Vec<&Endpoint> = overrides.collect();
+        overrides.sort_by_key(|e| e.controller.is_none());
+        overrides
+            .into_iter()
+            .find(|e| e.controller.is_none_or(|c| c == controller))
+            .map(|e| e.url.as_str())
+            .or(self.config.endpoint_url.as_deref())
+    }
+
+    fn timeouts(&self) -> TimeoutConfig {
+        TimeoutConfig::builder().operation_timeout(self.config.timeout).build()
+    }
+
+    /// An ACM client for `controller`, in `region` (default: the process's).
+    pub async fn acm(&self, controller: &str, region: Option<&str>) -> aws_sdk_acm::Client {
+        let mut builder =
+            aws_sdk_acm::config::Builder::from(self.base().await).retry_config(RetryConfig::disabled()).timeout_config(self.timeouts());
+        if let Some(url) = self.endpoint(controller, Service::Acm) {
+            builder = builder.endpoint_url(url);
+        }
+        if let Some(region) = region {
+            builder = builder.region(Region::new(region.to_owned()));
+        }
+        aws_sdk_acm::Client::from_conf(builder.build())
+    }
+
+    /// A CloudFront client for `controller`.
+    pub async fn cloudfront(&self, controller: &str) -> aws_sdk_cloudfront::Client {
+        let mut builder = aws_sdk_cloudfront::config::Builder::from(self.base().await)
+            .retry_config(RetryConfig::disabled())
+            .timeout_config(self.timeouts());
+        if let Some(url) = self.endpoint(controller, Service::CloudFront) {
+            builder = builder.endpoint_url(url);
+        }
+        aws_sdk_cloudfront::Client::from_conf(builder.build())
+    }
+
+    /// A Route 53 client for `controller`, with the operator's credentials or (`role`) an
+    /// assumed role's, and the account whose quota its calls draw from.
+    pub async fn route53(&self, controller: &'static str, role: Option<&str>) -> Result<(aws_sdk_route53::Client, Account), AwsError> {
+        let (sdk, account) = match role {
+            None => (self.base().await.clone(), Account::Own),
+            Some(role) => (self.assume(controller, role).await?, Account::of_role(role)),
+        };
+        let mut builder =
+            aws_sdk_route53::config::Builder::from(&sdk).retry_config(RetryConfig::disabled()).timeout_config(self.timeouts());
+        if let Some(url) = self.endpoint(controller, Service::Route53) {
+            builder = builder.endpoint_url(url);
+        }
+        Ok((aws_sdk_route53::Client::from_conf(builder.build()), account))
+    }
+
+    /// The STS client of `controller` (GetCallerIdentity for `blockwork check`; AssumeRole).
+    pub async fn sts(&self, controller: &str) -> aws_sdk_sts::Client {
+        let mut builder =
+            aws_sdk_sts::config::Builder::from(self.base().await).retry_config(RetryConfig::disabled()).timeout_config(self.timeouts());
+        if let Some(url) = self.endpoint(controller, Service::Sts) {
+            builder = builder.endpoint_url(url);
+        }
+        aws_sdk_sts::Client::from_conf(builder.build())
+    }
+
+    /// The SDK configuration with `role`'s credentials (STS AssumeRole), reused until shortly
+    /// before they expire.
+    async fn assume(&self, controller: &'static str, role: &str) -> Result<SdkConfig, AwsError> {
+        let cached = self.roles.lock().unwrap_or_else(PoisonError::into_inner).get(role).cloned();
+        if let Some((sdk, expires)) = cached
+            && SystemTime::now() + CREDENTIAL_MARGIN < expires
+        {
+            return Ok(sdk);
+        }
+        const OP: &str = "AssumeRole";
+        let sts = self.sts(controller).await;
+        let call = Call { callers: &[controller], scope: Scope::new(Account::Own, Service::Sts, None), operation: OP, changes: 0 };
+        let output = self
+            .call(call, || async {
+                sts.assume_role()
+                    .role_arn(role)
+                    .role_session_name(format!("{SESSION_NAME_PREFIX}-{controller}-dns"))
+                    .send()
+                    .await
+                    .map_err(|e| classify_sdk_error(OP, &e))
+            })
+            .await?;
+        let credentials = output.credentials().ok_or_else(|| AwsError::incomplete(OP, "credentials"))?;
+        let expires = SystemTime::try_from(*credentials.expiration()).unwrap_or_else(|_| SystemTime::now());
+        let provider = aws_sdk_sts::config::Credentials::new(
+            credentials.access_key_id(),
+            credentials.secret_access_key(),
+            Some(credentials.session_token().to_owned()),
+            Some(expires),
+            "AssumeRole",
+        );
+        let sdk =
+            self.base().await.to_builder().credentials_provider(aws_sdk_sts::config::SharedCredentialsProvider::new(provider)).build();
+        self.roles.lock().unwrap_or_else(PoisonError::into_inner).insert(role.to_owned(), (sdk.clone(), expires));
+        Ok(sdk)
+    }
+
+    /// Runs one AWS call: tokens, attempt, and on throttling or a transient failure another
+    /// attempt after a backoff (each drawing tokens again), up to the retry policy's limit.
+    pub async fn call<T, F, Fut>(&self, call: Call<'_>, attempt: F) -> Result<T, AwsError>
+    where
+        F: Fn() -> Fut,
+        Fut: Future<Output = Result<T, AwsError>>,
+    {
+        let seeds: Vec<Seed> = call.callers.iter().filter_map(|c| Seed::of(c)).collect();
+        let once = || async {
+            let waited = self.limiter.acquire(&call.scope, call.operation, call.changes).await;
+            self.metrics.limiter_wait(&seeds, call.scope.service, waited);
+            let started = Instant::now();
+            // On the heap: an SDK call's future is large, and reconciles nest several.
+            let result = Box::pin(attempt()).await;
+            let outcome = result.as_ref().map(|_| ()).map_err(|e| e.class);
+            self.metrics.call(&seeds, call.scope.service, call.operation, outcome, started.elapsed());
+            result
+        };
+        let retry = self.config.retry;
+        let backoff = ExponentialBuilder::default()
+            .with_min_delay(retry.base_delay)
+            .with_max_delay(retry.max_delay)
+            .with_factor(2.0)
+            .with_max_times(retry.max_retries)
+            .with_jitter();
+        Box::pin(
+            once.retry(backoff)
+                .when(AwsError::is_transient)
+                .notify(|error, delay| debug!(operation = error.operation, class = ?error.class, ?delay, %error, "retrying an AWS call")),
+        )
+        .await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+    use crate::error::ErrorClass;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    fn layer(retries: usize) -> Arc<Aws> {
+        let config = AwsConfig {
+            retry: RetryPolicy { base_delay: Duration::from_millis(1), max_delay: Duration::from_millis(5), max_retries: retries },
+            ..AwsConfig::default()
+        };
+        Aws::with_sdk_config(config, SdkConfig::builder().build(), Arc::new(AwsMetrics::unregistered()))
+    }
+
+    fn describe() -> Call<'static> {
+        Call {
+            callers: &["cert"],
+            scope: Scope::new(Account::Own, Service::Acm, Some("us-east-1")),
+            operation: "DescribeCertificate",
+            changes: 0,
+        }
+    }
+
+    fn failing(class: ErrorClass) -> AwsError {
+        AwsError { operation: "DescribeCertificate", code: Some(format!("{class:?}")), class, message: "scripted".into() }
+    }
+
+    #[tokio::test]
+    async fn throttling_and_server_errors_are_retried_and_each_attempt_counted() {
+        let aws = layer(3);
+        let attempts = AtomicUsize::new(0);
+        let result = aws
+            .call(describe(), || async {
+                match attempts.fetch_add(1, Ordering::SeqCst) {
+                    0 => Err(failing(ErrorClass::Throttled)),
+                    1 => Err(failing(ErrorClass::Retryable)),
+                    _ => Ok(7),
+                }
+            })
+            .await;
+        assert_eq!(result.unwrap(), 7);
+        assert_eq!(aws.metrics().calls(Service::Acm, "DescribeCertificate"), 3);
+        assert_eq!(aws.metrics().throttling_events(Service::Acm, "DescribeCertificate"), 1);
+    }
+
+    #[tokio::test]
+    async fn terminal_and_not_found_errors_are_not_retried() {
+        let aws = layer(3);
+        for class in [ErrorClass::Terminal, ErrorClass::NotFound] {
+            let attempts = AtomicUsize::new(0);
+            let result: Result<(), _> = aws
+                .call(describe(), || async {
+                    attempts.fetch_add(1, Ordering::SeqCst);
+                    Err(failing(class))
+                })
+                .await;
+            assert_eq!(result.unwrap_err().class, class);
+            assert_eq!(attempts.load(Ordering::SeqCst), 1);
+        }
+    }
+
+    #[tokio::test]
+    async fn retries_are_capped() {
+        let aws = layer(3);
+        let attempts = AtomicUsize::new(0);
+        let result: Result<(), _> = aws
+            .call(describe(), || async {
+                attempts.fetch_add(1, Ordering::SeqCst);
+                Err(failing(ErrorClass::Throttled))
+            })
+            .await;
+        assert_eq!(result.unwrap_err().class, ErrorClass::Throttled);
+        assert_eq!(attempts.load(Ordering::SeqCst), 4, "one attempt and three retries");
+    }
+
+    #[test]
+    fn a_controller_s_endpoint_wins_over_the_service_s_which_wins_over_the_process_s() {
+        let config = AwsConfig {
+            endpoint_url: Some("http://all".into()),
+            endpoints: vec![
+                Endpoint { controller: None, service: Service::Acm, url: "http://acm".into() },
+                Endpoint { controller: Some("tenant"), service: Service::Acm, url: "http://tenant-acm".into() },
+            ],
+            ..AwsConfig::default()
+        };
+        let aws = Aws::with_sdk_config(config, SdkConfig::builder().build(), Arc::new(AwsMetrics::unregistered()));
+        assert_eq!(aws.endpoint("cert", Service::Acm), Some("http://acm"));
+        assert_eq!(aws.endpoint("tenant", Service::Acm), Some("http://tenant-acm"));
+        assert_eq!(aws.endpoint("tenant", Service::Route53), Some("http://all"));
+    }
+}

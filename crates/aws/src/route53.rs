@@ -1,0 +1,527 @@
+//! Route 53 records, one implementation for every controller (Cert's validation records,
+//! DistributionTenant's domain CNAMEs).
+//!
+//! **Batching.** Every change goes through the queue of its hosted zone (per account: a zone in
+//! another account is reached with an assumed role), which sends one ChangeResourceRecordSets at
+//! a time per zone, holding as many queued changes as AWS's per-request limits allow, when
+//! [`batch::flush_at`] says so. One request per zone at a time is also what Route 53 expects:
+//! it answers PriorRequestNotComplete to a change of a zone still processing the previous one
+//! (classified as throttling, retried after a backoff). A batch Route 53 refuses for one of its
+//! changes (InvalidChangeBatch) is split in halves and each half tried again, down to single
+//! changes: a bad change fails only its own request. Every request waiting on one batch gets
+//! the same change id, and [`Records::in_sync`] reads each change's status once for all of them.
+//!
+//! **Ownership, one rule.** Blockwork deletes a record only (1) if the object's status records
+//! that the object wrote it — recorded before the write, or recoverable from the create-pending
+//! marker — and (2) only with the exact value it wrote: a DELETE carries the record's values and
+//! Route 53 refuses it when they differ, so a record someone repointed or replaced since is left
+//! alone (reported as [`Deletion::NotFound`], nothing deleted). A record that already existed
+//! with the value the object would write, before the object first wrote it, is not the object's:
+//! [`Records::lookup`] tells (Cert's validation records, which every certificate for the same
+//! name shares). A DistributionTenant's records are the CNAMEs of its own domains, which it takes
+//! over (seed 001's UPSERT; CloudFront lets one tenant only use a domain).
+//!
+//! Names are compared in [`dns_name::from_route53`]'s form: Route 53 returns them with a
+//! trailing dot, in lowercase, and with `*` and other characters escaped as `\052`.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant};
+
+use aws_sdk_route53::types::{ChangeAction, ChangeBatch, ChangeStatus, ResourceRecord, ResourceRecordSet, RrType};
+use futures::future::BoxFuture;
+use moka::future::Cache;
+use tokio::sync::{Notify, oneshot};
+use tracing::warn;
+
+use crate::batch::{self, Size};
+pub use crate::batch::{Action, BatchPolicy, Change, Record};
+use crate::dns_name;
+use crate::edge::{Aws, Call};
+use crate::error::{AwsError, ErrorClass, classify_sdk_error};
+use crate::limiter::{Account, Scope};
+use crate::quota::Service;
+
+/// A hosted zone, and the role that reaches it when it belongs to another account.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Zone {
+    /// Without the `/hostedzone/` prefix.
+    pub id: String,
+    pub role: Option<String>,
+}
+
+impl Zone {
+    pub fn new(id: &str, role: Option<&str>) -> Self {
+        Self { id: id.trim_start_matches("/hostedzone/").to_owned(), role: role.map(str::to_owned) }
+    }
+
+    fn account(&self) -> Account {
+        self.role.as_deref().map_or(Account::Own, Account::of_role)
+    }
+}
+
+/// Whether a change's caller waits for it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Urgency {
+    /// A reconcile waits: sent within the batch policy's `gather`.
+    Waiting,
+    /// Nobody waits (the object is woken when it is written, see [`Records::written`]): sent
+    /// with the zone's next batch, at most once per `interval`.
+    Background,
+}
+
+/// Where a background write of a record stands.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Written {
+    /// Queued for the zone's next batch.
+    Queued,
+    /// Accepted by Route 53, with the change id.
+    Done(String),
+    Failed(AwsError),
+}
+
+/// What became of one record's DELETE.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Deletion {
+    Deleted,
+    /// Not there with these values (gone, or changed by someone else): nothing was deleted.
+    NotFound,
+}
+
+/// The result of one queued request: the change id of the batch that carried it (the last one,
+/// if it needed several), and for deletions what became of each record.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Applied {
+    pub change_id: Option<String>,
+    pub deletions: Vec<Deletion>,
+}
+
+type Reply = oneshot::Sender<Result<Applied, AwsError>>;
+
+struct Request {
+    caller: &'static str,
+    changes: Vec<Change>,
+    urgency: Urgency,
+    since: Instant,
+    /// Changes of this request already sent (a request larger than one batch).
+    sent: usize,
+    change_id: Option<String>,
+    deletions: Vec<Deletion>,
+    reply: Option<Reply>,
+}
+
+#[derive(Default)]
+struct QueueState {
+    requests: Vec<Request>,
+    last: Option<Instant>,
+    running: bool,
+}
+
+struct Queue {
+    zone: Zone,
+    state: Mutex<QueueState>,
+    arrived: Notify,
+}
+
+/// The process's Route 53 records: a queue per hosted zone, the zones' CNAMEs as last listed,
+/// and change statuses.
+pub struct Records {
+    aws: Arc<Aws>,
+    queues: Mutex<HashMap<(Account, String), Arc<Queue>>>,
+    /// CNAMEs by zone, for [`Records::lookup`]: by normalized name.
+    listings: Cache<(Account, String), Arc<HashMap<String, Record>>>,
+    /// INSYNC is final; PENDING is read again after a second.
+    statuses: Cache<String, bool>,
+    /// Records written in the background, by (zone, name), for [`Records::written`].
+    written: Mutex<HashMap<(String, String), Written>>,
+    /// Told the records written in the background (zone id, name), a batch at a time.
+    completions: tokio::sync::broadcast::Sender<Vec<(String, String)>>,
+}
+
+/// How long a zone's CNAMEs, as listed for [`Records::lookup`], are reused.
+const LISTING_TTL: Duration = Duration::from_secs(30);
+/// Background results kept for [`Records::written`], at most.
+const WRITTEN_KEPT: usize = 20_000;
+
+impl Records {
+    pub(crate) fn new(aws: Arc<Aws>) -> Arc<Self> {
+        Arc::new(Self {
+            aws,
+            queues: Mutex::default(),
+            listings: Cache::builder().max_capacity(1000).time_to_live(LISTING_TTL).build(),
+            statuses: Cache::builder().max_capacity(10_000).expire_after(StatusExpiry).build(),
+            written: Mutex::default(),
+            completions: tokio::sync::broadcast::channel(1024).0,
+        })
+    }
+
+    /// UPSERTs `records` into `zone`; returns the change id once Route 53 has accepted them.
+    pub async fn upsert(&self, caller: &'static str, zone: &Zone, records: Vec<Record>) -> Result<Option<String>, AwsError> {
+        let changes = records.into_iter().map(|record| Change { action: Action::Upsert, record }).collect();
+        Ok(self.submit(caller, zone, changes, Urgency::Waiting).await?.change_id)
+    }
+
+    /// UPSERTs `records` with the zone's next background batch and returns at once; the result
+    /// is told by [`Records::completions`] and [`Records::written`].
+    pub fn upsert_in_background(self: &Arc<Self>, caller: &'static str, zone: &Zone, records: Vec<Record>) {
+        if records.is_empty() {
+            return;
+        }
+        let keys: Vec<(String, String)> = records.iter().map(|r| (zone.id.clone(), dns_name::from_route53(&r.name))).collect();
+        self.set_written(&keys, &Written::Queued);
+        let changes = records.into_iter().map(|record| Change { action: Action::Upsert, record }).collect();
+        let receiver = self.enqueue(caller, zone, changes, Urgency::Background);
+        let records = Arc::clone(self);
+        tokio::spawn(async move {
+            let written = match receiver.await {
+                Ok(Ok(applied)) => Written::Done(applied.change_id.unwrap_or_default()),
+                Ok(Err(error)) => Written::Failed(error),
+                Err(_) => Written::Failed(AwsError::incomplete("ChangeResourceRecordSets", "an answer (the queue stopped)")),
+            };
+            records.set_written(&keys, &written);
+            // Nobody listening is fine: the objects look again at their next requeue.
+            let _ = records.completions.send(keys);
+        });
+    }
+
+    fn set_written(&self, keys: &[(String, String)], state: &Written) {
+        let mut written = self.written.lock().unwrap_or_else(PoisonError::into_inner);
+        if written.len() > WRITTEN_KEPT {
+            // Old results only: whoever still needs one writes the record again (UPSERT).
+            written.retain(|_, state| *state == Written::Queued);
+        }
+        for key in keys {
+            written.insert(key.clone(), state.clone());
+        }
+    }
+
+    /// Where the last background write of `name` in zone `zone_id` stands; `None` if this
+    /// process has not written it in the background.
+    pub fn written(&self, zone_id: &str, name: &str) -> Option<Written> {
+        let key = (zone_id.trim_start_matches("/hostedzone/").to_owned(), dns_name::from_route53(name));
+        self.written.lock().unwrap_or_else(PoisonError::into_inner).get(&key).cloned()
+    }
+
+    /// Background writes as they complete: (zone id, normalized name) of each record.
+    pub fn completions(&self) -> tokio::sync::broadcast::Receiver<Vec<(String, String)>> {
+        self.completions.subscribe()
+    }
+
+    /// DELETEs `records` with exactly these values; what became of each, in order.
+    pub async fn delete(&self, caller: &'static str, zone: &Zone, records: Vec<Record>) -> Result<Vec<Deletion>, AwsError> {
+        let changes = records.into_iter().map(|record| Change { action: Action::Delete, record }).collect();
+        Ok(self.submit(caller, zone, changes, Urgency::Waiting).await?.deletions)
+    }
+
+    /// The CNAMEs `names` in `zone` as they are (`None`: no CNAME of that name), from
+    /// a listing of the zone shared by every lookup for [`LISTING_TTL`] and read again after each
+    /// batch this process sends to the zone. It costs one ListResourceRecordSets per 300 records
+    /// of the zone, however many names are looked up.
+    pub async fn lookup(&self, caller: &'static str, zone: &Zone, names: &[String]) -> Result<Vec<Option<Record>>, AwsError> {
+        let key = (zone.account(), zone.id.clone());
+        let entry = self
+            .listings
+            .entry_by_ref(&key)
+            .or_try_insert_with(Box::pin(self.list_cnames(caller, zone)))
+            .await
+            .map_err(|e| (*e).clone())?;
+        let seeds: Vec<_> = crate::metrics::Seed::of(caller).into_iter().collect();
+        self.aws.metrics().cache_lookup(&seeds, "route53-zone", !entry.is_fresh());
+        let listing = entry.into_value();
+        Ok(names.iter().map(|name| listing.get(&dns_name::from_route53(name)).cloned()).collect())
+    }
+
+    async fn list_cnames(&self, caller: &'static str, zone: &Zone) -> Result<Arc<HashMap<String, Record>>, AwsError> {
+        const OP: &str = "ListResourceRecordSets";
+        let (client, account) = self.aws.route53(caller, zone.role.as_deref()).await?;
+        let mut cnames = HashMap::new();
+        let mut start: Option<(String, RrType)> = None;
+        loop {
+            let call = Call { callers: &[caller], scope: Scope::new(account.clone(), Service::Route53, None), operation: OP, changes: 0 };
+            let page = self
+                .aws
+                .call(call, || {
+                    let mut request = client.list_resource_record_sets().hosted_zone_id(&zone.id);
+                    if let Some((name, kind)) = &start {
+                        request = request.start_record_name(name).start_record_type(kind.clone());
+                    }
+                    async move { request.send().await.map_err(|e| classify_sdk_error(OP, &e)) }
+                })
+                .await?;
+            for set in page.resource_record_sets().iter().filter(|set| *set.r#type() == RrType::Cname) {
+                if let Some(value) = set.resource_records().first() {
+                    let record =
+                        Record { name: set.name().to_owned(), value: value.value().to_owned(), ttl: set.ttl().unwrap_or_default() };
+                    cnames.insert(dns_name::from_route53(set.name()), record);
+                }
+            }
+            match (page.is_truncated(), page.next_record_name(), page.next_record_type()) {
+                (true, Some(name), Some(kind)) => start = Some((name.to_owned(), kind.clone())),
+                _ => return Ok(Arc::new(cnames)),
+            }
+        }
+    }
+
+    /// Whether the change `change_id` (made in `zone`'s account) has reached every Route 53
+    /// name server. Every object waiting on one batch shares one GetChange per second.
+    pub async fn in_sync(&self, caller: &'static str, zone: &Zone, change_id: &str) -> Result<bool, AwsError> {
+        let read = async {
+            const OP: &str = "GetChange";
+            let (client, account) = self.aws.route53(caller, zone.role.as_deref()).await?;
+            let call = Call { callers: &[caller], scope: Scope::new(account, Service::Route53, None), operation: OP, changes: 0 };
+            let output = self
+                .aws
+                .call(call, || async { client.get_change().id(change_id).send().await.map_err(|e| classify_sdk_error(OP, &e)) })
+                .await?;
+            Ok::<bool, AwsError>(output.change_info().is_some_and(|c| *c.status() == ChangeStatus::Insync))
+        };
+        self.statuses.try_get_with_by_ref(change_id, Box::pin(read)).await.map_err(|e| (*e).clone())
+    }
+
+    async fn submit(&self, caller: &'static str, zone: &Zone, changes: Vec<Change>, urgency: Urgency) -> Result<Applied, AwsError> {
+        if changes.is_empty() {
+            return Ok(Applied { change_id: None, deletions: Vec::new() });
+        }
+        self.enqueue(caller, zone, changes, urgency)
+            .await
+            .unwrap_or_else(|_| Err(AwsError::incomplete("ChangeResourceRecordSets", "an answer (the queue stopped)")))
+    }
+
+    fn enqueue(
+        &self,
+        caller: &'static str,
+        zone: &Zone,
+        changes: Vec<Change>,
+        urgency: Urgency,
+    ) -> oneshot::Receiver<Result<Applied, AwsError>> {
+        let (reply, receiver) = oneshot::channel();
+        let queue = {
+            let mut queues = self.queues.lock().unwrap_or_else(PoisonError::into_inner);
+            let queue = queues
+                .entry((zone.account(), zone.id.clone()))
+                .or_insert_with(|| Arc::new(Queue { zone: zone.clone(), state: Mutex::default(), arrived: Notify::new() }));
+            Arc::clone(queue)
+        };
+        let start = {
+            let mut state = queue.state.lock().unwrap_or_else(PoisonError::into_inner);
+            state.requests.push(Request {
+                caller,
+                changes,
+                urgency,
+                since: Instant::now(),
+                sent: 0,
+                change_id: None,
+                deletions: Vec::new(),
+                reply: Some(reply),
+            });
+            !std::mem::replace(&mut state.running, true)
+        };
+        if start {
+            let worker = Worker { aws: Arc::clone(&self.aws), queue: Arc::clone(&queue), listings: self.listings.clone() };
+            tokio::spawn(worker.run());
+        } else {
+            queue.arrived.notify_one();
+        }
+        receiver
+    }
+}
+
+/// Change statuses: INSYNC kept for an hour, PENDING for a second.
+struct StatusExpiry;
+
+impl moka::Expiry<String, bool> for StatusExpiry {
+    fn expire_after_create(&self, _key: &String, in_sync: &bool, _now: Instant) -> Option<Duration> {
+        Some(if *in_sync { Duration::from_secs(3600) } else { Duration::from_secs(1) })
+    }
+}
+
+/// Sends a zone's batches until its queue is empty.
+struct Worker {
+    aws: Arc<Aws>,
+    queue: Arc<Queue>,
+    listings: Cache<(Account, String), Arc<HashMap<String, Record>>>,
+}
+
+/// One change of a batch: which request (by position in the batch) it belongs to.
+#[derive(Clone)]
+struct Item {
+    request: usize,
+    change: Change,
+}
+
+impl Worker {
+    async fn run(self) {
+        loop {
+            let Some(at) = self.next_flush() else { return };
+            let now = Instant::now();
+            if at > now {
+                tokio::select! {
+                    () = tokio::time::sleep_until(at.into()) => {}
+                    () = self.queue.arrived.notified() => {}
+                }
+                continue;
+            }
+            self.flush().await;
+        }
+    }
+
+    fn max_tokens(&self) -> u32 {
+        self.aws.quotas().service(Service::Route53).changes.map_or(u32::MAX, |bucket| bucket.burst)
+    }
+
+    /// When to send next; `None` (and the worker stops) when nothing is queued.
+    fn next_flush(&self) -> Option<Instant> {
+        let mut state = self.queue.state.lock().unwrap_or_else(PoisonError::into_inner);
+        let oldest = |urgency: Urgency| state.requests.iter().filter(|r| r.urgency == urgency).map(|r| r.since).min();
+        let (waiting, background) = (oldest(Urgency::Waiting), oldest(Urgency::Background));
+        let pending: Vec<&[Change]> = state.requests.iter().map(|r| &r.changes[r.sent..]).collect();
+        let taken = batch::next_batch(&pending, self.max_tokens());
+        let taken_size: usize = taken.iter().map(|(_, count)| count).sum();
+        let full = taken_size < pending.iter().map(|c| c.len()).sum::<usize>() || taken_size >= batch::MAX_CHANGES;
+        let at = batch::flush_at(self.aws.config().route53_batch, waiting, background, state.last, full, Instant::now());
+        if at.is_none() {
+            state.running = false;
+        }
+        at
+    }
+
+    async fn flush(&self) {
+        let (items, callers) = {
+            let mut state = self.queue.state.lock().unwrap_or_else(PoisonError::into_inner);
+            state.last = Some(Instant::now());
+            let pending: Vec<&[Change]> = state.requests.iter().map(|r| &r.changes[r.sent..]).collect();
+            let taken = batch::next_batch(&pending, self.max_tokens());
+            let mut items = Vec::new();
+            let mut callers: Vec<&'static str> = Vec::new();
+            for (index, count) in taken {
+                let request = &mut state.requests[index];
+                items.extend(
+                    request.changes[request.sent..request.sent + count]
+                        .iter()
+                        .map(|change| Item { request: index, change: change.clone() }),
+                );
+                request.sent += count;
+                if !callers.contains(&request.caller) {
+                    callers.push(request.caller);
+                }
+            }
+            (items, callers)
+        };
+        let results = self.apply(&callers, items.clone()).await;
+        self.listings.invalidate(&(self.queue.zone.account(), self.queue.zone.id.clone())).await;
+        let mut state = self.queue.state.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut failed: HashMap<usize, AwsError> = HashMap::new();
+        for (item, result) in items.iter().zip(results) {
+            let request = &mut state.requests[item.request];
+            match result {
+                Ok(Outcome::Changed(change_id)) => {
+                    request.change_id = Some(change_id);
+                    if item.change.action == Action::Delete {
+                        request.deletions.push(Deletion::Deleted);
+                    }
+                }
+                Ok(Outcome::NotFound) => request.deletions.push(Deletion::NotFound),
+                Err(error) => {
+                    failed.entry(item.request).or_insert(error);
+                }
+            }
+        }
+        let mut index = 0;
+        state.requests.retain_mut(|request| {
+            let position = index;
+            index += 1;
+            let error = failed.remove(&position);
+            if error.is_none() && request.sent < request.changes.len() {
+                return true;
+            }
+            if let Some(reply) = request.reply.take() {
+                let result = match error {
+                    Some(error) => Err(error),
+                    None => Ok(Applied { change_id: request.change_id.take(), deletions: std::mem::take(&mut request.deletions) }),
+                };
+                // The requester may have given up (its reconcile was cancelled): nothing to tell.
+                let _ = reply.send(result);
+            }
+            false
+        });
+    }
+
+    /// Sends `items` as one batch; if Route 53 refuses it for one of its changes, each half
+    /// again, down to single changes.
+    fn apply<'a>(&'a self, callers: &'a [&'static str], items: Vec<Item>) -> BoxFuture<'a, Vec<Result<Outcome, AwsError>>> {
+        Box::pin(async move {
+            match self.send(callers, &items).await {
+                Ok(change_id) => items.iter().map(|_| Ok(Outcome::Changed(change_id.clone()))).collect(),
+                Err(error) if batch::is_refused_change(error.code.as_deref()) && items.len() > 1 => {
+                    let second = items[items.len() / 2..].to_vec();
+                    let first = items[..items.len() / 2].to_vec();
+                    let mut results = self.apply(callers, first).await;
+                    results.extend(self.apply(callers, second).await);
+                    results
+                }
+                // A single DELETE refused: the record is not there with these values.
+                Err(error)
+                    if batch::is_refused_change(error.code.as_deref()) && items.iter().all(|i| i.change.action == Action::Delete) =>
+                {
+                    vec![Ok(Outcome::NotFound)]
+                }
+                Err(error) => {
+                    if error.class == ErrorClass::Terminal {
+                        warn!(zone = %self.queue.zone.id, changes = items.len(), %error, "Route 53 refused a change");
+                    }
+                    items.iter().map(|_| Err(error.clone())).collect()
+                }
+            }
+        })
+    }
+
+    async fn send(&self, callers: &[&'static str], items: &[Item]) -> Result<String, AwsError> {
+        const OP: &str = "ChangeResourceRecordSets";
+        let changes: Vec<Change> = items.iter().map(|i| i.change.clone()).collect();
+        let size = Size::of(&changes);
+        let batch = change_batch(&changes)?;
+        let zone = &self.queue.zone;
+        let (client, account) = self.aws.route53(callers.first().copied().unwrap_or_default(), zone.role.as_deref()).await?;
+        let call = Call { callers, scope: Scope::new(account, Service::Route53, None), operation: OP, changes: size.tokens };
+        let output = self
+            .aws
+            .call(call, || {
+                let request = client.change_resource_record_sets().hosted_zone_id(&zone.id).change_batch(batch.clone());
+                async move { request.send().await.map_err(|e| classify_sdk_error(OP, &e)) }
+            })
+            .await?;
+        Ok(output.change_info().map(|c| c.id().to_owned()).unwrap_or_default())
+    }
+}
+
+enum Outcome {
+    Changed(String),
+    NotFound,
+}
+
+fn change_batch(changes: &[Change]) -> Result<ChangeBatch, AwsError> {
+    const OP: &str = "ChangeResourceRecordSets";
+    let mut sdk_changes = Vec::with_capacity(changes.len());
+    for change in changes {
+        let value = ResourceRecord::builder().value(&change.record.value).build().map_err(|e| AwsError::invalid_request(OP, &e))?;
+        let set = ResourceRecordSet::builder()
+            .name(&change.record.name)
+            .r#type(RrType::Cname)
+            .ttl(change.record.ttl)
+            .resource_records(value)
+            .build()
+            .map_err(|e| AwsError::invalid_request(OP, &e))?;
+        let action = match change.action {
+            Action::Upsert => ChangeAction::Upsert,
+            Action::Delete => ChangeAction::Delete,
+        };
+        sdk_changes.push(
+            aws_sdk_route53::types::Change::builder()
+                .action(action)
+                .resource_record_set(set)
+                .build()
+                .map_err(|e| AwsError::invalid_request(OP, &e))?,
+        );
+    }
+    ChangeBatch::builder().comment("blockwork").set_changes(Some(sdk_changes)).build().map_err(|e| AwsError::invalid_request(OP, &e))
+}
