@@ -14,8 +14,6 @@ use std::sync::Arc;
 use k8s_openapi::api::core::v1::Namespace;
 use kube::Api;
 use kube::api::{ObjectMeta, PostParams};
-use promql_parser::parser::{Expr, VectorSelector};
-use promql_parser::util::{ExprVisitor, walk_expr};
 use serde_json::Value;
 
 const BIN: &str = env!("CARGO_BIN_EXE_blockwork");
@@ -529,47 +527,18 @@ fn exported() -> BTreeMap<String, BTreeSet<String>> {
             other => panic!("controller `{other}` is new: touch its metrics here so the dashboard test sees them"),
         }
     }
-    let mut text = String::new();
-    prometheus_client::encoding::text::encode(&mut text, &metrics.registry).unwrap();
-    let mut series: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
-    for line in text.lines().filter(|l| !l.starts_with('#') && !l.is_empty()) {
-        let end = line.find(['{', ' ']).unwrap();
-        let labels = series.entry(line[..end].to_owned()).or_default();
-        if line.as_bytes()[end] == b'{' {
-            let inner = &line[end + 1..line.find('}').unwrap()];
-            labels.extend(inner.split(',').map(|pair| pair.split_once('=').unwrap().0.to_owned()));
-        }
-    }
-    series
-}
-
-#[derive(Default)]
-struct Selectors(Vec<VectorSelector>);
-
-impl ExprVisitor for Selectors {
-    type Error = String;
-
-    fn pre_visit(&mut self, expr: &Expr) -> Result<bool, String> {
-        match expr {
-            Expr::VectorSelector(selector) => self.0.push(selector.clone()),
-            Expr::MatrixSelector(matrix) => self.0.push(matrix.vs.clone()),
-            _ => {}
-        }
-        Ok(true)
-    }
+    blockwork_testenv::promql::exported(&metrics.registry).unwrap()
 }
 
 /// Parses `expr` (Grafana's `$__rate_interval` and `$__range` read as durations, `$job` as a
 /// regex) and checks every metric it reads, and every label it matches on, is exported.
 fn check_expression(expr: &str, exported: &BTreeMap<String, BTreeSet<String>>) -> Result<(), String> {
     let promql = expr.replace("$__rate_interval", "5m").replace("$__range", "6h").replace("$job", ".*");
-    let parsed = promql_parser::parser::parse(&promql).map_err(|e| format!("{expr:?} is not valid PromQL: {e}"))?;
-    let mut selectors = Selectors::default();
-    walk_expr(&mut selectors, &parsed)?;
-    if selectors.0.is_empty() {
+    let selectors = blockwork_testenv::promql::selectors(&promql)?;
+    if selectors.is_empty() {
         return Err(format!("{expr:?} reads no metric"));
     }
-    for selector in selectors.0 {
+    for selector in selectors {
         let name = selector.name.clone().ok_or_else(|| format!("{expr:?}: a selector without a metric name"))?;
         let labels = exported.get(&name).ok_or_else(|| format!("{expr:?} reads {name}, which the binary does not export"))?;
         for matcher in &selector.matchers.matchers {

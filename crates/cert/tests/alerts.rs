@@ -13,8 +13,7 @@ use blockwork_aws::{AwsMetrics, ErrorClass, Seed, Service};
 use blockwork_cert::{CertMetrics, CertState};
 use blockwork_runtime::{ReconcileState, RuntimeMetrics};
 use prometheus_client::registry::Registry;
-use promql_parser::parser::{Expr, VectorSelector};
-use promql_parser::util::{ExprVisitor, walk_expr};
+use promql_parser::parser::VectorSelector;
 use serde::Deserialize;
 
 const RULES: &str = include_str!("../../../config/prometheus/cert-operator-rules.yaml");
@@ -83,43 +82,11 @@ fn exported() -> BTreeMap<String, BTreeSet<String>> {
     runtime.external_call("cert", "verify", "success", Duration::from_millis(5));
     runtime.object_state("cert", "u1", Some(ReconcileState::Succeeded));
 
-    let mut text = String::new();
-    prometheus_client::encoding::text::encode(&mut text, &registry).unwrap();
-    let mut series: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
-    for line in text.lines().filter(|l| !l.starts_with('#') && !l.is_empty()) {
-        let end = line.find(['{', ' ']).unwrap();
-        let labels = series.entry(line[..end].to_owned()).or_default();
-        if line.as_bytes()[end] == b'{' {
-            let inner = &line[end + 1..line.find('}').unwrap()];
-            labels.extend(inner.split(',').map(|pair| pair.split_once('=').unwrap().0.to_owned()));
-        }
-    }
-    series
-}
-
-/// The vector selectors of an expression (inside range selectors, functions, aggregations and
-/// binary operations alike).
-#[derive(Default)]
-struct Selectors(Vec<VectorSelector>);
-
-impl ExprVisitor for Selectors {
-    type Error = String;
-
-    fn pre_visit(&mut self, expr: &Expr) -> Result<bool, String> {
-        match expr {
-            Expr::VectorSelector(selector) => self.0.push(selector.clone()),
-            Expr::MatrixSelector(matrix) => self.0.push(matrix.vs.clone()),
-            _ => {}
-        }
-        Ok(true)
-    }
+    blockwork_testenv::promql::exported(&registry).unwrap()
 }
 
 fn selectors(expr: &str) -> Vec<VectorSelector> {
-    let parsed = promql_parser::parser::parse(expr).unwrap_or_else(|e| panic!("{expr:?} is not valid PromQL: {e}"));
-    let mut selectors = Selectors::default();
-    walk_expr(&mut selectors, &parsed).unwrap();
-    selectors.0
+    blockwork_testenv::promql::selectors(expr).unwrap_or_else(|e| panic!("{e}"))
 }
 
 #[test]

@@ -14,6 +14,7 @@
 //!   5xx and 410, and records every write by field manager.
 //! - [`throttle`]: AWS's token buckets, which the fault proxy enforces on request.
 //! - [`measure`]: memory and CPU of a process, for benchmarks.
+//! - [`promql`]: the series a registry exports and the selectors an alert or dashboard reads.
 //! - [`leaks`]: looks for account ids (or any secret) in statuses, events, logs and metrics.
 //!
 //! The binaries come from `scripts/install-test-tools`, found in `$BLOCKWORK_TOOLS_DIR`
@@ -27,5 +28,6 @@ pub mod kube_proxy;
 pub mod leaks;
 pub mod measure;
 mod process;
+pub mod promql;
 pub mod throttle;
 mod tools;
