@@ -76,7 +76,7 @@ impl Harness {
 
     /// Names of the CNAMEs in the harness's zone, sorted.
     async fn cname_names(&self) -> Vec<String> {
-        let mut names: Vec<String> = self.cnames(&self.zones[0]).await.into_iter().map(|(name, _)| name).collect();
+        let mut names: Vec<String> = self.cnames(&self.zones[0]).await.into_iter().map(|(name, _, _)| name).collect();
         names.sort();
         names
     }
@@ -176,7 +176,7 @@ async fn a_kill_between_the_request_and_the_status_write_then_deletion_deletes_t
     let created = h.create("api", deleted_on_removal(spec("api", "dev"))).await;
     let uid = created.uid().unwrap();
     h.wait_for_calls("DescribeCertificate", 1).await;
-    h.crash_controller();
+    h.controller.crash();
     assert_eq!(h.owned_certificates(&uid).await.len(), 1, "the request landed");
     assert_eq!(status(&h.api().get("api").await.unwrap()).observation.certificate_arn, None, "its ARN did not");
 
@@ -194,7 +194,7 @@ async fn a_kill_between_the_request_and_the_status_write_then_a_san_change_repla
     let created = h.create("api", deleted_on_removal(with_sans(spec("api", "dev"), &[h.name_in_zone("www")]))).await;
     let uid = created.uid().unwrap();
     h.wait_for_calls("DescribeCertificate", 1).await;
-    h.crash_controller();
+    h.controller.crash();
     let first = h.owned_certificates(&uid).await;
     assert_eq!(first.len(), 1, "the request landed");
 
@@ -308,13 +308,13 @@ async fn randomized_races_leave_no_certificate_or_record_behind() {
             2 => {
                 h.set_sans(&name, &[h.name_in_zone(&format!("b-{name}"))]).await;
                 tokio::time::sleep(Duration::from_millis(after)).await;
-                h.crash_controller();
+                h.controller.crash();
                 tokio::time::sleep(SUCCESSOR_DELAY).await;
                 h.start_controller().await;
             }
             // Killed at a random moment, deleted while no controller runs.
             _ => {
-                h.crash_controller();
+                h.controller.crash();
                 h.api().delete(&name, &DeleteParams::default()).await.unwrap();
                 tokio::time::sleep(SUCCESSOR_DELAY + Duration::from_millis(after)).await;
                 h.start_controller().await;
