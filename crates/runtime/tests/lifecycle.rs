@@ -111,7 +111,7 @@ async fn crash_between_create_and_status_write_makes_no_duplicate() {
         assert!(tokio::time::Instant::now() < deadline, "create was never called");
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    h.crash_controller();
+    h.controller.crash();
     let w = h.api().get("a").await.unwrap();
     let status = w.status.as_ref().unwrap();
     assert_eq!(status.reconcile_state, Some(ReconcileState::Creating), "the crash left the object mid-create");
@@ -544,8 +544,8 @@ async fn nothing_to_delete_releases_without_claiming_a_deletion() {
     h.wait_gone("a").await;
     assert_eq!(h.backend.calls("delete"), 0, "verify found nothing, so nothing was deleted");
     let events = h.wait_for_event("a", "Released").await;
-    assert!(events.iter().all(|(_, note)| note.contains("nothing to delete")), "{events:?}");
-    assert!(!h.event_reasons("a").await.iter().any(|r| r == "Deleted"), "no Deleted event");
+    assert!(events.iter().all(|e| e.note.contains("nothing to delete")), "{events:?}");
+    assert!(!h.events("a").await.iter().any(|e| e.reason == "Deleted"), "no Deleted event");
 }
 
 #[tokio::test]
@@ -577,7 +577,7 @@ async fn invalid_deletion_annotation_on_delete_orphans_with_a_warning() {
     assert_eq!(h.backend.calls("delete"), 0, "not sure we may delete: we do not");
     assert_eq!(h.backend.widgets().len(), 1);
     let events = h.wait_for_event("a", "InvalidAnnotation").await;
-    assert!(events.iter().any(|(type_, note)| type_ == "Warning" && note.contains("Delte") && note.contains("Orphan")), "{events:?}");
+    assert!(events.iter().any(|e| e.type_ == "Warning" && e.note.contains("Delte") && e.note.contains("Orphan")), "{events:?}");
 }
 
 #[tokio::test]
@@ -674,7 +674,7 @@ async fn invalid_policy_annotation_is_a_warning_event_naming_the_accepted_values
     h.create(with_annotation(widget("a", 1), DRIFT_POLICY_ANNOTATION, "sometimes")).await;
     let events = h.wait_for_event("a", "InvalidAnnotation").await;
     assert!(
-        events.iter().any(|(type_, note)| type_ == "Warning" && note.contains("sometimes") && note.contains("enforce, report or suspend")),
+        events.iter().any(|e| e.type_ == "Warning" && e.note.contains("sometimes") && e.note.contains("enforce, report or suspend")),
         "{events:?}"
     );
 }
@@ -687,7 +687,7 @@ async fn a_pause_value_other_than_true_or_false_holds_the_object_and_says_so() {
     let message = w.status.as_ref().unwrap().conditions.iter().find(|c| c.type_ == "Synced").unwrap().message.clone();
     assert!(message.contains("\"yes\"") && message.contains("true or false") && message.contains("held as if paused"), "{message}");
     let events = h.wait_for_event("a", "InvalidAnnotation").await;
-    assert!(events.iter().any(|(type_, _)| type_ == "Warning"), "{events:?}");
+    assert!(events.iter().any(|e| e.type_ == "Warning"), "{events:?}");
     assert_eq!(h.backend.calls("create"), 0, "held, as a pause would");
 
     h.api()
@@ -951,7 +951,7 @@ async fn spec_patch_is_the_reconciles_only_write_and_the_next_reconcile_applies_
     let first = versions.iter().position(|v| v.metadata.generation == Some(2)).expect("a version at generation 2");
     let (before, patched) = (&versions[first - 1], &versions[first]);
     assert_eq!(before.status, patched.status, "the spec write carried no status change");
-    assert!(h.event_reasons("a").await.contains(&"SpecUpdated".to_owned()));
+    assert!(h.events("a").await.iter().any(|e| e.reason == "SpecUpdated"));
 }
 
 #[tokio::test]
