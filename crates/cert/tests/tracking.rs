@@ -87,7 +87,7 @@ async fn a_cert_deleted_while_its_certificate_is_requested_deletes_that_certific
     let h = Harness::start("race-delete", &["main"]).await;
     h.proxy.inject(Operation::named("RequestCertificate"), Fault::Latency(HELD), 1);
     let created = h.create("api", deleted_on_removal(spec("api", "dev"))).await;
-    h.wait_for_calls("RequestCertificate", 1).await;
+    h.proxy.wait_for_calls("RequestCertificate", 1).await;
     h.api().delete("api", &DeleteParams::default()).await.unwrap();
     h.wait_gone("api").await;
 
@@ -104,7 +104,7 @@ async fn a_conflict_on_the_status_write_after_the_request_loses_no_certificate()
     h.proxy.inject(Operation::named("RequestCertificate"), Fault::Latency(HELD), 1);
     let created = h.create("api", deleted_on_removal(spec("api", "dev"))).await;
     let uid = created.uid().unwrap();
-    h.wait_for_calls("RequestCertificate", 1).await;
+    h.proxy.wait_for_calls("RequestCertificate", 1).await;
     h.touch("api", "during-the-request").await;
     h.wait_for_state("api", CertState::Ready).await;
 
@@ -126,7 +126,7 @@ async fn a_san_change_during_the_request_replaces_the_first_certificate_with_del
     h.proxy.inject(Operation::named("RequestCertificate"), Fault::Latency(HELD), 1);
     let created = h.create("api", deleted_on_removal(with_sans(spec("api", "dev"), std::slice::from_ref(&first)))).await;
     let uid = created.uid().unwrap();
-    h.wait_for_calls("RequestCertificate", 1).await;
+    h.proxy.wait_for_calls("RequestCertificate", 1).await;
     h.set_sans("api", std::slice::from_ref(&second)).await;
     let domain = h.name_in_zone("api-dev");
     h.wait_ready_at("api", 2).await;
@@ -152,7 +152,7 @@ async fn a_san_change_during_the_request_keeps_the_first_certificate_without_del
     h.proxy.inject(Operation::named("RequestCertificate"), Fault::Latency(HELD), 1);
     let created = h.create("api", with_sans(spec("api", "dev"), std::slice::from_ref(&first))).await;
     let uid = created.uid().unwrap();
-    h.wait_for_calls("RequestCertificate", 1).await;
+    h.proxy.wait_for_calls("RequestCertificate", 1).await;
     h.set_sans("api", std::slice::from_ref(&second)).await;
     h.wait_ready_at("api", 2).await;
 
@@ -175,7 +175,7 @@ async fn a_kill_between_the_request_and_the_status_write_then_deletion_deletes_t
     h.proxy.inject(Operation::named("DescribeCertificate"), Fault::Latency(Duration::from_secs(60)), 1);
     let created = h.create("api", deleted_on_removal(spec("api", "dev"))).await;
     let uid = created.uid().unwrap();
-    h.wait_for_calls("DescribeCertificate", 1).await;
+    h.proxy.wait_for_calls("DescribeCertificate", 1).await;
     h.controller.crash();
     assert_eq!(h.owned_certificates(&uid).await.len(), 1, "the request landed");
     assert_eq!(status(&h.api().get("api").await.unwrap()).observation.certificate_arn, None, "its ARN did not");
@@ -193,7 +193,7 @@ async fn a_kill_between_the_request_and_the_status_write_then_a_san_change_repla
     h.proxy.inject(Operation::named("DescribeCertificate"), Fault::Latency(Duration::from_secs(60)), 1);
     let created = h.create("api", deleted_on_removal(with_sans(spec("api", "dev"), &[h.name_in_zone("www")]))).await;
     let uid = created.uid().unwrap();
-    h.wait_for_calls("DescribeCertificate", 1).await;
+    h.proxy.wait_for_calls("DescribeCertificate", 1).await;
     h.controller.crash();
     let first = h.owned_certificates(&uid).await;
     assert_eq!(first.len(), 1, "the request landed");
@@ -219,7 +219,7 @@ async fn a_replaced_certificate_is_deleted_once_the_new_one_is_issued_and_nothin
     // AWS refuses to delete a certificate a load balancer uses.
     h.proxy.inject(Operation::named("DeleteCertificate"), Fault::ResourceInUse, 1000);
     h.api().patch("api", &PatchParams::default(), &Patch::Merge(json!({"spec": {"environment": "qa"}}))).await.unwrap();
-    h.wait_for_calls("RequestCertificate", 2).await;
+    h.proxy.wait_for_calls("RequestCertificate", 2).await;
     assert_eq!(h.proxy.calls("DeleteCertificate"), 0, "the new certificate is requested before the old one is touched");
 
     let domain = h.name_in_zone("api-qa");

@@ -16,7 +16,7 @@ use blockwork_runtime::{RequeuePolicy, RuntimeMetrics};
 use blockwork_testenv::aws::{hosted_zone, layer_config, sdk_config};
 use blockwork_testenv::emulators::moto;
 use blockwork_testenv::fault_proxy::FaultProxy;
-use blockwork_testenv::harness::{ControllerTask, TIMEOUT, TestNamespace, eventually, metrics_text};
+use blockwork_testenv::harness::{ControllerTask, TestNamespace, metrics_text};
 use kube::CustomResourceExt;
 use prometheus_client::registry::Registry;
 
@@ -145,18 +145,6 @@ impl Harness {
             .filter(|line| line.starts_with("blockwork_reconciles_total{") && line.contains(r#"result="conflict""#))
             .filter_map(|line| line.rsplit(' ').next()?.parse::<u64>().ok())
             .sum()
-    }
-
-    /// Waits until the proxy has seen at least `count` calls of `operation` (faulted ones
-    /// included: a call held by latency counts from the moment it arrives).
-    pub async fn wait_for_calls(&self, operation: &str, count: usize) {
-        let what = format!("{count} calls of {operation}");
-        eventually(
-            &what,
-            TIMEOUT,
-            async || if self.proxy.calls(operation) < count { Err(format!("{:?}", self.proxy.all_calls())) } else { Ok(()) },
-        )
-        .await
     }
 
     pub async fn create(&self, name: &str, spec: CertSpec) -> Cert {
