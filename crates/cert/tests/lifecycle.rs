@@ -148,11 +148,7 @@ async fn crash_between_request_and_status_write_makes_no_duplicate() {
     // The first DescribeCertificate follows the request inside `create`: hold it there.
     h.proxy.inject(Operation::named("DescribeCertificate"), Fault::Latency(Duration::from_secs(60)), 1);
     let created = h.create("api", spec("api", "crash")).await;
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
-    while h.proxy.calls("DescribeCertificate") == 0 {
-        assert!(tokio::time::Instant::now() < deadline, "create never got past the request");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    h.proxy.wait_for_calls("DescribeCertificate", 1).await;
     h.controller.crash();
     let cert = h.api().get("api").await.unwrap();
     assert_eq!(status(&cert).observation.certificate_arn, None, "the ARN never reached the status");

@@ -13,6 +13,7 @@ use std::time::Duration;
 
 use blockwork_cert::{CertSpec, CertState};
 use blockwork_testenv::fault_proxy::{Fault, Operation};
+use blockwork_testenv::harness::{TIMEOUT, eventually};
 use kube::ResourceExt;
 use kube::api::{DeleteParams, Patch, PatchParams};
 use serde_json::json;
@@ -63,15 +64,11 @@ impl Harness {
     async fn wait_for_owned(&self, uid: &str, expected: &[String]) {
         let mut expected = expected.to_vec();
         expected.sort();
-        let deadline = tokio::time::Instant::now() + Duration::from_secs(40);
-        loop {
+        let owned = async || {
             let owned = self.owned_certificates(uid).await;
-            if owned == expected {
-                return;
-            }
-            assert!(tokio::time::Instant::now() < deadline, "owned certificates {owned:?}, expected {expected:?}");
-            tokio::time::sleep(Duration::from_millis(200)).await;
-        }
+            if owned == expected { Ok(()) } else { Err(format!("{owned:?}")) }
+        };
+        eventually(&format!("owned certificates {expected:?}"), TIMEOUT, owned).await;
     }
 
     /// Names of the CNAMEs in the harness's zone, sorted.

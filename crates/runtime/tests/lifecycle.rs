@@ -10,6 +10,7 @@ use blockwork_runtime::policy::{
     RECONCILE_REQUESTED_ANNOTATION,
 };
 use blockwork_runtime::{ErrorClass, ExternalError, ReconcileState, VerifyOutcome};
+use blockwork_testenv::harness::{TIMEOUT, eventually};
 use k8s_openapi::api::core::v1::Node;
 use kube::ResourceExt;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
@@ -106,11 +107,7 @@ async fn crash_between_create_and_status_write_makes_no_duplicate() {
     let mut h = Harness::start("crash").await;
     h.backend.script("create", Script::HangAfterCreate);
     let created = h.create(widget("a", 1)).await;
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
-    while h.backend.widgets().is_empty() {
-        assert!(tokio::time::Instant::now() < deadline, "create was never called");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    eventually("create to be called", TIMEOUT, async || h.backend.widgets().pop().ok_or("no widget".to_owned())).await;
     h.controller.crash();
     let w = h.api().get("a").await.unwrap();
     let status = w.status.as_ref().unwrap();
@@ -181,11 +178,7 @@ async fn drift_is_repaired_under_enforce() {
     let created = h.create(widget("a", 3)).await;
     h.wait_for_state("a", ReconcileState::Succeeded).await;
     h.backend.tamper(&token(&created), 9);
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
-    while h.backend.widget(&token(&created)).unwrap().size != 3 {
-        assert!(tokio::time::Instant::now() < deadline, "drift was not repaired");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    h.backend.wait_for_size(&token(&created), 3, "the drift to be repaired").await;
     assert!(h.backend.calls("update") >= 1);
 }
 
@@ -199,11 +192,7 @@ async fn a_woken_object_is_reconciled_before_its_requeue() {
     tokio::time::sleep(Duration::from_secs(1)).await;
     assert_eq!(h.backend.widget(&token(&created)).unwrap().size, 9, "nothing looks without a wake");
     h.context.as_ref().unwrap().wake(&kube::runtime::reflector::ObjectRef::from_obj(&ready));
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
-    while h.backend.widget(&token(&created)).unwrap().size != 3 {
-        assert!(tokio::time::Instant::now() < deadline, "the woken object was not reconciled");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    h.backend.wait_for_size(&token(&created), 3, "the woken object to be reconciled").await;
 }
 
 #[tokio::test]
@@ -236,11 +225,7 @@ async fn externally_deleted_resource_is_recreated_under_enforce() {
     let created = h.create(widget("a", 1)).await;
     h.wait_for_state("a", ReconcileState::Succeeded).await;
     h.backend.remove(&token(&created));
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
-    while h.backend.widget(&token(&created)).is_none() {
-        assert!(tokio::time::Instant::now() < deadline, "the widget was not recreated");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    eventually("the widget to be recreated", TIMEOUT, async || h.backend.widget(&token(&created)).ok_or("gone".to_owned())).await;
     h.wait_for_state("a", ReconcileState::Succeeded).await;
     assert_eq!(h.backend.calls("create"), 2);
 }
@@ -909,11 +894,7 @@ async fn drift_policy_annotation_beats_the_objects_own_policy() {
     let created = h.create(suspended).await;
     h.wait_for_state("a", ReconcileState::Succeeded).await;
     h.backend.tamper(&token(&created), 9);
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
-    while h.backend.widget(&token(&created)).unwrap().size != 3 {
-        assert!(tokio::time::Instant::now() < deadline, "the annotation's enforce did not repair the drift");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    h.backend.wait_for_size(&token(&created), 3, "the annotation's enforce to repair the drift").await;
 }
 
 #[tokio::test]

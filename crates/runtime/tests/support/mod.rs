@@ -15,7 +15,7 @@ use blockwork_runtime::{
     Context, ControllerConfig, DeleteOutcome, DependencyRef, ExternalError, ExternalResource, ManagedStatus, MutateOutcome, ReconcileState,
     Request, RequeuePolicy, RuntimeMetrics, VerifyOutcome,
 };
-use blockwork_testenv::harness::{ControllerTask, TestNamespace};
+use blockwork_testenv::harness::{ControllerTask, TIMEOUT, TestNamespace, eventually};
 use futures::StreamExt;
 use futures::stream::BoxStream;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
@@ -136,6 +136,10 @@ impl Backend {
     }
     pub fn widget(&self, token: &str) -> Option<CloudWidget> {
         self.0.lock().unwrap().widgets.get(token).cloned()
+    }
+    /// Waits for `what`: the widget of `token` having `size`.
+    pub async fn wait_for_size(&self, token: &str, size: i32, what: &str) {
+        eventually(what, TIMEOUT, async || self.widget(token).filter(|w| w.size == size).ok_or(format!("{:?}", self.widget(token)))).await;
     }
     /// Finishes asynchronous creates, updates and deletes.
     pub fn complete(&self) {
