@@ -9,7 +9,6 @@
 //! and the test checks that they do hold the account: the emulators really answered as it.
 
 use std::path::Path;
-use std::process::Stdio;
 use std::time::Duration;
 
 use aws_sdk_cloudfront::types::{Certificate, Customizations, DomainItem};
@@ -17,15 +16,17 @@ use blockwork_testenv::aws::{hosted_zone, request_certificate, sdk_config, tenan
 use blockwork_testenv::emulators::Emulators;
 use blockwork_testenv::fault_proxy::{Fault, FaultProxy, Operation};
 use blockwork_testenv::leaks::Scanner;
+use blockwork_testenv::operator::Operator;
 use k8s_openapi::api::core::v1::Secret;
 use kube::api::{ApiResource, DeleteParams, DynamicObject, GroupVersionKind, Patch, PatchParams, PostParams};
 use kube::{Api, Client};
 use serde_json::{Value, json};
-use tokio::time::{Instant, sleep};
 
 const BIN: &str = env!("CARGO_BIN_EXE_blockwork");
 /// Distinctive: no test data, no emulator default, no example in the docs uses it.
 const ACCOUNT: &str = "731902846215";
+/// How long a change may take: the binary runs with the seeds' intervals.
+const SETTLE: Duration = Duration::from_secs(240);
 
 #[tokio::test]
 async fn no_status_event_log_or_metric_carries_the_account_id() {
@@ -40,7 +41,14 @@ async fn no_status_event_log_or_metric_carries_the_account_id() {
     let domain = format!("{namespace}.example.com");
 
     let aws = Aws::new(&emulators, &domain).await;
-    let operator = Operator::start(plane.kubeconfig_path(), &namespace, &moto.endpoint(), &ministack.endpoint(), &domain, &aws.zone_id);
+    let operator = Operator::new(Path::new(BIN), plane.kubeconfig_path())
+        .unwrap()
+        .args(["--namespaces", &namespace, "--log-level", "info"])
+        .args(["--aws-endpoint-url", &moto.endpoint(), "--aws-region", "us-east-1", "--dns-zones", &format!("{domain}:{}", aws.zone_id)])
+        .args(["--tenant-aws-endpoint-url", &ministack.endpoint(), "--tenant-route53-endpoint-url", &moto.endpoint()])
+        .args(["--tenant-aws-region", "us-east-1"])
+        .start()
+        .unwrap();
     let certs = Kind::new(&client, &namespace, ("acm.blockwork.dev", "v1", "Cert"), "certs");
     let tenants = Kind::new(&client, &namespace, ("cloudfront.blockwork.dev", "v1alpha1", "DistributionTenant"), "distributiontenants");
     let caches = Kind::new(&client, &namespace, ("cache.blockwork.dev", "v1beta1", "Cache"), "caches");
@@ -119,7 +127,9 @@ async fn no_status_event_log_or_metric_carries_the_account_id() {
     let logs = operator.logs();
     assert!(logs.contains("controllers started") && logs.contains("INFO"), "the log holds info lines to scan:\n{logs}");
     findings.extend(scanner.text("blockwork log", &logs));
-    findings.extend(scanner.text("metrics", &operator.metrics().await));
+    let metrics = operator.metrics().await;
+    assert!(metrics.contains("cloudfront_tenant_operator"), "{metrics}");
+    findings.extend(scanner.text("metrics", &metrics));
     assert!(
         findings.is_empty(),
         "the account id is readable:\n{}",
@@ -195,50 +205,6 @@ impl Aws {
     }
 }
 
-/// `blockwork run`, every controller, on the test's namespace; killed on drop.
-struct Operator {
-    _child: tokio::process::Child,
-    metrics: u16,
-    dir: tempfile::TempDir,
-}
-
-impl Operator {
-    fn start(kubeconfig: &Path, namespace: &str, moto: &str, ministack: &str, domain: &str, zone_id: &str) -> Self {
-        let dir = tempfile::tempdir().unwrap();
-        let metrics = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
-        let child = tokio::process::Command::new(BIN)
-            .args(["run", "--namespaces", namespace, "--log-level", "info"])
-            .args(["--metrics-bind-address", &format!("127.0.0.1:{metrics}"), "--health-probe-bind-address", "127.0.0.1:0"])
-            .args(["--webhook-bind-address", "127.0.0.1:0"])
-            .args(["--aws-endpoint-url", moto, "--aws-region", "us-east-1", "--dns-zones", &format!("{domain}:{zone_id}")])
-            .args(["--tenant-aws-endpoint-url", ministack, "--tenant-route53-endpoint-url", moto, "--tenant-aws-region", "us-east-1"])
-            .env("KUBECONFIG", kubeconfig)
-            .env("AWS_ACCESS_KEY_ID", "test")
-            .env("AWS_SECRET_ACCESS_KEY", "test")
-            .stdin(Stdio::null())
-            .stdout(std::fs::File::create(dir.path().join("log")).unwrap())
-            .stderr(std::fs::File::create(dir.path().join("log")).unwrap())
-            .kill_on_drop(true)
-            .spawn()
-            .unwrap();
-        Self { _child: child, metrics, dir }
-    }
-
-    fn logs(&self) -> String {
-        std::fs::read_to_string(self.dir.path().join("log")).unwrap_or_default()
-    }
-
-    async fn metrics(&self) -> String {
-        use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
-        let mut stream = tokio::net::TcpStream::connect(("127.0.0.1", self.metrics)).await.unwrap();
-        stream.write_all(b"GET /metrics HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n").await.unwrap();
-        let mut body = String::new();
-        stream.read_to_string(&mut body).await.unwrap();
-        assert!(body.contains("cloudfront_tenant_operator"), "{body}");
-        body
-    }
-}
-
 /// The test's objects of one of Blockwork's kinds, as JSON.
 struct Kind {
     api: Api<DynamicObject>,
@@ -273,33 +239,17 @@ impl Kind {
 
     /// Polls (up to 4 minutes: the binary runs with the seeds' intervals) until `check` holds.
     async fn wait(&self, name: &str, what: &str, operator: &Operator, check: impl Fn(&DynamicObject) -> bool) -> DynamicObject {
-        let deadline = Instant::now() + Duration::from_secs(240);
-        loop {
-            let object = self.api.get(name).await.unwrap();
-            if check(&object) {
-                return object;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "{name} never became {what}; status: {:#}\n--- blockwork log ---\n{}",
-                object.data["status"],
-                operator.logs()
-            );
-            sleep(Duration::from_millis(500)).await;
-        }
+        operator
+            .eventually(&format!("{name} to be {what}"), SETTLE, async || {
+                let object = self.api.get(name).await.map_err(|e| e.to_string())?;
+                if check(&object) { Ok(object) } else { Err(format!("status: {:#}", object.data["status"])) }
+            })
+            .await
     }
 }
 
-async fn wait_until<F, Fut>(what: &str, operator: &Operator, check: F)
-where
-    F: Fn() -> Fut,
-    Fut: std::future::Future<Output = bool>,
-{
-    let deadline = Instant::now() + Duration::from_secs(240);
-    while !check().await {
-        assert!(Instant::now() < deadline, "timed out waiting for {what}\n--- blockwork log ---\n{}", operator.logs());
-        sleep(Duration::from_millis(500)).await;
-    }
+async fn wait_until<Fut: Future<Output = bool>>(what: &str, operator: &Operator, check: impl Fn() -> Fut) {
+    operator.eventually(what, SETTLE, async || if check().await { Ok(()) } else { Err("not yet".into()) }).await
 }
 
 fn condition<'a>(object: &'a DynamicObject, type_: &str) -> Option<&'a Value> {

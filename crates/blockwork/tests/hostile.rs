@@ -7,10 +7,10 @@
 //! the reason in the message. At the end the operator must still be running: no input crashed it.
 //! Own test binary: the webhook registration is cluster-wide.
 
-use std::path::PathBuf;
-use std::process::Stdio;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use blockwork_testenv::operator::Operator;
 use futures::StreamExt as _;
 use k8s_openapi::api::admissionregistration::v1::ValidatingWebhookConfiguration;
 use k8s_openapi::api::events::v1::Event;
@@ -116,8 +116,8 @@ enum Layer {
 async fn every_hostile_manifest_is_refused_at_its_layer_naming_the_field() {
     let cases = corpus();
     assert!(!cases.is_empty(), "no cases in {CORPUS}");
-    let mut operator = Operator::start().await;
-    let client = operator.client.clone();
+    let operator = start_operator().await;
+    let client = blockwork_testenv::control_plane::control_plane().await.unwrap().client();
     let results: Vec<(String, Result<(), String>)> = futures::stream::iter(cases)
         .map(|(name, case)| {
             let client = client.clone();
@@ -137,7 +137,7 @@ async fn every_hostile_manifest_is_refused_at_its_layer_naming_the_field() {
             Err(why) => failures.push(format!("{name}: {why}")),
         }
     }
-    assert!(operator.child.try_wait().unwrap().is_none(), "blockwork run exited during the corpus\n{}", operator.logs());
+    operator.check_running().unwrap_or_else(|e| panic!("blockwork run exited during the corpus: {e}"));
     assert!(
         failures.is_empty(),
         "{} of {} cases failed:\n{}\n\noperator log:\n{}",
@@ -298,98 +298,51 @@ async fn get(client: &Client, namespace: &str, object: &Value) -> Result<Option<
 
 /// `blockwork run` with every controller, its webhook server on a free port, the CRDs and the
 /// admission webhooks registered as `blockwork crds` and `blockwork webhooks` print them.
-struct Operator {
-    client: Client,
-    child: tokio::process::Child,
-    dir: tempfile::TempDir,
+async fn start_operator() -> Operator {
+    let plane = blockwork_testenv::control_plane::control_plane().await.unwrap();
+    let (moto, ministack) = (blockwork_testenv::emulators::moto().await.unwrap(), blockwork_testenv::emulators::ministack().await.unwrap());
+    let operator = Operator::new(Path::new(BIN), plane.kubeconfig_path()).unwrap();
+    let crds: Vec<CustomResourceDefinition> = serde_saphyr::from_multiple(&operator.manifests("crds", &[]).unwrap()).unwrap();
+    plane.install_crds(&crds).await.unwrap();
+    let mut operator = operator
+        .args(["--dns-zones", ZONES, "--aws-region", "us-east-1", "--aws-endpoint-url", &moto.endpoint()])
+        .args(["--tenant-aws-endpoint-url", &ministack.endpoint(), "--tenant-route53-endpoint-url", &moto.endpoint()])
+        .args(["--tenant-aws-region", "us-east-1"])
+        .start()
+        .unwrap();
+    operator.wait_listening(Duration::from_secs(60)).await.unwrap();
+    let configuration: ValidatingWebhookConfiguration = serde_saphyr::from_str(&operator.manifests("webhooks", &[]).unwrap()).unwrap();
+    Api::<ValidatingWebhookConfiguration>::all(plane.client())
+        .patch("blockwork", &PatchParams::apply("hostile-corpus").force(), &Patch::Apply(&configuration))
+        .await
+        .unwrap();
+    await_admission(&plane.client(), &operator).await;
+    operator
 }
 
-impl Operator {
-    async fn start() -> Self {
-        let plane = blockwork_testenv::control_plane::control_plane().await.unwrap();
-        let (moto, ministack) =
-            (blockwork_testenv::emulators::moto().await.unwrap(), blockwork_testenv::emulators::ministack().await.unwrap());
-        let dir = tempfile::tempdir().unwrap();
-        let tls = blockwork_webhook::TlsMaterial::self_signed(&["127.0.0.1"]).unwrap();
-        std::fs::write(dir.path().join("tls.crt"), &tls.cert_pem).unwrap();
-        std::fs::write(dir.path().join("tls.key"), &tls.key_pem).unwrap();
-        std::fs::write(dir.path().join("ca.crt"), &tls.ca_pem).unwrap();
-        let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
-        let url = format!("https://127.0.0.1:{port}");
-        let ca_file = dir.path().join("ca.crt");
-        let location = |command: &str| {
-            let output =
-                std::process::Command::new(BIN).args([command, "--webhook-url", &url, "--webhook-ca-file"]).arg(&ca_file).output().unwrap();
-            assert!(output.status.success(), "blockwork {command}: {}", String::from_utf8_lossy(&output.stderr));
-            String::from_utf8(output.stdout).unwrap()
-        };
-        let crds: Vec<CustomResourceDefinition> = serde_saphyr::from_multiple(&location("crds")).unwrap();
-        plane.install_crds(&crds).await.unwrap();
-
-        let child = tokio::process::Command::new(BIN)
-            .args(["run", "--metrics-bind-address", "0", "--health-probe-bind-address", "0"])
-            .args(["--webhook-bind-address", &format!("127.0.0.1:{port}")])
-            .arg("--webhook-cert-dir")
-            .arg(dir.path())
-            .args(["--dns-zones", ZONES, "--aws-region", "us-east-1", "--aws-endpoint-url", &moto.endpoint()])
-            .args(["--tenant-aws-endpoint-url", &ministack.endpoint(), "--tenant-route53-endpoint-url", &moto.endpoint()])
-            .args(["--tenant-aws-region", "us-east-1"])
-            .env("KUBECONFIG", plane.kubeconfig_path())
-            .env("AWS_ACCESS_KEY_ID", "test")
-            .env("AWS_SECRET_ACCESS_KEY", "test")
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(std::fs::File::create(dir.path().join("log")).unwrap())
-            .kill_on_drop(true)
-            .spawn()
-            .unwrap();
-        let operator = Self { client: plane.client(), child, dir };
-        let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
-        while tokio::net::TcpStream::connect(("127.0.0.1", port)).await.is_err() {
-            assert!(tokio::time::Instant::now() < deadline, "the webhook server never listened\n{}", operator.logs());
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-        let configuration: ValidatingWebhookConfiguration = serde_saphyr::from_str(&location("webhooks")).unwrap();
-        Api::<ValidatingWebhookConfiguration>::all(operator.client.clone())
-            .patch("blockwork", &PatchParams::apply("hostile-corpus").force(), &Patch::Apply(&configuration))
-            .await
-            .unwrap();
-        operator.await_admission(plane).await;
-        operator
-    }
-
-    /// Until the API server calls the admission webhook (its configuration reaches the API
-    /// server's informers a moment after it is written) and the webhook has its index of Certs.
-    async fn await_admission(&self, plane: &blockwork_testenv::control_plane::ControlPlane) {
-        let namespace = plane.namespace("hostile-probe").await.unwrap();
-        let probe = serde_json::json!({
-            "apiVersion": "acm.blockwork.dev/v1", "kind": "Cert", "metadata": {"name": "probe"},
-            "spec": {"serviceName": "probe", "environment": "dev", "domainName": "probe.outside.example.org"}
-        });
-        let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
-        loop {
-            match apply(&self.client, &namespace, &probe).await {
-                Err(kube::Error::Api(status)) if status.message.contains("denied the request") => return,
-                Ok(admitted) => {
-                    let resource = resource_of(&self.client, &probe).await.unwrap();
-                    api_for(&self.client, &namespace, &resource).delete(&admitted.name_any(), &Default::default()).await.unwrap();
-                }
-                Err(_) => {}
+/// Until the API server calls the admission webhook (its configuration reaches the API server's
+/// informers a moment after it is written) and the webhook has its index of Certs.
+async fn await_admission(client: &Client, operator: &Operator) {
+    let plane = blockwork_testenv::control_plane::control_plane().await.unwrap();
+    let namespace = plane.namespace("hostile-probe").await.unwrap();
+    let probe = serde_json::json!({
+        "apiVersion": "acm.blockwork.dev/v1", "kind": "Cert", "metadata": {"name": "probe"},
+        "spec": {"serviceName": "probe", "environment": "dev", "domainName": "probe.outside.example.org"}
+    });
+    operator
+        .eventually("the admission webhook to answer", Duration::from_secs(60), async || match apply(client, &namespace, &probe).await {
+            Err(kube::Error::Api(status)) if status.message.contains("denied the request") => Ok(()),
+            Ok(admitted) => {
+                let resource = resource_of(client, &probe).await?;
+                api_for(client, &namespace, &resource)
+                    .delete(&admitted.name_any(), &Default::default())
+                    .await
+                    .map_err(|e| e.to_string())?;
+                Err("admitted".to_owned())
             }
-            assert!(tokio::time::Instant::now() < deadline, "the admission webhook never answered\n{}", self.logs());
-            tokio::time::sleep(Duration::from_millis(200)).await;
-        }
-    }
-
-    fn logs(&self) -> String {
-        std::fs::read_to_string(self.dir.path().join("log")).unwrap_or_default()
-    }
-}
-
-impl Drop for Operator {
-    fn drop(&mut self) {
-        let _ = self.child.start_kill();
-    }
+            Err(other) => Err(other.to_string()),
+        })
+        .await;
 }
 
 #[test]

@@ -10,11 +10,11 @@
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
-use std::process::Stdio;
 use std::sync::Arc;
 use std::time::Duration;
 
 use blockwork_testenv::commands::kubectl_ok;
+use blockwork_testenv::operator::Operator;
 use k8s_openapi::api::admissionregistration::v1::ValidatingWebhookConfiguration;
 use k8s_openapi::api::core::v1::{Secret, Service, ServicePort, ServiceSpec};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
@@ -37,82 +37,45 @@ fn blockwork(args: &[&str]) -> String {
     String::from_utf8_lossy(&output.stdout).into_owned()
 }
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+/// One `blockwork run` replica with self-managed certificates; killed on drop.
+fn start_replica(kubeconfig: &Path, namespace: &str) -> Operator {
+    Operator::new(Path::new(BIN), kubeconfig)
+        .unwrap()
+        .args(["--controllers", "cache,cert", "--namespaces", namespace, "--leader-elect", "--leader-election-namespace", namespace])
+        .args(["--webhook-certificate-secret", SECRET, "--webhook-service-name", SERVICE, "--webhook-service-namespace", namespace])
+        .args(["--webhook-configuration-name", CONFIGURATION])
+        // Renewals every 20 s, a new CA after 60 s.
+        .args(["--webhook-certificate-validity", "30s", "--webhook-ca-validity", "90s"])
+        // No AWS here: only the webhook is under test.
+        .args(["--dns-zones", ZONES, "--aws-region", "us-east-1", "--aws-endpoint-url", "http://127.0.0.1:9"])
+        .args(["--log-level", "info,blockwork=debug"])
+        .start()
+        .unwrap()
 }
 
-/// One `blockwork run` replica, killed on drop.
-struct Replica {
-    child: tokio::process::Child,
-    webhook: u16,
-    health: u16,
-    log: PathBuf,
-    _dir: tempfile::TempDir,
+async fn ready(replica: &Operator) -> bool {
+    replica.check_running().unwrap();
+    replica.get(replica.health, "/readyz").await.is_ok_and(|r| r.status == 200)
 }
 
-impl Replica {
-    fn start(kubeconfig: &Path, namespace: &str) -> Self {
-        let dir = tempfile::tempdir().unwrap();
-        let log = dir.path().join("log");
-        let (webhook, health) = (free_port(), free_port());
-        let child = tokio::process::Command::new(BIN)
-            .args(["run", "--controllers", "cache,cert", "--namespaces", namespace])
-            .args(["--leader-elect", "--leader-election-namespace", namespace])
-            .args(["--metrics-bind-address", "0", "--health-probe-bind-address", &format!("127.0.0.1:{health}")])
-            .args(["--webhook-bind-address", &format!("127.0.0.1:{webhook}")])
-            .args(["--webhook-certificate-secret", SECRET, "--webhook-service-name", SERVICE, "--webhook-service-namespace", namespace])
-            .args(["--webhook-configuration-name", CONFIGURATION])
-            // Renewals every 20 s, a new CA after 60 s.
-            .args(["--webhook-certificate-validity", "30s", "--webhook-ca-validity", "90s"])
-            // No AWS here: only the webhook is under test.
-            .args(["--dns-zones", ZONES, "--aws-region", "us-east-1", "--aws-endpoint-url", "http://127.0.0.1:9"])
-            .args(["--log-level", "info,blockwork=debug"])
-            .env("KUBECONFIG", kubeconfig)
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(std::fs::File::create(&log).unwrap())
-            .kill_on_drop(true)
-            .spawn()
-            .unwrap();
-        Self { child, webhook, health, log, _dir: dir }
+/// The certificate this replica presents to a client that trusts `bundle` and asks for
+/// `host`: fails unless it verifies.
+async fn presented(replica: &Operator, bundle: &[u8], host: &str) -> Result<Vec<u8>, String> {
+    let mut roots = rustls::RootCertStore::empty();
+    for ca in CertificateDer::pem_slice_iter(bundle) {
+        roots.add(ca.map_err(|e| e.to_string())?).map_err(|e| e.to_string())?;
     }
-
-    fn logs(&self) -> String {
-        std::fs::read_to_string(&self.log).unwrap_or_default()
-    }
-
-    async fn ready(&mut self) -> bool {
-        if let Some(status) = self.child.try_wait().unwrap() {
-            panic!("blockwork exited with {status}\n{}", self.logs());
-        }
-        let Ok(mut stream) = tokio::net::TcpStream::connect(("127.0.0.1", self.health)).await else { return false };
-        use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
-        let _ = stream.write_all(b"GET /readyz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").await;
-        let mut response = String::new();
-        let _ = stream.read_to_string(&mut response).await;
-        response.starts_with("HTTP/1.1 200")
-    }
-
-    /// The certificate this replica presents to a client that trusts `bundle` and asks for
-    /// `host`: fails unless it verifies.
-    async fn presented(&self, bundle: &[u8], host: &str) -> Result<Vec<u8>, String> {
-        let mut roots = rustls::RootCertStore::empty();
-        for ca in CertificateDer::pem_slice_iter(bundle) {
-            roots.add(ca.map_err(|e| e.to_string())?).map_err(|e| e.to_string())?;
-        }
-        let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
-        let config = rustls::ClientConfig::builder_with_provider(provider)
-            .with_safe_default_protocol_versions()
-            .map_err(|e| e.to_string())?
-            .with_root_certificates(roots)
-            .with_no_client_auth();
-        let connector = tokio_rustls::TlsConnector::from(Arc::new(config));
-        let tcp = tokio::net::TcpStream::connect(("127.0.0.1", self.webhook)).await.map_err(|e| e.to_string())?;
-        let tls =
-            connector.connect(ServerName::try_from(host.to_owned()).map_err(|e| e.to_string())?, tcp).await.map_err(|e| e.to_string())?;
-        let (_, session) = tls.get_ref();
-        Ok(session.peer_certificates().and_then(|c| c.first()).map(|c| c.to_vec()).unwrap_or_default())
-    }
+    let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
+    let config = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .map_err(|e| e.to_string())?
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    let connector = tokio_rustls::TlsConnector::from(Arc::new(config));
+    let tcp = tokio::net::TcpStream::connect(("127.0.0.1", replica.webhook)).await.map_err(|e| e.to_string())?;
+    let tls = connector.connect(ServerName::try_from(host.to_owned()).map_err(|e| e.to_string())?, tcp).await.map_err(|e| e.to_string())?;
+    let (_, session) = tls.get_ref();
+    Ok(session.peer_certificates().and_then(|c| c.first()).map(|c| c.to_vec()).unwrap_or_default())
 }
 
 /// A kubeconfig for the ServiceAccount `blockwork` of `namespace`, bound to what `blockwork
@@ -177,10 +140,10 @@ async fn self_managed_certificates_are_trusted_and_renewed_without_a_failed_requ
     let dir = tempfile::tempdir().unwrap();
     let kubeconfig = generated_rbac_kubeconfig(&admin, &namespace, dir.path());
 
-    let mut replicas = [Replica::start(&kubeconfig, &namespace), Replica::start(&kubeconfig, &namespace)];
+    let replicas = [start_replica(&kubeconfig, &namespace), start_replica(&kubeconfig, &namespace)];
     let backends: Vec<_> = replicas.iter().map(|r| std::net::SocketAddr::from(([127, 0, 0, 1], r.webhook))).collect();
     plane.route_service(&namespace, SERVICE, 443, &backends).await.unwrap();
-    let logs = |replicas: &[Replica]| replicas.iter().map(Replica::logs).collect::<Vec<_>>().join("\n--- next replica ---\n");
+    let logs = |replicas: &[Operator]| replicas.iter().map(Operator::logs).collect::<Vec<_>>().join("\n--- next replica ---\n");
 
     // Both replicas become ready once they serve the Secret's certificate, and the caBundles are set.
     let secrets: Api<Secret> = Api::namespaced(client.clone(), &namespace);
@@ -188,7 +151,7 @@ async fn self_managed_certificates_are_trusted_and_renewed_without_a_failed_requ
     loop {
         let secret = secrets.get_opt(SECRET).await.unwrap();
         let bundle = secret.as_ref().map(|s| data(s, "ca.crt")).unwrap_or_default();
-        let ready = replicas[0].ready().await & replicas[1].ready().await;
+        let ready = ready(&replicas[0]).await & ready(&replicas[1]).await;
         if ready && !bundle.is_empty() && ca_bundles(&client).await == (bundle.clone(), bundle.clone()) {
             break;
         }
@@ -257,7 +220,7 @@ async fn self_managed_certificates_are_trusted_and_renewed_without_a_failed_requ
     'replicas: for replica in &replicas {
         loop {
             let secret = secrets.get(SECRET).await.unwrap();
-            let presented = replica.presented(&data(&secret, "ca.crt"), &host).await;
+            let presented = presented(replica, &data(&secret, "ca.crt"), &host).await;
             if presented.as_ref().is_ok_and(|cert| *cert == der(&data(&secret, "tls.crt"))) {
                 continue 'replicas;
             }

@@ -5,13 +5,13 @@
 //! cluster-wide, and each test registers its own, one test at a time.
 
 use std::path::{Path, PathBuf};
-use std::process::Stdio;
 use std::time::Duration;
 
 use blockwork_cert::{Cert, CertSpec};
 use blockwork_tenant::api::DomainName;
 use blockwork_tenant::{DistributionTenant, DistributionTenantSpec};
 use blockwork_testenv::commands::kubectl_ok;
+use blockwork_testenv::operator::Operator;
 use kube::Api;
 use kube::api::PostParams;
 use tokio::sync::Mutex;
@@ -23,64 +23,21 @@ const CONTROLLERS: &str = "cert,tenant";
 /// One registration at a time.
 static REGISTRATION: Mutex<()> = Mutex::const_new(());
 
-struct Webhook {
-    child: tokio::process::Child,
-    dir: tempfile::TempDir,
-}
-
-impl Webhook {
-    /// `blockwork run --controllers cert,tenant` with their webhooks on a free port, registered.
-    async fn start(kubeconfig: &Path, fail_closed: bool) -> Self {
-        let dir = tempfile::tempdir().unwrap();
-        let tls = blockwork_webhook::TlsMaterial::self_signed(&["127.0.0.1"]).unwrap();
-        std::fs::write(dir.path().join("tls.crt"), &tls.cert_pem).unwrap();
-        std::fs::write(dir.path().join("tls.key"), &tls.key_pem).unwrap();
-        std::fs::write(dir.path().join("ca.crt"), &tls.ca_pem).unwrap();
-        let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
-        let fail_closed = fail_closed.to_string();
-        let child = tokio::process::Command::new(BIN)
-            .args(["run", "--controllers", CONTROLLERS, "--metrics-bind-address", "0", "--health-probe-bind-address", "0"])
-            .args(["--webhook-bind-address", &format!("127.0.0.1:{port}")])
-            .arg("--webhook-cert-dir")
-            .arg(dir.path())
-            .args(["--webhook-fail-closed", &fail_closed])
-            // No AWS here: the controller's calls fail fast; only the webhook is under test.
-            .args(["--dns-zones", ZONES, "--aws-region", "us-east-1", "--aws-endpoint-url", "http://127.0.0.1:9"])
-            .args(["--tenant-aws-endpoint-url", "http://127.0.0.1:9", "--tenant-aws-region", "us-east-1"])
-            .env("KUBECONFIG", kubeconfig)
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(std::fs::File::create(dir.path().join("log")).unwrap())
-            .kill_on_drop(true)
-            .spawn()
-            .unwrap();
-        let webhook = Self { child, dir };
-        let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
-        while tokio::net::TcpStream::connect(("127.0.0.1", port)).await.is_err() {
-            assert!(tokio::time::Instant::now() < deadline, "webhook server never listened\n{}", webhook.logs());
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-        let registration = std::process::Command::new(BIN)
-            .args(["webhooks", "--controllers", CONTROLLERS, "--fail-closed", &fail_closed])
-            .args(["--webhook-url", &format!("https://127.0.0.1:{port}")])
-            .arg("--webhook-ca-file")
-            .arg(webhook.dir.path().join("ca.crt"))
-            .output()
-            .unwrap();
-        assert!(registration.status.success(), "{}", String::from_utf8_lossy(&registration.stderr));
-        kubectl_ok(kubeconfig, &["apply", "--server-side", "--force-conflicts", "-f", "-"], &registration.stdout).unwrap();
-        webhook
-    }
-
-    fn logs(&self) -> String {
-        std::fs::read_to_string(self.dir.path().join("log")).unwrap_or_default()
-    }
-}
-
-impl Drop for Webhook {
-    fn drop(&mut self) {
-        let _ = self.child.start_kill();
-    }
+/// `blockwork run --controllers cert,tenant` with their webhooks on a free port, registered.
+async fn start_webhooks(kubeconfig: &Path, fail_closed: bool) -> Operator {
+    let fail_closed = fail_closed.to_string();
+    let mut operator = Operator::new(Path::new(BIN), kubeconfig)
+        .unwrap()
+        .args(["--controllers", CONTROLLERS, "--webhook-fail-closed", &fail_closed])
+        // No AWS here: the controller's calls fail fast; only the webhook is under test.
+        .args(["--dns-zones", ZONES, "--aws-region", "us-east-1", "--aws-endpoint-url", "http://127.0.0.1:9"])
+        .args(["--tenant-aws-endpoint-url", "http://127.0.0.1:9", "--tenant-aws-region", "us-east-1"])
+        .start()
+        .unwrap();
+    operator.wait_listening(Duration::from_secs(30)).await.unwrap();
+    let registration = operator.manifests("webhooks", &["--controllers", CONTROLLERS, "--fail-closed", &fail_closed]).unwrap();
+    kubectl_ok(kubeconfig, &["apply", "--server-side", "--force-conflicts", "-f", "-"], registration.as_bytes()).unwrap();
+    operator
 }
 
 async fn cluster() -> (kube::Client, PathBuf) {
@@ -119,7 +76,7 @@ where
 async fn a_domain_another_cert_holds_is_rejected_in_any_namespace() {
     let _one = REGISTRATION.lock().await;
     let (client, kubeconfig) = cluster().await;
-    let webhook = Webhook::start(&kubeconfig, true).await;
+    let webhook = start_webhooks(&kubeconfig, true).await;
     let (first, second) = (namespace("webhook-first").await, namespace("webhook-second").await);
 
     create(&Api::namespaced(client.clone(), &first), &cert("orders", "orders", "prod"))
@@ -144,7 +101,7 @@ async fn a_domain_another_cert_holds_is_rejected_in_any_namespace() {
 async fn a_domain_outside_the_operators_zones_is_rejected() {
     let _one = REGISTRATION.lock().await;
     let (client, kubeconfig) = cluster().await;
-    let _webhook = Webhook::start(&kubeconfig, true).await;
+    let _webhook = start_webhooks(&kubeconfig, true).await;
     let api = Api::namespaced(client, &namespace("webhook-zone").await);
     let mut outside = cert("outside", "shop", "prod");
     outside.spec.domain_name = Some("shop.other.org".into());
@@ -156,7 +113,7 @@ async fn a_domain_outside_the_operators_zones_is_rejected() {
 async fn fail_open_admits_problems_with_a_warning() {
     let _one = REGISTRATION.lock().await;
     let (client, kubeconfig) = cluster().await;
-    let _webhook = Webhook::start(&kubeconfig, false).await;
+    let _webhook = start_webhooks(&kubeconfig, false).await;
     let api = Api::namespaced(client, &namespace("webhook-open").await);
     let mut outside = cert("outside", "shop", "prod");
     outside.spec.domain_name = Some("shop.other.org".into());
@@ -167,7 +124,7 @@ async fn fail_open_admits_problems_with_a_warning() {
 async fn a_cert_san_with_an_undecodable_a_label_is_rejected_naming_the_label() {
     let _one = REGISTRATION.lock().await;
     let (client, kubeconfig) = cluster().await;
-    let _webhook = Webhook::start(&kubeconfig, true).await;
+    let _webhook = start_webhooks(&kubeconfig, true).await;
     let api = Api::namespaced(client, &namespace("webhook-alabel").await);
     let mut idn = cert("idn", "shop", "prod");
     idn.spec.subject_alternative_names = vec!["xn--zz.k8s.example.com".into()];
@@ -190,7 +147,7 @@ fn tenant(name: &str, domains: &[&str]) -> DistributionTenant {
 async fn a_distribution_tenant_domain_with_an_undecodable_a_label_is_rejected_naming_the_label() {
     let _one = REGISTRATION.lock().await;
     let (client, kubeconfig) = cluster().await;
-    let webhook = Webhook::start(&kubeconfig, true).await;
+    let webhook = start_webhooks(&kubeconfig, true).await;
     let api = Api::namespaced(client, &namespace("webhook-tenant").await);
     create(&api, &tenant("shop", &["xn--mnchen-3ya.k8s.example.com"])).await.unwrap_or_else(|e| panic!("{e}\n{}", webhook.logs()));
     let message = create(&api, &tenant("idn", &["xn--zz.k8s.example.com"])).await.expect_err("xn--zz does not decode");
@@ -201,7 +158,7 @@ async fn a_distribution_tenant_domain_with_an_undecodable_a_label_is_rejected_na
 async fn a_distribution_tenant_domain_given_with_and_without_its_trailing_dot_is_rejected() {
     let _one = REGISTRATION.lock().await;
     let (client, kubeconfig) = cluster().await;
-    let _webhook = Webhook::start(&kubeconfig, true).await;
+    let _webhook = start_webhooks(&kubeconfig, true).await;
     let api = Api::namespaced(client, &namespace("webhook-dot").await);
     let message =
         create(&api, &tenant("twice", &["www.k8s.example.com", "www.k8s.example.com."])).await.expect_err("the same domain twice");

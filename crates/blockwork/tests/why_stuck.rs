@@ -5,11 +5,12 @@
 //! test binary: `check` reads the cluster-wide webhook registration.
 
 use std::path::{Path, PathBuf};
-use std::process::{Output, Stdio};
+use std::process::Output;
 use std::time::Duration;
 
 use blockwork_cert::{Cert, CertSpec};
 use blockwork_testenv::commands::{kubectl_ok, tool};
+use blockwork_testenv::operator::{AWS_CREDENTIALS, Operator};
 use kube::Api;
 use kube::api::{Patch, PatchParams, PostParams};
 use serde_json::json;
@@ -141,13 +142,6 @@ fn completions_cover_every_subcommand() {
     }
 }
 
-/// `blockwork run --controllers cert,cache --leader-elect` with its webhooks on a free port,
-/// the CRDs and webhooks registered to reach it; killed on drop.
-struct Operator {
-    _child: tokio::process::Child,
-    dir: tempfile::TempDir,
-}
-
 /// The registration outlives the operator until removed: later tests could not create a Cert.
 struct Registration(PathBuf);
 
@@ -161,56 +155,23 @@ impl Drop for Registration {
     }
 }
 
-impl Operator {
-    async fn start(kubeconfig: &Path, lease_namespace: &str, zones: &str, moto: &str) -> Self {
-        let dir = tempfile::tempdir().unwrap();
-        let tls = blockwork_webhook::TlsMaterial::self_signed(&["127.0.0.1"]).unwrap();
-        std::fs::write(dir.path().join("tls.crt"), &tls.cert_pem).unwrap();
-        std::fs::write(dir.path().join("tls.key"), &tls.key_pem).unwrap();
-        std::fs::write(dir.path().join("ca.crt"), &tls.ca_pem).unwrap();
-        let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
-        let url = format!("https://127.0.0.1:{port}");
-        let ca = dir.path().join("ca.crt");
-        let location = ["--webhook-url", url.as_str(), "--webhook-ca-file", ca.to_str().unwrap()];
-        let crds = std::process::Command::new(BIN).arg("crds").args(location).output().unwrap();
-        apply(kubeconfig, &crds.stdout);
-        let child = tokio::process::Command::new(BIN)
-            .args(["run", "--controllers", "cert,cache", "--metrics-bind-address", "0", "--health-probe-bind-address", "0"])
-            .args(["--leader-elect", "--leader-election-namespace", lease_namespace])
-            .args(["--webhook-bind-address", &format!("127.0.0.1:{port}")])
-            .arg("--webhook-cert-dir")
-            .arg(dir.path())
-            .args(["--dns-zones", zones, "--aws-region", "us-east-1", "--aws-endpoint-url", moto])
-            .env("KUBECONFIG", kubeconfig)
-            .envs(aws_credentials())
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(std::fs::File::create(dir.path().join("log")).unwrap())
-            .kill_on_drop(true)
-            .spawn()
-            .unwrap();
-        let operator = Self { _child: child, dir };
-        let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
-        while tokio::net::TcpStream::connect(("127.0.0.1", port)).await.is_err() {
-            assert!(tokio::time::Instant::now() < deadline, "webhook server never listened\n{}", operator.logs());
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-        let webhooks = std::process::Command::new(BIN).args(["webhooks", "--controllers", "cert"]).args(location).output().unwrap();
-        apply(kubeconfig, &webhooks.stdout);
-        operator
-    }
-
-    fn logs(&self) -> String {
-        std::fs::read_to_string(self.dir.path().join("log")).unwrap_or_default()
-    }
+/// `blockwork run --controllers cert,cache --leader-elect` with its webhooks on a free port,
+/// the CRDs and webhooks registered to reach it; killed on drop.
+async fn start_operator(kubeconfig: &Path, lease_namespace: &str, zones: &str, moto: &str) -> Operator {
+    let operator = Operator::new(Path::new(BIN), kubeconfig).unwrap();
+    apply(kubeconfig, operator.manifests("crds", &[]).unwrap().as_bytes());
+    let mut operator = operator
+        .args(["--controllers", "cert,cache", "--leader-elect", "--leader-election-namespace", lease_namespace])
+        .args(["--dns-zones", zones, "--aws-region", "us-east-1", "--aws-endpoint-url", moto])
+        .start()
+        .unwrap();
+    operator.wait_listening(Duration::from_secs(30)).await.unwrap();
+    apply(kubeconfig, operator.manifests("webhooks", &["--controllers", "cert"]).unwrap().as_bytes());
+    operator
 }
 
 fn apply(kubeconfig: &Path, manifests: &[u8]) {
     kubectl_ok(kubeconfig, &["apply", "--server-side", "--force-conflicts", "-f", "-"], manifests).unwrap();
-}
-
-fn aws_credentials() -> [(&'static str, &'static str); 2] {
-    [("AWS_ACCESS_KEY_ID", "test"), ("AWS_SECRET_ACCESS_KEY", "test")]
 }
 
 /// `blockwork check` for the operator above; its output and exit code.
@@ -219,7 +180,7 @@ fn check(kubeconfig: &Path, namespace: &str, lease_namespace: &str, zones: &str,
         .args(["check", "--controllers", "cert,cache", "-n", namespace, "--leader-election-namespace", lease_namespace])
         .args(["--dns-zones", zones, "--aws-region", "us-east-1", "--aws-endpoint-url", moto])
         .env("KUBECONFIG", kubeconfig)
-        .envs(aws_credentials())
+        .envs(AWS_CREDENTIALS)
         .output()
         .unwrap();
     (text(&output), output.status.code())
@@ -243,7 +204,7 @@ async fn check_passes_against_a_working_install_and_names_the_fix_of_each_failur
     let zones = format!("{zone_name}:{zone_id}");
 
     let _registration = Registration(kubeconfig.to_path_buf());
-    let operator = Operator::start(kubeconfig, &lease_namespace, &zones, &moto).await;
+    let operator = start_operator(kubeconfig, &lease_namespace, &zones, &moto).await;
     // The Lease is taken within a few seconds of the start.
     let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
     let (report, code) = loop {
@@ -336,7 +297,7 @@ async fn check_as_the_operator_s_service_account_skips_what_its_rbac_may_not_rea
         .args(["check", "--controllers", "cert", "-n", &namespace, "--leader-election-namespace", &namespace])
         .args(["--dns-zones", "example.com:Z1", "--aws-region", "us-east-1", "--aws-endpoint-url", "http://127.0.0.1:9"])
         .env("KUBECONFIG", &path)
-        .envs(aws_credentials())
+        .envs(AWS_CREDENTIALS)
         .output()
         .unwrap();
     let report = text(&output);

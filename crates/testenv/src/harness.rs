@@ -26,12 +26,17 @@ const POLL: Duration = Duration::from_millis(50);
 
 /// Polls `check` until it returns `Ok`; after `timeout`, fails the test with `what` and the last
 /// `Err` (what was seen instead).
-pub async fn eventually<T>(what: &str, timeout: Duration, mut check: impl AsyncFnMut() -> Result<T, String>) -> T {
+pub async fn eventually<T>(what: &str, timeout: Duration, check: impl AsyncFnMut() -> Result<T, String>) -> T {
+    poll(timeout, check).await.unwrap_or_else(|seen| fail(format!("timed out waiting for {what}; last seen: {seen}")))
+}
+
+/// Polls `check` until it returns `Ok`; after `timeout`, the last `Err`.
+pub(crate) async fn poll<T>(timeout: Duration, mut check: impl AsyncFnMut() -> Result<T, String>) -> Result<T, String> {
     let deadline = tokio::time::Instant::now() + timeout;
     loop {
         match check().await {
-            Ok(value) => return value,
-            Err(seen) if tokio::time::Instant::now() >= deadline => fail(format!("timed out waiting for {what}; last seen: {seen}")),
+            Ok(value) => return Ok(value),
+            Err(seen) if tokio::time::Instant::now() >= deadline => return Err(seen),
             Err(_) => tokio::time::sleep(POLL).await,
         }
     }
@@ -39,7 +44,7 @@ pub async fn eventually<T>(what: &str, timeout: Duration, mut check: impl AsyncF
 
 /// Failing the test is a test helper's job.
 #[allow(clippy::panic)]
-fn fail(message: String) -> ! {
+pub(crate) fn fail(message: String) -> ! {
     panic!("{message}")
 }
 

@@ -21,6 +21,8 @@
 //! - [`aws`]: SDK clients straight to the emulators, hosted zones, CNAMEs, certificates, a
 //!   tenant-only distribution, and the AWS layer's configuration for a controller under test.
 //! - [`commands`]: `kubectl` with stdin, and the workspace's `blockwork` binary.
+//! - [`operator`]: `blockwork run` as a child process: its servers on free ports, webhooks with
+//!   a certificate from a directory, waits for listening, ready and leading, its log, restarts.
 //!
 //! The binaries come from `scripts/install-test-tools`, found in `$BLOCKWORK_TOOLS_DIR`
 //! (default `~/.cache/blockwork-tools`).
@@ -35,6 +37,7 @@ pub mod harness;
 pub mod kube_proxy;
 pub mod leaks;
 pub mod measure;
+pub mod operator;
 mod process;
 pub mod promql;
 pub mod throttle;

@@ -83,6 +83,11 @@ impl Process {
         }
     }
 
+    /// How the process ended; `None` while it runs.
+    pub fn exit_status(&self) -> std::io::Result<Option<std::process::ExitStatus>> {
+        self.child.lock().unwrap_or_else(std::sync::PoisonError::into_inner).try_wait()
+    }
+
     pub fn not_ready(&self, timeout: Duration) -> Error {
         Error::NotReady { name: self.name.clone(), timeout, log: self.log.clone(), tail: self.log_tail() }
     }
