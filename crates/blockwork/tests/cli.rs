@@ -3,14 +3,15 @@
 //! real kube-apiserver (from `blockwork-testenv`).
 
 use std::path::{Path, PathBuf};
-use std::process::{ExitStatus, Output, Stdio};
+use std::process::Output;
 use std::time::Duration;
 
+use blockwork_testenv::commands::kubectl_ok;
+use blockwork_testenv::operator::{Operator, Response};
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
 use kube::api::{Patch, PatchParams};
 use kube::{Api, Client};
-use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 use tokio::time::{Instant, sleep};
 
 const BIN: &str = env!("CARGO_BIN_EXE_blockwork");
@@ -128,13 +129,14 @@ fn crds_prints_every_crd() {
 #[tokio::test]
 async fn run_against_a_real_apiserver() {
     let (client, kubeconfig, namespace) = cluster("blockwork-run").await;
-    let mut instance = Instance::start(&kubeconfig, &namespace);
+    let mut instance = start_instance(&kubeconfig, &namespace);
 
-    let readyz = instance.wait_ready().await;
+    instance.wait_ready(Duration::from_secs(60)).await.unwrap();
+    let readyz = get(&instance, instance.health, "/readyz").await.body;
     assert!(readyz.starts_with("ok\n"), "{readyz}");
-    let healthz = instance.get(instance.health, "/healthz").await;
+    let healthz = get(&instance, instance.health, "/healthz").await;
     assert_eq!((healthz.status, healthz.body.as_str()), (200, "ok\n"), "{}", instance.logs());
-    let metrics = instance.get(instance.metrics, "/metrics").await;
+    let metrics = get(&instance, instance.metrics, "/metrics").await;
     assert_eq!(metrics.status, 200);
     assert_eq!(metrics.header("content-type"), Some("application/openmetrics-text; version=1.0.0; charset=utf-8"));
     assert!(metrics.body.ends_with("# EOF\n"), "{}", metrics.body);
@@ -143,10 +145,10 @@ async fn run_against_a_real_apiserver() {
     let leases: Api<Lease> = Api::namespaced(client, &namespace);
     let holder = wait_for_holder(&leases, Duration::from_secs(30), |h| h.is_some()).await.unwrap();
     assert_eq!(Some(holder.as_str()), instance.identity().await.as_deref(), "{}", instance.logs());
-    instance.wait_leading(Duration::from_secs(5)).await;
+    instance.wait_leading(Duration::from_secs(5)).await.unwrap();
 
-    instance.interrupt();
-    let status = instance.wait_exit(Duration::from_secs(10)).await;
+    instance.interrupt().unwrap();
+    let status = instance.wait_exit(Duration::from_secs(10)).await.unwrap();
     assert_eq!(status.code(), Some(0), "{}", instance.logs());
     let spec = leases.get(LEASE).await.unwrap().spec.unwrap_or_default();
     assert_eq!(spec.holder_identity, None, "the Lease is released on a clean shutdown");
@@ -157,10 +159,10 @@ async fn run_against_a_real_apiserver() {
 #[tokio::test]
 async fn one_of_two_instances_leads() {
     let (client, kubeconfig, namespace) = cluster("blockwork-election").await;
-    let mut a = Instance::start(&kubeconfig, &namespace);
-    let mut b = Instance::start(&kubeconfig, &namespace);
-    a.wait_ready().await;
-    b.wait_ready().await;
+    let mut a = start_instance(&kubeconfig, &namespace);
+    let mut b = start_instance(&kubeconfig, &namespace);
+    a.wait_ready(Duration::from_secs(60)).await.unwrap();
+    b.wait_ready(Duration::from_secs(60)).await.unwrap();
     let (id_a, id_b) = (a.identity().await.unwrap(), b.identity().await.unwrap());
     assert_ne!(id_a, id_b);
 
@@ -168,30 +170,30 @@ async fn one_of_two_instances_leads() {
     let holder = wait_for_holder(&leases, Duration::from_secs(30), |h| h.is_some()).await.unwrap();
     assert!(holder == id_a || holder == id_b, "holder {holder} is neither {id_a} nor {id_b}");
     let (mut leader, mut standby) = if holder == id_a { (a, b) } else { (b, a) };
-    leader.wait_leading(Duration::from_secs(5)).await;
-    let standby_ready = standby.get(standby.health, "/readyz").await;
+    leader.wait_leading(Duration::from_secs(5)).await.unwrap();
+    let standby_ready = get(&standby, standby.health, "/readyz").await;
     assert_eq!(standby_ready.status, 200, "a standby is ready");
     assert!(standby_ready.body.contains("leader: false"), "{}", standby_ready.body);
 
     // The leader releases the Lease on SIGINT; the standby notices within a retry period (2 s),
     // not only when the Lease would have expired (15 s).
-    leader.interrupt();
-    assert_eq!(leader.wait_exit(Duration::from_secs(10)).await.code(), Some(0), "{}", leader.logs());
+    leader.interrupt().unwrap();
+    assert_eq!(leader.wait_exit(Duration::from_secs(10)).await.unwrap().code(), Some(0), "{}", leader.logs());
     let standby_id = standby.identity().await.unwrap();
     let holder = wait_for_holder(&leases, Duration::from_secs(8), |h| h == Some(standby_id.as_str())).await;
     assert_eq!(holder.as_deref(), Some(standby_id.as_str()), "{}", standby.logs());
-    standby.wait_leading(Duration::from_secs(5)).await;
+    standby.wait_leading(Duration::from_secs(5)).await.unwrap();
 
-    standby.interrupt();
-    assert_eq!(standby.wait_exit(Duration::from_secs(10)).await.code(), Some(0), "{}", standby.logs());
+    standby.interrupt().unwrap();
+    assert_eq!(standby.wait_exit(Duration::from_secs(10)).await.unwrap().code(), Some(0), "{}", standby.logs());
 }
 
 /// Fail-stop: a leader whose Lease is taken over exits non-zero, without waiting for shutdown.
 #[tokio::test]
 async fn losing_the_lease_stops_the_process() {
     let (client, kubeconfig, namespace) = cluster("blockwork-failstop").await;
-    let mut instance = Instance::start(&kubeconfig, &namespace);
-    instance.wait_ready().await;
+    let mut instance = start_instance(&kubeconfig, &namespace);
+    instance.wait_ready(Duration::from_secs(60)).await.unwrap();
     let leases: Api<Lease> = Api::namespaced(client, &namespace);
     let id = instance.identity().await.unwrap();
     assert_eq!(wait_for_holder(&leases, Duration::from_secs(30), |h| h == Some(id.as_str())).await, Some(id));
@@ -202,7 +204,7 @@ async fn losing_the_lease_stops_the_process() {
     leases.patch(LEASE, &PatchParams::default(), &Patch::Merge(&steal)).await.unwrap();
 
     // The watchdog checks at most 7 s after the last renewal; the next renewal also notices.
-    let status = instance.wait_exit(Duration::from_secs(15)).await;
+    let status = instance.wait_exit(Duration::from_secs(15)).await.unwrap();
     assert_eq!(status.code(), Some(1), "{}", instance.logs());
     assert!(instance.logs().contains("lost leadership"), "{}", instance.logs());
 }
@@ -264,133 +266,22 @@ async fn wait_for_holder(leases: &Api<Lease>, timeout: Duration, want: impl Fn(O
     }
 }
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+/// A `blockwork run --leader-elect` process on its own namespace only (the test binary's other
+/// tests share the control plane), killed on drop.
+fn start_instance(kubeconfig: &Path, namespace: &str) -> Operator {
+    Operator::new(Path::new(BIN), kubeconfig)
+        .unwrap()
+        .args(["--leader-elect", "--leader-election-namespace", namespace, "--namespaces", namespace])
+        // The cert controller needs its zones; no Cert exists here, so AWS is never called.
+        .args(["--dns-zones", "example.com:Z0000000000000000000", "--aws-region", "us-east-1"])
+        .args(["--log-level", "info,blockwork=debug"])
+        .start()
+        .unwrap()
 }
 
-/// A `blockwork run --leader-elect` process, killed on drop.
-struct Instance {
-    child: tokio::process::Child,
-    health: u16,
-    metrics: u16,
-    log: PathBuf,
-    kubeconfig: PathBuf,
-    namespace: String,
-    _dir: tempfile::TempDir,
-}
-
-struct Response {
-    status: u16,
-    headers: Vec<(String, String)>,
-    body: String,
-}
-
-impl Response {
-    fn header(&self, name: &str) -> Option<&str> {
-        self.headers.iter().find(|(n, _)| n.eq_ignore_ascii_case(name)).map(|(_, v)| v.as_str())
-    }
-}
-
-impl Instance {
-    fn start(kubeconfig: &Path, namespace: &str) -> Self {
-        let dir = tempfile::tempdir().unwrap();
-        let log = dir.path().join("blockwork.log");
-        let (health, metrics) = (free_port(), free_port());
-        let child = tokio::process::Command::new(BIN)
-            // Its own namespace only: the test binary's other tests share the control plane.
-            .args(["run", "--leader-elect", "--leader-election-namespace", namespace, "--namespaces", namespace])
-            .args(["--metrics-bind-address", &format!("127.0.0.1:{metrics}")])
-            .args(["--health-probe-bind-address", &format!("127.0.0.1:{health}")])
-            .args(["--webhook-bind-address", "127.0.0.1:0"])
-            // The cert controller needs its zones; no Cert exists here, so AWS is never called.
-            .args(["--dns-zones", "example.com:Z0000000000000000000", "--aws-region", "us-east-1"])
-            .args(["--log-level", "info,blockwork=debug"])
-            .env("KUBECONFIG", kubeconfig)
-            .stdin(Stdio::null())
-            .stdout(std::fs::File::create(dir.path().join("stdout")).unwrap())
-            .stderr(std::fs::File::create(&log).unwrap())
-            .kill_on_drop(true)
-            .spawn()
-            .unwrap();
-        Self { child, health, metrics, log, kubeconfig: kubeconfig.to_owned(), namespace: namespace.to_owned(), _dir: dir }
-    }
-
-    fn logs(&self) -> String {
-        format!("--- blockwork log ---\n{}", std::fs::read_to_string(&self.log).unwrap_or_default())
-    }
-
-    /// GET over plain HTTP/1.1.
-    async fn get(&self, port: u16, path: &str) -> Response {
-        match self.try_get(port, path).await {
-            Ok(response) => response,
-            Err(e) => panic!("GET 127.0.0.1:{port}{path}: {e}\n{}", self.logs()),
-        }
-    }
-
-    async fn try_get(&self, port: u16, path: &str) -> std::io::Result<Response> {
-        let mut stream = tokio::net::TcpStream::connect(("127.0.0.1", port)).await?;
-        stream.write_all(format!("GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n").as_bytes()).await?;
-        let mut raw = String::new();
-        tokio::time::timeout(Duration::from_secs(5), stream.read_to_string(&mut raw)).await??;
-        let (head, body) = raw.split_once("\r\n\r\n").unwrap_or((raw.as_str(), ""));
-        let mut lines = head.lines();
-        let status = lines.next().and_then(|l| l.split_whitespace().nth(1)).and_then(|s| s.parse().ok()).unwrap_or(0);
-        let headers = lines.filter_map(|l| l.split_once(':')).map(|(n, v)| (n.trim().to_owned(), v.trim().to_owned())).collect();
-        Ok(Response { status, headers, body: body.to_owned() })
-    }
-
-    /// Waits up to 60 s for `/readyz` to answer 200; returns its body.
-    async fn wait_ready(&mut self) -> String {
-        let deadline = Instant::now() + Duration::from_secs(60);
-        loop {
-            if let Ok(response) = self.try_get(self.health, "/readyz").await
-                && response.status == 200
-            {
-                return response.body;
-            }
-            if let Some(status) = self.child.try_wait().unwrap() {
-                // A port picked as free can be taken by a parallel test before we bind it.
-                if self.logs().contains("Address already in use") {
-                    *self = Self::start(&self.kubeconfig.clone(), &self.namespace.clone());
-                    continue;
-                }
-                panic!("blockwork exited with {status} before becoming ready\n{}", self.logs());
-            }
-            assert!(Instant::now() < deadline, "not ready after 60 s\n{}", self.logs());
-            sleep(Duration::from_millis(100)).await;
-        }
-    }
-
-    /// Waits until `/readyz` says this instance leads. The Lease names the holder as soon as the
-    /// API server accepts the acquiring write; the process marks itself leader when that write
-    /// returns, a moment later.
-    async fn wait_leading(&self, timeout: Duration) {
-        let deadline = Instant::now() + timeout;
-        while !self.get(self.health, "/readyz").await.body.contains("leader: true") {
-            assert!(Instant::now() < deadline, "not leading after {timeout:?}\n{}", self.logs());
-            sleep(Duration::from_millis(100)).await;
-        }
-    }
-
-    /// The leader-election identity `/readyz` reports.
-    async fn identity(&self) -> Option<String> {
-        let body = self.get(self.health, "/readyz").await.body;
-        body.lines().find_map(|l| l.strip_prefix("identity: ")).map(str::to_owned)
-    }
-
-    /// SIGINT, without `unsafe`.
-    fn interrupt(&self) {
-        let pid = self.child.id().unwrap();
-        let status = std::process::Command::new("kill").args(["-INT", &pid.to_string()]).status().unwrap();
-        assert!(status.success());
-    }
-
-    async fn wait_exit(&mut self, timeout: Duration) -> ExitStatus {
-        match tokio::time::timeout(timeout, self.child.wait()).await {
-            Ok(status) => status.unwrap(),
-            Err(_) => panic!("still running after {timeout:?}\n{}", self.logs()),
-        }
-    }
+/// GET from one of the instance's servers, which must answer.
+async fn get(instance: &Operator, port: u16, path: &str) -> Response {
+    instance.get(port, path).await.unwrap_or_else(|e| panic!("GET 127.0.0.1:{port}{path}: {e}\n{}", instance.logs()))
 }
 
 /// `blockwork run` works under exactly the RBAC `blockwork rbac` generates, and that RBAC grants
@@ -398,23 +289,7 @@ impl Instance {
 #[tokio::test]
 async fn run_needs_no_more_than_the_generated_rbac() {
     let (client, admin_kubeconfig, namespace) = cluster("blockwork-rbac").await;
-    let kubectl = |args: &[&str], stdin: Option<&str>| {
-        let mut child = std::process::Command::new(kubectl_path())
-            .args(args)
-            .env("KUBECONFIG", &admin_kubeconfig)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        if let Some(input) = stdin {
-            std::io::Write::write_all(&mut child.stdin.take().unwrap(), input.as_bytes()).unwrap();
-        }
-        drop(child.stdin.take());
-        let output = child.wait_with_output().unwrap();
-        assert!(output.status.success(), "kubectl {args:?}: {}", stderr(&output));
-        stdout(&output)
-    };
+    let kubectl = |args: &[&str], stdin: Option<&str>| kubectl_ok(&admin_kubeconfig, args, stdin.unwrap_or_default().as_bytes()).unwrap();
     kubectl(&["create", "serviceaccount", "blockwork", "-n", &namespace], None);
     let rbac = blockwork(&["rbac", "--name", &namespace, "--namespace", &namespace, "--service-account", "blockwork"]);
     assert!(rbac.status.success(), "{}", stderr(&rbac));
@@ -428,11 +303,7 @@ async fn run_needs_no_more_than_the_generated_rbac() {
     std::fs::write(&kubeconfig, admin.replace(admin_token, token.trim())).unwrap();
 
     let can_i = |verb: &str, resource: &str| {
-        let output = std::process::Command::new(kubectl_path())
-            .args(["auth", "can-i", verb, resource, "-n", &namespace])
-            .env("KUBECONFIG", &kubeconfig)
-            .output()
-            .unwrap();
+        let output = blockwork_testenv::commands::kubectl(&kubeconfig, &["auth", "can-i", verb, resource, "-n", &namespace], b"").unwrap();
         stdout(&output).trim() == "yes"
     };
     assert!(can_i("create", "leases.coordination.k8s.io"));
@@ -440,21 +311,13 @@ async fn run_needs_no_more_than_the_generated_rbac() {
     assert!(!can_i("delete", "secrets"), "no controller deletes Secrets: targets hold signing keys");
     assert!(!can_i("list", "pods"), "the generated RBAC must not grant what no controller needs");
 
-    let mut instance = Instance::start(&kubeconfig, &namespace);
-    instance.wait_ready().await;
+    let mut instance = start_instance(&kubeconfig, &namespace);
+    instance.wait_ready(Duration::from_secs(60)).await.unwrap();
     let leases: Api<Lease> = Api::namespaced(client, &namespace);
     let holder = wait_for_holder(&leases, Duration::from_secs(30), |h| h.is_some()).await;
     assert_eq!(holder, instance.identity().await, "{}", instance.logs());
-    instance.interrupt();
-    assert_eq!(instance.wait_exit(Duration::from_secs(10)).await.code(), Some(0), "{}", instance.logs());
-}
-
-/// The kubectl that `scripts/install-test-tools` built.
-fn kubectl_path() -> PathBuf {
-    let tools = std::env::var("BLOCKWORK_TOOLS_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|_| PathBuf::from(std::env::var("HOME").unwrap()).join(".cache/blockwork-tools"));
-    tools.join("bin/kubectl")
+    instance.interrupt().unwrap();
+    assert_eq!(instance.wait_exit(Duration::from_secs(10)).await.unwrap().code(), Some(0), "{}", instance.logs());
 }
 
 /// `--log-format json` writes one JSON object per line, errors included.
