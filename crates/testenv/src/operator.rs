@@ -2,7 +2,7 @@
 //! control plane with the emulators' test credentials, its health, metrics and webhook servers
 //! on free loopback ports, webhooks served with a self-signed certificate from a directory (as
 //! cert-manager writes one) unless the test asks for self-managed certificates. Its log (every
-//! incarnation) is kept; it can be killed and started again, and it dies with its owner.
+//! incarnation: a port clash starts it again) is kept, and it dies with its owner.
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -20,7 +20,6 @@ pub struct Operator {
     binary: PathBuf,
     kubeconfig: PathBuf,
     args: Vec<String>,
-    envs: Vec<(String, String)>,
     /// The webhook server's port (fixed across restarts: registrations name it).
     pub webhook: u16,
     /// The health probe server's port (`/readyz`, `/healthz`) of the current incarnation.
@@ -28,7 +27,7 @@ pub struct Operator {
     /// The metrics server's port of the current incarnation.
     pub metrics: u16,
     /// Incarnations started so far.
-    pub starts: usize,
+    starts: usize,
     process: Option<Process>,
     dir: tempfile::TempDir,
 }
@@ -60,7 +59,6 @@ impl Operator {
             binary: binary.to_owned(),
             kubeconfig: kubeconfig.to_owned(),
             args: Vec::new(),
-            envs: Vec::new(),
             webhook: free_port()?,
             health: 0,
             metrics: 0,
@@ -85,12 +83,6 @@ impl Operator {
         Ok(String::from_utf8_lossy(&output.stdout).into_owned())
     }
 
-    /// An environment variable for every incarnation.
-    pub fn env(mut self, name: &str, value: &str) -> Self {
-        self.envs.push((name.to_owned(), value.to_owned()));
-        self
-    }
-
     /// Arguments of `blockwork run`, as `Command::args`.
     pub fn args(mut self, args: impl IntoIterator<Item = impl AsRef<str>>) -> Self {
         self.args.extend(args.into_iter().map(|a| a.as_ref().to_owned()));
@@ -104,8 +96,8 @@ impl Operator {
         Ok(self)
     }
 
-    /// A new incarnation (the first, or after [`Self::kill`]), on new health and metrics ports.
-    pub fn restart(&mut self) -> Result<(), Error> {
+    /// A new incarnation (the first, or after the last exited), on new health and metrics ports.
+    fn restart(&mut self) -> Result<(), Error> {
         let (health, metrics) = (free_port()?, free_port()?);
         let mut args = vec!["run".to_owned()];
         args.extend(self.args.iter().cloned());
@@ -117,17 +109,11 @@ impl Operator {
         }
         let mut envs: Vec<(&str, String)> = vec![("KUBECONFIG", self.kubeconfig.to_string_lossy().into_owned())];
         envs.extend(AWS_CREDENTIALS.map(|(name, value)| (name, value.to_owned())));
-        envs.extend(self.envs.iter().map(|(name, value)| (name.as_str(), value.clone())));
         let name = format!("blockwork-{}", self.starts);
         self.process = Some(Process::start(&name, &self.binary, &args, &envs, self.dir.path())?);
         (self.health, self.metrics) = (health, metrics);
         self.starts += 1;
         Ok(())
-    }
-
-    /// SIGKILL, and waits until the process is gone.
-    pub fn kill(&mut self) {
-        self.process = None;
     }
 
     pub fn pid(&self) -> Option<u32> {
