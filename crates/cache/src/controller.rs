@@ -18,7 +18,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use kube::api::{Api, DeleteParams, Patch, PatchParams};
 use kube::core::PartialObjectMeta;
 use kube::runtime::controller::{Action, Config as RunConfig, Controller};
-use kube::runtime::events::{Event, EventType, Recorder, Reporter};
+use kube::runtime::events::EventType;
 use kube::runtime::finalizer::{Event as FinalizerEvent, finalizer};
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::runtime::{WatchStreamExt as _, watcher};
@@ -28,11 +28,14 @@ use serde::de::DeserializeOwned;
 use serde_json::json;
 use tracing::{info, warn};
 
+use blockwork_runtime::events::Publisher;
+use blockwork_runtime::labels::managed_by_selector;
+use blockwork_runtime::namespaces::api as child_api;
 use blockwork_runtime::status::{condition, set_condition};
 
 use crate::api::{Cache, CacheStatus, GROUP, Phase};
 use crate::applied;
-use crate::build::{self, Desired, MANAGED_BY};
+use crate::build::{self, Desired};
 use crate::refs::{self, Hold};
 
 pub const FIELD_MANAGER: &str = "blockwork-cache";
@@ -63,13 +66,12 @@ pub enum Error {
 
 pub struct Context {
     pub client: Client,
-    recorder: Recorder,
+    events: Publisher,
 }
 
 impl Context {
     pub fn new(client: Client) -> Arc<Self> {
-        let reporter = Reporter { controller: FIELD_MANAGER.into(), instance: std::env::var("POD_NAME").ok() };
-        Arc::new(Self { recorder: Recorder::new(client.clone(), reporter), client })
+        Arc::new(Self { events: Publisher::new(client.clone(), FIELD_MANAGER), client })
     }
 }
 
@@ -82,7 +84,7 @@ pub async fn run(
     concurrency: u16,
     shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static,
 ) {
-    let children = watcher::Config::default().labels(&format!("{}={}", MANAGED_BY.0, MANAGED_BY.1));
+    let children = watcher::Config::default().labels(&managed_by_selector());
     let client = context.client.clone();
     let shutdown = shutdown.boxed().shared();
     let controller = Controller::new(api, watcher::Config::default().any_semantic());
@@ -117,16 +119,6 @@ fn referencing(caches: &Store<Cache>, secret: &PartialObjectMeta<Secret>) -> Vec
         .filter(|cache| cache.namespace() == secret.namespace() && refs::tls_secret_name(cache) == secret.metadata.name.as_deref())
         .map(|cache| ObjectRef::from_obj(&**cache))
         .collect()
-}
-
-fn child_api<K>(client: &Client, namespace: Option<&str>) -> Api<K>
-where
-    K: Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()> + Clone + DeserializeOwned + std::fmt::Debug,
-{
-    match namespace {
-        Some(namespace) => Api::namespaced(client.clone(), namespace),
-        None => Api::all(client.clone()),
-    }
 }
 
 /// One reconcile; a panic inside is caught, reported as an event, and retried like an error.
@@ -414,10 +406,7 @@ async fn write_status(cache: &Cache, context: &Context, report: Report) -> Resul
 }
 
 async fn publish(context: &Context, cache: &Cache, type_: EventType, reason: &str, note: &str) {
-    let event = Event { type_, reason: reason.into(), note: Some(note.into()), action: "Reconcile".into(), secondary: None };
-    if let Err(error) = context.recorder.publish(&event, &cache.object_ref(&())).await {
-        warn!(%error, "could not publish event");
-    }
+    context.events.publish(&cache.object_ref(&()), type_, reason, "Reconcile", note).await;
 }
 
 #[cfg(test)]

@@ -16,7 +16,7 @@ use kube::api::{ApiResource, DynamicObject, GroupVersionKind, Patch, PatchParams
 use kube::core::object::{HasSpec, HasStatus};
 use kube::discovery::Scope;
 use kube::runtime::controller::{Action, Config as RunConfig, Controller};
-use kube::runtime::events::{Event, EventType, Recorder, Reporter};
+use kube::runtime::events::EventType;
 use kube::runtime::reflector::{self, ObjectRef};
 use kube::runtime::utils::Predicate;
 use kube::runtime::{WatchStreamExt, predicates, watcher};
@@ -25,6 +25,7 @@ use serde_json::json;
 use sha2::{Digest, Sha256};
 use tracing::{debug, info, warn};
 
+use crate::events::Publisher;
 use crate::machine::{self, DeletePlan, Next, Plan};
 use crate::manager::{DependencyRef, ExternalResource, Request};
 use crate::metrics::RuntimeMetrics;
@@ -80,7 +81,7 @@ pub struct Context<M: ExternalResource> {
     pub manager: M,
     pub config: ControllerConfig,
     pub metrics: Arc<RuntimeMetrics>,
-    recorder: Recorder,
+    events: Publisher,
     /// Attempts made in the current state per object UID: the backoff exponent. Kept in memory
     /// on purpose: persisting it would cost a write per wait, and a restart merely resets it.
     attempts: Mutex<HashMap<String, (ReconcileState, u32)>>,
@@ -173,10 +174,8 @@ impl<K: Resource<DynamicType = ()>> DependencyIndex<K> {
 
 impl<M: ExternalResource> Context<M> {
     pub fn new(client: Client, manager: M, config: ControllerConfig, metrics: Arc<RuntimeMetrics>) -> Arc<Self> {
-        let instance = std::env::var("POD_NAME").ok().or_else(|| std::env::var("HOSTNAME").ok());
-        let reporter = Reporter { controller: config.field_manager.clone(), instance };
         Arc::new(Self {
-            recorder: Recorder::new(client.clone(), reporter),
+            events: Publisher::new(client.clone(), config.field_manager.clone()),
             client,
             manager,
             config,
@@ -952,16 +951,7 @@ fn keep_marker_time<O>(current: &ManagedStatus<O>, next: &mut ManagedStatus<O>) 
 }
 
 async fn publish<M: ExternalResource>(context: &Context<M>, object: &M::Object, type_: EventType, reason: &str, note: &str) {
-    let event = Event {
-        type_,
-        reason: reason.to_owned(),
-        note: Some(note.chars().take(1024).collect()),
-        action: "Reconcile".to_owned(),
-        secondary: None,
-    };
-    if let Err(error) = context.recorder.publish(&event, &object.object_ref(&())).await {
-        warn!(controller = context.config.name, %error, "could not publish event");
-    }
+    context.events.publish(&object.object_ref(&()), type_, reason, "Reconcile", note).await;
 }
 
 async fn add_finalizer<K: Resource<DynamicType = ()> + Clone + serde::de::DeserializeOwned + std::fmt::Debug>(
