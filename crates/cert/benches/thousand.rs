@@ -96,7 +96,17 @@ async fn child() {
         }
     });
     let aws = Aws::new(aws_config, aws_metrics);
-    blockwork_cert::run(client, config, aws, runtime_metrics, metrics, None, CONCURRENCY, std::future::pending()).await;
+    blockwork_cert::run(
+        client,
+        config,
+        aws,
+        runtime_metrics,
+        metrics,
+        blockwork_runtime::Namespaces::All,
+        CONCURRENCY,
+        std::future::pending(),
+    )
+    .await;
 }
 
 /// The bench binary itself in `--child` mode: the cert controller.

@@ -30,6 +30,7 @@ use std::sync::Arc;
 
 use blockwork_aws::Aws;
 use blockwork_aws::acm::Acm;
+use blockwork_runtime::namespaces::{self, Namespaces, run_in};
 use blockwork_runtime::{Context, ControllerConfig, RuntimeMetrics};
 use futures::FutureExt as _;
 use k8s_openapi::api::rbac::v1::PolicyRule;
@@ -45,7 +46,7 @@ pub use metrics::CertMetrics;
 /// The controller's name: metric label, event reporter, `--controllers` entry.
 pub const CONTROLLER: &str = "cert";
 
-/// Runs the controller over `namespaces` (`None`: all) until `shutdown` completes, calling AWS
+/// Runs the controller over `namespaces` until `shutdown` completes, calling AWS
 /// through the process's layer `aws`. It keeps the account's certificate listing swept while it
 /// runs.
 #[allow(clippy::too_many_arguments)]
@@ -55,7 +56,7 @@ pub async fn run(
     aws: Arc<Aws>,
     runtime_metrics: Arc<RuntimeMetrics>,
     metrics: Arc<CertMetrics>,
-    namespaces: Option<Vec<String>>,
+    namespaces: Namespaces,
     concurrency: u16,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) {
@@ -74,14 +75,13 @@ pub async fn run(
     );
     let context = Context::new(client.clone(), manager, ControllerConfig::new(CONTROLLER, GROUP), runtime_metrics);
     let _wakes = Background(tokio::spawn(wake::follow(Arc::clone(&context), acm, records)));
-    let apis: Vec<Api<Cert>> = match &namespaces {
-        None => vec![Api::all(client)],
-        Some(namespaces) => namespaces.iter().map(|ns| Api::namespaced(client.clone(), ns)).collect(),
-    };
     info!(zones = ?config.zones.zones().iter().map(|z| z.name.as_str()).collect::<Vec<_>>(), ?namespaces, "starting the cert controller");
     let shutdown = shutdown.boxed().shared();
-    futures::future::join_all(apis.into_iter().map(|api| blockwork_runtime::run(api, Arc::clone(&context), concurrency, shutdown.clone())))
-        .await;
+    run_in(&namespaces, |scope| {
+        let api: Api<Cert> = namespaces::api(&client, scope.as_deref());
+        blockwork_runtime::run(api, Arc::clone(&context), concurrency, shutdown.clone())
+    })
+    .await;
 }
 
 /// A task that lives as long as the controller: aborted when [`run`] returns or is dropped.

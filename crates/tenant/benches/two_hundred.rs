@@ -98,7 +98,7 @@ async fn bench() {
         endpoint(Service::Sts, dns_proxy.endpoint()),
     ];
     let mut registry = Registry::default();
-    let metrics = TenantMetrics::register(&mut registry);
+    let metrics = TenantMetrics::register(registry.sub_registry_with_prefix(blockwork_tenant::metrics::PREFIX));
     let runtime_metrics = RuntimeMetrics::register(&mut registry);
     let aws_metrics = Arc::new(AwsMetrics::register(&mut registry, &[Seed::Tenant]));
     let aws = Aws::with_sdk_config(config, sdk_config(&proxy.endpoint()).await, Arc::clone(&aws_metrics));

@@ -30,6 +30,7 @@ use std::future::Future;
 use std::sync::Arc;
 
 use blockwork_aws::Aws;
+use blockwork_runtime::namespaces::{self, Namespaces, run_in};
 use blockwork_runtime::rbac::rule;
 use blockwork_runtime::{Context, ControllerConfig, RuntimeMetrics};
 use futures::FutureExt as _;
@@ -51,7 +52,7 @@ pub const CONTROLLER: &str = "tenant";
 /// the roles named in `spec.dns.assumeRoleArn`.
 pub const IAM_POLICY: &str = include_str!("../../../docs/iam/cloudfront-tenant-operator-policy.json");
 
-/// Runs the controller over `namespaces` (`None`: all) until `shutdown` completes, calling AWS
+/// Runs the controller over `namespaces` until `shutdown` completes, calling AWS
 /// through the process's layer `aws`.
 #[allow(clippy::too_many_arguments)]
 pub async fn run(
@@ -60,7 +61,7 @@ pub async fn run(
     aws: Arc<Aws>,
     runtime_metrics: Arc<RuntimeMetrics>,
     metrics: Arc<TenantMetrics>,
-    namespaces: Option<Vec<String>>,
+    namespaces: Namespaces,
     concurrency: u16,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) {
@@ -68,16 +69,15 @@ pub async fn run(
     let route53 = dns::Route53::new(aws.records());
     let manager = TenantManager::new(cloudfront, Some(route53), args.drift_policy, Timing::default(), Arc::clone(&metrics), aws.metrics());
     let context = Context::new(client.clone(), manager, ControllerConfig::new(CONTROLLER, GROUP), runtime_metrics);
-    let apis: Vec<Api<DistributionTenant>> = match &namespaces {
-        None => vec![Api::all(client)],
-        Some(namespaces) => namespaces.iter().map(|ns| Api::namespaced(client.clone(), ns)).collect(),
-    };
     info!(?namespaces, drift_policy = %args.drift_policy, "starting the tenant controller");
     let counted = Arc::clone(&context);
     metrics.count_from(move || counted.cached());
     let shutdown = shutdown.boxed().shared();
-    futures::future::join_all(apis.into_iter().map(|api| blockwork_runtime::run(api, Arc::clone(&context), concurrency, shutdown.clone())))
-        .await;
+    run_in(&namespaces, |scope| {
+        let api: Api<DistributionTenant> = namespaces::api(&client, scope.as_deref());
+        blockwork_runtime::run(api, Arc::clone(&context), concurrency, shutdown.clone())
+    })
+    .await;
 }
 
 /// The cluster permissions the controller needs (beyond events and leases, which the binary

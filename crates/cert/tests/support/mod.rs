@@ -167,7 +167,7 @@ impl Harness {
             aws,
             Arc::clone(&self.runtime_metrics),
             Arc::clone(&self.metrics),
-            Some(vec![self.namespace.clone()]),
+            blockwork_runtime::Namespaces::Only(vec![self.namespace.clone()]),
             4,
             std::future::pending(),
         );

@@ -114,7 +114,7 @@ impl Harness {
         let distribution_id = multi_tenant_distribution(&aws, &format!("{namespace}-main"), Some(&wildcard), &[]).await;
         default_connection_group(&aws, &distribution_id, &namespace).await;
         let mut registry = Registry::default();
-        let metrics = TenantMetrics::register(&mut registry);
+        let metrics = TenantMetrics::register(registry.sub_registry_with_prefix(blockwork_tenant::metrics::PREFIX));
         let runtime_metrics = RuntimeMetrics::register(&mut registry);
         let aws_metrics = Arc::new(AwsMetrics::register(&mut registry, &[Seed::Tenant]));
         let moto = moto().await.expect("moto starts").endpoint();
