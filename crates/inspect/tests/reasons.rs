@@ -22,6 +22,7 @@ const NOT_REASONS: &[&str] = &[
     "Secret",
     "TenantCount",
     "Rotator",
+    "Publisher",
     "Opaque",
     "Aws",
     // CRD schema words: scope, conversion strategy, printer columns.

@@ -48,7 +48,7 @@ const RESYNC: Duration = Duration::from_secs(3600);
 /// Longest retry delay after failures.
 const MAX_BACKOFF: Duration = Duration::from_secs(300);
 /// Field manager of the rotator's writes.
-const FIELD_MANAGER: &str = "blockwork-rotator";
+const FIELD_MANAGER: &str = crate::config::CONTROLLER_NAME;
 /// Secrets per page of a watch's (re)list. The rotator keeps almost none of them, so a page is
 /// garbage once routed; small pages keep the heap that a start-up leaves behind small (500,
 /// client-go's and kube's default, left 5.5 MiB of a 10,000-Secret list in the allocator).
