@@ -160,7 +160,7 @@ impl Harness {
     /// `dns_proxy`; quotas far above what a test needs (the quota model has tests of its own);
     /// two quick retries, so that a test injecting three failures sees the operator's own
     /// reaction (seed 001's table, the throttle floor).
-    fn aws_config(&self) -> AwsConfig {
+    pub fn aws_config(&self) -> AwsConfig {
         let endpoint = |service, url: String| Endpoint { controller: None, service, url };
         let generous: Vec<Override> = ["cloudfront.*=100/100", "acm.*=100/100", "route53=100/100", "route53.*=100/100", "sts.*=100/100"]
             .iter()
