@@ -124,7 +124,7 @@ pub trait ExternalResource: Send + Sync + 'static {
 
     /// How long to wait before looking again in each state.
     fn requeue_policy(&self, state: ReconcileState) -> RequeuePolicy {
-        default_requeue_policy(state)
+        crate::timing::default_requeue_policy(state)
     }
 
     /// Backoff after a failed call (attempts count within a state).
@@ -175,18 +175,5 @@ pub trait ExternalResource: Send + Sync + 'static {
     /// change nothing is ignored, so returning the same patch again is harmless.
     fn spec_patch(&self, _request: &Request<'_, Self::Object>, _observation: &Self::Observation) -> Option<serde_json::Value> {
         None
-    }
-}
-
-/// Seed 000's intervals: quick while things move, hourly once ready, five minutes when failed.
-pub fn default_requeue_policy(state: ReconcileState) -> RequeuePolicy {
-    let secs = Duration::from_secs;
-    match state {
-        ReconcileState::Pending => RequeuePolicy::exponential(secs(30), secs(300)),
-        ReconcileState::Creating | ReconcileState::Updating | ReconcileState::Recreating => RequeuePolicy::exponential(secs(1), secs(60)),
-        ReconcileState::Verifying => RequeuePolicy::exponential(secs(15), secs(300)),
-        ReconcileState::Terminating => RequeuePolicy::exponential(secs(10), secs(300)),
-        ReconcileState::Succeeded => RequeuePolicy::fixed(secs(3600)),
-        ReconcileState::Failed => RequeuePolicy::fixed(secs(300)),
     }
 }
