@@ -37,9 +37,10 @@ use kube::{Api, Client};
 use tracing::info;
 
 pub use api::{Cert, CertObservation, CertSpec, CertState, CertStatus, DnsZoneRef, GROUP, ValidationRecordStatus, crd};
+pub use blockwork_runtime::Timing;
 pub use config::{CertArgs, CertConfig, ConfigError};
 pub use manager::VALIDATION_RECORD_TTL;
-pub use manager::{CertManager, Timing};
+pub use manager::{CertManager, default_timing};
 pub use metrics::CertMetrics;
 
 /// The controller's name: metric label, event reporter, `--controllers` entry.

@@ -21,8 +21,8 @@
 //! - `on_success` publishes the ARN in the ConfigMap `<name>-certificate` ([`crate::publish`]),
 //!   which `verify` and `delete` remove when the Cert goes.
 
-use std::collections::{BTreeMap, HashSet};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::collections::BTreeMap;
+use std::sync::Arc;
 use std::time::Duration;
 
 use blockwork_aws::acm::{Acm, Certificate, CertificateRequest, Freshness};
@@ -30,7 +30,7 @@ use blockwork_aws::route53::{Deletion, Record, Records, Written, Zone};
 use blockwork_aws::{AwsError, ErrorClass};
 
 use blockwork_runtime::{
-    DeleteOutcome, ExternalError, ExternalResource, MutateOutcome, ReconcileState, Request, RequeuePolicy, VerifyOutcome,
+    DeleteOutcome, ExternalError, ExternalResource, MutateOutcome, Phase, Report, Request, RequeuePolicy, Timing, VerifyOutcome,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::{Client, ResourceExt};
@@ -41,36 +41,12 @@ use crate::logic::{self, Assessment, Desired};
 use crate::metrics::CertMetrics;
 use crate::zones::{ZoneRegistry, normalize};
 
-/// Requeue intervals per runtime state (seed 000's defaults), overridable for tests.
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub struct Timing {
-    pub pending: RequeuePolicy,
-    /// Creating and Recreating: the next step follows at once.
-    pub creating: RequeuePolicy,
-    /// The seed's Created/Validated: waiting for ACM.
-    pub verifying: RequeuePolicy,
-    pub ready: RequeuePolicy,
-    pub failed: RequeuePolicy,
-    pub terminating: RequeuePolicy,
-    pub error_backoff: RequeuePolicy,
-    pub throttle_floor: Duration,
-}
-
-impl Default for Timing {
-    fn default() -> Self {
-        let secs = Duration::from_secs;
-        Self {
-            pending: RequeuePolicy::exponential(secs(30), secs(300)),
-            creating: RequeuePolicy::exponential(secs(1), secs(60)),
-            verifying: RequeuePolicy::exponential(secs(60), secs(300)),
-            // Hourly: a Ready certificate costs one DescribeCertificate per hour.
-            ready: RequeuePolicy::fixed(secs(3600)),
-            failed: RequeuePolicy::fixed(secs(300)),
-            terminating: RequeuePolicy::exponential(secs(10), secs(300)),
-            error_backoff: RequeuePolicy::exponential(secs(5), secs(300)),
-            throttle_floor: secs(60),
-        }
-    }
+/// The Cert's intervals: seed 000's, but a minute between looks while ACM validates (a Cert
+/// waiting for issuance is woken by the listing's sweeps anyway, see `crate::wake`), and hourly
+/// once Ready (a Ready certificate costs no AWS call).
+pub fn default_timing() -> Timing {
+    let secs = Duration::from_secs;
+    Timing { verifying: RequeuePolicy::exponential(secs(60), secs(300)), ..Timing::default() }
 }
 
 /// TTL of the validation records: ACM only reads them at validation and renewal.
@@ -89,10 +65,6 @@ pub struct CertManager {
     validation_timeout: Duration,
     timing: Timing,
     metrics: Arc<CertMetrics>,
-    /// UIDs of the objects whose current reconcile had a failed call, for the `success` label
-    /// of the reconcile duration (a reconcile of one object never runs concurrently with
-    /// another of the same object).
-    failed: Mutex<HashSet<String>>,
     /// Deletes the published ConfigMap when the Cert goes (see [`crate::publish`]).
     client: Client,
 }
@@ -107,7 +79,7 @@ impl CertManager {
         metrics: Arc<CertMetrics>,
         client: Client,
     ) -> Self {
-        Self { acm, records, zones, validation_timeout, timing, metrics, failed: Mutex::default(), client }
+        Self { acm, records, zones, validation_timeout, timing, metrics, client }
     }
 
     /// The ACM of this controller, whose listing [`crate::wake`] follows.
@@ -126,10 +98,8 @@ impl CertManager {
     ) -> Result<Option<Found>, AwsError> {
         let described = match self.acm.summary(arn, Freshness::Listed).await? {
             Some(summary) => {
-                let spec = serde_json::to_string(&request.object.spec).ok();
-                let spec_changed = request.last_applied_spec.is_none() || request.last_applied_spec != spec.as_deref();
                 let known = logic::records_known(desired, &observation.validation_records);
-                match logic::description_needed(&summary, spec_changed, known, jiff::Timestamp::now()) {
+                match logic::description_needed(&summary, request.spec_change.changed, known, jiff::Timestamp::now()) {
                     None => return Ok(Some(Found { certificate: logic::listed(&summary), described: false })),
                     Some(_) => self.acm.describe_recent(arn).await,
                 }
@@ -144,15 +114,11 @@ impl CertManager {
         }
     }
 
-    /// Notes that a call of the current reconcile of `object` failed.
-    fn call_failed(&self, object: &Cert) {
-        self.failed.lock().unwrap_or_else(PoisonError::into_inner).insert(object.uid().unwrap_or_default());
-    }
-
     /// Feeds the state and expiry gauges after each call that may change them.
-    fn report(&self, object: &Cert, observation: &CertObservation) {
+    fn report(&self, request: &Request<'_, Cert>, observation: &CertObservation) {
+        let object = request.object;
         let uid = object.uid().unwrap_or_default();
-        if object.metadata.deletion_timestamp.is_some() {
+        if request.phase == Phase::Deleting {
             self.metrics.forget_certificate(&uid);
             return;
         }
@@ -339,7 +305,7 @@ impl CertManager {
 
     async fn observe(&self, request: &Request<'_, Cert>, observation: &mut CertObservation) -> Result<VerifyOutcome, ExternalError> {
         let object = request.object;
-        if object.metadata.deletion_timestamp.is_some() {
+        if request.phase == Phase::Deleting {
             if !object.spec.delete_on_removal {
                 // The certificates (and their records) stay whatever AWS says: nothing to look up.
                 return Ok(VerifyOutcome::Missing);
@@ -378,7 +344,7 @@ impl CertManager {
                 // emulator issues by time) — without them it could not renew.
                 let renewing = certificate.renewal_status.as_deref() == Some("PENDING_VALIDATION");
                 let unwritten = observation.validation_records.iter().any(|r| r.pending);
-                if (renewing || unwritten) && may_create(object) {
+                if (renewing || unwritten) && request.policies.access.create {
                     self.ensure_records(described.filter(|_| renewing), &desired, observation).await?;
                 }
                 if let Some(message) = logic::renewal_message(certificate.renewal_status.as_deref()) {
@@ -402,7 +368,7 @@ impl CertManager {
                 if observation.state != Some(CertState::Validated) {
                     observation.state = Some(CertState::Created);
                 }
-                if !may_create(object) {
+                if !request.policies.access.create {
                     // Read-only objects observe; the records are part of creating.
                     return Ok(VerifyOutcome::InProgress(
                         "waiting for ACM to validate; access-permissions do not allow writing the validation records".to_owned(),
@@ -674,15 +640,6 @@ fn hold(observation: &mut CertObservation, arn: String) {
     }
 }
 
-/// Whether the object's access permissions allow creating (the runtime rejects an invalid
-/// annotation before any call, so an unparsable one never gets here).
-fn may_create(object: &Cert) -> bool {
-    object
-        .annotations()
-        .get(blockwork_runtime::policy::ACCESS_ANNOTATION)
-        .is_none_or(|value| value.parse::<blockwork_runtime::policy::AccessPermissions>().is_ok_and(|access| access.create))
-}
-
 fn in_use(count: usize) -> ExternalError {
     ExternalError::terminal(
         "CertificateInUse",
@@ -705,7 +662,7 @@ impl ExternalResource for CertManager {
     type Observation = CertObservation;
 
     async fn verify(&self, request: &Request<'_, Cert>, observation: &mut CertObservation) -> VerifyOutcome {
-        let deleting = request.object.metadata.deletion_timestamp.is_some();
+        let deleting = request.phase == Phase::Deleting;
         let observed = match self.observe(request, observation).await {
             // Nothing left to delete in AWS: the runtime releases the object next, so the
             // published ConfigMap goes now (the owner reference covers clusters with a garbage
@@ -719,11 +676,10 @@ impl ExternalResource for CertManager {
             Ok(outcome) => outcome,
             Err(error) => {
                 settle_state(observation, &error);
-                self.call_failed(request.object);
                 VerifyOutcome::Error(error)
             }
         };
-        self.report(request.object, observation);
+        self.report(request, observation);
         outcome
     }
 
@@ -732,21 +688,16 @@ impl ExternalResource for CertManager {
             Ok(()) => MutateOutcome::AwaitingVerification,
             Err(error) => {
                 settle_state(observation, &error);
-                self.call_failed(request.object);
                 MutateOutcome::Error(error)
             }
         };
-        self.report(request.object, observation);
+        self.report(request, observation);
         outcome
     }
 
     /// Publishes the ARN in the ConfigMap `<name>-certificate` (see [`crate::publish`]).
     async fn on_success(&self, request: &Request<'_, Cert>, observation: &CertObservation, client: &Client) -> Result<(), ExternalError> {
-        let published = crate::publish::publish(client, request.object, observation).await;
-        if published.is_err() {
-            self.call_failed(request.object);
-        }
-        published
+        crate::publish::publish(client, request.object, observation).await
     }
 
     /// ACM certificates cannot be changed; `verify` reports a different certificate as
@@ -758,9 +709,9 @@ impl ExternalResource for CertManager {
     /// Deletion of the Cert ([`Self::remove`]), or, before a new certificate for changed names
     /// (the runtime's recreate), setting the old one aside ([`Self::replace`]).
     async fn delete(&self, request: &Request<'_, Cert>, observation: &mut CertObservation) -> DeleteOutcome {
-        if request.object.metadata.deletion_timestamp.is_none() {
+        if request.phase == Phase::Live {
             self.replace(request, observation);
-            self.report(request.object, observation);
+            self.report(request, observation);
             return DeleteOutcome::Succeeded;
         }
         let mut removed = self.remove(request, observation).await;
@@ -770,37 +721,18 @@ impl ExternalResource for CertManager {
         }
         match removed {
             Ok(()) => DeleteOutcome::Succeeded,
-            Err(error) => {
-                self.call_failed(request.object);
-                DeleteOutcome::Error(error)
-            }
+            Err(error) => DeleteOutcome::Error(error),
         }
     }
 
     /// `reconcile_duration_seconds{state, success}`: the Cert's state when the reconcile began,
     /// and whether every call (AWS and Kubernetes) succeeded.
-    fn reconciled(&self, object: &Cert, kubernetes_succeeded: bool, duration: Duration) {
-        let failed = self.failed.lock().unwrap_or_else(PoisonError::into_inner).remove(&object.uid().unwrap_or_default());
-        let state = object.status.as_ref().and_then(|s| s.observation.state).unwrap_or_default();
-        self.metrics.reconciled(state, kubernetes_succeeded && !failed, duration);
+    fn reconciled(&self, report: &Report<'_, Cert>) {
+        let state = report.object.status.as_ref().and_then(|s| s.observation.state).unwrap_or_default();
+        self.metrics.reconciled(state, report.succeeded(), report.duration);
     }
 
-    fn requeue_policy(&self, state: ReconcileState) -> RequeuePolicy {
-        match state {
-            ReconcileState::Pending => self.timing.pending,
-            ReconcileState::Creating | ReconcileState::Updating | ReconcileState::Recreating => self.timing.creating,
-            ReconcileState::Verifying => self.timing.verifying,
-            ReconcileState::Succeeded => self.timing.ready,
-            ReconcileState::Failed => self.timing.failed,
-            ReconcileState::Terminating => self.timing.terminating,
-        }
-    }
-
-    fn error_backoff(&self) -> RequeuePolicy {
-        self.timing.error_backoff
-    }
-
-    fn throttle_floor(&self) -> Duration {
-        self.timing.throttle_floor
+    fn timing(&self) -> Timing {
+        self.timing
     }
 }

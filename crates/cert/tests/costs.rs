@@ -97,7 +97,8 @@ async fn a_cert_costs_what_its_design_says_from_create_to_deletion() {
     let mutating = ["RequestCertificate", "DeleteCertificate", "ChangeResourceRecordSets", "AddTagsToCertificate"];
     assert!(mutating.iter().all(|op| !resync.aws.contains_key(*op)), "a resync of a Ready Cert writes nothing to AWS: {resync:?}");
     for costs in [&created, &resync, &updated, &deleted] {
-        let object_writes = costs.writes.get("status").copied().unwrap_or_default() + costs.writes.get("object").copied().unwrap_or_default();
+        let object_writes =
+            costs.writes.get("status").copied().unwrap_or_default() + costs.writes.get("object").copied().unwrap_or_default();
         assert!(object_writes as u64 <= costs.reconciles, "at most one write of the object per reconcile: {costs:?}");
     }
 }

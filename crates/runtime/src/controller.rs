@@ -4,7 +4,6 @@
 
 use std::future::Future;
 use std::sync::{Arc, Mutex, PoisonError};
-use std::time::Instant;
 
 use futures::channel::mpsc::{UnboundedSender, unbounded};
 use futures::{FutureExt as _, StreamExt};
@@ -19,7 +18,7 @@ use tracing::{debug, warn};
 
 use crate::dependencies::Dependencies;
 use crate::metrics::RuntimeMetrics;
-use crate::outcome::{ErrorClass, Operation};
+use crate::outcome::ErrorClass;
 use crate::reconcile::reconcile;
 use crate::resource::ExternalResource;
 use crate::status::ManagedStatus;
@@ -127,14 +126,6 @@ impl<M: ExternalResource> Context<M> {
         self.dependencies.forget(object);
         self.metrics.object_state(self.config.name, uid, None);
     }
-
-    /// Runs one call of the operator, counted in `external_calls` by `result_of` its outcome.
-    pub(crate) async fn timed<T>(&self, operation: Operation, call: impl Future<Output = T>, result_of: impl Fn(&T) -> &'static str) -> T {
-        let started = Instant::now();
-        let output = call.await;
-        self.metrics.external_call(self.config.name, &operation.to_string(), result_of(&output), started.elapsed());
-        output
-    }
 }
 
 /// Runs the controller for `M` over the objects `api` sees, until `shutdown` completes.
@@ -189,5 +180,5 @@ fn error_policy<M: ExternalResource>(object: Arc<M::Object>, error: &Error, cont
     let attempt = context.attempts.next(&uid, state);
     // A failed Kubernetes request (a 409 on a stale copy, an unreachable API server) is
     // transient: the operator's error backoff applies, like any retryable external error.
-    Action::requeue(requeue_delay(&context.manager, Requeue::AfterError(ErrorClass::Retryable), state, attempt))
+    Action::requeue(requeue_delay(&context.manager.timing(), Requeue::AfterError(ErrorClass::Retryable), state, attempt))
 }

@@ -28,6 +28,6 @@ pub use metrics::RuntimeMetrics;
 pub use outcome::{DeleteOutcome, ErrorClass, ExternalError, MutateOutcome, VerifyOutcome};
 pub use policy::{DeletionPolicy, DriftPolicy};
 pub use reconcile::{idempotency_token, reconcile};
-pub use resource::{DependencyRef, ExternalResource, Request};
+pub use resource::{DependencyRef, ExternalResource, Phase, Report, Request, SpecChange};
 pub use status::{ManagedStatus, ReconcileState};
-pub use timing::default_requeue_policy;
+pub use timing::Timing;

@@ -6,7 +6,7 @@
 //! safe to crash at any line.
 
 use std::future::Future;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Instant;
 
 use futures::FutureExt as _;
@@ -22,8 +22,8 @@ use crate::conclusion::Conclusion;
 use crate::controller::{Context, Error};
 use crate::machine::{self, AfterCall, DeletePlan, Plan};
 use crate::outcome::{DeleteOutcome, ErrorClass, ExternalError, MutateOutcome, Operation, VerifyOutcome};
-use crate::policy::{self, AnnotationError, Policies};
-use crate::resource::{ExternalResource, Request};
+use crate::policy::{self, AccessPermissions, AnnotationError, DeletionPolicy, Policies};
+use crate::resource::{ExternalResource, Phase, Report, Request, SpecChange};
 use crate::status::{ManagedStatus, ReconcileState};
 use crate::timing::Requeue;
 use crate::writes::{add_finalizer, patch_spec, release, write_status};
@@ -31,13 +31,16 @@ use crate::writes::{add_finalizer, patch_spec, release, write_status};
 /// One reconcile of one object. Public so tests can drive it directly.
 pub async fn reconcile<M: ExternalResource>(object: Arc<M::Object>, context: Arc<Context<M>>) -> Result<Action, Error> {
     let started = Instant::now();
-    let result = contained(reconcile_object(object.as_ref(), &context)).await;
+    let calls = Calls::default();
+    let result = contained(reconcile_object(object.as_ref(), &context, &calls)).await;
     let label = match &result {
         Ok(_) => "success",
         Err(error) => error.category(),
     };
-    context.metrics.reconciled(context.config.name, label, started.elapsed());
-    context.manager.reconciled(object.as_ref(), result.is_ok(), started.elapsed());
+    let duration = started.elapsed();
+    context.metrics.reconciled(context.config.name, label, duration);
+    let calls = calls.0.into_inner().unwrap_or_else(PoisonError::into_inner);
+    context.manager.reconciled(&Report { object: object.as_ref(), calls: &calls, kubernetes_succeeded: result.is_ok(), duration });
     result
 }
 
@@ -58,7 +61,7 @@ async fn contained<T>(reconcile: impl Future<Output = Result<T, Error>>) -> Resu
 
 /// Pause, then deletion, then the policies and the finalizer, then dependencies: each may end
 /// the reconcile before the operator is called.
-async fn reconcile_object<M: ExternalResource>(object: &M::Object, context: &Context<M>) -> Result<Action, Error> {
+async fn reconcile_object<M: ExternalResource>(object: &M::Object, context: &Context<M>, calls: &Calls) -> Result<Action, Error> {
     let uid = object.uid().ok_or(Error::MissingMetadata("uid"))?;
     let namespace = object.namespace().ok_or(Error::MissingMetadata("namespace"))?;
     let api: Api<M::Object> = Api::namespaced(context.client.clone(), &namespace);
@@ -85,7 +88,7 @@ async fn reconcile_object<M: ExternalResource>(object: &M::Object, context: &Con
     }
     if object.meta().deletion_timestamp.is_some() {
         let deletes = policy::deletes_on_delete(object.annotations(), manager.default_deletion_policy());
-        return reconcile_deleting(object, &api, context, &current, deletes, &uid).await;
+        return reconcile_deleting(object, &api, context, calls, &current, deletes, &uid).await;
     }
     let default_drift = manager.drift_policy(object).unwrap_or_else(|| manager.default_drift_policy());
     let policies = match Policies::from_annotations(object.annotations(), manager.default_deletion_policy(), default_drift) {
@@ -113,7 +116,7 @@ async fn reconcile_object<M: ExternalResource>(object: &M::Object, context: &Con
                 return write_status(object, &api, context, &current, next, conclusion, Some(&uid)).await;
             }
         };
-    reconcile_live(object, &api, context, &current, next, &policies, &dependencies, &uid).await
+    reconcile_live(object, &api, context, calls, &current, next, &policies, &dependencies, &uid).await
 }
 
 /// The live path: verify, plan, call at most one of create/update/delete, conclude.
@@ -122,6 +125,7 @@ async fn reconcile_live<M: ExternalResource>(
     object: &M::Object,
     api: &Api<M::Object>,
     context: &Context<M>,
+    calls: &Calls,
     current: &ManagedStatus<M::Observation>,
     mut next: ManagedStatus<M::Observation>,
     policies: &Policies,
@@ -130,27 +134,28 @@ async fn reconcile_live<M: ExternalResource>(
 ) -> Result<Action, Error> {
     let manager = &context.manager;
     let token = idempotency_token(uid);
-    let spec = serde_json::to_string(object.spec())?;
+    let (spec, spec_change) = spec_change::<M>(object, current)?;
     let request = Request {
         object,
+        phase: Phase::Live,
+        policies,
+        spec_change: &spec_change,
         dependencies,
         idempotency_token: &token,
-        last_applied_spec: current.last_applied_spec.as_deref(),
         create_pending: current.create_pending.as_ref(),
     };
-    let spec_changed = current.last_applied_spec.as_deref() != Some(spec.as_str());
     let marked = current.create_pending.as_ref().is_some_and(|marker| marker.spec.as_deref() == Some(spec.as_str()));
     let mut observation = current.observation.clone();
     let state = current.state();
 
-    let verified = context.timed(Operation::Verify, manager.verify(&request, &mut observation), verify_label).await;
+    let verified = calls.timed(context, Operation::Verify, manager.verify(&request, &mut observation), verify_error).await;
     if let Some(patch) = manager.spec_patch(&request, &observation)
         && patch_spec(object, api, context, &patch).await?
     {
         // The new generation comes back as a watch event and triggers the next reconcile.
         return Ok(Action::await_change());
     }
-    let plan = machine::plan(state, verified, policies, spec_changed, marked);
+    let plan = machine::plan(state, verified, policies, spec_change.changed, marked);
     debug!(controller = context.config.name, object = %ObjectRef::from_obj(object), ?state, ?plan, "planned");
 
     let mut conclusion = match plan {
@@ -158,15 +163,15 @@ async fn reconcile_live<M: ExternalResource>(
         Plan::Ready => Conclusion::ready_with(&spec),
         Plan::MarkCreating => Conclusion::mark_creating(&token, &spec),
         Plan::Create => {
-            let outcome = context.timed(Operation::Create, manager.create(&request, &mut observation), mutate_label).await;
+            let outcome = calls.timed(context, Operation::Create, manager.create(&request, &mut observation), mutate_error).await;
             Conclusion::after_call(machine::after_create(outcome), &token, &spec, true)
         }
         Plan::Update { .. } => {
-            let outcome = context.timed(Operation::Update, manager.update(&request, &mut observation), mutate_label).await;
+            let outcome = calls.timed(context, Operation::Update, manager.update(&request, &mut observation), mutate_error).await;
             Conclusion::after_call(machine::after_update(outcome), &token, &spec, false)
         }
         Plan::Recreate { .. } => {
-            let outcome = context.timed(Operation::Delete, manager.delete(&request, &mut observation), delete_label).await;
+            let outcome = calls.timed(context, Operation::Delete, manager.delete(&request, &mut observation), delete_error).await;
             match machine::after_recreate_delete(outcome) {
                 AfterCall::MoveTo(state) => {
                     Conclusion::waiting(state, "Recreating", "waiting for the old external resource to be deleted".to_owned())
@@ -181,9 +186,8 @@ async fn reconcile_live<M: ExternalResource>(
     };
 
     if conclusion.state == ReconcileState::Succeeded {
-        let hook = context.timed(Operation::SuccessHook, manager.on_success(&request, &observation, &context.client), |r| match r {
-            Ok(()) => "success",
-            Err(e) => e.class.as_str(),
+        let hook = calls.timed(context, Operation::SuccessHook, manager.on_success(&request, &observation, &context.client), |r| {
+            r.as_ref().err().map(|e| e.class)
         });
         if let Err(error) = hook.await {
             conclusion.hook_failed(error);
@@ -204,6 +208,7 @@ async fn reconcile_deleting<M: ExternalResource>(
     object: &M::Object,
     api: &Api<M::Object>,
     context: &Context<M>,
+    calls: &Calls,
     current: &ManagedStatus<M::Observation>,
     deletes: Result<bool, AnnotationError>,
     uid: &str,
@@ -228,21 +233,33 @@ async fn reconcile_deleting<M: ExternalResource>(
         }
     }
     let token = idempotency_token(uid);
+    let (_, spec_change) = spec_change::<M>(object, current)?;
+    let manager = &context.manager;
+    let default_drift = manager.drift_policy(object).unwrap_or_else(|| manager.default_drift_policy());
+    // The deletion policy and the access permissions read (they delete); only the drift policy
+    // can be invalid here, and drift does not matter to a deletion.
+    let policies = Policies::from_annotations(object.annotations(), DeletionPolicy::Delete, default_drift).unwrap_or(Policies {
+        paused: false,
+        access: AccessPermissions { create: false, update: false, delete: true },
+        deletion: DeletionPolicy::Delete,
+        drift: default_drift,
+    });
     let request = Request {
         object,
+        phase: Phase::Deleting,
+        policies: &policies,
+        spec_change: &spec_change,
         dependencies: &[],
         idempotency_token: &token,
-        last_applied_spec: current.last_applied_spec.as_deref(),
         create_pending: current.create_pending.as_ref(),
     };
     let mut observation = current.observation.clone();
-    let manager = &context.manager;
-    let verified = context.timed(Operation::Verify, manager.verify(&request, &mut observation), verify_label).await;
+    let verified = calls.timed(context, Operation::Verify, manager.verify(&request, &mut observation), verify_error).await;
     // Terminating: an earlier reconcile of this deletion called delete (or saw it under way).
     let mut deleted = current.state() == ReconcileState::Terminating;
     let plan = match machine::plan_delete(verified) {
         DeletePlan::Delete => {
-            let outcome = context.timed(Operation::Delete, manager.delete(&request, &mut observation), delete_label).await;
+            let outcome = calls.timed(context, Operation::Delete, manager.delete(&request, &mut observation), delete_error).await;
             deleted = true;
             machine::after_delete(outcome)
         }
@@ -306,24 +323,62 @@ pub fn idempotency_token(uid: &str) -> String {
     hex::encode(&digest[..16])
 }
 
-fn verify_label(outcome: &VerifyOutcome) -> &'static str {
-    match outcome {
-        VerifyOutcome::Error(e) => e.class.as_str(),
-        _ => "success",
+/// The operator's spec type.
+type SpecOf<M> = <<M as ExternalResource>::Object as HasSpec>::Spec;
+
+/// The spec as JSON (what `status.lastAppliedSpec` records) and how it stands against the last
+/// applied one.
+fn spec_change<M: ExternalResource>(
+    object: &M::Object,
+    current: &ManagedStatus<M::Observation>,
+) -> Result<(String, SpecChange<SpecOf<M>>), Error> {
+    let spec = serde_json::to_string(object.spec())?;
+    let last = current.last_applied_spec.as_deref();
+    let change = SpecChange { changed: last != Some(spec.as_str()), last_applied: last.and_then(|json| serde_json::from_str(json).ok()) };
+    Ok((spec, change))
+}
+
+/// The calls one reconcile made to the operator and how each ended, for its report; each is
+/// also counted in `external_calls`.
+#[derive(Default)]
+struct Calls(Mutex<Vec<(Operation, Option<ErrorClass>)>>);
+
+impl Calls {
+    async fn timed<M: ExternalResource, T>(
+        &self,
+        context: &Context<M>,
+        operation: Operation,
+        call: impl Future<Output = T>,
+        error_of: impl Fn(&T) -> Option<ErrorClass>,
+    ) -> T {
+        let started = Instant::now();
+        let output = call.await;
+        let error = error_of(&output);
+        let result = error.map_or("success", ErrorClass::as_str);
+        context.metrics.external_call(context.config.name, &operation.to_string(), result, started.elapsed());
+        self.0.lock().unwrap_or_else(PoisonError::into_inner).push((operation, error));
+        output
     }
 }
 
-fn mutate_label(outcome: &MutateOutcome) -> &'static str {
+fn verify_error(outcome: &VerifyOutcome) -> Option<ErrorClass> {
     match outcome {
-        MutateOutcome::Error(e) => e.class.as_str(),
-        _ => "success",
+        VerifyOutcome::Error(e) => Some(e.class),
+        _ => None,
     }
 }
 
-fn delete_label(outcome: &DeleteOutcome) -> &'static str {
+fn mutate_error(outcome: &MutateOutcome) -> Option<ErrorClass> {
     match outcome {
-        DeleteOutcome::Error(e) => e.class.as_str(),
-        _ => "success",
+        MutateOutcome::Error(e) => Some(e.class),
+        _ => None,
+    }
+}
+
+fn delete_error(outcome: &DeleteOutcome) -> Option<ErrorClass> {
+    match outcome {
+        DeleteOutcome::Error(e) => Some(e.class),
+        _ => None,
     }
 }
 

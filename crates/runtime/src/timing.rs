@@ -8,7 +8,6 @@ use std::time::Duration;
 
 use crate::backoff::RequeuePolicy;
 use crate::outcome::ErrorClass;
-use crate::resource::ExternalResource;
 use crate::status::ReconcileState;
 
 /// Why the object is looked at again.
@@ -20,28 +19,68 @@ pub(crate) enum Requeue {
     AfterError(ErrorClass),
 }
 
+/// How long an operator waits: in each state, after a failed call, after throttling. One table
+/// per operator ([`crate::ExternalResource::timing`]); seed 000's intervals by default.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Timing {
+    /// Waiting for dependencies.
+    pub pending: RequeuePolicy,
+    /// Creating, Updating and Recreating: the next step follows at once.
+    pub creating: RequeuePolicy,
+    /// Waiting for the external system (the seed's Created/Validated).
+    pub verifying: RequeuePolicy,
+    /// Ready: how often a resource in sync is looked at again.
+    pub ready: RequeuePolicy,
+    /// After a terminal error: retried on this interval, or as soon as the spec changes.
+    pub failed: RequeuePolicy,
+    /// Waiting for the external resource to be deleted.
+    pub terminating: RequeuePolicy,
+    /// After a failed call (attempts count within a state).
+    pub error_backoff: RequeuePolicy,
+    /// The shortest wait after the API throttled us.
+    pub throttle_floor: Duration,
+}
+
+impl Timing {
+    /// The interval of `state`.
+    pub fn in_state(&self, state: ReconcileState) -> RequeuePolicy {
+        match state {
+            ReconcileState::Pending => self.pending,
+            ReconcileState::Creating | ReconcileState::Updating | ReconcileState::Recreating => self.creating,
+            ReconcileState::Verifying => self.verifying,
+            ReconcileState::Succeeded => self.ready,
+            ReconcileState::Failed => self.failed,
+            ReconcileState::Terminating => self.terminating,
+        }
+    }
+}
+
 /// Seed 000's intervals: quick while things move, hourly once ready, five minutes when failed.
-pub fn default_requeue_policy(state: ReconcileState) -> RequeuePolicy {
-    let secs = Duration::from_secs;
-    match state {
-        ReconcileState::Pending => RequeuePolicy::exponential(secs(30), secs(300)),
-        ReconcileState::Creating | ReconcileState::Updating | ReconcileState::Recreating => RequeuePolicy::exponential(secs(1), secs(60)),
-        ReconcileState::Verifying => RequeuePolicy::exponential(secs(15), secs(300)),
-        ReconcileState::Terminating => RequeuePolicy::exponential(secs(10), secs(300)),
-        ReconcileState::Succeeded => RequeuePolicy::fixed(secs(3600)),
-        ReconcileState::Failed => RequeuePolicy::fixed(secs(300)),
+impl Default for Timing {
+    fn default() -> Self {
+        let secs = Duration::from_secs;
+        Self {
+            pending: RequeuePolicy::exponential(secs(30), secs(300)),
+            creating: RequeuePolicy::exponential(secs(1), secs(60)),
+            verifying: RequeuePolicy::exponential(secs(15), secs(300)),
+            ready: RequeuePolicy::fixed(secs(3600)),
+            failed: RequeuePolicy::fixed(secs(300)),
+            terminating: RequeuePolicy::exponential(secs(10), secs(300)),
+            error_backoff: RequeuePolicy::exponential(secs(5), secs(300)),
+            throttle_floor: secs(60),
+        }
     }
 }
 
 /// Per state for waits, the error backoff after errors, and after throttling the error backoff
 /// raised to the throttle floor, jittered after the clamp so that objects throttled together do
 /// not all return at the same instant.
-pub(crate) fn requeue_delay<M: ExternalResource>(manager: &M, requeue: Requeue, state: ReconcileState, attempt: u32) -> Duration {
+pub(crate) fn requeue_delay(timing: &Timing, requeue: Requeue, state: ReconcileState, attempt: u32) -> Duration {
     let rng = &mut rand::rng();
     match requeue {
-        Requeue::InState => manager.requeue_policy(state).delay(attempt, rng),
-        Requeue::AfterError(ErrorClass::Throttled) => manager.error_backoff().delay_at_least(attempt, manager.throttle_floor(), rng),
-        Requeue::AfterError(_) => manager.error_backoff().delay(attempt, rng),
+        Requeue::InState => timing.in_state(state).delay(attempt, rng),
+        Requeue::AfterError(ErrorClass::Throttled) => timing.error_backoff.delay_at_least(attempt, timing.throttle_floor, rng),
+        Requeue::AfterError(_) => timing.error_backoff.delay(attempt, rng),
     }
 }
 
@@ -73,40 +112,9 @@ impl Attempts {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::outcome::{DeleteOutcome, MutateOutcome, VerifyOutcome};
-    use crate::resource::Request;
-    use crate::status::ManagedStatus;
-    use kube::CustomResource;
-    use schemars::JsonSchema;
-    use serde::{Deserialize, Serialize};
-
-    #[derive(CustomResource, Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
-    #[kube(group = "testing.blockwork.dev", version = "v1", kind = "Thing", namespaced, status = "ManagedStatus<()>")]
-    struct ThingSpec {}
-
-    /// Only the requeue policies matter here; no call is ever made.
-    struct Defaults;
-
-    impl ExternalResource for Defaults {
-        type Object = Thing;
-        type Observation = ();
-
-        async fn verify(&self, _: &Request<'_, Thing>, _: &mut ()) -> VerifyOutcome {
-            VerifyOutcome::Ready
-        }
-        async fn create(&self, _: &Request<'_, Thing>, _: &mut ()) -> MutateOutcome {
-            MutateOutcome::Succeeded
-        }
-        async fn update(&self, _: &Request<'_, Thing>, _: &mut ()) -> MutateOutcome {
-            MutateOutcome::Succeeded
-        }
-        async fn delete(&self, _: &Request<'_, Thing>, _: &mut ()) -> DeleteOutcome {
-            DeleteOutcome::Succeeded
-        }
-    }
 
     fn delays(requeue: Requeue, state: ReconcileState, attempt: u32) -> (Duration, Duration) {
-        let delays: Vec<Duration> = (0..500).map(|_| requeue_delay(&Defaults, requeue, state, attempt)).collect();
+        let delays: Vec<Duration> = (0..500).map(|_| requeue_delay(&Timing::default(), requeue, state, attempt)).collect();
         let min = delays.iter().min().copied().unwrap_or_default();
         let max = delays.iter().max().copied().unwrap_or_default();
         assert_ne!(min, max, "every requeue is jittered");

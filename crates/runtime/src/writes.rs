@@ -33,7 +33,7 @@ pub(crate) async fn write_status<M: ExternalResource>(
     // When to look again, decided before the write so that a failure's retry time is in it.
     let delay = uid.map(|uid| {
         let attempt = context.attempts.next(uid, conclusion.state);
-        requeue_delay(&context.manager, conclusion.requeue, conclusion.state, attempt)
+        requeue_delay(&context.manager.timing(), conclusion.requeue, conclusion.state, attempt)
     });
     let next = conclusion.status(current, next, object.meta().generation, jiff::Timestamp::now(), delay, |observation| {
         context.manager.conditions(object, observation)

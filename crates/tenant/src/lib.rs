@@ -38,7 +38,8 @@ use kube::{Api, Client};
 use tracing::info;
 
 pub use api::{DistributionTenant, DistributionTenantSpec, DistributionTenantStatus, GROUP, TenantObservation, crd};
-pub use config::{TenantArgs, Timing};
+pub use blockwork_runtime::Timing;
+pub use config::{TenantArgs, default_timing, timing};
 pub use manager::TenantManager;
 pub use metrics::TenantMetrics;
 
@@ -66,7 +67,7 @@ pub async fn run(
 ) {
     let cloudfront = cloudfront::Sdk::new(&aws);
     let route53 = dns::Route53::new(aws.records());
-    let manager = TenantManager::new(cloudfront, Some(route53), args.drift_policy, Timing::default(), Arc::clone(&metrics), aws.metrics());
+    let manager = TenantManager::new(cloudfront, Some(route53), args.drift_policy, default_timing(), Arc::clone(&metrics), aws.metrics());
     let context = Context::new(client.clone(), manager, ControllerConfig::new(CONTROLLER, GROUP), runtime_metrics);
     let apis: Vec<Api<DistributionTenant>> = match &namespaces {
         None => vec![Api::all(client)],

@@ -28,12 +28,13 @@ use serde_json::json;
 use support::*;
 
 /// Quick looks while AWS works, an hour once Ready: what remains after a scenario is its cost.
-const TIMING: Timing =
-    Timing { poll: Duration::from_secs(1), steady: Duration::from_secs(3600), failed: Duration::from_secs(2), throttle: Duration::from_secs(60) };
+fn costs_timing() -> Timing {
+    blockwork_tenant::timing(Duration::from_secs(1), Duration::from_secs(3600), Duration::from_secs(2), Duration::from_secs(60))
+}
 
 #[tokio::test]
 async fn a_tenant_with_dns_costs_what_its_design_says_from_create_to_deletion() {
-    let mut h = Harness::start_configured("dt-costs", DriftPolicy::Enforce, TIMING).await;
+    let mut h = Harness::start_configured("dt-costs", DriftPolicy::Enforce, costs_timing()).await;
     // The harness's controller talks to the API server directly; this one goes through a proxy
     // that counts its writes.
     h.crash_controller();
@@ -44,7 +45,8 @@ async fn a_tenant_with_dns_costs_what_its_design_says_from_create_to_deletion() 
     let runtime_metrics = RuntimeMetrics::register(&mut runtime);
     let metrics = TenantMetrics::register(&mut Registry::default());
     let aws = Aws::with_sdk_config(h.aws_config(), sdk_config(&h.proxy.endpoint()).await, Arc::clone(&h.aws_metrics));
-    let manager = TenantManager::new(Sdk::new(&aws), Some(Route53::new(aws.records())), DriftPolicy::Enforce, TIMING, metrics, aws.metrics());
+    let manager =
+        TenantManager::new(Sdk::new(&aws), Some(Route53::new(aws.records())), DriftPolicy::Enforce, costs_timing(), metrics, aws.metrics());
     let context = Context::new(client.clone(), manager, ControllerConfig::new(CONTROLLER, GROUP), runtime_metrics);
     let api: Api<DistributionTenant> = Api::namespaced(client, &h.namespace);
     let controller = tokio::spawn(blockwork_runtime::run(api, context, 4, std::future::pending()));
@@ -52,7 +54,8 @@ async fn a_tenant_with_dns_costs_what_its_design_says_from_create_to_deletion() 
     let settle = || settled(read, Duration::from_secs(3), Duration::from_secs(30));
     let at_generation = |generation: i64| {
         move |t: &DistributionTenant| {
-            t.status.as_ref().and_then(|s| s.observed_generation) == Some(generation) && condition(t, "Ready").is_some_and(|c| c.0 == "True")
+            t.status.as_ref().and_then(|s| s.observed_generation) == Some(generation)
+                && condition(t, "Ready").is_some_and(|c| c.0 == "True")
         }
     };
     let mut rows = vec![Costs::header().to_owned()];
@@ -102,7 +105,8 @@ async fn a_tenant_with_dns_costs_what_its_design_says_from_create_to_deletion() 
     let mutating = ["CreateDistributionTenant", "UpdateDistributionTenant", "DeleteDistributionTenant", "ChangeResourceRecordSets"];
     assert!(mutating.iter().all(|op| !resync.aws.contains_key(*op)), "a resync of a Ready tenant writes nothing to AWS: {resync:?}");
     for costs in [&created, &resync, &added, &removed, &deleted] {
-        let object_writes = costs.writes.get("status").copied().unwrap_or_default() + costs.writes.get("object").copied().unwrap_or_default();
+        let object_writes =
+            costs.writes.get("status").copied().unwrap_or_default() + costs.writes.get("object").copied().unwrap_or_default();
         assert!(object_writes as u64 <= costs.reconciles, "at most one write of the object per reconcile: {costs:?}");
     }
 }

@@ -12,7 +12,7 @@ use blockwork_runtime::policy::{DeletionPolicy, DriftPolicy};
 use blockwork_runtime::status::condition as new_condition;
 use blockwork_runtime::{
     Context, ControllerConfig, DeleteOutcome, DependencyRef, ExternalError, ExternalResource, ManagedStatus, MutateOutcome, ReconcileState,
-    Request, RequeuePolicy, RuntimeMetrics, VerifyOutcome,
+    Request, RequeuePolicy, RuntimeMetrics, Timing, VerifyOutcome,
 };
 use blockwork_testenv::control_plane::{ControlPlane, control_plane};
 use futures::StreamExt;
@@ -297,23 +297,24 @@ impl ExternalResource for WidgetManager {
         widgets.chain(nodes).collect()
     }
 
-    fn requeue_policy(&self, state: ReconcileState) -> RequeuePolicy {
-        if self.slow_states.contains(&state) {
-            return RequeuePolicy::fixed(Duration::from_secs(3600));
+    /// Quick, except the states a test slows to an hour; the throttle floor well above the error
+    /// backoff's cap, so a test can tell a throttled retry from another.
+    fn timing(&self) -> Timing {
+        let quick = RequeuePolicy::exponential(Duration::from_millis(100), Duration::from_millis(400));
+        let settled = RequeuePolicy::fixed(Duration::from_millis(500));
+        let slow = |state: ReconcileState, policy: RequeuePolicy| {
+            if self.slow_states.contains(&state) { RequeuePolicy::fixed(Duration::from_secs(3600)) } else { policy }
+        };
+        Timing {
+            pending: slow(ReconcileState::Pending, quick),
+            creating: slow(ReconcileState::Creating, quick),
+            verifying: slow(ReconcileState::Verifying, quick),
+            ready: slow(ReconcileState::Succeeded, settled),
+            failed: slow(ReconcileState::Failed, settled),
+            terminating: slow(ReconcileState::Terminating, quick),
+            error_backoff: quick,
+            throttle_floor: Duration::from_secs(1),
         }
-        match state {
-            ReconcileState::Succeeded | ReconcileState::Failed => RequeuePolicy::fixed(Duration::from_millis(500)),
-            _ => RequeuePolicy::exponential(Duration::from_millis(100), Duration::from_millis(400)),
-        }
-    }
-
-    fn error_backoff(&self) -> RequeuePolicy {
-        RequeuePolicy::exponential(Duration::from_millis(100), Duration::from_millis(400))
-    }
-
-    /// Well above the error backoff's cap, so a test can tell a throttled retry from another.
-    fn throttle_floor(&self) -> Duration {
-        Duration::from_secs(1)
     }
 
     fn default_deletion_policy(&self) -> DeletionPolicy {

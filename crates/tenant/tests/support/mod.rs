@@ -43,12 +43,10 @@ pub async fn sdk_config(endpoint: &str) -> aws_config::SdkConfig {
         .await
 }
 
-pub const TIMING: Timing = Timing {
-    poll: Duration::from_secs(1),
-    steady: Duration::from_secs(1),
-    failed: Duration::from_secs(2),
-    throttle: Duration::from_secs(60),
-};
+/// Quick looks: a second while AWS works and once Ready, two after a failure.
+pub fn quick_timing() -> Timing {
+    blockwork_tenant::timing(Duration::from_secs(1), Duration::from_secs(1), Duration::from_secs(2), Duration::from_secs(60))
+}
 
 /// Retries of the layer in these tests: a fault injected `RETRIES + 1` times reaches the operator.
 pub const RETRIES: usize = 2;
@@ -97,7 +95,7 @@ impl Harness {
     }
 
     pub async fn start_with(prefix: &str, default_drift: DriftPolicy) -> Self {
-        Self::start_configured(prefix, default_drift, TIMING).await
+        Self::start_configured(prefix, default_drift, quick_timing()).await
     }
 
     pub async fn start_configured(prefix: &str, default_drift: DriftPolicy, timing: Timing) -> Self {
