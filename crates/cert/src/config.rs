@@ -7,8 +7,8 @@ use std::time::Duration;
 use blockwork_aws::acm::AcmConfig;
 pub use blockwork_aws::parse_duration;
 
-use crate::logic::DEFAULT_VALIDATION_TIMEOUT;
-use crate::manager::default_timing;
+use crate::decisions::DEFAULT_VALIDATION_TIMEOUT;
+use crate::external::default_timing;
 use crate::zones::{ZoneError, ZoneRegistry};
 use blockwork_runtime::Timing;
 

@@ -7,7 +7,7 @@
 //!   one of ours for the same names (adoption after the status was lost). It reads the
 //!   certificate **list-first**: from the process's certificate listing (one ListCertificates
 //!   call per sweep for up to 1,000 certificates), and with DescribeCertificate only for what
-//!   the listing lacks ([`logic::description_needed`]). It lists the DNS validation records and
+//!   the listing lacks ([`decisions::description_needed`]). It lists the DNS validation records and
 //!   has them written with the zone's next Route 53 batch, in the background, while ACM waits
 //!   for them; maps ACM's status to Ready, in progress or a terminal failure; and once the
 //!   certificate is issued deletes the ones it replaced. A Ready certificate costs no AWS call:
@@ -37,7 +37,7 @@ use kube::{Client, ResourceExt};
 use tracing::warn;
 
 use crate::api::{Cert, CertObservation, CertState, ValidationRecordStatus};
-use crate::logic::{self, Assessment, Desired};
+use crate::decisions::{self, Assessment, Desired};
 use crate::metrics::CertMetrics;
 use crate::zones::{ZoneRegistry, normalize};
 
@@ -98,9 +98,9 @@ impl CertManager {
     ) -> Result<Option<Found>, AwsError> {
         let described = match self.acm.summary(arn, Freshness::Listed).await? {
             Some(summary) => {
-                let known = logic::records_known(desired, &observation.validation_records);
-                match logic::description_needed(&summary, request.spec_change.changed, known, jiff::Timestamp::now()) {
-                    None => return Ok(Some(Found { certificate: logic::listed(&summary), described: false })),
+                let known = decisions::records_known(desired, &observation.validation_records);
+                match decisions::description_needed(&summary, request.spec_change.changed, known, jiff::Timestamp::now()) {
+                    None => return Ok(Some(Found { certificate: decisions::listed(&summary), described: false })),
                     Some(_) => self.acm.describe_recent(arn).await,
                 }
             }
@@ -139,7 +139,7 @@ impl CertManager {
         for name in object.spec.domain_name.iter().chain(&object.spec.subject_alternative_names) {
             blockwork_aws::dns_name::parse(name).map_err(|e| ExternalError::terminal("InvalidSpec", e.to_string()))?;
         }
-        let desired = logic::desired(&object.spec, &self.zones).map_err(|e| ExternalError::terminal("InvalidSpec", e.to_string()))?;
+        let desired = decisions::desired(&object.spec, &self.zones).map_err(|e| ExternalError::terminal("InvalidSpec", e.to_string()))?;
         observation.domain_name = Some(desired.domain.clone());
         observation.resolved_zone = Some(desired.zone.to_ref());
         Ok(desired)
@@ -151,12 +151,12 @@ impl CertManager {
     /// current spec, so the marker's spec and time identify that request exactly.
     fn marked(&self, request: &Request<'_, Cert>) -> Option<Marked> {
         let marker = request.create_pending?;
-        let Some(desired) = logic::marked_desired(marker.spec.as_deref(), &request.object.spec, &self.zones) else {
+        let Some(desired) = decisions::marked_desired(marker.spec.as_deref(), &request.object.spec, &self.zones) else {
             warn!(cert = %request.object.name_any(), "the create-pending marker's spec no longer resolves to a configured zone; its request is not looked for");
             return None;
         };
         let at = marker.since.0;
-        Some(Marked { token: logic::acm_token(request.idempotency_token, at.as_second(), &desired), desired, at })
+        Some(Marked { token: decisions::acm_token(request.idempotency_token, at.as_second(), &desired), desired, at })
     }
 
     /// The certificate of this object: by the ARN in status; else the one the create-pending
@@ -170,7 +170,7 @@ impl CertManager {
         }
         let uid = request.object.uid().unwrap_or_default();
         if let Some(marked) = self.marked(request) {
-            let freshness = logic::marked_lookup(false, marked.desired != *desired, marked.at, jiff::Timestamp::now());
+            let freshness = decisions::marked_lookup(false, marked.desired != *desired, marked.at, jiff::Timestamp::now());
             let listing = self.acm.list_certificates(freshness).await?;
             return Ok(self.find_requested(&listing, &marked, &uid).await?.map(Found::described));
         }
@@ -180,7 +180,9 @@ impl CertManager {
                 continue;
             }
             match self.acm.describe(&arn).await {
-                Ok(certificate) if logic::names_differ(&certificate, desired).is_none() => return Ok(Some(Found::described(certificate))),
+                Ok(certificate) if decisions::names_differ(&certificate, desired).is_none() => {
+                    return Ok(Some(Found::described(certificate)));
+                }
                 Ok(_) => {}
                 Err(error) if error.class == ErrorClass::NotFound => {}
                 Err(error) => return Err(error),
@@ -192,7 +194,7 @@ impl CertManager {
     /// The certificate of the marker's request: ours (owner UID) and requested with its token.
     async fn find_requested(&self, listing: &[(String, String)], marked: &Marked, uid: &str) -> Result<Option<Certificate>, AwsError> {
         for (arn, tags) in self.owned_candidates(listing, &marked.desired.domain, uid).await? {
-            if logic::tag(&tags, logic::TAG_TOKEN) != Some(marked.token.as_str()) {
+            if decisions::tag(&tags, decisions::TAG_TOKEN) != Some(marked.token.as_str()) {
                 continue;
             }
             match self.acm.describe(&arn).await {
@@ -214,7 +216,7 @@ impl CertManager {
         let mut owned = Vec::new();
         for (_, arn) in listing.iter().filter(|(d, _)| normalize(d) == domain) {
             match self.acm.list_tags(arn).await {
-                Ok(tags) if logic::owned_by(&tags, uid) => owned.push((arn.clone(), tags)),
+                Ok(tags) if decisions::owned_by(&tags, uid) => owned.push((arn.clone(), tags)),
                 Ok(_) => {}
                 // Deleted since the listing.
                 Err(error) if error.class == ErrorClass::NotFound => {}
@@ -259,7 +261,7 @@ impl CertManager {
         }
         let complete = match described {
             Some(certificate) => self.list_records(certificate, desired, observation).await?,
-            None => logic::records_known(desired, &observation.validation_records),
+            None => decisions::records_known(desired, &observation.validation_records),
         };
         Ok(complete && observation.validation_records.iter().all(|r| !r.pending))
     }
@@ -273,8 +275,8 @@ impl CertManager {
         desired: &Desired,
         observation: &mut CertObservation,
     ) -> Result<bool, ExternalError> {
-        let plan = logic::plan_records(certificate, desired).map_err(|e| ExternalError::terminal("InvalidSpec", e.to_string()))?;
-        let mut unlisted: BTreeMap<String, Vec<logic::PlannedRecord>> = BTreeMap::new();
+        let plan = decisions::plan_records(certificate, desired).map_err(|e| ExternalError::terminal("InvalidSpec", e.to_string()))?;
+        let mut unlisted: BTreeMap<String, Vec<decisions::PlannedRecord>> = BTreeMap::new();
         for planned in plan.records() {
             let listed = observation.validation_records.iter().any(|r| {
                 r.zone_id == planned.zone_id
@@ -325,8 +327,8 @@ impl CertManager {
         // A listed summary names the primary domain only; the alternative names are compared
         // whenever the spec changed, which is when they can differ (then it is described).
         let difference = match found.described {
-            true => logic::names_differ(&certificate, &desired),
-            false => logic::primary_differs(&certificate.domain, &desired),
+            true => decisions::names_differ(&certificate, &desired),
+            false => decisions::primary_differs(&certificate.domain, &desired),
         };
         if let Some(difference) = difference {
             return Ok(VerifyOutcome::RecreateRequired(difference));
@@ -334,7 +336,7 @@ impl CertManager {
         let described = found.described.then_some(&certificate);
         observation.expiration_date = certificate.not_after.map(Time);
         observation.renewal_status = certificate.renewal_status.clone();
-        match logic::assess(&certificate, jiff::Timestamp::now(), self.validation_timeout) {
+        match decisions::assess(&certificate, jiff::Timestamp::now(), self.validation_timeout) {
             Assessment::Ready => {
                 observation.state = Some(CertState::Ready);
                 observation.cert_ready = true;
@@ -347,7 +349,7 @@ impl CertManager {
                 if (renewing || unwritten) && request.policies.access.create {
                     self.ensure_records(described.filter(|_| renewing), &desired, observation).await?;
                 }
-                if let Some(message) = logic::renewal_message(certificate.renewal_status.as_deref()) {
+                if let Some(message) = decisions::renewal_message(certificate.renewal_status.as_deref()) {
                     warn!(cert = %object.name_any(), namespace = ?object.namespace(), "{message}");
                 }
                 if !observation.previous_certificate_arns.is_empty() {
@@ -419,9 +421,9 @@ impl CertManager {
         let Some(marker) = request.create_pending else {
             return Err(ExternalError::retryable("NotMarked", "no create-pending marker; the next reconcile writes one"));
         };
-        let token = logic::acm_token(request.idempotency_token, marker.since.0.as_second(), &desired);
+        let token = decisions::acm_token(request.idempotency_token, marker.since.0.as_second(), &desired);
         let uid = object.uid().unwrap_or_default();
-        let tags = logic::owner_tags(&object.namespace().unwrap_or_default(), &object.name_any(), &uid, &token);
+        let tags = decisions::owner_tags(&object.namespace().unwrap_or_default(), &object.name_any(), &uid, &token);
         let arn = self
             .acm
             .request(&CertificateRequest { domain: desired.domain.clone(), sans: desired.sans.clone(), token, tags })
@@ -475,7 +477,7 @@ impl CertManager {
     async fn settle_previous(&self, request: &Request<'_, Cert>, current: &Certificate, observation: &mut CertObservation) {
         let object = request.object;
         let uid = object.uid().unwrap_or_default();
-        let mut needed = logic::record_names(current);
+        let mut needed = decisions::record_names(current);
         // Without its validation options a certificate's records are unknown: delete none.
         let mut needs_known = !needed.is_empty();
         let mut staying = Vec::new();
@@ -486,7 +488,7 @@ impl CertManager {
             if let Err(error) = self.delete_owned(&arn, &uid).await {
                 warn!(cert = %object.name_any(), %error, "a replaced certificate is not deleted yet; the next look tries again");
                 match self.acm.describe(&arn).await {
-                    Ok(certificate) if !certificate.validations.is_empty() => needed.extend(logic::record_names(&certificate)),
+                    Ok(certificate) if !certificate.validations.is_empty() => needed.extend(decisions::record_names(&certificate)),
                     _ => needs_known = false,
                 }
                 staying.push(arn);
@@ -496,7 +498,7 @@ impl CertManager {
         if !needs_known {
             return;
         }
-        let unneeded = logic::unneeded_records(&observation.validation_records, &needed);
+        let unneeded = decisions::unneeded_records(&observation.validation_records, &needed);
         let owned: Vec<ValidationRecordStatus> = unneeded.iter().filter(|r| object.spec.delete_on_removal && r.owned).cloned().collect();
         let (deleted, failure) = self.delete_records(&owned).await;
         if let Some(error) = failure {
@@ -517,7 +519,7 @@ impl CertManager {
             Err(error) if error.class == ErrorClass::NotFound => return Ok(()),
             Err(error) => return Err(external_error(&error)),
         };
-        if !logic::owned_by(&tags, uid) {
+        if !decisions::owned_by(&tags, uid) {
             warn!(certificate = %blockwork_aws::sanitize(arn), "not deleting a certificate whose owner tag names another object");
             return Ok(());
         }

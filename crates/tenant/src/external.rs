@@ -39,10 +39,10 @@ use crate::api::{
     CERTIFICATE_READY, DNS_READY, DistributionTenant, DistributionTenantSpec, ManagedCertificateRequest, TenantObservation,
     ValidationTokenHost,
 };
+use crate::classify::{CallContext, Category, Classified, classify_cloudfront, classify_dns, validation};
 use crate::cloudfront::{Acm, CloudFront, ObservedTenant, TenantWrite};
 use crate::diff::{Change, TenantConfig, change};
 use crate::dns::{DnsChange, DnsRecords, DnsStatus};
-use crate::errors::{CallContext, Category, Classified, classify_cloudfront, classify_dns, validation};
 use crate::lifecycle::{CertificateStep, DEPLOYED, DeletionStep, Observed, certificate_step, deletion_step};
 use crate::metrics::TenantMetrics;
 use crate::validate::{DistributionRules, check_certificate_coverage, validate, validate_against};
