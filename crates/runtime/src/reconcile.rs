@@ -90,7 +90,7 @@ async fn reconcile_object<M: ExternalResource>(object: &M::Object, context: &Con
         let deletes = policy::deletes_on_delete(object.annotations(), manager.default_deletion_policy());
         return reconcile_deleting(object, &api, context, calls, &current, deletes, &uid).await;
     }
-    let default_drift = manager.drift_policy(object).unwrap_or_else(|| manager.default_drift_policy());
+    let default_drift = manager.drift_policy(object);
     let policies = match Policies::from_annotations(object.annotations(), manager.default_deletion_policy(), default_drift) {
         Ok(policies) => policies,
         Err(invalid) => {
@@ -235,7 +235,7 @@ async fn reconcile_deleting<M: ExternalResource>(
     let token = idempotency_token(uid);
     let (_, spec_change) = spec_change::<M>(object, current)?;
     let manager = &context.manager;
-    let default_drift = manager.drift_policy(object).unwrap_or_else(|| manager.default_drift_policy());
+    let default_drift = manager.drift_policy(object);
     // The deletion policy and the access permissions read (they delete); only the drift policy
     // can be invalid here, and drift does not matter to a deletion.
     let policies = Policies::from_annotations(object.annotations(), DeletionPolicy::Delete, default_drift).unwrap_or(Policies {

@@ -177,16 +177,12 @@ pub trait ExternalResource: Send + Sync + 'static {
         DeletionPolicy::Delete
     }
 
-    fn default_drift_policy(&self) -> DriftPolicy {
+    /// The drift policy of an object without the `blockwork.dev/drift-policy` annotation: the
+    /// object's own choice if it has one (typically a spec field the user set), else the
+    /// operator's default (its flag). The annotation beats both: it stays the one override that
+    /// works the same for every kind.
+    fn drift_policy(&self, _object: &Self::Object) -> DriftPolicy {
         DriftPolicy::Enforce
-    }
-
-    /// The object's own drift policy, typically from a spec field the user set. Precedence:
-    /// the `blockwork.dev/drift-policy` annotation, then this, then [`Self::default_drift_policy`]
-    /// (the operator's flag): a choice made on the object beats the operator's default, and the
-    /// annotation stays the one override that works the same for every kind.
-    fn drift_policy(&self, _object: &Self::Object) -> Option<DriftPolicy> {
-        None
     }
 
     /// The operator's own conditions, merged into `status.conditions` by the reconcile's single

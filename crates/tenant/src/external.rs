@@ -641,13 +641,9 @@ impl<C: CloudFront + Acm, D: DnsRecords> ExternalResource for TenantManager<C, D
         self.timing
     }
 
-    fn default_drift_policy(&self) -> DriftPolicy {
-        self.default_drift
-    }
-
     /// `spec.driftPolicy`, over the operator's `--drift-policy` (the annotation beats both).
-    fn drift_policy(&self, object: &DistributionTenant) -> Option<DriftPolicy> {
-        object.spec.drift_policy.map(DriftPolicy::from)
+    fn drift_policy(&self, object: &DistributionTenant) -> DriftPolicy {
+        object.spec.drift_policy.map_or(self.default_drift, DriftPolicy::from)
     }
 
     /// `DNSReady` and `CertificateReady`: as this reconcile set them, else as they were.

@@ -321,8 +321,8 @@ impl ExternalResource for WidgetManager {
         self.default_deletion
     }
 
-    fn drift_policy(&self, object: &Widget) -> Option<DriftPolicy> {
-        object.spec.drift_policy.as_deref().and_then(|p| p.parse().ok())
+    fn drift_policy(&self, object: &Widget) -> DriftPolicy {
+        object.spec.drift_policy.as_deref().and_then(|p| p.parse().ok()).unwrap_or(DriftPolicy::Enforce)
     }
 
     /// `Large` while the size is above 10, and none otherwise; also tries to take over `Ready`.
