@@ -33,14 +33,14 @@ async fn a_cert_costs_what_its_design_says_from_create_to_deletion() {
     let mut h = Harness::start_with("costs", &["main"], |config, _| config.acm.sweep = Duration::from_secs(3600)).await;
     // The harness's controller talks to the API server directly; this one goes through a proxy
     // that counts its writes.
-    h.crash_controller();
+    h.controller.crash();
     let kube = KubeProxy::start(control_plane().await.unwrap()).await.unwrap();
     let kubeconfig = Kubeconfig::read_from(kube.kubeconfig_path()).unwrap();
     let client = Client::try_from(Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default()).await.unwrap()).unwrap();
     let mut runtime = Registry::with_prefix("blockwork");
     let runtime_metrics = RuntimeMetrics::register(&mut runtime);
     let (config, aws_config) = h.config();
-    let aws = Aws::with_sdk_config(aws_config, sdk_config(&h.proxy.endpoint()).await, Arc::clone(&h.aws_metrics));
+    let aws = Aws::with_sdk_config(aws_config, blockwork_testenv::aws::sdk_config(&h.proxy.endpoint()).await, Arc::clone(&h.aws_metrics));
     let controller = tokio::spawn(blockwork_cert::run(
         client,
         config,

@@ -18,6 +18,7 @@ use blockwork_runtime::{Context, ControllerConfig, DriftPolicy, RuntimeMetrics};
 use blockwork_tenant::cloudfront::Sdk;
 use blockwork_tenant::dns::Route53;
 use blockwork_tenant::{CONTROLLER, DistributionTenant, GROUP, TenantManager, TenantMetrics, Timing};
+use blockwork_testenv::control_plane::control_plane;
 use blockwork_testenv::costs::{Costs, settled};
 use blockwork_testenv::kube_proxy::KubeProxy;
 use kube::api::{Api, DeleteParams, Patch, PatchParams};
@@ -37,14 +38,15 @@ async fn a_tenant_with_dns_costs_what_its_design_says_from_create_to_deletion() 
     let mut h = Harness::start_configured("dt-costs", DriftPolicy::Enforce, costs_timing()).await;
     // The harness's controller talks to the API server directly; this one goes through a proxy
     // that counts its writes.
-    h.crash_controller();
-    let kube = KubeProxy::start(h.plane).await.unwrap();
+    h.controller.crash();
+    let kube = KubeProxy::start(control_plane().await.unwrap()).await.unwrap();
     let kubeconfig = Kubeconfig::read_from(kube.kubeconfig_path()).unwrap();
     let client = Client::try_from(Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default()).await.unwrap()).unwrap();
     let mut runtime = Registry::with_prefix("blockwork");
     let runtime_metrics = RuntimeMetrics::register(&mut runtime);
     let metrics = TenantMetrics::register(&mut Registry::default());
-    let aws = Aws::with_sdk_config(h.aws_config(), sdk_config(&h.proxy.endpoint()).await, Arc::clone(&h.aws_metrics));
+    let aws =
+        Aws::with_sdk_config(h.aws_config(), blockwork_testenv::aws::sdk_config(&h.proxy.endpoint()).await, Arc::clone(&h.aws_metrics));
     let manager =
         TenantManager::new(Sdk::new(&aws), Some(Route53::new(aws.records())), DriftPolicy::Enforce, costs_timing(), metrics, aws.metrics());
     let context = Context::new(client.clone(), manager, ControllerConfig::new(CONTROLLER, GROUP), runtime_metrics);
@@ -87,7 +89,7 @@ async fn a_tenant_with_dns_costs_what_its_design_says_from_create_to_deletion() 
     h.wait_for("shop", "Ready at generation 3", at_generation(3)).await;
     let removed = settle().await.since(&before);
     rows.push(removed.row("spec update: a domain removed (its CNAME deleted)"));
-    let records = Harness::cnames(&h.route53, &h.zone_id).await;
+    let records = blockwork_testenv::aws::cnames(&h.route53, &h.zone_id).await;
     assert_eq!(records.iter().map(|r| r.0.clone()).collect::<Vec<_>>(), [h.domain("www")], "{records:?}");
 
     let before = read();
