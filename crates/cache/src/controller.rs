@@ -10,7 +10,7 @@ use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 use std::time::Duration;
 
-use futures::{FutureExt as _, StreamExt as _};
+use futures::{FutureExt as _, Stream, StreamExt as _};
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::{ConfigMap, Secret, Service};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
@@ -20,7 +20,7 @@ use kube::core::PartialObjectMeta;
 use kube::runtime::controller::{Action, Config as RunConfig, Controller};
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use kube::runtime::finalizer::{Event as FinalizerEvent, finalizer};
-use kube::runtime::reflector::{ObjectRef, Store};
+use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{WatchStreamExt as _, watcher};
 use kube::{Client, Resource, ResourceExt};
 use serde::Serialize;
@@ -85,19 +85,18 @@ pub async fn run(
     let children = watcher::Config::default().labels(&format!("{}={}", MANAGED_BY.0, MANAGED_BY.1));
     let client = context.client.clone();
     let shutdown = shutdown.boxed().shared();
-    let controller = Controller::new(api, watcher::Config::default().any_semantic());
-    let store = controller.store();
+    let (store, writer) = reflector::store();
+    let caches = watcher(api, watcher::Config::default().any_semantic()).default_backoff().reflect(writer).applied_objects();
+    let namespace = namespace.as_deref();
     // Metadata only: a Secret's data never passes through the watch.
-    let secrets = watcher(child_api::<PartialObjectMeta<Secret>>(&client, namespace.as_deref()), watcher::Config::default())
-        .default_backoff()
-        .touched_objects();
-    let caches = store.clone();
-    let run = controller
-        .owns(child_api::<StatefulSet>(&client, namespace.as_deref()), children.clone())
-        .owns(child_api::<Service>(&client, namespace.as_deref()), children.clone())
-        .owns(child_api::<ConfigMap>(&client, namespace.as_deref()), children.clone())
-        .owns(child_api::<PodDisruptionBudget>(&client, namespace.as_deref()), children)
-        .watches_stream(secrets, move |secret| referencing(&caches, &secret))
+    let secrets = changes_of::<PartialObjectMeta<Secret>>(&client, namespace, &watcher::Config::default());
+    let referenced = store.clone();
+    let run = Controller::for_stream(on_its_own("Cache", caches), store.clone())
+        .owns_stream(on_its_own("StatefulSet", changes_of::<StatefulSet>(&client, namespace, &children)))
+        .owns_stream(on_its_own("Service", changes_of::<Service>(&client, namespace, &children)))
+        .owns_stream(on_its_own("ConfigMap", changes_of::<ConfigMap>(&client, namespace, &children)))
+        .owns_stream(on_its_own("PodDisruptionBudget", changes_of::<PodDisruptionBudget>(&client, namespace, &children)))
+        .watches_stream(on_its_own("Secret", secrets), move |secret| referencing(&referenced, &secret))
         .with_config(RunConfig::default().concurrency(concurrency))
         .graceful_shutdown_on(shutdown.clone())
         .run(reconcile, error_policy, context)
@@ -107,6 +106,47 @@ pub async fn run(
             }
         });
     blockwork_runtime::shutdown::drive_until_shutdown(run, shutdown, store).await;
+}
+
+/// The objects of kind `K` selected by `config` as they change: a watch with its own backoff.
+fn changes_of<K>(
+    client: &Client,
+    namespace: Option<&str>,
+    config: &watcher::Config,
+) -> impl Stream<Item = watcher::Result<K>> + Send + 'static
+where
+    K: Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>
+        + Clone
+        + DeserializeOwned
+        + std::fmt::Debug
+        + Send
+        + 'static,
+{
+    watcher(child_api::<K>(client, namespace), config.clone()).default_backoff().touched_objects()
+}
+
+/// `changes` of one watch, its errors logged and left out: the watch's own backoff (before this)
+/// paces its retries, and no other watch waits for it.
+///
+/// kube-runtime's `Controller` puts one backoff on all its watches together (its
+/// `trigger_backoff`, over the merged stream of `new`, `owns` and `watches`): while any one of
+/// them failed, every other was not read. Under API server trouble the Cache controller's six
+/// watches failed in turn, the shared backoff grew to its cap (30 s, up to 60 s with jitter)
+/// and never reset, so a changed Cache went unseen for minutes (issue 15, seed
+/// 6191853475873919598). With no error reaching it, the shared backoff never engages.
+fn on_its_own<K: Send + 'static>(
+    kind: &'static str,
+    changes: impl Stream<Item = watcher::Result<K>> + Send + 'static,
+) -> impl Stream<Item = watcher::Result<K>> + Send + 'static {
+    changes.filter_map(move |change| {
+        std::future::ready(match change {
+            Ok(object) => Some(Ok(object)),
+            Err(error) => {
+                warn!(kind, %error, "cache controller watch failed; retried after its backoff");
+                None
+            }
+        })
+    })
 }
 
 /// The Caches whose TLS Secret `secret` is.

@@ -568,6 +568,36 @@ async fn a_passing_api_server_error_while_applying_is_retried_without_touching_t
     assert!(warnings(&h, "c", "ApplyFailed").await.is_empty(), "a passing fault is not a warning");
 }
 
+/// Found by the reliability campaign's API server suite (issue 15, seed 6191853475873919598):
+/// kube-runtime's `Controller` backs off all its watches together, so while one watch kept
+/// failing the others were not read, and changed Caches went unseen for minutes. Here only the
+/// PodDisruptionBudget watch fails (as when its RBAC rule is missing): after six failures the
+/// shared backoff would wait at least 25.6 s; the Cache's change must be seen well before.
+#[tokio::test]
+async fn a_failing_watch_of_one_kind_does_not_hold_back_the_changes_of_the_caches() {
+    let proxy = KubeProxy::start(control_plane().await.unwrap()).await.unwrap();
+    let kubeconfig = Kubeconfig::read_from(proxy.kubeconfig_path()).unwrap();
+    let config = kube::Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default()).await.unwrap();
+    let h = Harness::start_with_controller_client("cache-one-watch-failing", Client::try_from(config).unwrap()).await;
+    h.caches().create(&PostParams::default(), &cache("c", Engine::Redis, "64Mi", 1)).await.unwrap();
+    h.eventually("Synced=True", async || condition(&h.caches().get("c").await.unwrap(), "Synced").filter(|c| c.0 == "True")).await;
+
+    proxy.inject_on_path(Requests::Watches, "/poddisruptionbudgets", ApiFault::ServerError(500), usize::MAX);
+    proxy.cut_watches();
+    let failed = || proxy.injected().get("ServerError(500)").copied().unwrap_or(0);
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(120);
+    while failed() < 6 {
+        assert!(tokio::time::Instant::now() < deadline, "the PodDisruptionBudget watch was retried {} times", failed());
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+
+    h.caches().patch("c", &PatchParams::default(), &Patch::Merge(json!({"spec": {"memory": "128Mi"}}))).await.unwrap();
+    h.eventually("the new generation observed", async || {
+        h.caches().get("c").await.unwrap().status.filter(|s| s.observed_generation == Some(2))
+    })
+    .await;
+}
+
 #[tokio::test]
 async fn a_paused_cache_is_left_alone_and_an_invalid_pause_value_holds_it_with_a_warning() {
     let h = Harness::start("cache-paused").await;
