@@ -326,10 +326,10 @@ struct ApplyFailed {
 }
 
 impl ApplyFailed {
-    /// A 4xx other than a conflict or throttling: the object as built is refused, and retrying
-    /// the same object cannot help.
+    /// A 4xx other than a conflict, an expired resourceVersion (`410 Gone`) or throttling: the
+    /// object as built is refused, and retrying the same object cannot help.
     fn is_refusal(&self) -> bool {
-        matches!(&self.error, kube::Error::Api(status) if (400..500).contains(&status.code) && status.code != 409 && status.code != 429)
+        matches!(&self.error, kube::Error::Api(status) if (400..500).contains(&status.code) && ![409, 410, 429].contains(&status.code))
     }
 }
 
@@ -420,7 +420,39 @@ where
 /// Writes `report` over the current status when it changes anything, and publishes its events:
 /// a Normal event on a phase change, and the report's warning.
 async fn write_status(cache: &Cache, context: &Context, report: Report) -> Result<(), Error> {
-    let current = cache.status.clone().unwrap_or_default();
+    let mut current = cache.status.clone().unwrap_or_default();
+    let mut next = next_status(cache, &current, &report);
+    if next != current {
+        // The Cache as the watch delivered it can be older than the stored one: a relist after a
+        // `410 Gone` is answered from the API server's watch cache, which may lag. Decide on the
+        // stored status, so that an old view is never written back (seen looking into issue 15's
+        // API server suite).
+        let api: Api<Cache> = Api::namespaced(context.client.clone(), &cache.namespace().unwrap_or_default());
+        let stored = api.get(&cache.name_any()).await?;
+        if stored.metadata.generation != cache.metadata.generation {
+            // A newer spec is on its way through the watch, and its own reconcile writes.
+            return Ok(());
+        }
+        current = stored.status.unwrap_or_default();
+        next = next_status(cache, &current, &report);
+        if next != current {
+            let patch = json!({"apiVersion": Cache::api_version(&()), "kind": "Cache", "status": next});
+            api.patch_status(&cache.name_any(), &PatchParams::apply(FIELD_MANAGER).force(), &Patch::Apply(&patch)).await?;
+        }
+    }
+    if let Some(phase) = next.phase.filter(|phase| current.phase != Some(*phase)) {
+        let message = next.conditions.iter().find(|c| c.type_ == READY).map(|c| c.message.clone()).unwrap_or_default();
+        let type_ = if phase == Phase::Failed { EventType::Warning } else { EventType::Normal };
+        publish(context, cache, type_, &format!("{phase:?}"), &message).await;
+    }
+    if let Some((reason, note)) = report.warning {
+        publish(context, cache, EventType::Warning, &reason, &note).await;
+    }
+    Ok(())
+}
+
+/// The status `report` makes of `current`.
+fn next_status(cache: &Cache, current: &CacheStatus, report: &Report) -> CacheStatus {
     let mut next = CacheStatus {
         phase: report.phase.or(current.phase),
         ready_replicas: report.ready_replicas.unwrap_or(current.ready_replicas),
@@ -434,23 +466,10 @@ async fn write_status(cache: &Cache, context: &Context, report: Report) -> Resul
             .cloned()
             .or(current.last_handled_reconcile_at.clone()),
     };
-    for condition in report.conditions {
-        set_condition(&mut next.conditions, condition);
+    for condition in &report.conditions {
+        set_condition(&mut next.conditions, condition.clone());
     }
-    if next != current {
-        let api: Api<Cache> = Api::namespaced(context.client.clone(), &cache.namespace().unwrap_or_default());
-        let patch = json!({"apiVersion": Cache::api_version(&()), "kind": "Cache", "status": next});
-        api.patch_status(&cache.name_any(), &PatchParams::apply(FIELD_MANAGER).force(), &Patch::Apply(&patch)).await?;
-    }
-    if let Some(phase) = next.phase.filter(|phase| current.phase != Some(*phase)) {
-        let message = next.conditions.iter().find(|c| c.type_ == READY).map(|c| c.message.clone()).unwrap_or_default();
-        let type_ = if phase == Phase::Failed { EventType::Warning } else { EventType::Normal };
-        publish(context, cache, type_, &format!("{phase:?}"), &message).await;
-    }
-    if let Some((reason, note)) = report.warning {
-        publish(context, cache, EventType::Warning, &reason, &note).await;
-    }
-    Ok(())
+    next
 }
 
 async fn publish(context: &Context, cache: &Cache, type_: EventType, reason: &str, note: &str) {

@@ -568,6 +568,39 @@ async fn a_passing_api_server_error_while_applying_is_retried_without_touching_t
     assert!(warnings(&h, "c", "ApplyFailed").await.is_empty(), "a passing fault is not a warning");
 }
 
+/// Found by the reliability campaign's API server suite (issue 15, seed 3895827964306208364): a
+/// `410 Gone` (an expired resourceVersion, which a fresh read cures) while reading a child was
+/// taken for a refusal and written as `Synced=False ApplyFailed`, and back on the retry.
+#[tokio::test]
+async fn a_gone_answer_while_applying_is_retried_without_touching_the_status() {
+    let proxy = KubeProxy::start(control_plane().await.unwrap()).await.unwrap();
+    let kubeconfig = Kubeconfig::read_from(proxy.kubeconfig_path()).unwrap();
+    let config = kube::Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default()).await.unwrap();
+    let h = Harness::start_with_controller_client("cache-api-410", Client::try_from(config).unwrap()).await;
+    h.caches().create(&PostParams::default(), &cache("c", Engine::Redis, "64Mi", 1)).await.unwrap();
+    h.eventually("Synced=True", async || condition(&h.caches().get("c").await.unwrap(), "Synced").filter(|c| c.0 == "True")).await;
+
+    proxy.inject_on_path(Requests::Reads, "/configmaps/c-cache-config", ApiFault::Gone, 1);
+    let touched =
+        h.caches().patch("c", &PatchParams::default(), &Patch::Merge(json!({"metadata": {"labels": {"touched": "yes"}}}))).await.unwrap();
+    // The retry comes after the error backoff (10 s): wait until the ConfigMap is read again.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(90);
+    let reads = || proxy.counts().get("read").copied().unwrap_or(0);
+    while !proxy.injected().contains_key("Gone") {
+        assert!(tokio::time::Instant::now() < deadline, "the ConfigMap was not read");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let after_fault = reads();
+    // The retry reads the four owned objects (the ConfigMap, the two Services, the StatefulSet).
+    while reads() < after_fault + 4 {
+        assert!(tokio::time::Instant::now() < deadline, "no retry after the 410");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let after = h.caches().get("c").await.unwrap();
+    assert_eq!(condition(&after, "Synced").map(|c| c.0), Some("True".to_owned()));
+    assert_eq!(after.resource_version(), touched.resource_version(), "the Cache was rewritten: {:?}", after.status);
+}
+
 /// Found by the reliability campaign's API server suite (issue 15, seed 6191853475873919598):
 /// kube-runtime's `Controller` backs off all its watches together, so while one watch kept
 /// failing the others were not read, and changed Caches went unseen for minutes. Here only the
@@ -596,6 +629,26 @@ async fn a_failing_watch_of_one_kind_does_not_hold_back_the_changes_of_the_cache
         h.caches().get("c").await.unwrap().status.filter(|s| s.observed_generation == Some(2))
     })
     .await;
+}
+
+/// Found by the reliability campaign's API server suite (issue 15, seed 3895827964306208364): a
+/// relist after a `410 Gone` is answered from the API server's watch cache, which may lag, and
+/// the controller wrote the status of the older copy it reconciled back over the current one.
+#[tokio::test]
+async fn an_older_copy_of_a_cache_from_the_watch_is_not_written_back() {
+    let h = Harness::start("cache-older-copy").await;
+    h.caches().create(&PostParams::default(), &cache("c", Engine::Redis, "64Mi", 1)).await.unwrap();
+    h.eventually("Synced=True", async || condition(&h.caches().get("c").await.unwrap(), "Synced").filter(|c| c.0 == "True")).await;
+    let settled = h.caches().get("c").await.unwrap();
+
+    // The copy a watch delivered before the first status write; reconciled in a later second than
+    // the status was written (conditions' times have whole seconds), so writing it back shows.
+    let mut older = settled.clone();
+    older.status = None;
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    controller::reconcile(std::sync::Arc::new(older), controller::Context::new(h.client.clone())).await.unwrap();
+    let after = h.caches().get("c").await.unwrap();
+    assert_eq!(after.resource_version(), settled.resource_version(), "written back: {:?}", after.status);
 }
 
 #[tokio::test]
