@@ -32,8 +32,9 @@ use blockwork_runtime::status::{condition, set_condition};
 
 use crate::api::{Cache, CacheStatus, GROUP, Phase};
 use crate::applied;
-use crate::build::{self, Desired, MANAGED_BY};
+use crate::build::{self, Desired, MANAGED_BY, Topology};
 use crate::refs::{self, Hold};
+use crate::sentinel;
 
 pub const FIELD_MANAGER: &str = "blockwork-cache";
 /// Whether the replicas are ready (reasons `AllReplicasAvailable`, `ReplicasNotReady`, or the
@@ -219,9 +220,24 @@ async fn reconcile_guarded(cache: Arc<Cache>, context: Arc<Context>) -> Result<A
 struct Report {
     phase: Option<Phase>,
     ready_replicas: Option<i32>,
+    primary: PrimaryUpdate,
     conditions: Vec<Condition>,
+    /// Condition types that no longer apply.
+    dropped_conditions: &'static [&'static str],
     /// A Warning event: reason and note.
     warning: Option<(String, String)>,
+}
+
+/// What the status's primary and last failover become.
+#[derive(Default)]
+enum PrimaryUpdate {
+    /// As they are (nothing asked, or no Sentinel answered).
+    #[default]
+    Keep,
+    /// None: the Cache has no Sentinel.
+    Clear,
+    /// What a Sentinel reported at that time.
+    Seen(sentinel::Report, jiff::Timestamp),
 }
 
 async fn held(cache: &Cache, context: &Context, hold: Hold) -> Result<Action, Error> {
@@ -259,6 +275,7 @@ async fn apply(cache: &Cache, context: &Context) -> Result<Action, Error> {
                     condition(SYNCED, false, "InvalidSpec", &message, generation),
                 ],
                 warning: Some(("InvalidSpec".into(), message)),
+                ..Report::default()
             };
             write_status(cache, context, report).await?;
             return Ok(Action::requeue(RESYNC));
@@ -301,18 +318,52 @@ async fn apply(cache: &Cache, context: &Context) -> Result<Action, Error> {
         None => condition(RESOLVED_REFS, true, "ResolvedRefs", "every referenced Secret exists with the keys it needs", generation),
         Some(unresolved) => condition(RESOLVED_REFS, false, unresolved.reason(), &unresolved.to_string(), generation),
     };
+    let mut conditions = vec![
+        condition(READY, phase == Phase::Ready, ready_reason, &ready_message, generation),
+        condition(SYNCED, true, "ReconcileSuccess", "every object of the Cache is applied", generation),
+        resolved,
+    ];
+    let (primary, dropped_conditions, next) = if build::topology(cache) == (Topology::Replicated { sentinel: true }) {
+        let (update, known, next) = primary(cache, ready).await;
+        conditions.push(known);
+        (update, &[][..], next)
+    } else {
+        (PrimaryUpdate::Clear, &[sentinel::PRIMARY_KNOWN][..], RESYNC)
+    };
     let report = Report {
         phase: Some(phase),
         ready_replicas: Some(ready),
-        conditions: vec![
-            condition(READY, phase == Phase::Ready, ready_reason, &ready_message, generation),
-            condition(SYNCED, true, "ReconcileSuccess", "every object of the Cache is applied", generation),
-            resolved,
-        ],
+        primary,
+        conditions,
+        dropped_conditions,
         warning: unresolved.map(|unresolved| (unresolved.reason().to_owned(), unresolved.to_string())),
     };
     write_status(cache, context, report).await?;
-    Ok(Action::requeue(RESYNC))
+    Ok(Action::requeue(next))
+}
+
+/// Asks the Sentinels of `cache` (which has `ready` pods ready) for the primary: what the status
+/// says of it, the `PrimaryKnown` condition, and when to look again. No answer keeps what the
+/// status says, under `PrimaryKnown=False`.
+async fn primary(cache: &Cache, ready: i32) -> (PrimaryUpdate, Condition, Duration) {
+    let generation = cache.metadata.generation;
+    if ready == 0 {
+        let message = "no pod is ready: there is no Sentinel to ask yet";
+        return (PrimaryUpdate::Keep, condition(sentinel::PRIMARY_KNOWN, false, "NoSentinelReady", message, generation), sentinel::POLL);
+    }
+    let hosts: Vec<String> = (0..cache.spec.replicas).map(|ordinal| build::pod_host(cache, ordinal)).collect();
+    let (reports, errors) = sentinel::ask(&hosts, build::SENTINEL_PORT as u16, &cache.name_any()).await;
+    match sentinel::latest(reports) {
+        Some(report) => {
+            let next = if report.failing_over() { sentinel::POLL_FAILING_OVER } else { sentinel::POLL };
+            let known = sentinel::condition(Some(&report), &hosts, generation);
+            (PrimaryUpdate::Seen(report, jiff::Timestamp::now()), known, next)
+        }
+        None => {
+            warn!(cache = %cache.name_any(), errors = ?errors, "no Sentinel answered");
+            (PrimaryUpdate::Keep, sentinel::condition(None, &hosts, generation), sentinel::POLL)
+        }
+    }
 }
 
 /// An owned object the API server did not take.
@@ -453,8 +504,17 @@ async fn write_status(cache: &Cache, context: &Context, report: Report) -> Resul
 
 /// The status `report` makes of `current`.
 fn next_status(cache: &Cache, current: &CacheStatus, report: &Report) -> CacheStatus {
+    let (primary, last_failover) = match &report.primary {
+        PrimaryUpdate::Keep => (current.primary.clone(), current.last_failover.clone()),
+        PrimaryUpdate::Clear => (None, None),
+        PrimaryUpdate::Seen(seen, at) => {
+            (Some(seen.primary.clone()), sentinel::observe(current.primary.as_deref(), current.last_failover.as_ref(), seen, *at))
+        }
+    };
     let mut next = CacheStatus {
         phase: report.phase.or(current.phase),
+        primary,
+        last_failover,
         ready_replicas: report.ready_replicas.unwrap_or(current.ready_replicas),
         endpoint: Some(build::endpoint(cache)),
         conditions: current.conditions.clone(),
@@ -466,6 +526,7 @@ fn next_status(cache: &Cache, current: &CacheStatus, report: &Report) -> CacheSt
             .cloned()
             .or(current.last_handled_reconcile_at.clone()),
     };
+    next.conditions.retain(|condition| !report.dropped_conditions.contains(&condition.type_.as_str()));
     for condition in &report.conditions {
         set_condition(&mut next.conditions, condition.clone());
     }

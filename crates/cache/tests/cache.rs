@@ -8,7 +8,7 @@ use std::sync::OnceLock;
 use std::time::Duration;
 
 use blockwork_cache::api::{Cache, CacheSpec, Engine, EvictionPolicy, HighAvailability, Phase, Tls, v1alpha1};
-use blockwork_cache::{build, controller, conversion, crd};
+use blockwork_cache::{build, controller, conversion, crd, sentinel};
 use blockwork_testenv::control_plane::control_plane;
 use blockwork_testenv::kube_proxy::{ApiFault, KubeProxy, Requests};
 use k8s_openapi::ByteString;
@@ -631,6 +631,37 @@ async fn a_failing_watch_of_one_kind_does_not_hold_back_the_changes_of_the_cache
     .await;
 }
 
+/// A replicated Cache with Sentinel whose Sentinels cannot be reached (here: no node, so no pod
+/// DNS name resolves) is reconciled as ever; the status says the primary is unknown, and why.
+#[tokio::test]
+async fn an_unreachable_sentinel_is_a_condition_not_a_failed_reconcile() {
+    let h = Harness::start("cache-sentinel-unreachable").await;
+    let mut c = cache("ha", Engine::Redis, "64Mi", 3);
+    c.spec.high_availability = Some(HighAvailability { enabled: true, auto_failover: true });
+    h.caches().create(&PostParams::default(), &c).await.unwrap();
+    let (_, reason, _) = h
+        .eventually("PrimaryKnown=False", async || {
+            condition(&h.caches().get("ha").await.unwrap(), "PrimaryKnown").filter(|c| c.0 == "False")
+        })
+        .await;
+    assert_eq!(reason, "NoSentinelReady", "no pod is ready yet");
+
+    // No kubelet here: the test says the pods are ready, as the StatefulSet controller would.
+    h.eventually("the StatefulSet", async || h.api::<StatefulSet>().get_opt("ha-cache").await.unwrap()).await;
+    let ready = json!({"status": {"replicas": 3, "readyReplicas": 3, "availableReplicas": 3}});
+    h.api::<StatefulSet>().patch_status("ha-cache", &PatchParams::default(), &Patch::Merge(ready)).await.unwrap();
+    let (_, _, message) = h
+        .eventually("SentinelUnreachable", async || {
+            condition(&h.caches().get("ha").await.unwrap(), "PrimaryKnown").filter(|c| c.1 == "SentinelUnreachable")
+        })
+        .await;
+    assert!(message.contains(&format!("ha-cache-0.ha-cache-headless.{}.svc.cluster.local", h.namespace)), "{message}");
+    let cache = h.caches().get("ha").await.unwrap();
+    assert_eq!(condition(&cache, "Synced").map(|c| c.0), Some("True".to_owned()), "the reconcile itself succeeded");
+    assert_eq!(cache.status.as_ref().and_then(|s| s.phase), Some(Phase::Ready));
+    assert_eq!(cache.status.as_ref().and_then(|s| s.primary.clone()), None, "no primary was ever known");
+}
+
 /// Found by the reliability campaign's API server suite (issue 15, seed 3895827964306208364): a
 /// relist after a `410 Gone` is answered from the API server's watch cache, which may lag, and
 /// the controller wrote the status of the older copy it reconciled back over the current one.
@@ -864,6 +895,12 @@ fn replicated_redis_fails_over_to_a_replica() {
         redis_cli(sentinel, &["SENTINEL", "get-master-addr-by-name", "c"]).ends_with(&ports[0].to_string())
             && redis_cli(sentinel, &["SENTINEL", "sentinels", "c"]).matches("127.0.0.1").count() >= 2
     });
+    // What the controller reads for the status (the address is a pod's hostname on a node).
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let ask = || runtime.block_on(sentinel::ask(&["127.0.0.1".to_owned()], sentinel, "c"));
+    let (before, errors) = ask();
+    assert!(errors.is_empty(), "{errors:?}");
+    assert_eq!((before[0].config_epoch, before[0].failing_over()), (0, false), "{before:?}");
 
     drop(nodes.remove(0));
     let mut promoted = 0;
@@ -873,6 +910,9 @@ fn replicated_redis_fails_over_to_a_replica() {
         promoted != ports[0] && redis_cli(promoted, &["INFO", "replication"]).contains("role:master")
     });
     assert!(nodes.iter().any(|n| n.server_port == promoted));
+    let (after, _) = ask();
+    assert!(after[0].config_epoch > before[0].config_epoch, "a failover raises the epoch: {after:?}");
+    assert!(!after[0].failing_over() && after[0].primary_for < Duration::from_secs(45), "{after:?}");
     assert_eq!(redis_cli(promoted, &["GET", "key"]), "before-failover", "no acknowledged data is lost");
     assert_eq!(redis_cli(promoted, &["SET", "key", "after-failover"]), "OK", "the new primary takes writes");
 }

@@ -638,6 +638,18 @@ fn cache_serves_tls(suite: &Suite) -> Result<()> {
     Ok(())
 }
 
+/// The Cache's status once it names `pod` as the primary, confirmed by Sentinel
+/// (`PrimaryKnown=True`).
+fn primary_in_status(suite: &Suite, namespace: &str, pod: &str) -> Result<Value> {
+    // The controller looks every 30 s, every 5 s while the primary is down.
+    eventually(&format!("the status to name {pod} as the primary"), Duration::from_secs(90), || {
+        let cache = suite.node.get_json(&["cache", "-n", namespace, "ha"])?;
+        let status = &cache["status"];
+        let known = status["conditions"].as_array().into_iter().flatten().any(|c| c["type"] == "PrimaryKnown" && c["status"] == "True");
+        Ok((status["primary"] == pod && known).then(|| status.clone()))
+    })
+}
+
 fn sentinel_primary(suite: &Suite, host: &str) -> Result<String> {
     let reply = suite.client(&["redis-cli", "-h", host, "-p", "26379", "--raw", "sentinel", "get-master-addr-by-name", "ha"])?;
     reply.lines().next().filter(|h| !h.is_empty()).map(str::to_owned).ok_or_else(|| anyhow!("Sentinel names no primary: {reply:?}"))
@@ -664,14 +676,31 @@ fn cache_fails_over(suite: &Suite) -> Result<()> {
     }
     let acknowledged = cli(&first, &["wait", "2", "10000"])?;
     ensure!(acknowledged.trim() == "2", "replicas acknowledging the writes: {acknowledged:?}");
+    // The controller asks Sentinel (every 30 s while nothing happens) and says so in the status.
+    let status = primary_in_status(suite, &namespace, "ha-cache-0")?;
+    ensure!(status.get("lastFailover").is_none(), "no failover yet: {status}");
 
     let killed = Instant::now();
+    let killed_at = jiff::Timestamp::now();
     suite.node.kubectl(&["-n", &namespace, "delete", "pod", "ha-cache-0", "--grace-period=0", "--force"])?;
     let promoted = eventually("Sentinel promotes a replica", Duration::from_secs(120), || {
         Ok(sentinel_primary(suite, &service).ok().filter(|primary| !primary.starts_with("ha-cache-0.")))
     })?;
     println!("e2e: primary pod killed; {promoted} promoted after {:.1} s", killed.elapsed().as_secs_f64());
     ensure!(cli(&promoted, &["role"])?.starts_with("master"), "{promoted} does not say it is the primary");
+    let promoted_pod = promoted.split('.').next().unwrap_or_default().to_owned();
+    let status = primary_in_status(suite, &namespace, &promoted_pod)?;
+    let failover = &status["lastFailover"];
+    ensure!(failover["from"] == "ha-cache-0" && failover["to"] == promoted_pod.as_str(), "the failover in the status: {status}");
+    let took_over: jiff::Timestamp = text(&failover["time"]).parse().map_err(|e| anyhow!("lastFailover.time: {e}: {status}"))?;
+    ensure!(
+        took_over >= killed_at - jiff::SignedDuration::from_secs(1) && took_over <= jiff::Timestamp::now(),
+        "the failover dated {took_over}, the primary pod killed at {killed_at}"
+    );
+    println!(
+        "e2e: the status names {promoted_pod} as the primary, failed over from ha-cache-0 at {took_over}, {:.1} s after the kill",
+        killed.elapsed().as_secs_f64()
+    );
     for i in 0..20 {
         let value = cli(&promoted, &["get", &format!("order:{i}")])?;
         ensure!(value.trim() == "paid", "order:{i} after the failover: {value:?}");
