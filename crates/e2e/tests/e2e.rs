@@ -38,6 +38,7 @@ const SCENARIOS: &[(&str, Scenario)] = &[
     ("each_cache_engine_runs_ready_pods_that_serve_writes_and_reads_at_the_status_endpoint", cache_engines_serve),
     ("kubectl_scale_changes_a_cache_s_replicas_and_a_config_change_rolls_its_pods", cache_scales_and_rolls),
     ("a_cache_with_tls_serves_tls_only", cache_serves_tls),
+    ("a_memcached_cache_with_tls_serves_tls_only", memcached_serves_tls),
     ("a_replicated_cache_promotes_a_replica_when_the_primary_pod_dies_and_keeps_acknowledged_writes", cache_fails_over),
     ("killing_the_leader_pod_hands_over_to_the_standby_which_rewrites_nothing", leader_failover),
     ("the_rotator_pod_rotates_a_renewed_cert_manager_secret", rotator_rotates),
@@ -634,6 +635,36 @@ fn cache_serves_tls(suite: &Suite) -> Result<()> {
     ensure!(value.trim() == "v", "GET over TLS: {value:?}");
     let plain = cli(&["ping"]);
     ensure!(!plain.as_deref().is_ok_and(|reply| reply.trim() == "PONG"), "the TLS port also answered plain text: {plain:?}");
+    suite.node.kubectl(&["delete", "namespace", &namespace, "--wait=false"])?;
+    Ok(())
+}
+
+/// TLS mode for memcached (`-Z` with the Secret's certificate): a client verifying the CA stores
+/// and reads a key (openssl s_client: the memcached text protocol over TLS); plain text gets no
+/// answer.
+fn memcached_serves_tls(suite: &Suite) -> Result<()> {
+    let namespace = suite.new_namespace("mc-tls")?;
+    let host = format!("secure-mc-cache.{namespace}.svc.cluster.local");
+    suite.node.kubectl_with_input(&["apply", "-f", "-"], &tls_secret(&namespace, "secure-mc-tls", &host)?)?;
+    apply_cache(suite, &namespace, "secure-mc", "{engine: memcached, memory: 64Mi, tls: {enabled: true, secretName: secure-mc-tls}}")?;
+    suite.node.kubectl_with_input(&["apply", "-f", "-"], &format!(
+        "apiVersion: v1\nkind: Pod\nmetadata: {{name: tls-client, namespace: {namespace}}}\nspec:\n  terminationGracePeriodSeconds: 0\n  containers:\n  - name: client\n    image: docker.io/library/redis:7.2\n    command: [sleep, '86400']\n    volumeMounts: [{{name: tls, mountPath: /tls}}]\n  volumes: [{{name: tls, secret: {{secretName: secure-mc-tls}}}}]\n"
+    ))?;
+    let status = cache_ready(suite, &namespace, "secure-mc")?;
+    let (endpoint_host, port) = endpoint(&status)?;
+    ensure!(endpoint_host == host && port == "11211", "endpoint {endpoint_host}:{port}, expected {host}:11211");
+    suite.node.kubectl(&["-n", &namespace, "wait", "--for=condition=Ready", "pod/tls-client", "--timeout=180s"])?;
+    let sh = |script: &str| suite.node.kubectl(&["-n", namespace.as_str(), "exec", "tls-client", "--", "sh", "-c", script]);
+    let over_tls = format!(
+        "printf 'set k 0 0 5\\r\\nvalue\\r\\nget k\\r\\nquit\\r\\n' | openssl s_client -connect {host}:{port} -servername {host} -CAfile /tls/ca.crt -verify_return_error -quiet 2>/dev/null"
+    );
+    let answer = eventually("SET and GET over TLS", Duration::from_secs(60), || {
+        let answer = sh(&over_tls).unwrap_or_default();
+        Ok(answer.contains("STORED").then_some(answer))
+    })?;
+    ensure!(answer.contains("VALUE k 0 5") && answer.contains("value"), "GET over TLS: {answer:?}");
+    let plain = sh(&format!("printf 'version\\r\\nquit\\r\\n' | nc -w 3 {host} {port}"));
+    ensure!(!plain.as_deref().is_ok_and(|reply| reply.contains("VERSION")), "the TLS port also answered plain text: {plain:?}");
     suite.node.kubectl(&["delete", "namespace", &namespace, "--wait=false"])?;
     Ok(())
 }
