@@ -104,6 +104,17 @@ pub fn observe(
 /// The `PrimaryKnown` condition for what the Sentinels answered (`None`: none did).
 pub fn condition(report: Option<&Report>, asked: &[String], generation: Option<i64>) -> Condition {
     match report {
+        // Sentinel may name the promoted replica before the failover ends.
+        Some(report) if report.flags.iter().any(|flag| flag == "failover_in_progress") => new_condition(
+            PRIMARY_KNOWN,
+            false,
+            "FailoverInProgress",
+            &format!(
+                "Sentinel is promoting a replica in place of the primary ({}): the status names the new one when it is done",
+                report.flags.join(",")
+            ),
+            generation,
+        ),
         Some(report) if report.failing_over() => new_condition(
             PRIMARY_KNOWN,
             false,
@@ -255,6 +266,12 @@ mod tests {
         let condition = condition(None, &["ha-cache-0.ha-cache-headless.ns.svc.cluster.local".into()], Some(1));
         assert_eq!((condition.status.as_str(), condition.reason.as_str()), ("False", "SentinelUnreachable"));
         assert!(condition.message.contains("ha-cache-0.ha-cache-headless") && condition.message.contains("26379"), "{}", condition.message);
+    }
+
+    #[test]
+    fn a_failover_under_way_is_not_a_known_primary() {
+        let condition = condition(Some(&report("ha-cache-1", "master,s_down,o_down,failover_in_progress", 1)), &[], Some(1));
+        assert_eq!((condition.status.as_str(), condition.reason.as_str()), ("False", "FailoverInProgress"));
     }
 
     #[test]

@@ -910,9 +910,14 @@ fn replicated_redis_fails_over_to_a_replica() {
         promoted != ports[0] && redis_cli(promoted, &["INFO", "replication"]).contains("role:master")
     });
     assert!(nodes.iter().any(|n| n.server_port == promoted));
-    let (after, _) = ask();
+    // Sentinel names the new address before it ends the failover: the report says so until then.
+    let mut after = Vec::new();
+    wait_until("Sentinel to end the failover", Duration::from_secs(30), || {
+        after = ask().0;
+        after.first().is_some_and(|report| !report.failing_over())
+    });
     assert!(after[0].config_epoch > before[0].config_epoch, "a failover raises the epoch: {after:?}");
-    assert!(!after[0].failing_over() && after[0].primary_for < Duration::from_secs(45), "{after:?}");
+    assert!(after[0].primary_for < Duration::from_secs(75), "promoted during this test: {after:?}");
     assert_eq!(redis_cli(promoted, &["GET", "key"]), "before-failover", "no acknowledged data is lost");
     assert_eq!(redis_cli(promoted, &["SET", "key", "after-failover"]), "OK", "the new primary takes writes");
 }
