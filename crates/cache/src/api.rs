@@ -104,8 +104,8 @@ pub struct CacheStatus {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_handled_reconcile_at: Option<String>,
     /// The pod that takes writes, as Sentinel reports it (replicated Caches with automatic
-    /// failover only). Looked at every 30 s, every 5 s while the primary is down; the
-    /// `PrimaryKnown` condition says whether it is current.
+    /// failover only). Looked at every 30 s, every 5 s while the primary is down or a pod is
+    /// not ready; the `PrimaryKnown` condition says whether it is current.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub primary: Option<String>,
     /// The last failover Sentinel made: when the new primary took over, and from which pod to

@@ -355,7 +355,9 @@ async fn primary(cache: &Cache, ready: i32) -> (PrimaryUpdate, Condition, Durati
     let (reports, errors) = sentinel::ask(&hosts, build::SENTINEL_PORT as u16, &cache.name_any()).await;
     match sentinel::latest(reports) {
         Some(report) => {
-            let next = if report.failing_over() { sentinel::POLL_FAILING_OVER } else { sentinel::POLL };
+            // A pod not ready may be the primary, before Sentinel notices (5 s): look again soon.
+            let unsettled = report.failing_over() || ready < cache.spec.replicas;
+            let next = if unsettled { sentinel::POLL_FAILING_OVER } else { sentinel::POLL };
             let known = sentinel::condition(Some(&report), &hosts, generation);
             (PrimaryUpdate::Seen(report, jiff::Timestamp::now()), known, next)
         }

@@ -16,9 +16,9 @@
 //!   `PrimaryKnown=False` condition, never a failed reconcile.
 //! - **Following switchovers.** Nothing in Kubernetes changes when Sentinel promotes a replica
 //!   (the pod of the old primary may even stay up), so a Cache with Sentinel is looked at again
-//!   every [`POLL`], and every [`POLL_FAILING_OVER`] while the primary is down or a failover is
-//!   under way. A killed primary pod also changes the StatefulSet, which triggers a reconcile at
-//!   once.
+//!   every [`POLL`], and every [`POLL_FAILING_OVER`] while the primary is down, a failover is
+//!   under way or a pod is not ready (it may be the primary, before Sentinel notices). A killed
+//!   primary pod also changes the StatefulSet, which triggers a reconcile at once.
 
 use std::collections::HashMap;
 use std::time::Duration;
@@ -34,7 +34,7 @@ use crate::api::Failover;
 pub const CALL_TIMEOUT: Duration = Duration::from_secs(2);
 /// How often a Cache with Sentinel is looked at when nothing happens in Kubernetes.
 pub const POLL: Duration = Duration::from_secs(30);
-/// How often while Sentinel reports the primary down or fails over.
+/// How often while Sentinel reports the primary down or fails over, or a pod is not ready.
 pub const POLL_FAILING_OVER: Duration = Duration::from_secs(5);
 /// The condition type: whether the status names the primary Sentinel reports now.
 pub const PRIMARY_KNOWN: &str = "PrimaryKnown";
