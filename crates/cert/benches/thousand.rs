@@ -44,6 +44,11 @@ use kube::api::{Api, ListParams, PostParams};
 use kube::{Client, CustomResourceExt as _};
 use prometheus_client::registry::Registry;
 
+/// The allocator of the `blockwork` binary (its main.rs), so that the child's memory is the
+/// operator's.
+#[global_allocator]
+static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
+
 /// Hosted zones the Certs are spread over (round robin), in one account.
 const ZONES: usize = 8;
 /// The operator's default (`blockwork run`).
