@@ -7,24 +7,13 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use aws_config::BehaviorVersion;
-use aws_config::retry::RetryConfig;
 use blockwork_aws::acm::{Acm, AcmConfig, CertificateRequest, Freshness};
-use blockwork_aws::quota::{Override, Quotas, Service};
+use blockwork_aws::quota::{Quotas, Service};
 use blockwork_aws::route53::{BatchPolicy, Deletion, Record, Zone};
 use blockwork_aws::{Aws, AwsConfig, AwsMetrics, RetryPolicy};
+use blockwork_testenv::aws::{hosted_zone, layer_config, sdk_config};
 use blockwork_testenv::emulators::moto;
 use blockwork_testenv::fault_proxy::{Fault, FaultProxy, Operation};
-
-async fn sdk_config(endpoint: &str) -> aws_config::SdkConfig {
-    aws_config::defaults(BehaviorVersion::latest())
-        .endpoint_url(endpoint)
-        .region(aws_config::Region::new("us-east-1"))
-        .credentials_provider(aws_sdk_sts::config::Credentials::new("test", "test", None, None, "test"))
-        .retry_config(RetryConfig::disabled())
-        .load()
-        .await
-}
 
 /// A layer through `proxy` with `quotas` (the process's share) and a batch policy.
 async fn layer(proxy: &FaultProxy, quotas: Quotas, batch: BatchPolicy) -> Arc<Aws> {
@@ -39,20 +28,15 @@ async fn layer(proxy: &FaultProxy, quotas: Quotas, batch: BatchPolicy) -> Arc<Aw
     Aws::with_sdk_config(config, sdk_config(&proxy.endpoint()).await, Arc::new(AwsMetrics::unregistered()))
 }
 
+/// Quotas far above what a test needs.
 fn generous() -> Quotas {
-    let overrides: Vec<Override> = ["route53=100/100", "route53.*=100/100", "acm.*=100/100", "acm.ListCertificates=100/100"]
-        .iter()
-        .map(|o| o.parse().unwrap())
-        .collect();
-    Quotas::aws().with(&overrides)
+    layer_config().quotas
 }
 
 /// A hosted zone of its own in moto (straight, not through the proxy).
 async fn zone(name: &str) -> (String, aws_sdk_route53::Client) {
     let route53 = aws_sdk_route53::Client::new(&sdk_config(&moto().await.unwrap().endpoint()).await);
-    let name = format!("{name}-{}.test", uuid_suffix());
-    let created = route53.create_hosted_zone().name(&name).caller_reference(name.clone()).send().await.unwrap();
-    (created.hosted_zone.unwrap().id.trim_start_matches("/hostedzone/").to_owned(), route53)
+    (hosted_zone(&route53, &format!("{name}-{}.test", uuid_suffix())).await, route53)
 }
 
 fn uuid_suffix() -> String {

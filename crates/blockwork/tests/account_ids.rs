@@ -12,10 +12,8 @@ use std::path::Path;
 use std::process::Stdio;
 use std::time::Duration;
 
-use aws_sdk_cloudfront::types::{
-    Certificate, ConnectionMode, Customizations, DefaultCacheBehavior, DistributionConfig, DomainItem, Origin, Origins, ViewerCertificate,
-    ViewerProtocolPolicy,
-};
+use aws_sdk_cloudfront::types::{Certificate, Customizations, DomainItem};
+use blockwork_testenv::aws::{hosted_zone, request_certificate, sdk_config, tenant_only_distribution};
 use blockwork_testenv::emulators::Emulators;
 use blockwork_testenv::fault_proxy::{Fault, FaultProxy, Operation};
 use blockwork_testenv::leaks::Scanner;
@@ -150,48 +148,15 @@ struct Aws {
 impl Aws {
     async fn new(emulators: &Emulators, domain: &str) -> Self {
         let route53 = aws_sdk_route53::Client::new(&sdk_config(&emulators.moto.endpoint()).await);
-        let zone = route53.create_hosted_zone().name(domain).caller_reference(domain).send().await.unwrap();
-        let zone_id = zone.hosted_zone().unwrap().id().trim_start_matches("/hostedzone/").to_owned();
+        let zone_id = hosted_zone(&route53, domain).await;
         let config = sdk_config(&emulators.ministack.endpoint()).await;
         let cloudfront = aws_sdk_cloudfront::Client::new(&config);
         let acm = aws_sdk_acm::Client::new(&config);
-        let request = |name: String| {
-            let acm = acm.clone();
-            async move {
-                let output = acm
-                    .request_certificate()
-                    .domain_name(&name)
-                    .validation_method(aws_sdk_acm::types::ValidationMethod::Dns)
-                    .send()
-                    .await
-                    .unwrap();
-                output.certificate_arn().unwrap().to_owned()
-            }
-        };
-        let certificate = request(format!("*.{domain}")).await;
-        let other_certificate = request(format!("other.{domain}")).await;
+        let certificate = request_certificate(&acm, &[format!("*.{domain}")]).await;
+        let other_certificate = request_certificate(&acm, &[format!("other.{domain}")]).await;
         let group = cloudfront.create_connection_group().name(domain.replace('.', "-")).enabled(true).send().await.unwrap();
         let connection_group_id = group.connection_group().unwrap().id().unwrap().to_owned();
-        let origin = Origin::builder().id("origin").domain_name("origin.example.com").build().unwrap();
-        let distribution = DistributionConfig::builder()
-            .caller_reference(domain)
-            .origins(Origins::builder().quantity(1).items(origin).build().unwrap())
-            .default_cache_behavior(
-                DefaultCacheBehavior::builder()
-                    .target_origin_id("origin")
-                    .viewer_protocol_policy(ViewerProtocolPolicy::RedirectToHttps)
-                    .cache_policy_id("658327ea-f89d-4fab-a63d-7e88639e58f6")
-                    .build()
-                    .unwrap(),
-            )
-            .comment("blockwork account-id scan")
-            .enabled(true)
-            .connection_mode(ConnectionMode::TenantOnly)
-            .viewer_certificate(ViewerCertificate::builder().cloud_front_default_certificate(true).build())
-            .build()
-            .unwrap();
-        let distribution = cloudfront.create_distribution().distribution_config(distribution).send().await.unwrap();
-        let distribution_id = distribution.distribution().unwrap().id().to_owned();
+        let distribution_id = tenant_only_distribution(&cloudfront, domain, None, &[]).await;
         Self { cloudfront, zone_id, distribution_id, connection_group_id, domain: domain.to_owned(), certificate, other_certificate }
     }
 
@@ -228,15 +193,6 @@ impl Aws {
             .await
             .unwrap();
     }
-}
-
-async fn sdk_config(endpoint: &str) -> aws_config::SdkConfig {
-    aws_config::defaults(aws_config::BehaviorVersion::latest())
-        .endpoint_url(endpoint)
-        .region(aws_config::Region::new("us-east-1"))
-        .credentials_provider(aws_sdk_cloudfront::config::Credentials::new("test", "test", None, None, "test"))
-        .load()
-        .await
 }
 
 /// `blockwork run`, every controller, on the test's namespace; killed on drop.

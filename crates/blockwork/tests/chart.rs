@@ -8,9 +8,10 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
-use std::process::{Output, Stdio};
+use std::process::Output;
 use std::sync::Arc;
 
+use blockwork_testenv::commands::tool;
 use k8s_openapi::api::core::v1::Namespace;
 use kube::Api;
 use kube::api::{ObjectMeta, PostParams};
@@ -25,22 +26,9 @@ fn chart() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../../charts/blockwork")
 }
 
-fn tool(name: &str) -> PathBuf {
-    let tools = std::env::var("BLOCKWORK_TOOLS_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|_| PathBuf::from(std::env::var("HOME").unwrap()).join(".cache/blockwork-tools"));
-    tools.join("bin").join(name)
-}
-
-fn output(program: &Path, args: &[&str], env: &[(&str, &Path)], stdin: &str) -> Output {
-    let mut command = std::process::Command::new(program);
-    command.args(args).stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped());
-    for (key, value) in env {
-        command.env(key, value);
-    }
-    let mut child = command.spawn().unwrap_or_else(|e| panic!("{}: {e}", program.display()));
-    std::io::Write::write_all(&mut child.stdin.take().unwrap(), stdin.as_bytes()).unwrap();
-    child.wait_with_output().unwrap()
+/// `helm args` with `env`.
+fn helm(args: &[&str], env: &[(&str, &Path)]) -> Output {
+    std::process::Command::new(tool("helm").unwrap()).args(args).envs(env.iter().copied()).output().unwrap()
 }
 
 fn text(bytes: &[u8]) -> String {
@@ -54,7 +42,7 @@ fn try_render(namespace: &str, sets: &[&str]) -> Result<String, String> {
     for set in sets {
         args.extend(["--set", set]);
     }
-    let out = output(&tool("helm"), &args, &[], "");
+    let out = helm(&args, &[]);
     if out.status.success() { Ok(text(&out.stdout)) } else { Err(text(&out.stderr)) }
 }
 
@@ -75,7 +63,7 @@ fn of_kind<'a>(documents: &'a [Value], kind: &str) -> Vec<&'a Value> {
 }
 
 fn blockwork(args: &[&str]) -> String {
-    let out = output(Path::new(BIN), args, &[], "");
+    let out = std::process::Command::new(BIN).args(args).output().unwrap();
     assert!(out.status.success(), "blockwork {args:?}: {}", text(&out.stderr));
     text(&out.stdout)
 }
@@ -88,7 +76,7 @@ fn the_chart_lints_clean() {
         for set in &sets {
             args.extend(["--set", set]);
         }
-        let out = output(&tool("helm"), &args, &[], "");
+        let out = helm(&args, &[]);
         assert!(out.status.success(), "helm lint {sets:?}:\n{}{}", text(&out.stdout), text(&out.stderr));
     }
 }
@@ -383,7 +371,7 @@ fn stand_in_crds() -> String {
 async fn every_rendered_option_is_accepted_by_the_api_server() {
     let plane = blockwork_testenv::control_plane::control_plane().await.unwrap();
     let kubeconfig = plane.kubeconfig_path().to_path_buf();
-    let kubectl = |args: &[&str], stdin: &str| output(&tool("kubectl"), args, &[("KUBECONFIG", &kubeconfig)], stdin);
+    let kubectl = |args: &[&str], stdin: &str| blockwork_testenv::commands::kubectl(&kubeconfig, args, stdin.as_bytes()).unwrap();
     let applied = kubectl(&["apply", "--server-side", "-f", "-"], &stand_in_crds());
     assert!(applied.status.success(), "{}", text(&applied.stderr));
     let waited = kubectl(&["wait", "--for", "condition=established", "--timeout", "60s", "crd", "--all"], "");
@@ -598,7 +586,7 @@ async fn helm_install_against_the_api_server_prints_how_to_check_the_install() {
     let namespace = plane.namespace("chart-install").await.unwrap();
     let chart = chart();
     let args = ["install", "blockwork", chart.to_str().unwrap(), "--namespace", &namespace, "--dry-run=server"];
-    let out = output(&tool("helm"), &args, &[("KUBECONFIG", plane.kubeconfig_path())], "");
+    let out = helm(&args, &[("KUBECONFIG", plane.kubeconfig_path())]);
     assert!(out.status.success(), "{}", text(&out.stderr));
     let stdout = text(&out.stdout);
     let notes = stdout.split("NOTES:").nth(1).unwrap_or_else(|| panic!("no NOTES:\n{stdout}"));

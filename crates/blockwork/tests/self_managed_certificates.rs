@@ -14,6 +14,7 @@ use std::process::Stdio;
 use std::sync::Arc;
 use std::time::Duration;
 
+use blockwork_testenv::commands::kubectl_ok;
 use k8s_openapi::api::admissionregistration::v1::ValidatingWebhookConfiguration;
 use k8s_openapi::api::core::v1::{Secret, Service, ServicePort, ServiceSpec};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
@@ -29,26 +30,10 @@ const SERVICE: &str = "blockwork-webhook";
 const CONFIGURATION: &str = "blockwork";
 const ZONES: &str = "k8s.example.com:Z0000000000000000001";
 
-fn tool(name: &str) -> PathBuf {
-    let tools = std::env::var("BLOCKWORK_TOOLS_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|_| PathBuf::from(std::env::var("HOME").unwrap()).join(".cache/blockwork-tools"));
-    tools.join("bin").join(name)
-}
-
-/// Runs `program args` with `stdin`, asserting success; returns stdout.
-fn run(program: &Path, args: &[&str], kubeconfig: &Path, stdin: &str) -> String {
-    let mut child = std::process::Command::new(program)
-        .args(args)
-        .env("KUBECONFIG", kubeconfig)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    std::io::Write::write_all(&mut child.stdin.take().unwrap(), stdin.as_bytes()).unwrap();
-    let output = child.wait_with_output().unwrap();
-    assert!(output.status.success(), "{} {args:?}: {}", program.display(), String::from_utf8_lossy(&output.stderr));
+/// `blockwork args`, which must succeed; its stdout.
+fn blockwork(args: &[&str]) -> String {
+    let output = std::process::Command::new(BIN).args(args).output().unwrap();
+    assert!(output.status.success(), "blockwork {args:?}: {}", String::from_utf8_lossy(&output.stderr));
     String::from_utf8_lossy(&output.stdout).into_owned()
 }
 
@@ -133,26 +118,18 @@ impl Replica {
 /// A kubeconfig for the ServiceAccount `blockwork` of `namespace`, bound to what `blockwork
 /// rbac` generates for self-managed certificates.
 fn generated_rbac_kubeconfig(admin: &Path, namespace: &str, dir: &Path) -> PathBuf {
-    let kubectl = tool("kubectl");
-    run(&kubectl, &["create", "serviceaccount", "blockwork", "-n", namespace], admin, "");
-    let rbac = run(
-        Path::new(BIN),
-        &["rbac", "--controllers", "cache,cert", "--name", namespace, "--namespace", namespace, "--namespaces", namespace],
-        admin,
-        "",
-    );
-    let certificates = run(
-        Path::new(BIN),
+    kubectl_ok(admin, &["create", "serviceaccount", "blockwork", "-n", namespace], b"").unwrap();
+    let rbac =
+        blockwork(&["rbac", "--controllers", "cache,cert", "--name", namespace, "--namespace", namespace, "--namespaces", namespace]);
+    let certificates = blockwork(
         &["rbac", "--controllers", "cache,cert", "--name", namespace, "--namespace", namespace, "--namespaces", namespace]
             .into_iter()
             .chain(["--webhook-certificate-secret", SECRET, "--webhook-configuration-name", CONFIGURATION])
             .collect::<Vec<_>>(),
-        admin,
-        "",
     );
     assert!(certificates.len() > rbac.len(), "self-managed certificates need more than the controllers:\n{certificates}");
-    run(&kubectl, &["apply", "-f", "-"], admin, &certificates);
-    let token = run(&kubectl, &["create", "token", "blockwork", "-n", namespace, "--duration", "1h"], admin, "");
+    kubectl_ok(admin, &["apply", "-f", "-"], certificates.as_bytes()).unwrap();
+    let token = kubectl_ok(admin, &["create", "token", "blockwork", "-n", namespace, "--duration", "1h"], b"").unwrap();
     let text = std::fs::read_to_string(admin).unwrap();
     let admin_token = text.lines().find_map(|l| l.trim().strip_prefix("token: ")).unwrap();
     let path = dir.join("kubeconfig");
@@ -186,11 +163,11 @@ async fn self_managed_certificates_are_trusted_and_renewed_without_a_failed_requ
 
     // What the chart installs besides the Deployment: CRDs and webhook configuration pointing at
     // the Service, the Service, RBAC.
-    let crds = run(Path::new(BIN), &["crds", "--webhook-service-namespace", &namespace], &admin, "");
-    run(&tool("kubectl"), &["apply", "--server-side", "-f", "-"], &admin, &crds);
-    let webhooks = run(Path::new(BIN), &["webhooks", "--controllers", "cert", "--webhook-service-namespace", &namespace], &admin, "");
-    run(&tool("kubectl"), &["apply", "--server-side", "-f", "-"], &admin, &webhooks);
-    run(&tool("kubectl"), &["wait", "--for", "condition=established", "--timeout", "60s", "crd", "--all"], &admin, "");
+    let crds = blockwork(&["crds", "--webhook-service-namespace", &namespace]);
+    kubectl_ok(&admin, &["apply", "--server-side", "-f", "-"], crds.as_bytes()).unwrap();
+    let webhooks = blockwork(&["webhooks", "--controllers", "cert", "--webhook-service-namespace", &namespace]);
+    kubectl_ok(&admin, &["apply", "--server-side", "-f", "-"], webhooks.as_bytes()).unwrap();
+    kubectl_ok(&admin, &["wait", "--for", "condition=established", "--timeout", "60s", "crd", "--all"], b"").unwrap();
     let service = Service {
         metadata: ObjectMeta { name: Some(SERVICE.into()), ..ObjectMeta::default() },
         spec: Some(ServiceSpec { ports: Some(vec![ServicePort { port: 443, ..ServicePort::default() }]), ..ServiceSpec::default() }),

@@ -11,6 +11,7 @@ use std::time::Duration;
 use blockwork_cert::{Cert, CertSpec};
 use blockwork_tenant::api::DomainName;
 use blockwork_tenant::{DistributionTenant, DistributionTenantSpec};
+use blockwork_testenv::commands::kubectl_ok;
 use kube::Api;
 use kube::api::PostParams;
 use tokio::sync::Mutex;
@@ -67,7 +68,7 @@ impl Webhook {
             .output()
             .unwrap();
         assert!(registration.status.success(), "{}", String::from_utf8_lossy(&registration.stderr));
-        kubectl(kubeconfig, &["apply", "--server-side", "--force-conflicts", "-f", "-"], &registration.stdout);
+        kubectl_ok(kubeconfig, &["apply", "--server-side", "--force-conflicts", "-f", "-"], &registration.stdout).unwrap();
         webhook
     }
 
@@ -80,23 +81,6 @@ impl Drop for Webhook {
     fn drop(&mut self) {
         let _ = self.child.start_kill();
     }
-}
-
-fn kubectl(kubeconfig: &Path, args: &[&str], stdin: &[u8]) {
-    let tools = std::env::var("BLOCKWORK_TOOLS_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|_| PathBuf::from(std::env::var("HOME").unwrap()).join(".cache/blockwork-tools"));
-    let mut child = std::process::Command::new(tools.join("bin/kubectl"))
-        .args(args)
-        .env("KUBECONFIG", kubeconfig)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    std::io::Write::write_all(&mut child.stdin.take().unwrap(), stdin).unwrap();
-    let output = child.wait_with_output().unwrap();
-    assert!(output.status.success(), "kubectl {args:?}: {}", String::from_utf8_lossy(&output.stderr));
 }
 
 async fn cluster() -> (kube::Client, PathBuf) {

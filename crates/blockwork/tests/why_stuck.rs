@@ -9,6 +9,7 @@ use std::process::{Output, Stdio};
 use std::time::Duration;
 
 use blockwork_cert::{Cert, CertSpec};
+use blockwork_testenv::commands::{kubectl_ok, tool};
 use kube::Api;
 use kube::api::{Patch, PatchParams, PostParams};
 use serde_json::json;
@@ -17,12 +18,6 @@ const BIN: &str = env!("CARGO_BIN_EXE_blockwork");
 
 /// One test at a time registers the cluster-wide admission webhook or creates what it admits.
 static WEBHOOK: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
-
-fn tools() -> PathBuf {
-    std::env::var("BLOCKWORK_TOOLS_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|_| PathBuf::from(std::env::var("HOME").unwrap()).join(".cache/blockwork-tools"))
-}
 
 fn text(output: &Output) -> String {
     format!("{}{}", String::from_utf8_lossy(&output.stdout), String::from_utf8_lossy(&output.stderr))
@@ -61,7 +56,7 @@ async fn failed_cert(client: &kube::Client, namespace: &str) {
 /// `kubectl` with the plugin on its PATH (a link named as kubectl looks for it).
 fn kubectl(plugins: &Path, kubeconfig: &Path, args: &[&str]) -> Output {
     let path = format!("{}:{}", plugins.display(), std::env::var("PATH").unwrap_or_default());
-    std::process::Command::new(tools().join("bin/kubectl")).args(args).env("PATH", path).env("KUBECONFIG", kubeconfig).output().unwrap()
+    std::process::Command::new(tool("kubectl").unwrap()).args(args).env("PATH", path).env("KUBECONFIG", kubeconfig).output().unwrap()
 }
 
 #[tokio::test]
@@ -158,10 +153,11 @@ struct Registration(PathBuf);
 
 impl Drop for Registration {
     fn drop(&mut self) {
-        let _ = std::process::Command::new(tools().join("bin/kubectl"))
-            .args(["delete", "validatingwebhookconfiguration", "blockwork", "--ignore-not-found"])
-            .env("KUBECONFIG", &self.0)
-            .output();
+        let _ = blockwork_testenv::commands::kubectl(
+            &self.0,
+            &["delete", "validatingwebhookconfiguration", "blockwork", "--ignore-not-found"],
+            b"",
+        );
     }
 }
 
@@ -210,17 +206,7 @@ impl Operator {
 }
 
 fn apply(kubeconfig: &Path, manifests: &[u8]) {
-    let mut child = std::process::Command::new(tools().join("bin/kubectl"))
-        .args(["apply", "--server-side", "--force-conflicts", "-f", "-"])
-        .env("KUBECONFIG", kubeconfig)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    std::io::Write::write_all(&mut child.stdin.take().unwrap(), manifests).unwrap();
-    let output = child.wait_with_output().unwrap();
-    assert!(output.status.success(), "kubectl apply: {}", String::from_utf8_lossy(&output.stderr));
+    kubectl_ok(kubeconfig, &["apply", "--server-side", "--force-conflicts", "-f", "-"], manifests).unwrap();
 }
 
 fn aws_credentials() -> [(&'static str, &'static str); 2] {
@@ -251,17 +237,9 @@ async fn check_passes_against_a_working_install_and_names_the_fix_of_each_failur
     let lease_namespace = plane.namespace("check-lease").await.unwrap();
     let kubeconfig = plane.kubeconfig_path();
     let moto = blockwork_testenv::emulators::moto().await.unwrap().endpoint();
-    let route53 = aws_sdk_route53::Client::new(
-        &aws_config::defaults(aws_config::BehaviorVersion::latest())
-            .endpoint_url(&moto)
-            .region(aws_config::Region::new("us-east-1"))
-            .credentials_provider(aws_sdk_route53::config::Credentials::new("test", "test", None, None, "test"))
-            .load()
-            .await,
-    );
+    let route53 = aws_sdk_route53::Client::new(&blockwork_testenv::aws::sdk_config(&moto).await);
     let zone_name = format!("{namespace}.example.com");
-    let zone = route53.create_hosted_zone().name(&zone_name).caller_reference(&namespace).send().await.unwrap();
-    let zone_id = zone.hosted_zone().unwrap().id().trim_start_matches("/hostedzone/").to_owned();
+    let zone_id = blockwork_testenv::aws::hosted_zone(&route53, &zone_name).await;
     let zones = format!("{zone_name}:{zone_id}");
 
     let _registration = Registration(kubeconfig.to_path_buf());

@@ -5,9 +5,8 @@
 
 mod support;
 
-use std::time::Duration;
-
 use blockwork_cert::CertState;
+use blockwork_testenv::harness::{TIMEOUT, eventually};
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::ResourceExt;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
@@ -21,15 +20,11 @@ impl Harness {
 
     /// Polls until the ConfigMap `name` satisfies `check` (`None`: absent).
     async fn wait_for_configmap(&self, name: &str, what: &str, check: impl Fn(Option<&ConfigMap>) -> bool) -> Option<ConfigMap> {
-        let deadline = tokio::time::Instant::now() + Duration::from_secs(40);
-        loop {
+        let found = async || {
             let map = self.configmaps().get_opt(name).await.unwrap();
-            if check(map.as_ref()) {
-                return map;
-            }
-            assert!(tokio::time::Instant::now() < deadline, "timed out waiting for ConfigMap {name} to be {what}; last: {map:#?}");
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
+            if check(map.as_ref()) { Ok(map) } else { Err(format!("{map:#?}")) }
+        };
+        eventually(&format!("ConfigMap {name} to be {what}"), TIMEOUT, found).await
     }
 }
 

@@ -13,6 +13,7 @@ use std::time::Duration;
 
 use blockwork_cert::{CertSpec, CertState};
 use blockwork_testenv::fault_proxy::{Fault, Operation};
+use blockwork_testenv::harness::{TIMEOUT, eventually};
 use kube::ResourceExt;
 use kube::api::{DeleteParams, Patch, PatchParams};
 use serde_json::json;
@@ -63,20 +64,16 @@ impl Harness {
     async fn wait_for_owned(&self, uid: &str, expected: &[String]) {
         let mut expected = expected.to_vec();
         expected.sort();
-        let deadline = tokio::time::Instant::now() + Duration::from_secs(40);
-        loop {
+        let owned = async || {
             let owned = self.owned_certificates(uid).await;
-            if owned == expected {
-                return;
-            }
-            assert!(tokio::time::Instant::now() < deadline, "owned certificates {owned:?}, expected {expected:?}");
-            tokio::time::sleep(Duration::from_millis(200)).await;
-        }
+            if owned == expected { Ok(()) } else { Err(format!("{owned:?}")) }
+        };
+        eventually(&format!("owned certificates {expected:?}"), TIMEOUT, owned).await;
     }
 
     /// Names of the CNAMEs in the harness's zone, sorted.
     async fn cname_names(&self) -> Vec<String> {
-        let mut names: Vec<String> = self.cnames(&self.zones[0]).await.into_iter().map(|(name, _)| name).collect();
+        let mut names: Vec<String> = self.cnames(&self.zones[0]).await.into_iter().map(|(name, _, _)| name).collect();
         names.sort();
         names
     }
@@ -87,7 +84,7 @@ async fn a_cert_deleted_while_its_certificate_is_requested_deletes_that_certific
     let h = Harness::start("race-delete", &["main"]).await;
     h.proxy.inject(Operation::named("RequestCertificate"), Fault::Latency(HELD), 1);
     let created = h.create("api", deleted_on_removal(spec("api", "dev"))).await;
-    h.wait_for_calls("RequestCertificate", 1).await;
+    h.proxy.wait_for_calls("RequestCertificate", 1).await;
     h.api().delete("api", &DeleteParams::default()).await.unwrap();
     h.wait_gone("api").await;
 
@@ -104,7 +101,7 @@ async fn a_conflict_on_the_status_write_after_the_request_loses_no_certificate()
     h.proxy.inject(Operation::named("RequestCertificate"), Fault::Latency(HELD), 1);
     let created = h.create("api", deleted_on_removal(spec("api", "dev"))).await;
     let uid = created.uid().unwrap();
-    h.wait_for_calls("RequestCertificate", 1).await;
+    h.proxy.wait_for_calls("RequestCertificate", 1).await;
     h.touch("api", "during-the-request").await;
     h.wait_for_state("api", CertState::Ready).await;
 
@@ -126,7 +123,7 @@ async fn a_san_change_during_the_request_replaces_the_first_certificate_with_del
     h.proxy.inject(Operation::named("RequestCertificate"), Fault::Latency(HELD), 1);
     let created = h.create("api", deleted_on_removal(with_sans(spec("api", "dev"), std::slice::from_ref(&first)))).await;
     let uid = created.uid().unwrap();
-    h.wait_for_calls("RequestCertificate", 1).await;
+    h.proxy.wait_for_calls("RequestCertificate", 1).await;
     h.set_sans("api", std::slice::from_ref(&second)).await;
     let domain = h.name_in_zone("api-dev");
     h.wait_ready_at("api", 2).await;
@@ -152,7 +149,7 @@ async fn a_san_change_during_the_request_keeps_the_first_certificate_without_del
     h.proxy.inject(Operation::named("RequestCertificate"), Fault::Latency(HELD), 1);
     let created = h.create("api", with_sans(spec("api", "dev"), std::slice::from_ref(&first))).await;
     let uid = created.uid().unwrap();
-    h.wait_for_calls("RequestCertificate", 1).await;
+    h.proxy.wait_for_calls("RequestCertificate", 1).await;
     h.set_sans("api", std::slice::from_ref(&second)).await;
     h.wait_ready_at("api", 2).await;
 
@@ -175,8 +172,8 @@ async fn a_kill_between_the_request_and_the_status_write_then_deletion_deletes_t
     h.proxy.inject(Operation::named("DescribeCertificate"), Fault::Latency(Duration::from_secs(60)), 1);
     let created = h.create("api", deleted_on_removal(spec("api", "dev"))).await;
     let uid = created.uid().unwrap();
-    h.wait_for_calls("DescribeCertificate", 1).await;
-    h.crash_controller();
+    h.proxy.wait_for_calls("DescribeCertificate", 1).await;
+    h.controller.crash();
     assert_eq!(h.owned_certificates(&uid).await.len(), 1, "the request landed");
     assert_eq!(status(&h.api().get("api").await.unwrap()).observation.certificate_arn, None, "its ARN did not");
 
@@ -193,8 +190,8 @@ async fn a_kill_between_the_request_and_the_status_write_then_a_san_change_repla
     h.proxy.inject(Operation::named("DescribeCertificate"), Fault::Latency(Duration::from_secs(60)), 1);
     let created = h.create("api", deleted_on_removal(with_sans(spec("api", "dev"), &[h.name_in_zone("www")]))).await;
     let uid = created.uid().unwrap();
-    h.wait_for_calls("DescribeCertificate", 1).await;
-    h.crash_controller();
+    h.proxy.wait_for_calls("DescribeCertificate", 1).await;
+    h.controller.crash();
     let first = h.owned_certificates(&uid).await;
     assert_eq!(first.len(), 1, "the request landed");
 
@@ -219,7 +216,7 @@ async fn a_replaced_certificate_is_deleted_once_the_new_one_is_issued_and_nothin
     // AWS refuses to delete a certificate a load balancer uses.
     h.proxy.inject(Operation::named("DeleteCertificate"), Fault::ResourceInUse, 1000);
     h.api().patch("api", &PatchParams::default(), &Patch::Merge(json!({"spec": {"environment": "qa"}}))).await.unwrap();
-    h.wait_for_calls("RequestCertificate", 2).await;
+    h.proxy.wait_for_calls("RequestCertificate", 2).await;
     assert_eq!(h.proxy.calls("DeleteCertificate"), 0, "the new certificate is requested before the old one is touched");
 
     let domain = h.name_in_zone("api-qa");
@@ -308,13 +305,13 @@ async fn randomized_races_leave_no_certificate_or_record_behind() {
             2 => {
                 h.set_sans(&name, &[h.name_in_zone(&format!("b-{name}"))]).await;
                 tokio::time::sleep(Duration::from_millis(after)).await;
-                h.crash_controller();
+                h.controller.crash();
                 tokio::time::sleep(SUCCESSOR_DELAY).await;
                 h.start_controller().await;
             }
             // Killed at a random moment, deleted while no controller runs.
             _ => {
-                h.crash_controller();
+                h.controller.crash();
                 h.api().delete(&name, &DeleteParams::default()).await.unwrap();
                 tokio::time::sleep(SUCCESSOR_DELAY + Duration::from_millis(after)).await;
                 h.start_controller().await;

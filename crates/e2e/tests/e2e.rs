@@ -160,7 +160,7 @@ impl Suite {
             eprintln!("e2e: another end-to-end suite holds {SUITE_LOCK}; waiting for it");
             lock.lock()?;
         }
-        let binary = blockwork_binary()?;
+        let binary = blockwork_testenv::commands::blockwork_binary()?;
         let image = if blockwork { Some(blockwork_image(&binary)?) } else { None };
         let node = Node::up()?;
         if let Some(image) = &image {
@@ -250,39 +250,6 @@ impl Suite {
             eprintln!("--- {pod} (last 40 lines) ---\n{log}");
         }
     }
-}
-
-/// The `blockwork` binary of this build: beside the test binary's `deps/` directory. Built by
-/// `cargo test --workspace` (and `make e2e`); refused when a source file is newer, so the suite
-/// never tests an old operator.
-fn blockwork_binary() -> Result<PathBuf> {
-    let exe = std::env::current_exe()?;
-    let binary =
-        exe.parent().and_then(|deps| deps.parent()).map(|dir| dir.join("blockwork")).ok_or_else(|| anyhow!("no target directory"))?;
-    let built = std::fs::metadata(&binary)
-        .and_then(|m| m.modified())
-        .with_context(|| format!("{} is not built: run `cargo build -p blockwork` (make e2e does)", binary.display()))?;
-    if let Some(newer) = newer_source(&workspace().join("crates"), built) {
-        bail!("{} is older than {}: run `cargo build -p blockwork` (make e2e does)", binary.display(), newer.display());
-    }
-    Ok(binary)
-}
-
-fn newer_source(dir: &std::path::Path, than: std::time::SystemTime) -> Option<PathBuf> {
-    for entry in std::fs::read_dir(dir).ok()?.flatten() {
-        let path = entry.path();
-        let name = entry.file_name();
-        if path.is_dir() && name != "tests" && name != "benches" && name != "e2e" {
-            if let Some(found) = newer_source(&path, than) {
-                return Some(found);
-            }
-        } else if path.extension().is_some_and(|e| e == "rs" || e == "toml")
-            && entry.metadata().and_then(|m| m.modified()).is_ok_and(|m| m > than)
-        {
-            return Some(path);
-        }
-    }
-    None
 }
 
 /// Blockwork's image as an OCI archive: `$BLOCKWORK_E2E_IMAGE` when set (say, a release

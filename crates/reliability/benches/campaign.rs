@@ -10,15 +10,12 @@
 
 #![allow(clippy::print_stdout)]
 
-use std::path::Path;
 use std::process::ExitCode;
 use std::time::Duration;
 
 use blockwork_reliability::report::{Report, seed};
 use blockwork_reliability::suites::{self, ApiTrouble, FaultSoak, LeaderFailover, RandomKills, Scale};
 use blockwork_reliability::workload::Counts;
-
-const BINARY: &str = env!("CARGO_BIN_EXE_blockwork-under-test");
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).filter(|a| !a.starts_with('-')).collect();
@@ -36,7 +33,14 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    let binary = Path::new(BINARY);
+    let binary = match blockwork_testenv::commands::blockwork_binary() {
+        Ok(binary) => binary,
+        Err(e) => {
+            println!("no blockwork binary: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let binary = binary.as_path();
     let mut passed = true;
     runtime.block_on(async {
         let large = Counts { certs: 200, tenants: 50, caches: 10, sources: 10 };

@@ -7,7 +7,7 @@
 //! `docs/reliability.md` publishes the figures and the commands.
 //!
 //! Everything runs against the real kube-apiserver, moto and MiniStack of `blockwork-testenv`,
-//! and the operator is the `blockwork` binary (built here as `blockwork-under-test`).
+//! and the operator is the workspace's `blockwork` binary (`blockwork_testenv::commands::blockwork_binary`).
 
 pub mod observe;
 pub mod operator;

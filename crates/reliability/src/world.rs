@@ -7,10 +7,8 @@
 use std::collections::BTreeMap;
 
 use anyhow::{Context as _, anyhow};
-use aws_sdk_cloudfront::types::{
-    ConnectionMode, DefaultCacheBehavior, DistributionConfig, Origin, Origins, ViewerCertificate, ViewerProtocolPolicy,
-};
 use aws_sdk_route53::types::{Change, ChangeAction, ChangeBatch, ResourceRecord, ResourceRecordSet, RrType};
+use blockwork_testenv::aws::{hosted_zone, request_certificate, tenant_only_distribution};
 use blockwork_testenv::control_plane::{ControlPlane, control_plane};
 use blockwork_testenv::emulators::Emulators;
 use blockwork_testenv::fault_proxy::FaultProxy;
@@ -70,20 +68,9 @@ impl World {
         let route53 = aws_sdk_route53::Client::new(&moto_config);
         let cloudfront = aws_sdk_cloudfront::Client::new(&ministack_config);
 
-        let created = route53.create_hosted_zone().name(domain).caller_reference(domain).send().await.context("CreateHostedZone")?;
-        let id =
-            created.hosted_zone().map(|z| z.id().trim_start_matches("/hostedzone/").to_owned()).ok_or_else(|| anyhow!("no zone id"))?;
-        let zone = Zone { name: domain.to_owned(), id };
-
+        let zone = Zone { name: domain.to_owned(), id: hosted_zone(&route53, domain).await };
         let tenant_acm = aws_sdk_acm::Client::new(&ministack_config);
-        let requested = tenant_acm
-            .request_certificate()
-            .domain_name(format!("*.{domain}"))
-            .validation_method(aws_sdk_acm::types::ValidationMethod::Dns)
-            .send()
-            .await
-            .context("RequestCertificate for the tenants")?;
-        let tenant_certificate = requested.certificate_arn().ok_or_else(|| anyhow!("no certificate ARN"))?.to_owned();
+        let tenant_certificate = request_certificate(&tenant_acm, &[format!("*.{domain}")]).await;
         let group = cloudfront
             .create_connection_group()
             .name(domain.replace('.', "-"))
@@ -93,7 +80,7 @@ impl World {
             .context("CreateConnectionGroup")?;
         let connection_group_id =
             group.connection_group().and_then(|g| g.id()).ok_or_else(|| anyhow!("no connection group id"))?.to_owned();
-        let distribution_id = create_distribution(&cloudfront, domain).await?;
+        let distribution_id = tenant_only_distribution(&cloudfront, domain, None, &[]).await;
 
         let mut world = Self {
             plane,
@@ -220,27 +207,6 @@ impl World {
         }
         Ok(tenants)
     }
-}
-
-async fn create_distribution(cloudfront: &aws_sdk_cloudfront::Client, domain: &str) -> anyhow::Result<String> {
-    let origin = Origin::builder().id("origin").domain_name("origin.example.com").build()?;
-    let config = DistributionConfig::builder()
-        .caller_reference(domain)
-        .origins(Origins::builder().quantity(1).items(origin).build()?)
-        .default_cache_behavior(
-            DefaultCacheBehavior::builder()
-                .target_origin_id("origin")
-                .viewer_protocol_policy(ViewerProtocolPolicy::RedirectToHttps)
-                .cache_policy_id("658327ea-f89d-4fab-a63d-7e88639e58f6")
-                .build()?,
-        )
-        .comment("blockwork reliability campaign")
-        .enabled(true)
-        .connection_mode(ConnectionMode::TenantOnly)
-        .viewer_certificate(ViewerCertificate::builder().cloud_front_default_certificate(true).build())
-        .build()?;
-    let created = cloudfront.create_distribution().distribution_config(config).send().await.context("CreateDistribution")?;
-    created.distribution().map(|d| d.id().to_owned()).ok_or_else(|| anyhow!("no distribution id"))
 }
 
 /// An SDK configuration for a checker that talks to an emulator directly.

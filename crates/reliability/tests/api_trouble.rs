@@ -6,14 +6,12 @@
 
 #![allow(clippy::unwrap_used, clippy::print_stdout)]
 
-use std::path::Path;
 use std::time::Duration;
 
 use blockwork_reliability::report::seed;
 use blockwork_reliability::suites::{self, ApiTrouble, Scale};
 use blockwork_reliability::workload::Counts;
-
-const BINARY: &str = env!("CARGO_BIN_EXE_blockwork-under-test");
+use blockwork_testenv::commands::blockwork_binary;
 
 // Run with `-- --ignored` (or `BLOCKWORK_SEED=6191853475873919598` to reproduce the failure).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -22,7 +20,7 @@ async fn api_server_trouble_causes_no_write_and_no_restart_and_changes_still_con
     let counts = Counts { certs: 8, tenants: 3, caches: 2, sources: 2 };
     let scale = Scale { seed: seed(), counts, drive: Duration::from_secs(20), converge: Duration::from_secs(150) };
     let suite = ApiTrouble { scale, trouble: Duration::from_secs(30), rate: 0.2 };
-    let report = suites::api_trouble(Path::new(BINARY), suite).await.unwrap();
+    let report = suites::api_trouble(&blockwork_binary().unwrap(), suite).await.unwrap();
     println!("{}", report.markdown());
     assert!(report.passed(), "{}", report.markdown());
 }

@@ -6,21 +6,19 @@
 
 #![allow(clippy::unwrap_used, clippy::print_stdout)]
 
-use std::path::Path;
 use std::time::Duration;
 
 use blockwork_reliability::report::seed;
 use blockwork_reliability::suites::{self, FaultSoak, Scale};
 use blockwork_reliability::workload::Counts;
-
-const BINARY: &str = env!("CARGO_BIN_EXE_blockwork-under-test");
+use blockwork_testenv::commands::blockwork_binary;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_fifth_of_aws_calls_failing_never_shows_as_failed_and_everything_converges() {
     let counts = Counts { certs: 12, tenants: 4, caches: 2, sources: 2 };
     let scale = Scale { seed: seed(), counts, drive: Duration::from_secs(45), converge: Duration::from_secs(150) };
     let suite = FaultSoak { scale, rate: 0.2, slow: Duration::from_secs(2) };
-    let report = suites::fault_soak(Path::new(BINARY), suite).await.unwrap();
+    let report = suites::fault_soak(&blockwork_binary().unwrap(), suite).await.unwrap();
     println!("{}", report.markdown());
     assert!(report.passed(), "{}", report.markdown());
 }

@@ -6,21 +6,19 @@
 
 #![allow(clippy::unwrap_used, clippy::print_stdout)]
 
-use std::path::Path;
 use std::time::Duration;
 
 use blockwork_reliability::report::seed;
 use blockwork_reliability::suites::{self, LeaderFailover, Scale};
 use blockwork_reliability::workload::Counts;
-
-const BINARY: &str = env!("CARGO_BIN_EXE_blockwork-under-test");
+use blockwork_testenv::commands::blockwork_binary;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_killed_leader_is_replaced_within_the_lease_with_nothing_created_or_written_twice() {
     let counts = Counts { certs: 12, tenants: 3, caches: 2, sources: 2 };
     let scale = Scale { seed: seed(), counts, drive: Duration::from_secs(45), converge: Duration::from_secs(150) };
     let suite = LeaderFailover { scale, kills_under_load: 2, quiet_kills: 1 };
-    let report = suites::leader_failover(Path::new(BINARY), suite).await.unwrap();
+    let report = suites::leader_failover(&blockwork_binary().unwrap(), suite).await.unwrap();
     println!("{}", report.markdown());
     assert!(report.passed(), "{}", report.markdown());
 }

@@ -5,14 +5,12 @@
 
 #![allow(clippy::unwrap_used, clippy::print_stdout)]
 
-use std::path::Path;
 use std::time::Duration;
 
 use blockwork_reliability::report::seed;
 use blockwork_reliability::suites::{self, RandomKills, Scale};
 use blockwork_reliability::workload::Counts;
-
-const BINARY: &str = env!("CARGO_BIN_EXE_blockwork-under-test");
+use blockwork_testenv::commands::blockwork_binary;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn random_kills_leave_everything_converged_with_nothing_duplicated_left_behind_or_leaked() {
@@ -23,7 +21,7 @@ async fn random_kills_leave_everything_converged_with_nothing_duplicated_left_be
         kill_after: (Duration::from_secs(3), Duration::from_secs(12)),
         restart_after: (Duration::from_secs(1), Duration::from_secs(3)),
     };
-    let report = suites::random_kills(Path::new(BINARY), suite).await.unwrap();
+    let report = suites::random_kills(&blockwork_binary().unwrap(), suite).await.unwrap();
     println!("{}", report.markdown());
     assert!(report.passed(), "{}", report.markdown());
 }

@@ -200,7 +200,7 @@ async fn the_clusterwide_overlay_grants_enough_to_rotate_everywhere() {
     let home = plane.namespace("overlay-clusterwide").await.unwrap();
     let elsewhere = plane.namespace("overlay-clusterwide-app").await.unwrap();
     let args = RotatorArgs { annotation_prefix: "overlay.clusterwide.rotator.test".into(), ..RotatorArgs::default() };
-    let mut h = Harness::with_config(plane, elsewhere.clone(), Config::new(&args, &[], 2).unwrap());
+    let mut h = Harness::with_config(&elsewhere, Config::new(&args, &[], 2).unwrap()).await;
     let docs = render("clusterwide", Some((&home, &format!("-{home}"))));
     apply(&h.client, &docs).await;
     let (client, user) = impersonating(&h, &docs);

@@ -9,6 +9,7 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use blockwork_rotator::{Action, Config, RotatorArgs};
+use blockwork_testenv::harness::{TIMEOUT, eventually};
 use jiff::Timestamp;
 use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::Secret;
@@ -75,7 +76,8 @@ async fn every_change_of_the_source_rotates_the_three_slots_once() {
     }
     let note = h.wait_for_event("target", "Rotated").await;
     assert!(note.contains("from source source"), "{note}");
-    assert!(h.events("source").await.is_empty(), "what was written is told on the target only: {:?}", h.events("source").await);
+    let on_source = h.events("source").await;
+    assert!(on_source.is_empty(), "what was written is told on the target only: {on_source:?}");
     h.wait_for_sample(r#"rotator_rotations_total{result="rotated"}"#, 2.0).await;
     let metrics = h.metrics_text();
     assert!(
@@ -528,7 +530,7 @@ async fn killing_the_rotator_at_random_points_never_loses_or_repeats_a_rotation(
         h.renew("source", &format!("cert-{n}"), &format!("key-{n}")).await;
         // Kill it somewhere between "not yet seen" and "written".
         tokio::time::sleep(Duration::from_millis((n * 7) % 40)).await;
-        h.crash_controller();
+        h.controller.crash();
         h.start_controller();
         let target = h.wait_for_next("target", &format!("cert-{n}")).await;
         assert_eq!(text(&target, "tls.crt"), format!("cert-{}", n - 1), "change {n}");
@@ -556,7 +558,7 @@ async fn a_namespaced_rotator_touches_only_its_namespaces() {
     let args = RotatorArgs { namespaces: vec![watched.clone(), also.clone()], ..RotatorArgs::default() };
     let config = Config::new(&args, std::slice::from_ref(&other), 2).unwrap();
     assert_eq!(config.namespaces, Some(vec![watched.clone(), also.clone()]), "ROTATOR_NAMESPACES wins over --namespaces");
-    let mut h = Harness::with_config(plane, watched.clone(), config);
+    let mut h = Harness::with_config(&watched, config).await;
     h.start_controller();
 
     let client = plane.client();
@@ -566,11 +568,8 @@ async fn a_namespaced_rotator_touches_only_its_namespaces() {
     api(&watched).create(&PostParams::default(), &source_in(&keys, &watched, "source", "target", "cert", "key")).await.unwrap();
     api(&also).create(&PostParams::default(), &source_in(&keys, &also, "source", "target", "cert", "key")).await.unwrap();
     h.wait_for_next("target", "cert").await;
-    let deadline = tokio::time::Instant::now() + TIMEOUT;
-    while api(&also).get_opt("target").await.unwrap().is_none() {
-        assert!(tokio::time::Instant::now() < deadline, "the second namespace is watched too");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    let written = async || api(&also).get_opt("target").await.unwrap().ok_or("no target".to_owned());
+    eventually("the second namespace to be watched too", TIMEOUT, written).await;
     tokio::time::sleep(Duration::from_secs(1)).await;
     assert!(api(&other).get_opt("target").await.unwrap().is_none(), "the unwatched namespace is untouched");
 }
@@ -584,7 +583,7 @@ async fn a_cluster_wide_rotator_serves_every_namespace() {
     let args = RotatorArgs { annotation_prefix: "clusterwide.rotator.test".into(), ..RotatorArgs::default() };
     let config = Config::new(&args, &[], 2).unwrap();
     assert_eq!(config.namespaces, None, "all namespaces when neither is set");
-    let mut h = Harness::with_config(plane, first.clone(), config);
+    let mut h = Harness::with_config(&first, config).await;
     h.start_controller();
     let client = plane.client();
     for ns in [&first, &second] {
@@ -592,7 +591,7 @@ async fn a_cluster_wide_rotator_serves_every_namespace() {
         api.create(&PostParams::default(), &source_in(&h.keys, ns, "source", "target", "cert", "key")).await.unwrap();
     }
     h.wait_for_next("target", "cert").await;
-    let other = Harness::with_config(plane, second.clone(), h.config.clone());
+    let other = Harness::with_config(&second, h.config.clone()).await;
     let target = other.wait_for_next("target", "cert").await;
     assert_eq!(annotation(&target, "clusterwide.rotator.test/source").as_deref(), Some("source"));
 }
@@ -721,11 +720,8 @@ async fn retargeting_a_source_drops_the_old_targets_series() {
     h.annotate("source", &h.keys.destination, Some("new-target")).await;
     h.wait_for_next("new-target", "cert").await;
     h.wait_for_sample(&series("new-target"), 0.0).await;
-    let deadline = tokio::time::Instant::now() + TIMEOUT;
-    while h.metrics_text().contains(&series("old-target")) {
-        assert!(tokio::time::Instant::now() < deadline, "old-target's series stays: {}", h.metrics_text());
-        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-    }
+    let dropped = async || if h.metrics_text().contains(&series("old-target")) { Err(h.metrics_text()) } else { Ok(()) };
+    eventually("old-target's series to go", TIMEOUT, dropped).await;
 }
 
 /// A source emptied after its target exists (a failed re-issue, say) never rotates an empty key

@@ -10,6 +10,7 @@ use blockwork_runtime::policy::{
     RECONCILE_REQUESTED_ANNOTATION,
 };
 use blockwork_runtime::{ErrorClass, ExternalError, ReconcileState, VerifyOutcome};
+use blockwork_testenv::harness::{TIMEOUT, eventually};
 use k8s_openapi::api::core::v1::Node;
 use kube::ResourceExt;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
@@ -106,12 +107,8 @@ async fn crash_between_create_and_status_write_makes_no_duplicate() {
     let mut h = Harness::start("crash").await;
     h.backend.script("create", Script::HangAfterCreate);
     let created = h.create(widget("a", 1)).await;
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
-    while h.backend.widgets().is_empty() {
-        assert!(tokio::time::Instant::now() < deadline, "create was never called");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    h.crash_controller();
+    eventually("create to be called", TIMEOUT, async || h.backend.widgets().pop().ok_or("no widget".to_owned())).await;
+    h.controller.crash();
     let w = h.api().get("a").await.unwrap();
     let status = w.status.as_ref().unwrap();
     assert_eq!(status.reconcile_state, Some(ReconcileState::Creating), "the crash left the object mid-create");
@@ -181,11 +178,7 @@ async fn drift_is_repaired_under_enforce() {
     let created = h.create(widget("a", 3)).await;
     h.wait_for_state("a", ReconcileState::Succeeded).await;
     h.backend.tamper(&token(&created), 9);
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
-    while h.backend.widget(&token(&created)).unwrap().size != 3 {
-        assert!(tokio::time::Instant::now() < deadline, "drift was not repaired");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    h.backend.wait_for_size(&token(&created), 3, "the drift to be repaired").await;
     assert!(h.backend.calls("update") >= 1);
 }
 
@@ -199,11 +192,7 @@ async fn a_woken_object_is_reconciled_before_its_requeue() {
     tokio::time::sleep(Duration::from_secs(1)).await;
     assert_eq!(h.backend.widget(&token(&created)).unwrap().size, 9, "nothing looks without a wake");
     h.context.as_ref().unwrap().wake(&kube::runtime::reflector::ObjectRef::from_obj(&ready));
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
-    while h.backend.widget(&token(&created)).unwrap().size != 3 {
-        assert!(tokio::time::Instant::now() < deadline, "the woken object was not reconciled");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    h.backend.wait_for_size(&token(&created), 3, "the woken object to be reconciled").await;
 }
 
 #[tokio::test]
@@ -236,11 +225,7 @@ async fn externally_deleted_resource_is_recreated_under_enforce() {
     let created = h.create(widget("a", 1)).await;
     h.wait_for_state("a", ReconcileState::Succeeded).await;
     h.backend.remove(&token(&created));
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
-    while h.backend.widget(&token(&created)).is_none() {
-        assert!(tokio::time::Instant::now() < deadline, "the widget was not recreated");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    eventually("the widget to be recreated", TIMEOUT, async || h.backend.widget(&token(&created)).ok_or("gone".to_owned())).await;
     h.wait_for_state("a", ReconcileState::Succeeded).await;
     assert_eq!(h.backend.calls("create"), 2);
 }
@@ -544,8 +529,8 @@ async fn nothing_to_delete_releases_without_claiming_a_deletion() {
     h.wait_gone("a").await;
     assert_eq!(h.backend.calls("delete"), 0, "verify found nothing, so nothing was deleted");
     let events = h.wait_for_event("a", "Released").await;
-    assert!(events.iter().all(|(_, note)| note.contains("nothing to delete")), "{events:?}");
-    assert!(!h.event_reasons("a").await.iter().any(|r| r == "Deleted"), "no Deleted event");
+    assert!(events.iter().all(|e| e.note.contains("nothing to delete")), "{events:?}");
+    assert!(!h.events("a").await.iter().any(|e| e.reason == "Deleted"), "no Deleted event");
 }
 
 #[tokio::test]
@@ -577,7 +562,7 @@ async fn invalid_deletion_annotation_on_delete_orphans_with_a_warning() {
     assert_eq!(h.backend.calls("delete"), 0, "not sure we may delete: we do not");
     assert_eq!(h.backend.widgets().len(), 1);
     let events = h.wait_for_event("a", "InvalidAnnotation").await;
-    assert!(events.iter().any(|(type_, note)| type_ == "Warning" && note.contains("Delte") && note.contains("Orphan")), "{events:?}");
+    assert!(events.iter().any(|e| e.type_ == "Warning" && e.note.contains("Delte") && e.note.contains("Orphan")), "{events:?}");
 }
 
 #[tokio::test]
@@ -674,7 +659,7 @@ async fn invalid_policy_annotation_is_a_warning_event_naming_the_accepted_values
     h.create(with_annotation(widget("a", 1), DRIFT_POLICY_ANNOTATION, "sometimes")).await;
     let events = h.wait_for_event("a", "InvalidAnnotation").await;
     assert!(
-        events.iter().any(|(type_, note)| type_ == "Warning" && note.contains("sometimes") && note.contains("enforce, report or suspend")),
+        events.iter().any(|e| e.type_ == "Warning" && e.note.contains("sometimes") && e.note.contains("enforce, report or suspend")),
         "{events:?}"
     );
 }
@@ -687,7 +672,7 @@ async fn a_pause_value_other_than_true_or_false_holds_the_object_and_says_so() {
     let message = w.status.as_ref().unwrap().conditions.iter().find(|c| c.type_ == "Synced").unwrap().message.clone();
     assert!(message.contains("\"yes\"") && message.contains("true or false") && message.contains("held as if paused"), "{message}");
     let events = h.wait_for_event("a", "InvalidAnnotation").await;
-    assert!(events.iter().any(|(type_, _)| type_ == "Warning"), "{events:?}");
+    assert!(events.iter().any(|e| e.type_ == "Warning"), "{events:?}");
     assert_eq!(h.backend.calls("create"), 0, "held, as a pause would");
 
     h.api()
@@ -909,11 +894,7 @@ async fn drift_policy_annotation_beats_the_objects_own_policy() {
     let created = h.create(suspended).await;
     h.wait_for_state("a", ReconcileState::Succeeded).await;
     h.backend.tamper(&token(&created), 9);
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
-    while h.backend.widget(&token(&created)).unwrap().size != 3 {
-        assert!(tokio::time::Instant::now() < deadline, "the annotation's enforce did not repair the drift");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    h.backend.wait_for_size(&token(&created), 3, "the annotation's enforce to repair the drift").await;
 }
 
 #[tokio::test]
@@ -951,7 +932,7 @@ async fn spec_patch_is_the_reconciles_only_write_and_the_next_reconcile_applies_
     let first = versions.iter().position(|v| v.metadata.generation == Some(2)).expect("a version at generation 2");
     let (before, patched) = (&versions[first - 1], &versions[first]);
     assert_eq!(before.status, patched.status, "the spec write carried no status change");
-    assert!(h.event_reasons("a").await.contains(&"SpecUpdated".to_owned()));
+    assert!(h.events("a").await.iter().any(|e| e.reason == "SpecUpdated"));
 }
 
 #[tokio::test]

@@ -28,13 +28,14 @@ use blockwork_tenant::api::{DnsConfig, DnsProvider, DomainName};
 use blockwork_tenant::cloudfront::Sdk;
 use blockwork_tenant::dns::Route53;
 use blockwork_tenant::{CONTROLLER, DistributionTenant, DistributionTenantSpec, GROUP, TenantManager, TenantMetrics, Timing};
+use blockwork_testenv::aws::{hosted_zone, request_certificate, sdk_config, tenant_only_distribution};
 use blockwork_testenv::emulators::{ministack, moto};
 use blockwork_testenv::fault_proxy::FaultProxy;
 use futures::{StreamExt as _, TryStreamExt as _};
 use kube::CustomResourceExt as _;
 use kube::api::{Api, ListParams, PostParams};
 use prometheus_client::registry::Registry;
-use support::{condition, default_connection_group, hosted_zone, multi_tenant_distribution, request_certificate, sdk_config};
+use support::{condition, default_connection_group};
 
 /// The operator's default (`blockwork run`).
 const CONCURRENCY: u16 = 3;
@@ -77,7 +78,7 @@ async fn bench() {
     let acm = aws_sdk_acm::Client::new(&sdk_config(&ministack).await);
     let domain = format!("{namespace}.example.com");
     let certificate = request_certificate(&acm, &[format!("*.{domain}")]).await;
-    let distribution = multi_tenant_distribution(&cloudfront, &format!("{namespace}-bench"), Some(&certificate), &[]).await;
+    let distribution = tenant_only_distribution(&cloudfront, &format!("{namespace}-bench"), Some(&certificate), &[]).await;
     default_connection_group(&cloudfront, &distribution, &namespace).await;
     let route53 = aws_sdk_route53::Client::new(&sdk_config(&moto).await);
     let zone_id = hosted_zone(&route53, &domain).await;

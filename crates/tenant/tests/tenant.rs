@@ -10,9 +10,12 @@ use std::time::Duration;
 use blockwork_runtime::{DriftPolicy, ReconcileState};
 use blockwork_tenant::api::{CertificateRef, Customizations, DriftPolicyName, ManagedCertificateRequest, ValidationTokenHost};
 use blockwork_tenant::{DistributionTenant, DistributionTenantSpec, Timing};
+use blockwork_testenv::aws::{cnames, upsert_cname};
+use blockwork_testenv::emulators::Emulator;
 use blockwork_testenv::fault_proxy::{Fault, Operation};
+use blockwork_testenv::harness::{TIMEOUT, eventually};
 use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
-use support::{DNS_ACCOUNT, DNS_ROLE, Harness, MultiAccountMoto, RETRIES, TIMING, condition};
+use support::{DNS_ACCOUNT, DNS_ROLE, Harness, RETRIES, TIMING, condition};
 
 fn state(tenant: &DistributionTenant) -> Option<ReconcileState> {
     tenant.status.as_ref().and_then(|s| s.reconcile_state)
@@ -82,11 +85,9 @@ async fn drift_is_repaired_under_enforce() {
     h.create("shop-three", h.spec(&["www"])).await;
     h.wait_ready("shop-three").await;
     h.set_enabled_outside("shop-three", false).await;
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
-    while !h.aws_tenant("shop-three").await.unwrap().0.enabled().unwrap_or(true) {
-        assert!(tokio::time::Instant::now() < deadline, "the operator never re-enabled the tenant");
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    let enabled =
+        async || if h.aws_tenant("shop-three").await.unwrap().0.enabled().unwrap_or(true) { Ok(()) } else { Err("disabled".to_owned()) };
+    eventually("the operator to re-enable the tenant", TIMEOUT, enabled).await;
     assert!(h.metrics_text().contains("cloudfront_tenant_operator_drift_detected_total 1"), "{}", h.metrics_text());
 }
 
@@ -365,12 +366,8 @@ async fn crash_after_disabling_still_deletes_the_tenant() {
     // Every delete fails, so the controller is stopped with the tenant disabled but not deleted.
     h.proxy.inject(Operation::named("DeleteDistributionTenant"), Fault::ServerError(500), usize::MAX);
     h.api().delete("shop-crash-a", &DeleteParams::default()).await.unwrap();
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
-    while h.proxy.calls("DeleteDistributionTenant") == 0 {
-        assert!(tokio::time::Instant::now() < deadline, "no delete was attempted");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    h.crash_controller();
+    h.proxy.wait_for_calls("DeleteDistributionTenant", 1).await;
+    h.controller.crash();
     assert_eq!(h.aws_tenant("shop-crash-a").await.unwrap().0.enabled(), Some(false));
     h.proxy.clear();
     h.start_controller().await;
@@ -386,13 +383,9 @@ async fn crash_during_the_delete_call_still_deletes_the_tenant_and_releases_the_
     h.wait_ready("shop-crash-b").await;
     h.proxy.inject(Operation::named("DeleteDistributionTenant"), Fault::Latency(Duration::from_secs(2)), 1);
     h.api().delete("shop-crash-b", &DeleteParams::default()).await.unwrap();
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
-    while h.proxy.calls("DeleteDistributionTenant") == 0 {
-        assert!(tokio::time::Instant::now() < deadline, "no delete was attempted");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    h.proxy.wait_for_calls("DeleteDistributionTenant", 1).await;
     // The controller dies with the delete in flight: whether it lands or not, nothing recorded it.
-    h.crash_controller();
+    h.controller.crash();
     tokio::time::sleep(Duration::from_secs(3)).await;
     h.start_controller().await;
     h.wait_gone("shop-crash-b").await;
@@ -426,12 +419,8 @@ async fn crash_during_the_create_call_ends_with_one_ready_tenant() {
     let mut h = Harness::start("dt-crash-create").await;
     h.proxy.inject(Operation::named("CreateDistributionTenant"), Fault::Latency(Duration::from_secs(2)), 1);
     h.create("shop-crash-c", h.spec(&["www"])).await;
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
-    while h.proxy.calls("CreateDistributionTenant") == 0 {
-        assert!(tokio::time::Instant::now() < deadline, "no create was attempted");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    h.crash_controller();
+    h.proxy.wait_for_calls("CreateDistributionTenant", 1).await;
+    h.controller.crash();
     tokio::time::sleep(Duration::from_secs(3)).await;
     h.start_controller().await;
     let tenant = h.wait_ready("shop-crash-c").await;
@@ -472,11 +461,10 @@ async fn spec_drift_policy_enforce_beats_the_report_default() {
     h.create("shop-spec-enforce", DistributionTenantSpec { drift_policy: Some(DriftPolicyName::Enforce), ..h.spec(&["www"]) }).await;
     h.wait_ready("shop-spec-enforce").await;
     h.set_enabled_outside("shop-spec-enforce", false).await;
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
-    while !h.aws_tenant("shop-spec-enforce").await.unwrap().0.enabled().unwrap_or(true) {
-        assert!(tokio::time::Instant::now() < deadline, "the operator never re-enabled the tenant");
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    let enabled = async || {
+        if h.aws_tenant("shop-spec-enforce").await.unwrap().0.enabled().unwrap_or(true) { Ok(()) } else { Err("disabled".to_owned()) }
+    };
+    eventually("the operator to re-enable the tenant", TIMEOUT, enabled).await;
 }
 
 #[tokio::test]
@@ -527,13 +515,9 @@ async fn dns_records_are_in_sync_before_the_tenant_is_created() {
     let h = Harness::start("dt-dns-first").await;
     h.proxy.inject(Operation::named("CreateDistributionTenant"), Fault::Latency(Duration::from_secs(2)), 1);
     h.create("shop-dns", h.dns_spec(&["www", "api"], &h.zone_id, 120)).await;
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
-    while h.proxy.calls("CreateDistributionTenant") == 0 {
-        assert!(tokio::time::Instant::now() < deadline, "no create was attempted");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    h.proxy.wait_for_calls("CreateDistributionTenant", 1).await;
     // The create call is in flight: the records must already be there, and their change polled.
-    let records = Harness::cnames(&h.route53, &h.zone_id).await;
+    let records = cnames(&h.route53, &h.zone_id).await;
     assert_eq!(records.iter().map(|r| r.0.clone()).collect::<Vec<_>>(), [h.domain("api"), h.domain("www")]);
     assert!(records.iter().all(|r| r.1.ends_with(".cloudfront.net") && r.2 == 120), "{records:?}");
     assert!(h.dns_proxy.calls("GetChange") >= 1, "INSYNC was confirmed first: {:?}", h.dns_proxy.all_calls());
@@ -564,15 +548,11 @@ async fn record_of_a_domain_removed_from_the_spec_is_deleted() {
     h.wait_ready("shop-orphan").await;
     let patch = serde_json::json!({"spec": {"domains": [{"domain": h.domain("www")}]}});
     h.api().patch("shop-orphan", &PatchParams::default(), &Patch::Merge(patch)).await.unwrap();
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
-    loop {
-        let names: Vec<String> = Harness::cnames(&h.route53, &h.zone_id).await.into_iter().map(|r| r.0).collect();
-        if names == [h.domain("www")] {
-            break;
-        }
-        assert!(tokio::time::Instant::now() < deadline, "the orphaned record stayed: {names:?}");
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    let orphan_gone = async || {
+        let names: Vec<String> = cnames(&h.route53, &h.zone_id).await.into_iter().map(|r| r.0).collect();
+        if names == [h.domain("www")] { Ok(()) } else { Err(format!("{names:?}")) }
+    };
+    eventually("the orphaned record to go", TIMEOUT, orphan_gone).await;
     let tenant = h
         .wait_for("shop-orphan", "one owned record", |t| {
             t.status.as_ref().is_some_and(|s| s.observation.dns_records.len() == 1 && s.observed_generation == Some(2))
@@ -586,15 +566,15 @@ async fn record_of_a_domain_removed_from_the_spec_is_deleted() {
 #[tokio::test]
 async fn deleting_the_object_deletes_only_the_records_it_created() {
     let h = Harness::start("dt-dns-delete").await;
-    Harness::upsert_cname(&h.route53, &h.zone_id, &h.domain("other"), "someone.example.net").await;
+    upsert_cname(&h.route53, &h.zone_id, &h.domain("other"), "someone.example.net").await;
     h.create("shop-dns-delete", h.dns_spec(&["www", "api"], &h.zone_id, 300)).await;
     h.wait_ready("shop-dns-delete").await;
     // Someone repoints one of the tenant's records: it is theirs now.
-    Harness::upsert_cname(&h.route53, &h.zone_id, &h.domain("api"), "elsewhere.example.net").await;
+    upsert_cname(&h.route53, &h.zone_id, &h.domain("api"), "elsewhere.example.net").await;
     h.api().delete("shop-dns-delete", &DeleteParams::default()).await.unwrap();
     h.wait_gone("shop-dns-delete").await;
     assert!(h.aws_tenant("shop-dns-delete").await.is_none());
-    let left: Vec<(String, String)> = Harness::cnames(&h.route53, &h.zone_id).await.into_iter().map(|r| (r.0, r.1)).collect();
+    let left: Vec<(String, String)> = cnames(&h.route53, &h.zone_id).await.into_iter().map(|r| (r.0, r.1)).collect();
     assert_eq!(
         left,
         [(h.domain("api"), "elsewhere.example.net".to_owned()), (h.domain("other"), "someone.example.net".to_owned())],
@@ -605,18 +585,18 @@ async fn deleting_the_object_deletes_only_the_records_it_created() {
 #[tokio::test]
 async fn cross_account_role_is_assumed_for_route53_only_and_cached() {
     let mut h = Harness::start("dt-dns-role").await;
-    let moto = MultiAccountMoto::start().await;
-    h.use_dns_emulator(&moto.endpoint).await;
-    let (theirs, their_zone) = h.other_account_zone(&moto.endpoint).await;
+    let moto = Emulator::multi_account_moto().await.unwrap();
+    h.use_dns_emulator(&moto.endpoint()).await;
+    let (theirs, their_zone) = h.other_account_zone(&moto.endpoint()).await;
     let mut spec = h.dns_spec(&["www"], &their_zone, 300);
     spec.dns.as_mut().unwrap().assume_role_arn = Some(DNS_ROLE.to_owned());
     h.create("shop-role", spec).await;
     h.wait_ready("shop-role").await;
-    let records = Harness::cnames(&theirs, &their_zone).await;
+    let records = cnames(&theirs, &their_zone).await;
     assert_eq!(records.iter().map(|r| r.0.clone()).collect::<Vec<_>>(), [h.domain("www")], "in account {DNS_ACCOUNT}'s zone");
     let own = h.route53.list_hosted_zones().send().await.unwrap();
     assert!(own.hosted_zones().iter().all(|z| !z.id().ends_with(&their_zone)), "the zone is not in the operator's account");
-    assert!(Harness::cnames(&h.route53, &h.zone_id).await.is_empty(), "nothing was written with the operator's own credentials");
+    assert!(cnames(&h.route53, &h.zone_id).await.is_empty(), "nothing was written with the operator's own credentials");
     assert_eq!(h.dns_proxy.calls("AssumeRole"), 1, "credentials are cached: {:?}", h.dns_proxy.all_calls());
     assert!(h.dns_proxy.calls("ChangeResourceRecordSets") + h.dns_proxy.calls("GetChange") >= 2);
     assert_eq!(h.proxy.calls("AssumeRole"), 0, "CloudFront calls never use the role");
@@ -638,11 +618,11 @@ async fn route53_throttling_and_prior_request_not_complete_are_retried_after_the
     tokio::time::sleep(Duration::from_secs(2)).await;
     assert_eq!(h.dns_proxy.calls("ChangeResourceRecordSets"), calls, "no retry before the throttle floor");
     // The runtime's error backoff grows with each failure in the Creating state: allow for it.
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(90);
-    while condition(&h.api().get("shop-dns-throttle").await.unwrap(), "Ready").is_none_or(|c| c.0 != "True") {
-        assert!(tokio::time::Instant::now() < deadline, "never Ready: {:?}", h.dns_proxy.all_calls());
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    let ready = async || match condition(&h.api().get("shop-dns-throttle").await.unwrap(), "Ready") {
+        Some(c) if c.0 == "True" => Ok(()),
+        _ => Err(format!("{:?}", h.dns_proxy.all_calls())),
+    };
+    eventually("shop-dns-throttle to be Ready", Duration::from_secs(90), ready).await;
     assert_eq!(h.dns_proxy.calls("ChangeResourceRecordSets"), RETRIES + 2, "PriorRequestNotComplete (retried), then accepted");
     assert!(h.dns_proxy.calls("GetChange") >= RETRIES + 2, "Throttling (retried), then INSYNC");
     assert!(h.metrics_text().contains("error_type=\"dns_throttling\"} 2"), "{}", h.metrics_text());
@@ -656,16 +636,12 @@ async fn crash_while_deleting_the_records_still_deletes_them_and_releases_the_ob
     // Every record change fails from now on: the tenant goes, its records cannot.
     h.dns_proxy.inject(Operation::named("ChangeResourceRecordSets"), Fault::ServerError(500), usize::MAX);
     h.api().delete("shop-dns-crash", &DeleteParams::default()).await.unwrap();
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
-    while h.dns_proxy.calls("ChangeResourceRecordSets") < 2 {
-        assert!(tokio::time::Instant::now() < deadline, "no record deletion was attempted");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    h.crash_controller();
+    h.dns_proxy.wait_for_calls("ChangeResourceRecordSets", 2).await;
+    h.controller.crash();
     assert!(h.aws_tenant("shop-dns-crash").await.is_none(), "the tenant went first");
-    assert_eq!(Harness::cnames(&h.route53, &h.zone_id).await.len(), 1, "the record is still there");
+    assert_eq!(cnames(&h.route53, &h.zone_id).await.len(), 1, "the record is still there");
     h.dns_proxy.clear();
     h.start_controller().await;
     h.wait_gone("shop-dns-crash").await;
-    assert!(Harness::cnames(&h.route53, &h.zone_id).await.is_empty(), "nothing leaked");
+    assert!(cnames(&h.route53, &h.zone_id).await.is_empty(), "nothing leaked");
 }

@@ -11,7 +11,9 @@ mod support;
 use std::time::Duration;
 
 use blockwork_tenant::DistributionTenant;
+use blockwork_testenv::aws::cnames;
 use blockwork_testenv::fault_proxy::{Fault, Operation};
+use blockwork_testenv::harness::{TIMEOUT, eventually};
 use kube::api::{DeleteParams, Patch, PatchParams};
 use support::{Harness, condition};
 
@@ -23,16 +25,13 @@ const FOREVER: Duration = Duration::from_secs(60);
 impl Harness {
     /// Names of the CNAMEs in the test's zone, sorted.
     async fn record_names(&self) -> Vec<String> {
-        Self::cnames(&self.route53, &self.zone_id).await.into_iter().map(|r| r.0).collect()
+        cnames(&self.route53, &self.zone_id).await.into_iter().map(|r| r.0).collect()
     }
 
     /// Waits until the tenant exists in MiniStack (a create held by the proxy has taken effect).
     async fn wait_for_tenant(&self, name: &str) {
-        let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
-        while self.aws_tenant(name).await.is_none() {
-            assert!(tokio::time::Instant::now() < deadline, "the tenant {name} was never created");
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
+        let created = async || self.aws_tenant(name).await.ok_or("not in MiniStack".to_owned());
+        eventually(&format!("the tenant {name} to be created"), TIMEOUT, created).await;
     }
 
     /// Waits until the tenant is Ready for the spec of `generation`.
@@ -45,15 +44,11 @@ impl Harness {
     }
 
     async fn wait_for_records(&self, expected: &[String]) {
-        let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
-        loop {
+        let written = async || {
             let names = self.record_names().await;
-            if names == expected {
-                return;
-            }
-            assert!(tokio::time::Instant::now() < deadline, "records {names:?}, expected {expected:?}");
-            tokio::time::sleep(Duration::from_millis(200)).await;
-        }
+            if names == expected { Ok(()) } else { Err(format!("{names:?}")) }
+        };
+        eventually(&format!("records {expected:?}"), TIMEOUT, written).await;
     }
 }
 
@@ -121,7 +116,7 @@ async fn a_kill_between_the_record_write_and_its_status_write_then_deletion_leav
     h.dns_proxy.inject(Operation::named("ChangeResourceRecordSets"), Fault::SlowResponse(FOREVER), 1);
     h.create("trk-kill-dns", h.dns_spec(&["www"], &h.zone_id, 300)).await;
     h.wait_for_records(&[h.domain("www")]).await;
-    h.crash_controller();
+    h.controller.crash();
 
     h.api().delete("trk-kill-dns", &DeleteParams::default()).await.unwrap();
     h.start_controller().await;
@@ -136,7 +131,7 @@ async fn a_kill_between_the_create_and_its_status_write_then_deletion_deletes_th
     h.proxy.inject(Operation::named("CreateDistributionTenant"), Fault::SlowResponse(FOREVER), 1);
     h.create("trk-kill-tenant", h.dns_spec(&["www"], &h.zone_id, 300)).await;
     h.wait_for_tenant("trk-kill-tenant").await;
-    h.crash_controller();
+    h.controller.crash();
 
     h.api().delete("trk-kill-tenant", &DeleteParams::default()).await.unwrap();
     h.start_controller().await;

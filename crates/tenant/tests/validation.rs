@@ -11,6 +11,7 @@ use std::time::Duration;
 use blockwork_runtime::{DriftPolicy, ReconcileState};
 use blockwork_tenant::api::{CertificateRef, Customizations, DomainName, ManagedCertificateRequest, Parameter, ValidationTokenHost};
 use blockwork_tenant::{DistributionTenant, DistributionTenantSpec, Timing};
+use blockwork_testenv::aws::cnames;
 use blockwork_testenv::fault_proxy::{Fault, Operation};
 use kube::api::{Patch, PatchParams, PostParams};
 use support::{Harness, TIMING, condition};
@@ -27,7 +28,7 @@ fn failed(tenant: &DistributionTenant) -> bool {
 async fn nothing_written(h: &Harness) {
     assert_eq!(h.proxy.calls("CreateDistributionTenant") + h.proxy.calls("UpdateDistributionTenant"), 0, "{:?}", h.proxy.all_calls());
     assert_eq!(h.dns_proxy.calls("ChangeResourceRecordSets"), 0, "{:?}", h.dns_proxy.all_calls());
-    assert!(Harness::cnames(&h.route53, &h.zone_id).await.is_empty());
+    assert!(cnames(&h.route53, &h.zone_id).await.is_empty());
 }
 
 #[tokio::test]
@@ -179,7 +180,7 @@ async fn trailing_dot_domain_is_the_same_domain_in_cloudfront_and_route53() {
     let tenant = h.wait_ready("shop-dot").await;
     let (aws, _) = h.aws_tenant("shop-dot").await.unwrap();
     assert_eq!(aws.domains().iter().map(|d| d.domain()).collect::<Vec<_>>(), [h.domain("www")]);
-    let records: Vec<String> = Harness::cnames(&h.route53, &h.zone_id).await.into_iter().map(|r| r.0).collect();
+    let records: Vec<String> = cnames(&h.route53, &h.zone_id).await.into_iter().map(|r| r.0).collect();
     assert_eq!(records, [h.domain("www")]);
     assert_eq!(tenant.status.unwrap().observation.dns_records, [h.domain("www")]);
 }

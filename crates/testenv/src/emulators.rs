@@ -28,7 +28,7 @@ static MINISTACK: OnceCell<Emulator> = OnceCell::const_new();
 
 /// The moto server shared by the tests of this binary, answering as [`ACCOUNT_ID`].
 pub async fn moto() -> Result<&'static Emulator, Error> {
-    MOTO.get_or_try_init(|| start_moto("moto", ACCOUNT_ID, Ipv4Addr::LOCALHOST)).await
+    MOTO.get_or_try_init(|| start_moto("moto", Some(ACCOUNT_ID), Ipv4Addr::LOCALHOST)).await
 }
 
 /// The MiniStack server shared by the tests of this binary, answering as [`ACCOUNT_ID`].
@@ -48,21 +48,25 @@ impl Emulators {
     pub async fn for_account(account: &str) -> Result<Self, Error> {
         let (moto_name, ministack_name) = (format!("moto-{account}"), format!("ministack-{account}"));
         let (moto, ministack) = tokio::try_join!(
-            start_moto(&moto_name, account, Ipv4Addr::LOCALHOST),
+            start_moto(&moto_name, Some(account), Ipv4Addr::LOCALHOST),
             start_ministack(&ministack_name, account, Ipv4Addr::LOCALHOST)
         )?;
         Ok(Self { moto, ministack })
     }
 }
 
-async fn start_moto(name: &str, account: &str, host: Ipv4Addr) -> Result<Emulator, Error> {
+/// `account`: the account it answers as whatever the credentials; `None`: [`ACCOUNT_ID`] until
+/// AssumeRole switches to the role's account, as AWS does.
+async fn start_moto(name: &str, account: Option<&str>, host: Ipv4Addr) -> Result<Emulator, Error> {
     retry_on_port_clash(|| async {
         let port = free_port()?;
+        let mut envs = vec![("MOTO_ACM_VALIDATION_WAIT", MOTO_ACM_VALIDATION_WAIT_SECONDS.to_string())];
+        envs.extend(account.map(|account| ("MOTO_ACCOUNT_ID", account.to_owned())));
         let process = Process::start(
             name,
             &tool("moto_server")?,
             &["-H".into(), host.to_string(), "-p".into(), port.to_string()],
-            &[("MOTO_ACM_VALIDATION_WAIT", MOTO_ACM_VALIDATION_WAIT_SECONDS.to_string()), ("MOTO_ACCOUNT_ID", account.to_owned())],
+            &envs,
             &state_dir()?,
         )?;
         wait_until(&process, Duration::from_secs(60), || accepts(host, port)).await?;
@@ -97,7 +101,14 @@ impl Emulator {
     /// bridge address, where pods reach it), answering as [`ACCOUNT_ID`]; killed with this
     /// process.
     pub async fn moto(host: Ipv4Addr) -> Result<Self, Error> {
-        start_moto("moto", ACCOUNT_ID, host).await
+        start_moto("moto", Some(ACCOUNT_ID), host).await
+    }
+
+    /// A moto server of its own on loopback whose AssumeRole switches accounts, as AWS does (the
+    /// shared one answers as [`ACCOUNT_ID`] whatever the credentials): for a test that checks
+    /// in which account something lands.
+    pub async fn multi_account_moto() -> Result<Self, Error> {
+        start_moto("moto-multi-account", None, Ipv4Addr::LOCALHOST).await
     }
 
     /// A MiniStack server of its own listening on `host`, answering as [`ACCOUNT_ID`].

@@ -245,6 +245,16 @@ impl FaultProxy {
         self.lock().calls.clone()
     }
 
+    /// Waits until at least `count` requests of `operation` arrived (a call held by latency
+    /// counts from the moment it arrives); fails the test after [`crate::harness::TIMEOUT`].
+    pub async fn wait_for_calls(&self, operation: &str, count: usize) {
+        let what = format!("{count} calls of {operation}");
+        crate::harness::eventually(&what, crate::harness::TIMEOUT, async || {
+            if self.calls(operation) >= count { Ok(()) } else { Err(format!("{:?}", self.all_calls())) }
+        })
+        .await
+    }
+
     /// From now on, fails a share of every call at random (see [`RandomFaults`]); replaces
     /// earlier random faults. Faults injected for chosen calls ([`Self::inject`]) come first.
     pub fn inject_random(&self, faults: RandomFaults) {

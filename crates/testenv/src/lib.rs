@@ -16,14 +16,22 @@
 //! - [`measure`]: memory and CPU of a process, for benchmarks.
 //! - [`promql`]: the series a registry exports and the selectors an alert or dashboard reads.
 //! - [`leaks`]: looks for account ids (or any secret) in statuses, events, logs and metrics.
+//! - [`harness`]: what each controller's tests share: a namespace of the test's own, the
+//!   controller as a task (start, crash, restart), `eventually` and typed waits.
+//! - [`aws`]: SDK clients straight to the emulators, hosted zones, CNAMEs, certificates, a
+//!   tenant-only distribution, and the AWS layer's configuration for a controller under test.
+//! - [`commands`]: `kubectl` with stdin, and the workspace's `blockwork` binary.
 //!
 //! The binaries come from `scripts/install-test-tools`, found in `$BLOCKWORK_TOOLS_DIR`
 //! (default `~/.cache/blockwork-tools`).
 
+pub mod aws;
+pub mod commands;
 pub mod control_plane;
 mod egress;
 pub mod emulators;
 pub mod fault_proxy;
+pub mod harness;
 pub mod kube_proxy;
 pub mod leaks;
 pub mod measure;

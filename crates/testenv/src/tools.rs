@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use crate::process::Error;
 
 /// `$BLOCKWORK_TOOLS_DIR/bin/<name>` (default `~/.cache/blockwork-tools/bin/<name>`).
-pub(crate) fn tool(name: &str) -> Result<PathBuf, Error> {
+pub fn tool(name: &str) -> Result<PathBuf, Error> {
     let dir = match std::env::var_os("BLOCKWORK_TOOLS_DIR") {
         Some(dir) => PathBuf::from(dir),
         None => {

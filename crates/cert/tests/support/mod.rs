@@ -4,30 +4,26 @@
 
 #![allow(dead_code, clippy::unwrap_used, clippy::panic)]
 
+use std::ops::Deref;
 use std::sync::Arc;
 use std::time::Duration;
 
-use aws_config::BehaviorVersion;
-use aws_config::retry::RetryConfig as SdkRetryConfig;
-use aws_sdk_route53::types::RrType;
 use blockwork_aws::acm::AcmConfig;
-use blockwork_aws::quota::{Override, Quotas};
-use blockwork_aws::route53::BatchPolicy;
-use blockwork_aws::{Aws, AwsConfig, AwsMetrics, RetryPolicy, Seed};
+use blockwork_aws::{Aws, AwsConfig, AwsMetrics, Seed};
 use blockwork_cert::zones::{Zone, ZoneRegistry};
 use blockwork_cert::{Cert, CertConfig, CertMetrics, CertSpec, CertState, Timing};
 use blockwork_runtime::{RequeuePolicy, RuntimeMetrics};
-use blockwork_testenv::control_plane::{ControlPlane, control_plane};
+use blockwork_testenv::aws::{hosted_zone, layer_config, sdk_config};
 use blockwork_testenv::emulators::moto;
 use blockwork_testenv::fault_proxy::FaultProxy;
-use kube::api::{Api, PostParams};
-use kube::{Client, CustomResourceExt};
+use blockwork_testenv::harness::{ControllerTask, TestNamespace, metrics_text};
+use kube::CustomResourceExt;
 use prometheus_client::registry::Registry;
-use tokio::task::JoinHandle;
 
 pub struct Harness {
-    pub client: Client,
-    pub namespace: String,
+    /// Crashed before the namespace goes (fields drop in order).
+    pub controller: ControllerTask,
+    test_namespace: TestNamespace<Cert>,
     pub proxy: FaultProxy,
     /// Direct clients to moto, bypassing the proxy, for assertions.
     pub acm: aws_sdk_acm::Client,
@@ -44,18 +40,14 @@ pub struct Harness {
     runtime_registry: Registry,
     /// Applied to the configuration of every controller this harness starts.
     tweak: fn(&mut CertConfig, &mut AwsConfig),
-    controller: Option<JoinHandle<()>>,
-    plane: &'static ControlPlane,
 }
 
-pub async fn sdk_config(endpoint: &str) -> aws_config::SdkConfig {
-    aws_config::defaults(BehaviorVersion::latest())
-        .endpoint_url(endpoint)
-        .region(aws_config::Region::new("us-east-1"))
-        .credentials_provider(aws_sdk_sts::config::Credentials::new("test", "test", None, None, "test"))
-        .retry_config(SdkRetryConfig::disabled())
-        .load()
-        .await
+impl Deref for Harness {
+    type Target = TestNamespace<Cert>;
+
+    fn deref(&self) -> &TestNamespace<Cert> {
+        &self.test_namespace
+    }
 }
 
 /// Quick requeues, so a test sees each step within seconds; the steady state keeps the seed's
@@ -81,26 +73,16 @@ impl Harness {
     }
 
     pub async fn start_with(prefix: &str, zones: &[&str], tweak: fn(&mut CertConfig, &mut AwsConfig)) -> Self {
-        let plane = control_plane().await.expect("control plane starts");
-        plane.install_crds(&[Cert::crd()]).await.expect("Cert CRD installs");
-        let namespace = plane.namespace(prefix).await.expect("namespace is created");
+        let test_namespace = TestNamespace::new(prefix).await;
+        test_namespace.plane.install_crds(&[Cert::crd()]).await.expect("Cert CRD installs");
         let moto = moto().await.expect("moto starts");
         let proxy = FaultProxy::start(&moto.endpoint()).await.expect("proxy starts");
         let direct = sdk_config(&moto.endpoint()).await;
         let route53 = aws_sdk_route53::Client::new(&direct);
         let mut created = Vec::new();
         for label in zones {
-            let name = format!("{label}.{namespace}.test");
-            let zone = route53
-                .create_hosted_zone()
-                .name(&name)
-                .caller_reference(uuid_like(&name))
-                .send()
-                .await
-                .expect("hosted zone is created")
-                .hosted_zone
-                .unwrap();
-            created.push(Zone { name, id: zone.id.trim_start_matches("/hostedzone/").to_owned() });
+            let name = format!("{label}.{}.test", test_namespace.namespace);
+            created.push(Zone { id: hosted_zone(&route53, &name).await, name });
         }
         let mut registry = Registry::default();
         let metrics = CertMetrics::register(registry.sub_registry_with_prefix("cert_operator"));
@@ -108,8 +90,7 @@ impl Harness {
         let mut runtime_registry = Registry::with_prefix("blockwork");
         let runtime_metrics = RuntimeMetrics::register(&mut runtime_registry);
         let mut harness = Self {
-            client: plane.client(),
-            namespace,
+            test_namespace,
             proxy,
             acm: aws_sdk_acm::Client::new(&direct),
             route53,
@@ -120,15 +101,13 @@ impl Harness {
             runtime_metrics,
             runtime_registry,
             tweak,
-            controller: None,
-            plane,
+            controller: ControllerTask::default(),
         };
         harness.start_controller().await;
         harness
     }
 
-    /// The controller's configuration, and its AWS layer's: quotas far above what a test needs
-    /// (the quota model has tests of its own), quick retries, quick background batches and
+    /// The controller's configuration, and its AWS layer's (through the proxy) with quick
     /// listing sweeps.
     pub fn config(&self) -> (CertConfig, AwsConfig) {
         let mut config = CertConfig {
@@ -139,19 +118,7 @@ impl Harness {
             max_tracked_certificates: 1000,
             timing: fast_timing(),
         };
-        let generous: Vec<Override> = ["acm.*=100/100", "acm.ListCertificates=100/100", "route53=100/100", "route53.*=100/100"]
-            .iter()
-            .map(|o| o.parse().unwrap())
-            .collect();
-        let mut aws = AwsConfig {
-            region: Some("us-east-1".into()),
-            endpoint_url: Some(self.proxy.endpoint()),
-            timeout: Duration::from_secs(10),
-            quotas: Quotas::aws().with(&generous),
-            retry: RetryPolicy { base_delay: Duration::from_millis(20), max_delay: Duration::from_millis(100), max_retries: 3 },
-            route53_batch: BatchPolicy { gather: Duration::from_millis(50), interval: Duration::from_millis(300) },
-            ..AwsConfig::default()
-        };
+        let mut aws = AwsConfig { endpoint_url: Some(self.proxy.endpoint()), ..layer_config() };
         (self.tweak)(&mut config, &mut aws);
         (config, aws)
     }
@@ -161,79 +128,27 @@ impl Harness {
     pub async fn start_controller(&mut self) {
         let (config, aws_config) = self.config();
         let aws = Aws::with_sdk_config(aws_config, sdk_config(&self.proxy.endpoint()).await, Arc::clone(&self.aws_metrics));
-        let run = blockwork_cert::run(
-            self.plane.client(),
-            config,
-            aws,
-            Arc::clone(&self.runtime_metrics),
-            Arc::clone(&self.metrics),
-            Some(vec![self.namespace.clone()]),
-            4,
-            std::future::pending(),
-        );
-        self.controller = Some(tokio::spawn(run));
-    }
-
-    /// Kills the controller wherever it is, as a crash would.
-    pub fn crash_controller(&mut self) {
-        if let Some(handle) = self.controller.take() {
-            handle.abort();
-        }
+        let (client, namespaces) = (self.plane.client(), Some(vec![self.namespace.clone()]));
+        let (runtime_metrics, metrics) = (Arc::clone(&self.runtime_metrics), Arc::clone(&self.metrics));
+        self.controller.start(blockwork_cert::run(client, config, aws, runtime_metrics, metrics, namespaces, 4, std::future::pending()));
     }
 
     /// The text exposition of the harness's Cert metrics.
     pub fn scrape(&self) -> String {
-        let mut text = String::new();
-        prometheus_client::encoding::text::encode(&mut text, &self.registry).unwrap();
-        text
+        metrics_text(&self.registry)
     }
 
     /// Reconciles that ended in a 409 from the API server (a status written from a stale copy).
     pub fn conflicts(&self) -> u64 {
-        let mut text = String::new();
-        prometheus_client::encoding::text::encode(&mut text, &self.runtime_registry).unwrap();
-        text.lines()
+        metrics_text(&self.runtime_registry)
+            .lines()
             .filter(|line| line.starts_with("blockwork_reconciles_total{") && line.contains(r#"result="conflict""#))
             .filter_map(|line| line.rsplit(' ').next()?.parse::<u64>().ok())
             .sum()
     }
 
-    /// Waits until the proxy has seen at least `count` calls of `operation` (faulted ones
-    /// included: a call held by latency counts from the moment it arrives).
-    pub async fn wait_for_calls(&self, operation: &str, count: usize) {
-        let deadline = tokio::time::Instant::now() + Duration::from_secs(40);
-        while self.proxy.calls(operation) < count {
-            assert!(
-                tokio::time::Instant::now() < deadline,
-                "{operation} was called fewer than {count} times: {:?}",
-                self.proxy.all_calls()
-            );
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-    }
-
-    pub fn api(&self) -> Api<Cert> {
-        Api::namespaced(self.client.clone(), &self.namespace)
-    }
-
     pub async fn create(&self, name: &str, spec: CertSpec) -> Cert {
-        self.api().create(&PostParams::default(), &Cert::new(name, spec)).await.expect("cert is created")
-    }
-
-    /// Polls until `check` holds, or fails the test with the last status seen.
-    pub async fn wait_for(&self, name: &str, what: &str, check: impl Fn(&Cert) -> bool) -> Cert {
-        let deadline = tokio::time::Instant::now() + Duration::from_secs(40);
-        loop {
-            let cert = self.api().get_opt(name).await.expect("get cert");
-            match cert {
-                Some(cert) if check(&cert) => return cert,
-                Some(cert) if tokio::time::Instant::now() > deadline => {
-                    panic!("timed out waiting for {name} to be {what}; last status: {:#?}", cert.status)
-                }
-                None if tokio::time::Instant::now() > deadline => panic!("timed out waiting for {name} to be {what}; it does not exist"),
-                _ => tokio::time::sleep(Duration::from_millis(100)).await,
-            }
-        }
+        self.test_namespace.create(&Cert::new(name, spec)).await
     }
 
     /// Waits until the Cert is Ready and every validation record it listed is written (the
@@ -253,22 +168,9 @@ impl Harness {
         self.wait_for(name, state.as_str(), |c| c.status.as_ref().and_then(|s| s.observation.state) == Some(state)).await
     }
 
-    pub async fn wait_gone(&self, name: &str) {
-        let deadline = tokio::time::Instant::now() + Duration::from_secs(40);
-        while let Some(cert) = self.api().get_opt(name).await.expect("get cert") {
-            assert!(tokio::time::Instant::now() < deadline, "timed out waiting for {name} to be deleted; status: {:#?}", cert.status);
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-    }
-
-    /// The CNAME records (name, value) in a zone.
-    pub async fn cnames(&self, zone: &Zone) -> Vec<(String, String)> {
-        let sets = self.route53.list_resource_record_sets().hosted_zone_id(&zone.id).send().await.unwrap();
-        sets.resource_record_sets()
-            .iter()
-            .filter(|s| *s.r#type() == RrType::Cname)
-            .map(|s| (s.name().to_owned(), s.resource_records().first().map(|r| r.value().to_owned()).unwrap_or_default()))
-            .collect()
+    /// The CNAME records (name, value, TTL) in a zone.
+    pub async fn cnames(&self, zone: &Zone) -> Vec<(String, String, i64)> {
+        blockwork_testenv::aws::cnames(&self.route53, &zone.id).await
     }
 
     /// ARNs of the ACM certificates for `domain`, any status.
@@ -308,16 +210,6 @@ impl Harness {
     pub async fn certificate_exists(&self, arn: &str) -> bool {
         self.acm.describe_certificate().certificate_arn(arn).send().await.is_ok()
     }
-}
-
-impl Drop for Harness {
-    fn drop(&mut self) {
-        self.crash_controller();
-    }
-}
-
-fn uuid_like(seed: &str) -> String {
-    format!("{seed}-{}", std::process::id())
 }
 
 pub fn spec(service: &str, environment: &str) -> CertSpec {

@@ -4,52 +4,61 @@
 
 use std::collections::BTreeMap;
 use std::future::Future;
+use std::ops::Deref;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
 use blockwork_rotator::{Config, Keys, Metrics, Rotator, RotatorArgs};
-use blockwork_testenv::control_plane::{ControlPlane, control_plane};
+use blockwork_testenv::control_plane::ControlPlane;
+use blockwork_testenv::harness::{ControllerTask, TIMEOUT, TestNamespace, eventually, metrics_text};
 use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::Secret;
-use k8s_openapi::api::events::v1::Event;
-use kube::api::{Api, DeleteParams, ListParams, ObjectMeta, Patch, PatchParams, PostParams};
+use kube::api::{DeleteParams, ObjectMeta, Patch, PatchParams};
 use kube::{Client, ResourceExt};
 use prometheus_client::registry::Registry;
 use serde_json::json;
 use tokio::sync::oneshot;
-use tokio::task::JoinHandle;
-
-pub const TIMEOUT: Duration = Duration::from_secs(30);
 
 pub struct Harness {
-    pub plane: &'static ControlPlane,
-    pub client: Client,
-    pub namespace: String,
+    /// Crashed before the namespace goes (fields drop in order).
+    pub controller: ControllerTask,
+    test_namespace: TestNamespace<Secret>,
     pub keys: Keys,
     pub config: Config,
     pub registry: Registry,
     pub metrics: Arc<Metrics>,
-    controller: Option<(JoinHandle<()>, oneshot::Sender<()>)>,
+}
+
+impl Deref for Harness {
+    type Target = TestNamespace<Secret>;
+
+    fn deref(&self) -> &TestNamespace<Secret> {
+        &self.test_namespace
+    }
 }
 
 impl Harness {
     /// A fresh namespace and a rotator watching only it, not yet started.
     pub async fn new(prefix: &str) -> Self {
-        init_tracing();
-        let plane = control_plane().await.unwrap();
-        let namespace = plane.namespace(prefix).await.unwrap();
-        let mut config = Config::new(&RotatorArgs::default(), std::slice::from_ref(&namespace), 4).unwrap();
+        let test_namespace = TestNamespace::new(prefix).await;
+        let mut config = Config::new(&RotatorArgs::default(), std::slice::from_ref(&test_namespace.namespace), 4).unwrap();
         config.error_requeue = Duration::from_millis(200);
         config.conflict_requeue = Duration::from_secs(1);
-        Self::with_config(plane, namespace, config)
+        Self::with(test_namespace, config)
     }
 
-    pub fn with_config(plane: &'static ControlPlane, namespace: String, config: Config) -> Self {
+    /// A rotator configured by `config`, not yet started; `namespace` is the test's.
+    pub async fn with_config(namespace: &str, config: Config) -> Self {
+        Self::with(TestNamespace::adopt(namespace).await, config)
+    }
+
+    fn with(test_namespace: TestNamespace<Secret>, config: Config) -> Self {
+        init_tracing();
         let mut registry = Registry::with_prefix("rotator");
         let metrics = Metrics::register(&mut registry);
-        Self { plane, client: plane.client(), namespace, keys: config.keys.clone(), config, registry, metrics, controller: None }
+        Self { test_namespace, keys: config.keys.clone(), config, registry, metrics, controller: ControllerTask::default() }
     }
 
     /// A fresh namespace and a running rotator watching only it.
@@ -64,30 +73,8 @@ impl Harness {
     }
 
     pub fn start_controller_with(&mut self, client: Client) {
-        assert!(self.controller.is_none(), "already running");
-        let (tx, rx) = oneshot::channel::<()>();
-        let run = blockwork_rotator::run(client, self.config.clone(), Arc::clone(&self.metrics), async move {
-            let _ = rx.await;
-        });
-        let handle = tokio::spawn(async move {
-            run.await.unwrap();
-        });
-        self.controller = Some((handle, tx));
-    }
-
-    /// Kills the controller wherever it is (dropping its in-flight requests), like a crash.
-    pub fn crash_controller(&mut self) {
-        if let Some((handle, _)) = self.controller.take() {
-            handle.abort();
-        }
-    }
-
-    /// Graceful stop: shutdown signal, then waits for running reconciles.
-    pub async fn stop_controller(&mut self) {
-        if let Some((handle, tx)) = self.controller.take() {
-            let _ = tx.send(());
-            tokio::time::timeout(TIMEOUT, handle).await.expect("the rotator stops in time").unwrap();
-        }
+        let run = blockwork_rotator::run(client, self.config.clone(), Arc::clone(&self.metrics), std::future::pending());
+        self.controller.start(async move { run.await.expect("the rotator runs") });
     }
 
     /// The reconcile pipeline itself, with its own client and metrics (a second "replica").
@@ -96,16 +83,8 @@ impl Harness {
         Rotator::new(self.plane.client(), &self.config, Metrics::register(&mut registry))
     }
 
-    pub fn api(&self) -> Api<Secret> {
-        Api::namespaced(self.client.clone(), &self.namespace)
-    }
-
     pub fn source(&self, name: &str, target: &str, crt: &str, key: &str) -> Secret {
         source_in(&self.keys, &self.namespace, name, target, crt, key)
-    }
-
-    pub async fn create(&self, secret: &Secret) -> Secret {
-        self.api().create(&PostParams::default(), secret).await.unwrap()
     }
 
     pub async fn create_source(&self, name: &str, target: &str, crt: &str, key: &str) -> Secret {
@@ -127,64 +106,18 @@ impl Harness {
         self.api().delete(name, &DeleteParams::default()).await.unwrap();
     }
 
-    pub async fn get(&self, name: &str) -> Option<Secret> {
-        self.api().get_opt(name).await.unwrap()
-    }
-
-    /// Polls until `name` exists and satisfies `check`.
-    pub async fn wait_for(&self, name: &str, what: &str, check: impl Fn(&Secret) -> bool) -> Secret {
-        let deadline = tokio::time::Instant::now() + TIMEOUT;
-        loop {
-            let current = self.get(name).await;
-            if let Some(secret) = current.as_ref().filter(|s| check(s)) {
-                return secret.clone();
-            }
-            assert!(
-                tokio::time::Instant::now() < deadline,
-                "timed out waiting for {name}: {what}; last seen: {:?}",
-                current.map(|s| summary(&s))
-            );
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-    }
-
     /// Waits until the target's next-tls.crt is `crt`.
     pub async fn wait_for_next(&self, target: &str, crt: &str) -> Secret {
         self.wait_for(target, &format!("next-tls.crt = {crt}"), |s| text(s, "next-tls.crt") == crt).await
     }
 
-    /// Events about `name`, as (reason, note), oldest first.
-    pub async fn events(&self, name: &str) -> Vec<(String, String)> {
-        let api: Api<Event> = Api::namespaced(self.client.clone(), &self.namespace);
-        let mut events: Vec<Event> = api
-            .list(&ListParams::default())
-            .await
-            .unwrap()
-            .items
-            .into_iter()
-            .filter(|e| e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(name))
-            .collect();
-        events.sort_by_key(|e| e.metadata.creation_timestamp.clone().map(|t| t.0));
-        events.into_iter().map(|e| (e.reason.unwrap_or_default(), e.note.unwrap_or_default())).collect()
-    }
-
-    /// Waits for an event with `reason` about `name`; returns its note.
+    /// Waits for an event with `reason` about `name`; returns the note of the first.
     pub async fn wait_for_event(&self, name: &str, reason: &str) -> String {
-        let deadline = tokio::time::Instant::now() + TIMEOUT;
-        loop {
-            let events = self.events(name).await;
-            if let Some((_, note)) = events.iter().find(|(r, _)| r == reason) {
-                return note.clone();
-            }
-            assert!(tokio::time::Instant::now() < deadline, "no {reason} event about {name}; events: {events:?}");
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
+        self.test_namespace.wait_for_event(name, reason).await.swap_remove(0).note
     }
 
     pub fn metrics_text(&self) -> String {
-        let mut out = String::new();
-        prometheus_client::encoding::text::encode(&mut out, &self.registry).unwrap();
-        out
+        metrics_text(&self.registry)
     }
 
     /// The value of one sample (0 if absent), e.g. `rotator_rotations_total{result="unchanged"}`.
@@ -197,17 +130,8 @@ impl Harness {
 
     /// Waits until `series` exceeds `above`.
     pub async fn wait_for_sample(&self, series: &str, above: f64) {
-        let deadline = tokio::time::Instant::now() + TIMEOUT;
-        while self.sample(series) <= above {
-            assert!(tokio::time::Instant::now() < deadline, "{series} stayed at {above}:\n{}", self.metrics_text());
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-    }
-}
-
-impl Drop for Harness {
-    fn drop(&mut self) {
-        self.crash_controller();
+        let what = format!("{series} above {above}");
+        eventually(&what, TIMEOUT, async || if self.sample(series) > above { Ok(()) } else { Err(self.metrics_text()) }).await
     }
 }
 

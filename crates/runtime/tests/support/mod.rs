@@ -4,6 +4,7 @@
 #![allow(dead_code, clippy::unwrap_used, clippy::panic)]
 
 use std::collections::{HashMap, VecDeque};
+use std::ops::Deref;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -14,16 +15,16 @@ use blockwork_runtime::{
     Context, ControllerConfig, DeleteOutcome, DependencyRef, ExternalError, ExternalResource, ManagedStatus, MutateOutcome, ReconcileState,
     Request, RequeuePolicy, RuntimeMetrics, VerifyOutcome,
 };
-use blockwork_testenv::control_plane::{ControlPlane, control_plane};
+use blockwork_testenv::harness::{ControllerTask, TIMEOUT, TestNamespace, eventually};
 use futures::StreamExt;
+use futures::stream::BoxStream;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
-use kube::api::{Api, PostParams};
+use kube::api::Api;
 use kube::runtime::watcher;
 use kube::{Client, CustomResource, CustomResourceExt, ResourceExt};
 use prometheus_client::registry::Registry;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
-use tokio::task::JoinHandle;
 
 pub const GROUP: &str = "testing.blockwork.dev";
 
@@ -135,6 +136,10 @@ impl Backend {
     }
     pub fn widget(&self, token: &str) -> Option<CloudWidget> {
         self.0.lock().unwrap().widgets.get(token).cloned()
+    }
+    /// Waits for `what`: the widget of `token` having `size`.
+    pub async fn wait_for_size(&self, token: &str, size: i32, what: &str) {
+        eventually(what, TIMEOUT, async || self.widget(token).filter(|w| w.size == size).ok_or(format!("{:?}", self.widget(token)))).await;
     }
     /// Finishes asynchronous creates, updates and deletes.
     pub fn complete(&self) {
@@ -343,17 +348,24 @@ impl ExternalResource for WidgetManager {
     }
 }
 
-/// A namespace, a client and a Widget controller watching only that namespace.
+/// A namespace and a Widget controller watching only that namespace.
 pub struct Harness {
-    pub client: Client,
-    pub namespace: String,
+    /// Crashed before the namespace goes (fields drop in order).
+    pub controller: ControllerTask,
+    test_namespace: TestNamespace<Widget>,
     pub backend: Backend,
     pub registry: Registry,
-    controller: Option<JoinHandle<()>>,
     /// The running controller's context.
     pub context: Option<Arc<Context<WidgetManager>>>,
-    plane: &'static ControlPlane,
     slow_states: Vec<ReconcileState>,
+}
+
+impl Deref for Harness {
+    type Target = TestNamespace<Widget>;
+
+    fn deref(&self) -> &TestNamespace<Widget> {
+        &self.test_namespace
+    }
 }
 
 impl Harness {
@@ -371,17 +383,14 @@ impl Harness {
     }
 
     async fn start_configured(prefix: &str, default_deletion: DeletionPolicy, slow_states: &[ReconcileState]) -> Self {
-        let plane = control_plane().await.expect("control plane starts");
-        plane.install_crds(&[Widget::crd()]).await.expect("Widget CRD installs");
-        let namespace = plane.namespace(prefix).await.expect("namespace is created");
+        let test_namespace = TestNamespace::new(prefix).await;
+        test_namespace.plane.install_crds(&[Widget::crd()]).await.expect("Widget CRD installs");
         let mut harness = Self {
-            client: plane.client(),
-            namespace,
+            test_namespace,
             backend: Backend::default(),
             registry: Registry::with_prefix("blockwork"),
-            controller: None,
+            controller: ControllerTask::default(),
             context: None,
-            plane,
             slow_states: slow_states.to_vec(),
         };
         harness.start_controller(default_deletion);
@@ -396,41 +405,11 @@ impl Harness {
         let context = Context::new(client.clone(), manager, ControllerConfig::new("widget", GROUP), metrics);
         self.context = Some(Arc::clone(&context));
         let api: Api<Widget> = Api::namespaced(client, &self.namespace);
-        self.controller = Some(tokio::spawn(blockwork_runtime::run(api, context, 4, std::future::pending())));
-    }
-
-    /// Kills the controller wherever it is, as a crash would.
-    pub fn crash_controller(&mut self) {
-        if let Some(handle) = self.controller.take() {
-            handle.abort();
-        }
-    }
-
-    pub fn api(&self) -> Api<Widget> {
-        Api::namespaced(self.client.clone(), &self.namespace)
+        self.controller.start(blockwork_runtime::run(api, context, 4, std::future::pending()));
     }
 
     pub async fn create(&self, widget: Widget) -> Widget {
-        self.api().create(&PostParams::default(), &widget).await.expect("widget is created")
-    }
-
-    /// Polls until `check` holds for the widget, or fails the test with the last status seen.
-    pub async fn wait_for(&self, name: &str, what: &str, check: impl Fn(&Widget) -> bool) -> Widget {
-        let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
-        loop {
-            let widget = self.api().get_opt(name).await.expect("get widget");
-            if let Some(widget) = widget {
-                if check(&widget) {
-                    return widget;
-                }
-                if tokio::time::Instant::now() > deadline {
-                    panic!("timed out waiting for {name} to be {what}; last status: {:#?}", widget.status);
-                }
-            } else if tokio::time::Instant::now() > deadline {
-                panic!("timed out waiting for {name} to be {what}; it does not exist");
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
+        self.test_namespace.create(&widget).await
     }
 
     pub async fn wait_for_state(&self, name: &str, state: ReconcileState) -> Widget {
@@ -440,25 +419,10 @@ impl Harness {
         .await
     }
 
-    pub async fn wait_gone(&self, name: &str) {
-        let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
-        while self.api().get_opt(name).await.expect("get widget").is_some() {
-            assert!(tokio::time::Instant::now() < deadline, "timed out waiting for {name} to be deleted");
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-    }
-
     /// Counts every new version of the object `name` from now on (its creation included).
     pub async fn count_versions(&self, name: &str) -> Arc<AtomicUsize> {
         let versions = Arc::new(AtomicUsize::new(0));
-        let config = watcher::Config::default().fields(&format!("metadata.name={name}"));
-        let mut events = watcher(self.api(), config).boxed();
-        // Wait for the (empty) initial list, so nothing written later is missed.
-        while let Some(event) = events.next().await {
-            if matches!(event, Ok(watcher::Event::InitDone)) {
-                break;
-            }
-        }
+        let mut events = self.watch_from_now(name).await;
         let counter = Arc::clone(&versions);
         tokio::spawn(async move {
             while let Some(event) = events.next().await {
@@ -473,13 +437,7 @@ impl Harness {
     /// Records every new version of the object `name` from now on, in order.
     pub async fn watch_versions(&self, name: &str) -> Arc<Mutex<Vec<Widget>>> {
         let versions = Arc::new(Mutex::new(Vec::new()));
-        let config = watcher::Config::default().fields(&format!("metadata.name={name}"));
-        let mut events = watcher(self.api(), config).boxed();
-        while let Some(event) = events.next().await {
-            if matches!(event, Ok(watcher::Event::InitDone)) {
-                break;
-            }
-        }
+        let mut events = self.watch_from_now(name).await;
         let recorded = Arc::clone(&versions);
         tokio::spawn(async move {
             while let Some(event) = events.next().await {
@@ -491,47 +449,23 @@ impl Harness {
         versions
     }
 
+    /// A watch of the object `name` past its (empty) initial list, so nothing written later is
+    /// missed.
+    async fn watch_from_now(&self, name: &str) -> BoxStream<'static, watcher::Result<watcher::Event<Widget>>> {
+        let config = watcher::Config::default().fields(&format!("metadata.name={name}"));
+        let mut events = watcher(self.api(), config).boxed();
+        while let Some(event) = events.next().await {
+            if matches!(event, Ok(watcher::Event::InitDone)) {
+                break;
+            }
+        }
+        events
+    }
+
     /// Triggers a reconcile of `name` by changing an annotation (`value` must differ each time).
     pub async fn poke(&self, name: &str, value: &str) {
         let patch = serde_json::json!({"metadata": {"annotations": {"testing.blockwork.dev/poke": value}}});
         self.api().patch(name, &kube::api::PatchParams::default(), &kube::api::Patch::Merge(patch)).await.expect("poke");
-    }
-
-    /// Waits for an event with `reason` about `name`; returns the type and note of each.
-    pub async fn wait_for_event(&self, name: &str, reason: &str) -> Vec<(String, String)> {
-        let events: Api<k8s_openapi::api::events::v1::Event> = Api::namespaced(self.client.clone(), &self.namespace);
-        let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
-        loop {
-            let list = events.list(&Default::default()).await.expect("list events");
-            let found: Vec<(String, String)> = list
-                .items
-                .into_iter()
-                .filter(|e| e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(name) && e.reason.as_deref() == Some(reason))
-                .map(|e| (e.type_.unwrap_or_default(), e.note.unwrap_or_default()))
-                .collect();
-            if !found.is_empty() {
-                return found;
-            }
-            assert!(tokio::time::Instant::now() < deadline, "no {reason} event about {name}; seen: {:?}", self.event_reasons(name).await);
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-    }
-
-    /// Reason of the Kubernetes events about `name`.
-    pub async fn event_reasons(&self, name: &str) -> Vec<String> {
-        let events: Api<k8s_openapi::api::events::v1::Event> = Api::namespaced(self.client.clone(), &self.namespace);
-        let list = events.list(&Default::default()).await.expect("list events");
-        list.items
-            .into_iter()
-            .filter(|e| e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(name))
-            .filter_map(|e| e.reason)
-            .collect()
-    }
-}
-
-impl Drop for Harness {
-    fn drop(&mut self) {
-        self.crash_controller();
     }
 }
 

@@ -4,18 +4,10 @@
 
 #![allow(dead_code, clippy::unwrap_used, clippy::panic)]
 
+use std::ops::Deref;
 use std::sync::Arc;
 use std::time::Duration;
 
-use aws_config::BehaviorVersion;
-use aws_config::retry::RetryConfig;
-use aws_sdk_cloudfront::types::{
-    ConnectionMode, DefaultCacheBehavior, DistributionConfig, Origin, Origins, ParameterDefinition, ParameterDefinitionSchema,
-    StringSchemaConfig, TenantConfig, ViewerCertificate, ViewerProtocolPolicy,
-};
-use aws_sdk_route53::types::{Change, ChangeAction, ChangeBatch, ResourceRecord, ResourceRecordSet, RrType};
-use blockwork_aws::quota::{Override, Quotas};
-use blockwork_aws::route53::BatchPolicy;
 use blockwork_aws::{Aws, AwsConfig, AwsMetrics, Endpoint, RetryPolicy, Seed, Service};
 use blockwork_runtime::policy::DRIFT_POLICY_ANNOTATION;
 use blockwork_runtime::{Context, ControllerConfig, DriftPolicy, RuntimeMetrics};
@@ -24,24 +16,12 @@ use blockwork_tenant::api::{DnsConfig, DnsProvider};
 use blockwork_tenant::cloudfront::Sdk;
 use blockwork_tenant::dns::Route53;
 use blockwork_tenant::{CONTROLLER, DistributionTenant, DistributionTenantSpec, GROUP, TenantManager, TenantMetrics, Timing};
-use blockwork_testenv::control_plane::{ControlPlane, control_plane};
+use blockwork_testenv::aws::{hosted_zone, layer_config, request_certificate, sdk_config, tenant_only_distribution};
 use blockwork_testenv::emulators::{ministack, moto};
 use blockwork_testenv::fault_proxy::FaultProxy;
-use kube::api::{Api, PostParams};
-use kube::{Client, CustomResourceExt};
+use blockwork_testenv::harness::{ControllerTask, TestNamespace, metrics_text};
+use kube::CustomResourceExt;
 use prometheus_client::registry::Registry;
-use tokio::task::JoinHandle;
-
-pub async fn sdk_config(endpoint: &str) -> aws_config::SdkConfig {
-    aws_config::defaults(BehaviorVersion::latest())
-        .endpoint_url(endpoint)
-        .region(aws_config::Region::new("us-east-1"))
-        .credentials_provider(aws_sdk_cloudfront::config::Credentials::new("test", "test", None, None, "test"))
-        // The operator's own reaction to each error is under test, not the SDK's retries.
-        .retry_config(RetryConfig::disabled())
-        .load()
-        .await
-}
 
 pub const TIMING: Timing = Timing {
     poll: Duration::from_secs(1),
@@ -58,9 +38,9 @@ pub const DNS_ACCOUNT: &str = "210987654321";
 pub const DNS_ROLE: &str = "arn:aws:iam::210987654321:role/blockwork-dns";
 
 pub struct Harness {
-    pub plane: &'static ControlPlane,
-    pub client: Client,
-    pub namespace: String,
+    /// Crashed before the namespace goes (fields drop in order).
+    pub controller: ControllerTask,
+    test_namespace: TestNamespace<DistributionTenant>,
     pub proxy: FaultProxy,
     /// Between the operator's Route53 and STS calls and moto.
     pub dns_proxy: FaultProxy,
@@ -79,14 +59,13 @@ pub struct Harness {
     metrics: Arc<TenantMetrics>,
     pub aws_metrics: Arc<AwsMetrics>,
     runtime_metrics: Arc<RuntimeMetrics>,
-    controller: Option<JoinHandle<()>>,
 }
 
-impl Drop for Harness {
-    fn drop(&mut self) {
-        if let Some(controller) = self.controller.take() {
-            controller.abort();
-        }
+impl Deref for Harness {
+    type Target = TestNamespace<DistributionTenant>;
+
+    fn deref(&self) -> &TestNamespace<DistributionTenant> {
+        &self.test_namespace
     }
 }
 
@@ -101,9 +80,9 @@ impl Harness {
     }
 
     pub async fn start_configured(prefix: &str, default_drift: DriftPolicy, timing: Timing) -> Self {
-        let plane = control_plane().await.expect("control plane starts");
-        plane.install_crds(&[DistributionTenant::crd()]).await.expect("CRD installs");
-        let namespace = plane.namespace(prefix).await.expect("namespace is created");
+        let test_namespace = TestNamespace::new(prefix).await;
+        test_namespace.plane.install_crds(&[DistributionTenant::crd()]).await.expect("CRD installs");
+        let namespace = test_namespace.namespace.clone();
         let emulator = ministack().await.expect("MiniStack starts").endpoint();
         let proxy = FaultProxy::start(&emulator).await.expect("proxy starts");
         let aws = aws_sdk_cloudfront::Client::new(&sdk_config(&emulator).await);
@@ -111,7 +90,7 @@ impl Harness {
         // The distribution serves a certificate of its own for the test's domains, so tenants
         // need none (a distribution on CloudFront's default certificate refuses them).
         let wildcard = request_certificate(&acm, &[format!("*.{namespace}.example.com")]).await;
-        let distribution_id = multi_tenant_distribution(&aws, &format!("{namespace}-main"), Some(&wildcard), &[]).await;
+        let distribution_id = tenant_only_distribution(&aws, &format!("{namespace}-main"), Some(&wildcard), &[]).await;
         default_connection_group(&aws, &distribution_id, &namespace).await;
         let mut registry = Registry::default();
         let metrics = TenantMetrics::register(&mut registry);
@@ -122,9 +101,7 @@ impl Harness {
         let route53 = aws_sdk_route53::Client::new(&sdk_config(&moto).await);
         let zone_id = hosted_zone(&route53, &format!("{namespace}.example.com")).await;
         let mut harness = Self {
-            plane,
-            client: plane.client(),
-            namespace,
+            test_namespace,
             proxy,
             dns_proxy,
             route53,
@@ -138,7 +115,7 @@ impl Harness {
             metrics,
             aws_metrics,
             runtime_metrics,
-            controller: None,
+            controller: ControllerTask::default(),
         };
         harness.start_controller().await;
         harness
@@ -153,44 +130,25 @@ impl Harness {
             TenantManager::new(cloudfront, Some(route53), self.default_drift, self.timing, Arc::clone(&self.metrics), aws.metrics());
         let context =
             Context::new(self.client.clone(), manager, ControllerConfig::new(CONTROLLER, GROUP), Arc::clone(&self.runtime_metrics));
-        self.controller = Some(tokio::spawn(blockwork_runtime::run(self.api(), context, 4, std::future::pending())));
+        let api = self.api();
+        self.controller.start(blockwork_runtime::run(api, context, 4, std::future::pending()));
     }
 
     /// The controller's AWS layer: CloudFront and ACM through `proxy`, Route 53 and STS through
-    /// `dns_proxy`; quotas far above what a test needs (the quota model has tests of its own);
-    /// two quick retries, so that a test injecting three failures sees the operator's own
-    /// reaction (seed 001's table, the throttle floor).
+    /// `dns_proxy`; two quick retries, so that a test injecting three failures sees the
+    /// operator's own reaction (seed 001's table, the throttle floor).
     fn aws_config(&self) -> AwsConfig {
         let endpoint = |service, url: String| Endpoint { controller: None, service, url };
-        let generous: Vec<Override> = ["cloudfront.*=100/100", "acm.*=100/100", "route53=100/100", "route53.*=100/100", "sts.*=100/100"]
-            .iter()
-            .map(|o| o.parse().unwrap())
-            .collect();
         AwsConfig {
-            region: Some("us-east-1".into()),
             endpoints: vec![
                 endpoint(Service::CloudFront, self.proxy.endpoint()),
                 endpoint(Service::Acm, self.proxy.endpoint()),
                 endpoint(Service::Route53, self.dns_proxy.endpoint()),
                 endpoint(Service::Sts, self.dns_proxy.endpoint()),
             ],
-            timeout: Duration::from_secs(10),
-            quotas: Quotas::aws().with(&generous),
             retry: RetryPolicy { base_delay: Duration::from_millis(10), max_delay: Duration::from_millis(50), max_retries: RETRIES },
-            route53_batch: BatchPolicy { gather: Duration::from_millis(50), interval: Duration::from_millis(300) },
-            ..AwsConfig::default()
+            ..layer_config()
         }
-    }
-
-    /// Kills the controller wherever it is, as a crash would.
-    pub fn crash_controller(&mut self) {
-        if let Some(controller) = self.controller.take() {
-            controller.abort();
-        }
-    }
-
-    pub fn api(&self) -> Api<DistributionTenant> {
-        Api::namespaced(self.client.clone(), &self.namespace)
     }
 
     /// A domain unique to this test (MiniStack's domains are global, like CloudFront's).
@@ -212,45 +170,10 @@ impl Harness {
         DistributionTenantSpec { dns: Some(dns), ..self.spec(labels) }
     }
 
-    /// The CNAMEs in a zone as (name without the trailing dot, value, TTL), sorted.
-    pub async fn cnames(route53: &aws_sdk_route53::Client, zone_id: &str) -> Vec<(String, String, i64)> {
-        let output = route53.list_resource_record_sets().hosted_zone_id(zone_id).send().await.expect("records are listed");
-        let mut records: Vec<(String, String, i64)> = output
-            .resource_record_sets()
-            .iter()
-            .filter(|set| set.r#type() == &RrType::Cname)
-            .map(|set| {
-                let value = set.resource_records().first().map(|r| r.value().trim_end_matches('.').to_owned()).unwrap_or_default();
-                (set.name().trim_end_matches('.').to_owned(), value, set.ttl().unwrap_or_default())
-            })
-            .collect();
-        records.sort();
-        records
-    }
-
-    /// Writes a CNAME behind the operator's back.
-    pub async fn upsert_cname(route53: &aws_sdk_route53::Client, zone_id: &str, name: &str, value: &str) {
-        let set = ResourceRecordSet::builder()
-            .name(name)
-            .r#type(RrType::Cname)
-            .ttl(60)
-            .resource_records(ResourceRecord::builder().value(value).build().unwrap())
-            .build()
-            .unwrap();
-        let change = Change::builder().action(ChangeAction::Upsert).resource_record_set(set).build().unwrap();
-        route53
-            .change_resource_record_sets()
-            .hosted_zone_id(zone_id)
-            .change_batch(ChangeBatch::builder().changes(change).build().unwrap())
-            .send()
-            .await
-            .expect("record is written in moto");
-    }
-
     /// Points the operator's Route53 and STS calls (through a new fault proxy) and `route53` at
     /// another moto, with a zone of its own there, and restarts the controller.
     pub async fn use_dns_emulator(&mut self, endpoint: &str) {
-        self.crash_controller();
+        self.controller.crash();
         self.dns_proxy = FaultProxy::start(endpoint).await.expect("proxy starts");
         self.route53 = aws_sdk_route53::Client::new(&sdk_config(endpoint).await);
         self.zone_id = hosted_zone(&self.route53, &format!("{}.example.com", self.namespace)).await;
@@ -277,41 +200,17 @@ impl Harness {
     }
 
     pub async fn create(&self, name: &str, spec: DistributionTenantSpec) -> DistributionTenant {
-        self.api().create(&PostParams::default(), &DistributionTenant::new(name, spec)).await.expect("tenant object is created")
+        self.test_namespace.create(&DistributionTenant::new(name, spec)).await
     }
 
     pub async fn create_annotated(&self, name: &str, spec: DistributionTenantSpec, drift: &str) -> DistributionTenant {
         let mut tenant = DistributionTenant::new(name, spec);
         tenant.metadata.annotations = Some([(DRIFT_POLICY_ANNOTATION.to_owned(), drift.to_owned())].into());
-        self.api().create(&PostParams::default(), &tenant).await.expect("tenant object is created")
-    }
-
-    /// Polls until `check` holds, or fails with the last status seen.
-    pub async fn wait_for(&self, name: &str, what: &str, check: impl Fn(&DistributionTenant) -> bool) -> DistributionTenant {
-        let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
-        loop {
-            let found = self.api().get_opt(name).await.expect("get tenant object");
-            match found {
-                Some(tenant) if check(&tenant) => return tenant,
-                Some(tenant) if tokio::time::Instant::now() > deadline => {
-                    panic!("timed out waiting for {name} to be {what}; last status: {:#?}", tenant.status)
-                }
-                None if tokio::time::Instant::now() > deadline => panic!("timed out waiting for {name} to be {what}; it does not exist"),
-                _ => tokio::time::sleep(Duration::from_millis(100)).await,
-            }
-        }
+        self.test_namespace.create(&tenant).await
     }
 
     pub async fn wait_ready(&self, name: &str) -> DistributionTenant {
         self.wait_for(name, "Ready", |t| condition(t, "Ready").is_some_and(|c| c.0 == "True")).await
-    }
-
-    pub async fn wait_gone(&self, name: &str) {
-        let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
-        while let Some(tenant) = self.api().get_opt(name).await.expect("get tenant object") {
-            assert!(tokio::time::Instant::now() < deadline, "timed out waiting for {name} to go; last status: {:#?}", tenant.status);
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
     }
 
     /// The tenant as MiniStack holds it, by name; `None` when it does not exist.
@@ -365,44 +264,11 @@ impl Harness {
             true => None,
             false => Some(self.certificate(&[format!("*.{}.example.com", self.namespace)]).await),
         };
-        multi_tenant_distribution(&self.aws, &format!("{}-{reference}", self.namespace), certificate.as_deref(), parameters).await
+        tenant_only_distribution(&self.aws, &format!("{}-{reference}", self.namespace), certificate.as_deref(), parameters).await
     }
 
     pub fn metrics_text(&self) -> String {
-        let mut text = String::new();
-        prometheus_client::encoding::text::encode(&mut text, &self.registry).unwrap();
-        text
-    }
-}
-
-/// A moto of this test's own, killed when dropped. The shared one is pinned to one account
-/// (`MOTO_ACCOUNT_ID`); this one lets AssumeRole switch accounts as AWS does, so that a test can
-/// see in which account records land.
-pub struct MultiAccountMoto {
-    _process: tokio::process::Child,
-    pub endpoint: String,
-}
-
-impl MultiAccountMoto {
-    pub async fn start() -> Self {
-        let tools = std::env::var_os("BLOCKWORK_TOOLS_DIR")
-            .map(std::path::PathBuf::from)
-            .unwrap_or_else(|| std::path::PathBuf::from(std::env::var_os("HOME").unwrap()).join(".cache/blockwork-tools"));
-        let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
-        let process = tokio::process::Command::new(tools.join("bin/moto_server"))
-            .args(["-H", "127.0.0.1", "-p", &port.to_string()])
-            .env_remove("MOTO_ACCOUNT_ID")
-            .stdout(std::process::Stdio::null())
-            .stderr(std::process::Stdio::null())
-            .kill_on_drop(true)
-            .spawn()
-            .expect("moto_server starts");
-        let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
-        while tokio::net::TcpStream::connect(("127.0.0.1", port)).await.is_err() {
-            assert!(tokio::time::Instant::now() < deadline, "moto_server did not listen");
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-        Self { _process: process, endpoint: format!("http://127.0.0.1:{port}") }
+        metrics_text(&self.registry)
     }
 }
 
@@ -410,17 +276,6 @@ impl MultiAccountMoto {
 pub fn condition(tenant: &DistributionTenant, type_: &str) -> Option<(String, String, String)> {
     let status = tenant.status.as_ref()?;
     status.condition(type_).map(|c| (c.status.clone(), c.reason.clone(), c.message.clone()))
-}
-
-pub async fn hosted_zone(route53: &aws_sdk_route53::Client, name: &str) -> String {
-    let output = route53
-        .create_hosted_zone()
-        .name(name)
-        .caller_reference(format!("{name}-{:?}", std::time::SystemTime::now()))
-        .send()
-        .await
-        .expect("hosted zone is created in moto");
-    output.hosted_zone().unwrap().id().trim_start_matches("/hostedzone/").to_owned()
 }
 
 /// CloudFront makes the account's default connection group with its first tenant, and a tenant
@@ -439,67 +294,4 @@ pub async fn default_connection_group(aws: &aws_sdk_cloudfront::Client, distribu
         .send()
         .await
         .expect("a first tenant is created in MiniStack");
-}
-
-pub async fn request_certificate(acm: &aws_sdk_acm::Client, names: &[String]) -> String {
-    let output = acm
-        .request_certificate()
-        .domain_name(&names[0])
-        .set_subject_alternative_names(Some(names.to_vec()))
-        .validation_method(aws_sdk_acm::types::ValidationMethod::Dns)
-        .send()
-        .await
-        .expect("certificate is requested in MiniStack");
-    output.certificate_arn().unwrap().to_owned()
-}
-
-/// A `tenant-only` distribution, the kind tenants attach to: with `certificate` as its viewer
-/// certificate (`None`: CloudFront's default certificate) and `parameters` as its tenant
-/// parameters, (name, required, default).
-pub async fn multi_tenant_distribution(
-    aws: &aws_sdk_cloudfront::Client,
-    reference: &str,
-    certificate: Option<&str>,
-    parameters: &[(&str, bool, Option<&str>)],
-) -> String {
-    let origin = Origin::builder().id("origin").domain_name("origin.example.com").build().unwrap();
-    let config = DistributionConfig::builder()
-        .caller_reference(reference)
-        .origins(Origins::builder().quantity(1).items(origin).build().unwrap())
-        .default_cache_behavior(
-            DefaultCacheBehavior::builder()
-                .target_origin_id("origin")
-                .viewer_protocol_policy(ViewerProtocolPolicy::RedirectToHttps)
-                .cache_policy_id("658327ea-f89d-4fab-a63d-7e88639e58f6")
-                .build()
-                .unwrap(),
-        )
-        .comment("blockwork tenant tests")
-        .enabled(true)
-        .connection_mode(ConnectionMode::TenantOnly)
-        .viewer_certificate(match certificate {
-            Some(arn) => ViewerCertificate::builder().acm_certificate_arn(arn).build(),
-            None => ViewerCertificate::builder().cloud_front_default_certificate(true).build(),
-        })
-        .tenant_config(
-            TenantConfig::builder()
-                .set_parameter_definitions(Some(
-                    parameters
-                        .iter()
-                        .map(|(name, required, default)| {
-                            let schema = StringSchemaConfig::builder().required(*required).set_default_value(default.map(str::to_owned));
-                            ParameterDefinition::builder()
-                                .name(*name)
-                                .definition(ParameterDefinitionSchema::builder().string_schema(schema.build().unwrap()).build())
-                                .build()
-                                .unwrap()
-                        })
-                        .collect(),
-                ))
-                .build(),
-        )
-        .build()
-        .unwrap();
-    let output = aws.create_distribution().distribution_config(config).send().await.expect("distribution is created in MiniStack");
-    output.distribution().unwrap().id().to_owned()
 }
