@@ -22,13 +22,11 @@ use std::path::Path;
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
-use aws_sdk_cloudfront::types::{
-    ConnectionMode, DefaultCacheBehavior, DistributionConfig, Origin, Origins, ViewerCertificate, ViewerProtocolPolicy,
-};
 use blockwork_aws::Quotas;
 use blockwork_cert::{Cert, CertSpec, CertState, DnsZoneRef};
 use blockwork_tenant::DistributionTenant;
 use blockwork_tenant::api::{DnsConfig, DnsProvider, DomainName};
+use blockwork_testenv::aws;
 use blockwork_testenv::emulators::{ministack, moto};
 use blockwork_testenv::fault_proxy::FaultProxy;
 use futures::{StreamExt as _, TryStreamExt as _};
@@ -189,70 +187,28 @@ struct Setup {
 
 impl Setup {
     async fn new(moto: &str, ministack: &str, namespace: &str) -> Self {
-        let route53 = aws_sdk_route53::Client::new(&sdk_config(moto).await);
+        let route53 = aws_sdk_route53::Client::new(&aws::sdk_config(moto).await);
         let mut zones = Vec::new();
         for i in 0..ZONES {
             let name = format!("z{i}.{namespace}.example.com");
-            let zone = route53.create_hosted_zone().name(&name).caller_reference(&name).send().await.unwrap();
-            zones.push((name, zone.hosted_zone().unwrap().id().trim_start_matches("/hostedzone/").to_owned()));
+            let id = aws::hosted_zone(&route53, &name).await;
+            zones.push((name, id));
         }
-        let config = sdk_config(ministack).await;
-        let acm = aws_sdk_acm::Client::new(&config);
+        let config = aws::sdk_config(ministack).await;
         let cloudfront = aws_sdk_cloudfront::Client::new(&config);
         let names: Vec<String> = zones.iter().map(|(zone, _)| format!("*.{zone}")).collect();
-        let certificate = acm
-            .request_certificate()
-            .domain_name(&names[0])
-            .set_subject_alternative_names(Some(names))
-            .validation_method(aws_sdk_acm::types::ValidationMethod::Dns)
-            .send()
-            .await
-            .unwrap();
-        let origin = Origin::builder().id("origin").domain_name("origin.example.com").build().unwrap();
-        let distribution = DistributionConfig::builder()
-            .caller_reference(namespace)
-            .origins(Origins::builder().quantity(1).items(origin).build().unwrap())
-            .default_cache_behavior(
-                DefaultCacheBehavior::builder()
-                    .target_origin_id("origin")
-                    .viewer_protocol_policy(ViewerProtocolPolicy::RedirectToHttps)
-                    .cache_policy_id("658327ea-f89d-4fab-a63d-7e88639e58f6")
-                    .build()
-                    .unwrap(),
-            )
-            .comment("blockwork shared quotas")
-            .enabled(true)
-            .connection_mode(ConnectionMode::TenantOnly)
-            .viewer_certificate(ViewerCertificate::builder().acm_certificate_arn(certificate.certificate_arn().unwrap()).build())
-            .build()
-            .unwrap();
-        let distribution = cloudfront.create_distribution().distribution_config(distribution).send().await.unwrap();
-        let distribution_id = distribution.distribution().unwrap().id().to_owned();
+        let certificate = aws::request_certificate(&aws_sdk_acm::Client::new(&config), &names).await;
+        let distribution_id = aws::tenant_only_distribution(&cloudfront, namespace, Some(&certificate), &[]).await;
         // CloudFront makes the account's default connection group with its first tenant; a
         // tenant with managed DNS needs its routing endpoint.
         let groups = cloudfront.list_connection_groups().send().await.unwrap();
         if !groups.connection_groups().iter().any(|g| g.is_default() == Some(true)) {
             let domain = aws_sdk_cloudfront::types::DomainItem::builder().domain(format!("seed.{}", zones[0].0)).build().unwrap();
-            cloudfront
-                .create_distribution_tenant()
-                .name(format!("seed-{namespace}"))
-                .distribution_id(&distribution_id)
-                .domains(domain)
-                .send()
-                .await
-                .unwrap();
+            let seed = cloudfront.create_distribution_tenant().name(format!("seed-{namespace}")).distribution_id(&distribution_id);
+            seed.domains(domain).send().await.unwrap();
         }
         Self { zones, distribution_id }
     }
-}
-
-async fn sdk_config(endpoint: &str) -> aws_config::SdkConfig {
-    aws_config::defaults(aws_config::BehaviorVersion::latest())
-        .endpoint_url(endpoint)
-        .region(aws_config::Region::new("us-east-1"))
-        .credentials_provider(aws_sdk_cloudfront::config::Credentials::new("test", "test", None, None, "test"))
-        .load()
-        .await
 }
 
 /// Cert `cert-<i>` in zone `i mod 12`, all at once (32 in flight).
