@@ -88,6 +88,11 @@ fn pod_domain(cache: &Cache) -> String {
     format!("{}.{}.svc.cluster.local", headless_name(cache), cache.namespace().unwrap_or_default())
 }
 
+/// The stable name of the pod with `ordinal`, from the headless Service.
+pub fn pod_host(cache: &Cache, ordinal: i32) -> String {
+    format!("{}-{ordinal}.{}", resource_name(cache), pod_domain(cache))
+}
+
 pub fn endpoint(cache: &Cache) -> String {
     format!("{}.{}.svc.cluster.local:{}", resource_name(cache), cache.namespace().unwrap_or_default(), port(cache.spec.engine))
 }
@@ -337,7 +342,7 @@ pub fn desired(cache: &Cache) -> Result<Desired, InvalidSpec> {
     ];
     if let Topology::Replicated { .. } = topology {
         environment.extend([
-            env("CACHE_PRIMARY_HOST", format!("{name}-0.{domain}")),
+            env("CACHE_PRIMARY_HOST", pod_host(cache, 0)),
             env("CACHE_PRIMARY_PORT", port.to_string()),
             // Kubernetes expands $(POD_NAME) from the variable above.
             env("CACHE_ANNOUNCE_HOST", format!("$(POD_NAME).{domain}")),

@@ -4,9 +4,9 @@
 //! and owner tags, writes the validation CNAMEs, waits for ACM to issue it and publishes the ARN
 //! in status.
 //!
-//! - [`api`]: the CRD. [`logic`]: pure decisions (FQDN, zones, token, records, states, admission
+//! - [`api`]: the CRD. [`decisions`]: pure decisions (FQDN, zones, token, records, states, admission
 //!   rules). [`zones`]: `--dns-zones`.
-//! - [`manager`]: the runtime's `ExternalResource`, on the process's AWS layer
+//! - [`external`]: the runtime's `ExternalResource`, on the process's AWS layer
 //!   (`blockwork_aws`: ACM and its certificate listing, batched Route 53 records, quotas,
 //!   retries). [`wake`]: reconciles Certs when the listing or a record write tells of a change.
 //!   [`publish`]: the ConfigMap with the ARN for consumers. [`metrics`]: seed 000's metric suite
@@ -17,8 +17,8 @@
 
 pub mod api;
 pub mod config;
-pub mod logic;
-pub mod manager;
+pub mod decisions;
+pub mod external;
 pub mod metrics;
 pub mod publish;
 pub mod wake;
@@ -37,9 +37,10 @@ use kube::{Api, Client};
 use tracing::info;
 
 pub use api::{Cert, CertObservation, CertSpec, CertState, CertStatus, DnsZoneRef, GROUP, ValidationRecordStatus, crd};
+pub use blockwork_runtime::Timing;
 pub use config::{CertArgs, CertConfig, ConfigError};
-pub use manager::VALIDATION_RECORD_TTL;
-pub use manager::{CertManager, Timing};
+pub use external::VALIDATION_RECORD_TTL;
+pub use external::{CertManager, default_timing};
 pub use metrics::CertMetrics;
 
 /// The controller's name: metric label, event reporter, `--controllers` entry.

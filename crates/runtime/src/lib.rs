@@ -7,20 +7,27 @@
 //! conditions, events, backoff with jitter and metrics. See `docs/adr/0001-runtime.md`.
 
 pub mod backoff;
+mod conclusion;
+pub mod controller;
+mod dependencies;
 pub mod machine;
-pub mod manager;
 pub mod metrics;
 pub mod outcome;
 pub mod policy;
 pub mod rbac;
-pub mod reconciler;
+mod reconcile;
+pub mod resource;
 pub mod shutdown;
 pub mod status;
+pub mod timing;
+mod writes;
 
 pub use backoff::RequeuePolicy;
-pub use manager::{DependencyRef, ExternalResource, Request, default_requeue_policy};
+pub use controller::{Context, ControllerConfig, run};
 pub use metrics::RuntimeMetrics;
 pub use outcome::{DeleteOutcome, ErrorClass, ExternalError, MutateOutcome, VerifyOutcome};
 pub use policy::{DeletionPolicy, DriftPolicy};
-pub use reconciler::{Context, ControllerConfig, idempotency_token, reconcile, run};
+pub use reconcile::{idempotency_token, reconcile};
+pub use resource::{DependencyRef, ExternalResource, Phase, Report, Request, SpecChange};
 pub use status::{ManagedStatus, ReconcileState};
+pub use timing::Timing;

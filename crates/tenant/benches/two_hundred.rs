@@ -27,7 +27,7 @@ use blockwork_runtime::{Context, ControllerConfig, DriftPolicy, RuntimeMetrics};
 use blockwork_tenant::api::{DnsConfig, DnsProvider, DomainName};
 use blockwork_tenant::cloudfront::Sdk;
 use blockwork_tenant::dns::Route53;
-use blockwork_tenant::{CONTROLLER, DistributionTenant, DistributionTenantSpec, GROUP, TenantManager, TenantMetrics, Timing};
+use blockwork_tenant::{CONTROLLER, DistributionTenant, DistributionTenantSpec, GROUP, TenantManager, TenantMetrics};
 use blockwork_testenv::aws::{hosted_zone, request_certificate, sdk_config, tenant_only_distribution};
 use blockwork_testenv::emulators::{ministack, moto};
 use blockwork_testenv::fault_proxy::FaultProxy;
@@ -107,7 +107,7 @@ async fn bench() {
         Sdk::new(&aws),
         Some(Route53::new(aws.records())),
         DriftPolicy::Enforce,
-        Timing::default(),
+        blockwork_tenant::default_timing(),
         Arc::clone(&metrics),
         aws.metrics(),
     );
