@@ -19,14 +19,21 @@
 //!
 //! - ACM: "Quotas" (AWS Certificate Manager User Guide), API rate quotas per account and region.
 //!   ACM publishes a rate per second and no burst; the bucket holds one second's worth.
-//! - Route 53: "Throttling for Amazon Route 53 API requests" (Route 53 Developer Guide): an
-//!   account-level bucket (capacity 50, refill 10/s), per-operation buckets (default 50/10;
-//!   CreateHostedZone 40/2 and others listed there) and the change-throughput bucket. The stored
-//!   copy of the page available when this was written ended before the change-throughput table;
-//!   [`ROUTE53_CHANGES`] is therefore an assumption (see its doc) and can be set with
+//! - Route 53: "Throttling for Amazon Route 53 API requests" (Route 53 Developer Guide,
+//!   <https://docs.aws.amazon.com/Route53/latest/DeveloperGuide/throttling-api-requests.html>):
+//!   an account-level bucket (capacity 50, refill 10/s), per-operation buckets (default 50/10;
+//!   CreateHostedZone 40/2, DeleteHostedZone 40/5 and others listed there) and the
+//!   change-throughput bucket, counted in record changes. The request-rate values were checked
+//!   against the page's table again for issue 17 (as was AWS's post "Introducing change-based
+//!   throttling for Amazon Route 53 APIs": 10 requests per second since July 30, 2026). Every
+//!   stored copy of the page and the post reachable here ends before the change-throughput
+//!   table, so [`ROUTE53_CHANGES`] is still an assumption (see its doc); set the real value with
 //!   `--aws-quota route53.changes=RATE/BURST`.
-//! - CloudFront: "Quotas" (Amazon CloudFront Developer Guide) lists no request rates for its
-//!   control-plane API; [`CLOUDFRONT_OPERATION`] is a conservative assumption (10/s per
+//! - CloudFront: "Quotas" (Amazon CloudFront Developer Guide,
+//!   <https://docs.aws.amazon.com/AmazonCloudFront/latest/DeveloperGuide/cloudfront-limits.html>)
+//!   lists quotas on entities and on viewer traffic (e.g. 250,000 requests per second per
+//!   distribution), none on control-plane API calls; CloudFront throttles them without
+//!   publishing a rate. [`CLOUDFRONT_OPERATION`] is a conservative assumption (10/s per
 //!   operation), overridable like any other.
 //! - STS: AssumeRole is called once per role and hour; [`STS_OPERATION`] is a conservative
 //!   assumption.

@@ -214,7 +214,9 @@ async fn step(client: &Client, config: &SelfManaged) -> anyhow::Result<Step> {
                     let secret = Secret {
                         metadata: ObjectMeta {
                             name: Some(config.secret.clone()),
-                            labels: Some([("app.kubernetes.io/managed-by".to_owned(), "blockwork".to_owned())].into()),
+                            labels: Some(
+                                [(blockwork_runtime::MANAGED_BY_LABEL.to_owned(), blockwork_runtime::MANAGED_BY.to_owned())].into(),
+                            ),
                             ..ObjectMeta::default()
                         },
                         // Opaque: a `kubernetes.io/tls` Secret must hold a serving certificate

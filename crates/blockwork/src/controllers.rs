@@ -1,24 +1,26 @@
 //! The controllers this binary can run, and what each gets when it starts.
 //!
 //! Every operator adds one [`Controller`] entry to [`registered`]; `blockwork crds`,
-//! `blockwork rbac` and `blockwork run` find it there.
+//! `blockwork rbac` and `blockwork run` find it there. `blockwork run` calls each selected
+//! controller's `start` once, before the metrics server starts, with the controller's metrics
+//! sub-registry; `start` registers the controller's own metrics there and returns the
+//! [`Runnable`] bound to them, which runs once this process leads, with a [`Host`].
 
-use std::any::Any;
+use std::future::Future;
 use std::sync::Arc;
 
 use anyhow::Context as _;
 use blockwork_runtime::RuntimeMetrics;
 use futures::future::BoxFuture;
-use k8s_openapi::NamespaceResourceScope;
 use k8s_openapi::api::admissionregistration::v1::ValidatingWebhook;
 use k8s_openapi::api::rbac::v1::PolicyRule;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
-use kube::{Api, Client, Resource};
+use kube::Client;
 use prometheus_client::registry::Registry;
-use serde::de::DeserializeOwned;
 
 pub use crate::cli::RunArgs;
 pub use crate::shutdown::Shutdown;
+pub use blockwork_runtime::Namespaces;
 
 /// One controller of the process.
 ///
@@ -26,22 +28,25 @@ pub use crate::shutdown::Shutdown;
 ///
 /// ```ignore
 /// Controller {
-///     name: "cert",
-///     crds: || vec![Certificate::crd()],
-///     rbac: cert::rbac,
+///     name: "widget",
+///     crds: || vec![Widget::crd()],
+///     rbac: widget::rbac,
 ///     webhooks: Webhooks::NONE,
-///     register_metrics: no_metrics,
-///     run: |ctx| Box::pin(cert::run(ctx)),
+///     metrics_prefix: "blockwork_widget",
+///     start: |registry| {
+///         let metrics = widget::Metrics::register(registry);
+///         runnable(move |host| widget::run(host.client, metrics, host.namespaces, host.concurrency, host.shutdown.wait_owned()))
+///     },
 /// }
 /// ```
 ///
-/// where `cert::run` builds a `blockwork_runtime::Context` from `ctx.client` and
-/// `ctx.runtime_metrics`, and calls `blockwork_runtime::run` once per `ctx.namespaces.apis()`
-/// with `ctx.max_concurrent_reconciles` and `ctx.shutdown.wait_owned()`.
+/// where `widget::run` builds a `blockwork_runtime::Context` from the client and
+/// `host.runtime_metrics`, and calls `blockwork_runtime::run` once per namespace
+/// (`blockwork_runtime::run_in`) until the shutdown future completes.
 #[derive(Clone, Copy)]
 pub struct Controller {
-    /// Unique, `lower_snake_case`: what `--controllers` selects, and the prefix of the
-    /// controller's own metrics.
+    /// Unique, `lower_snake_case`: what `--controllers` selects, and the `controller` label of
+    /// the runtime's metrics.
     pub name: &'static str,
     /// The CRDs whose root types this controller owns (`kube::CustomResourceExt::crd()`).
     pub crds: fn() -> Vec<CustomResourceDefinition>,
@@ -52,15 +57,13 @@ pub struct Controller {
     /// The controller's webhooks (CRD conversion, admission), served by every replica, leader
     /// or not; [`Webhooks::NONE`] if there are none.
     pub webhooks: Webhooks,
-    /// Registers the controller's own metrics (beyond [`ControllerContext::runtime_metrics`]),
-    /// before the metrics server starts, in a sub-registry of the root registry with the
-    /// controller's prefix: `blockwork_<name>`, or the metric names its seed prescribes (e.g.
-    /// `cert_operator_`). What it returns reaches `run` as [`ControllerContext::metrics`];
-    /// [`no_metrics`] if there are none.
-    pub register_metrics: fn(&mut Registry) -> ControllerMetrics,
-    /// Runs the controller until [`ControllerContext::shutdown`] fires, then drains and returns
-    /// `Ok(())`. Returning earlier, with or without an error, stops the process.
-    pub run: fn(ControllerContext) -> BoxFuture<'static, anyhow::Result<()>>,
+    /// The prefix of the controller's own metrics: `blockwork_<name>`, or the prefix of the names
+    /// its seed prescribes, which users' dashboards and alerts use (`cert_operator`).
+    pub metrics_prefix: &'static str,
+    /// Registers the controller's own metrics, unprefixed, in the registry it is given (the
+    /// sub-registry of [`Controller::metrics_prefix`]), and returns the controller bound to
+    /// them. Called once, before anything starts.
+    pub start: fn(&mut Registry) -> Runnable,
 }
 
 impl std::fmt::Debug for Controller {
@@ -69,8 +72,45 @@ impl std::fmt::Debug for Controller {
     }
 }
 
-/// Whatever a controller's `register_metrics` returned; see [`ControllerContext::metrics`].
-pub type ControllerMetrics = Arc<dyn Any + Send + Sync>;
+/// A started controller: runs until [`Host::shutdown`] fires, then drains and returns `Ok(())`.
+/// Returning earlier, with or without an error, stops the process.
+pub type Runnable = Box<dyn FnOnce(Host) -> BoxFuture<'static, anyhow::Result<()>> + Send>;
+
+/// A [`Runnable`] from an async function of the [`Host`].
+pub fn runnable<F>(run: impl FnOnce(Host) -> F + Send + 'static) -> Runnable
+where
+    F: Future<Output = anyhow::Result<()>> + Send + 'static,
+{
+    Box::new(move |host| Box::pin(run(host)))
+}
+
+/// What every controller gets when it runs: the same for all controllers of the process.
+#[derive(Clone)]
+pub struct Host {
+    pub client: Client,
+    /// Where to watch; `blockwork_runtime::run_in` runs one watch per namespace.
+    pub namespaces: Namespaces,
+    /// Upper bound of concurrent reconciles per watch, for
+    /// `kube::runtime::controller::Config::concurrency`. At least 1.
+    pub concurrency: u16,
+    /// Fires on SIGINT/SIGTERM; pass `shutdown.wait_owned()` to `blockwork_runtime::run` (or
+    /// `Controller::graceful_shutdown_on`).
+    pub shutdown: Shutdown,
+    /// The runtime's metrics, registered once for all controllers (`blockwork_reconciles_total`
+    /// and so on, labelled by controller): for `blockwork_runtime::Context::new`.
+    pub runtime_metrics: Arc<RuntimeMetrics>,
+    /// The process's AWS layer: every controller's AWS calls go through it, so they share the
+    /// account's quotas (`blockwork_aws`).
+    pub aws: Arc<blockwork_aws::Aws>,
+    /// The command line, for the controller's own flags (flattened into [`RunArgs`]).
+    pub args: Arc<RunArgs>,
+}
+
+impl std::fmt::Debug for Host {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Host").field("namespaces", &self.namespaces).field("concurrency", &self.concurrency).finish_non_exhaustive()
+    }
+}
 
 /// What a controller serves on the webhook server.
 #[derive(Clone, Copy)]
@@ -97,11 +137,6 @@ pub struct WebhookContext {
     pub args: Arc<RunArgs>,
 }
 
-/// `register_metrics` for a controller without metrics of its own.
-pub fn no_metrics(_: &mut Registry) -> ControllerMetrics {
-    Arc::new(())
-}
-
 /// Every controller of Blockwork. Each operator adds its entry here.
 pub fn registered() -> Vec<Controller> {
     vec![
@@ -110,17 +145,20 @@ pub fn registered() -> Vec<Controller> {
             crds: || vec![blockwork_cache::crd::crd()],
             rbac: blockwork_cache::rbac,
             webhooks: Webhooks { routes: |_| Ok(blockwork_cache::conversion::router()), validating: Vec::new },
-            register_metrics: no_metrics,
-            run: |ctx| Box::pin(run_cache(ctx)),
+            metrics_prefix: "blockwork_cache",
+            start: |_| runnable(run_cache),
         },
         Controller {
             name: blockwork_cert::CONTROLLER,
             crds: || vec![blockwork_cert::crd()],
             rbac: blockwork_cert::rbac,
             webhooks: Webhooks { routes: cert_webhook, validating: || vec![blockwork_cert::webhook::validating_webhook()] },
-            // Seed 000's metric names, which its dashboards and alerts use.
-            register_metrics: |registry| blockwork_cert::CertMetrics::register(registry.sub_registry_with_prefix("cert_operator")),
-            run: |ctx| Box::pin(run_cert(ctx)),
+            // Seed 000's names, which its dashboards and alerts use.
+            metrics_prefix: "cert_operator",
+            start: |registry| {
+                let metrics = blockwork_cert::CertMetrics::register(registry);
+                runnable(move |host| run_cert(host, metrics))
+            },
         },
         Controller {
             name: blockwork_tenant::CONTROLLER,
@@ -130,74 +168,53 @@ pub fn registered() -> Vec<Controller> {
                 routes: |ctx| Ok(blockwork_tenant::webhook::router(ctx.fail_closed)),
                 validating: || vec![blockwork_tenant::webhook::validating_webhook()],
             },
-            // Seed 001's metric names (`cloudfront_tenant_operator_…`), registered at the root.
-            register_metrics: |registry| blockwork_tenant::TenantMetrics::register(registry),
-            run: |ctx| Box::pin(run_tenant(ctx)),
+            // Seed 001's names.
+            metrics_prefix: blockwork_tenant::metrics::PREFIX,
+            start: |registry| {
+                let metrics = blockwork_tenant::TenantMetrics::register(registry);
+                runnable(move |host| run_tenant(host, metrics))
+            },
         },
         Controller {
             name: "rotator",
             crds: Vec::new,
             rbac: blockwork_rotator::rbac,
             webhooks: Webhooks::NONE,
-            register_metrics: |registry| blockwork_rotator::Metrics::register(registry.sub_registry_with_prefix("blockwork_rotator")),
-            run: |ctx| Box::pin(run_rotator(ctx)),
+            metrics_prefix: "blockwork_rotator",
+            start: |registry| {
+                let metrics = blockwork_rotator::Metrics::register(registry);
+                runnable(move |host| run_rotator(host, metrics))
+            },
         },
     ]
 }
 
+fn cert_config(args: &RunArgs) -> anyhow::Result<blockwork_cert::CertConfig> {
+    blockwork_cert::CertConfig::from_args(&args.cert)
+        .context("controller `cert` is not configured (leave it out of --controllers if you do not use it)")
+}
+
 fn cert_webhook(ctx: &WebhookContext) -> anyhow::Result<axum::Router> {
-    let config = blockwork_cert::CertConfig::from_args(&ctx.args.cert)
-        .context("controller `cert` is not configured (leave it out of --controllers if you do not use it)")?;
-    Ok(blockwork_cert::webhook::router(ctx.client.clone(), config.zones, ctx.fail_closed))
+    Ok(blockwork_cert::webhook::router(ctx.client.clone(), cert_config(&ctx.args)?.zones, ctx.fail_closed))
 }
 
-async fn run_cert(ctx: ControllerContext) -> anyhow::Result<()> {
-    let metrics = ctx.metrics::<blockwork_cert::CertMetrics>()?;
-    let config = blockwork_cert::CertConfig::from_args(&ctx.args.cert)
-        .context("controller `cert` is not configured (leave it out of --controllers if you do not use it)")?;
-    let namespaces = match &ctx.namespaces {
-        Namespaces::All => None,
-        Namespaces::Only(namespaces) => Some(namespaces.clone()),
-    };
-    blockwork_cert::run(
-        ctx.client,
-        config,
-        ctx.aws,
-        ctx.runtime_metrics,
-        metrics,
-        namespaces,
-        ctx.max_concurrent_reconciles,
-        ctx.shutdown.wait_owned(),
-    )
-    .await;
+async fn run_cert(host: Host, metrics: Arc<blockwork_cert::CertMetrics>) -> anyhow::Result<()> {
+    let config = cert_config(&host.args)?;
+    let shutdown = host.shutdown.wait_owned();
+    blockwork_cert::run(host.client, config, host.aws, host.runtime_metrics, metrics, host.namespaces, host.concurrency, shutdown).await;
     Ok(())
 }
 
-async fn run_tenant(ctx: ControllerContext) -> anyhow::Result<()> {
-    let metrics = ctx.metrics::<blockwork_tenant::TenantMetrics>()?;
-    let namespaces = match &ctx.namespaces {
-        Namespaces::All => None,
-        Namespaces::Only(namespaces) => Some(namespaces.clone()),
-    };
-    let args = ctx.args.tenant.clone();
-    blockwork_tenant::run(
-        ctx.client,
-        args,
-        ctx.aws,
-        ctx.runtime_metrics,
-        metrics,
-        namespaces,
-        ctx.max_concurrent_reconciles,
-        ctx.shutdown.wait_owned(),
-    )
-    .await;
+async fn run_tenant(host: Host, metrics: Arc<blockwork_tenant::TenantMetrics>) -> anyhow::Result<()> {
+    let args = host.args.tenant.clone();
+    let shutdown = host.shutdown.wait_owned();
+    blockwork_tenant::run(host.client, args, host.aws, host.runtime_metrics, metrics, host.namespaces, host.concurrency, shutdown).await;
     Ok(())
 }
 
-async fn run_rotator(ctx: ControllerContext) -> anyhow::Result<()> {
-    let metrics = ctx.metrics::<blockwork_rotator::Metrics>()?;
-    let config = rotator_config(&ctx.args.rotator, &ctx.namespaces, ctx.max_concurrent_reconciles)?;
-    blockwork_rotator::run(ctx.client, config, metrics, ctx.shutdown.wait_owned()).await?;
+async fn run_rotator(host: Host, metrics: Arc<blockwork_rotator::Metrics>) -> anyhow::Result<()> {
+    let config = rotator_config(&host.args.rotator, &host.namespaces, host.concurrency)?;
+    blockwork_rotator::run(host.client, config, metrics, host.shutdown.wait_owned()).await?;
     Ok(())
 }
 
@@ -215,20 +232,14 @@ fn rotator_config(
     Ok(blockwork_rotator::Config::new(args, &global, concurrency)?)
 }
 
-async fn run_cache(ctx: ControllerContext) -> anyhow::Result<()> {
-    let context = blockwork_cache::controller::Context::new(ctx.client.clone());
-    let scopes: Vec<Option<String>> = match &ctx.namespaces {
-        Namespaces::All => vec![None],
-        Namespaces::Only(namespaces) => namespaces.iter().cloned().map(Some).collect(),
-    };
-    let runs = scopes.into_iter().map(|namespace| {
-        let api = match &namespace {
-            Some(ns) => Api::namespaced(ctx.client.clone(), ns),
-            None => Api::all(ctx.client.clone()),
-        };
-        blockwork_cache::controller::run(context.clone(), api, namespace, ctx.max_concurrent_reconciles, ctx.shutdown.wait_owned())
-    });
-    futures::future::join_all(runs).await;
+async fn run_cache(host: Host) -> anyhow::Result<()> {
+    use blockwork_cache::controller::{Context, run};
+    let context = Context::new(host.client.clone());
+    blockwork_runtime::run_in(&host.namespaces, |scope| {
+        let api = blockwork_runtime::namespaces::api(&host.client, scope.as_deref());
+        run(Arc::clone(&context), api, scope, host.concurrency, host.shutdown.wait_owned())
+    })
+    .await;
     Ok(())
 }
 
@@ -261,79 +272,6 @@ pub fn select(available: Vec<Controller>, wanted: Option<&[String]>) -> Result<V
     Ok(available.into_iter().filter(|c| wanted.iter().any(|w| w == c.name)).collect())
 }
 
-/// The namespaces the controllers watch.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Namespaces {
-    All,
-    /// Never empty.
-    Only(Vec<String>),
-}
-
-impl Namespaces {
-    /// `All` for an empty list (blank entries, e.g. from an empty environment variable, ignored).
-    pub fn from_list(namespaces: Vec<String>) -> Self {
-        let namespaces: Vec<String> = namespaces.into_iter().map(|ns| ns.trim().to_owned()).filter(|ns| !ns.is_empty()).collect();
-        if namespaces.is_empty() { Self::All } else { Self::Only(namespaces) }
-    }
-
-    /// One `Api` per watched namespace, or a single cluster-wide one: a controller runs one
-    /// `kube::runtime::Controller` (or one watcher) per `Api`.
-    pub fn apis<K>(&self, client: &Client) -> Vec<Api<K>>
-    where
-        K: Resource<Scope = NamespaceResourceScope> + Clone + DeserializeOwned + std::fmt::Debug,
-        K::DynamicType: Default,
-    {
-        match self {
-            Self::All => vec![Api::all(client.clone())],
-            Self::Only(namespaces) => namespaces.iter().map(|ns| Api::namespaced(client.clone(), ns)).collect(),
-        }
-    }
-}
-
-/// What a controller gets when it starts.
-#[derive(Clone)]
-pub struct ControllerContext {
-    pub client: Client,
-    pub namespaces: Namespaces,
-    /// Upper bound of concurrent reconciles, for `kube::runtime::controller::Config::concurrency`.
-    /// At least 1.
-    pub max_concurrent_reconciles: u16,
-    /// Fires on SIGINT/SIGTERM; pass `shutdown.wait_owned()` to `blockwork_runtime::run` (or
-    /// `Controller::graceful_shutdown_on`).
-    pub shutdown: Shutdown,
-    /// The runtime's metrics, registered once for all controllers (`blockwork_reconciles_total`
-    /// and so on, labelled by controller): for `blockwork_runtime::Context::new`.
-    pub runtime_metrics: Arc<RuntimeMetrics>,
-    /// What the controller's `register_metrics` returned.
-    pub metrics: ControllerMetrics,
-    /// The command line, for the controller's own flags (flattened into [`RunArgs`]).
-    pub args: Arc<RunArgs>,
-    /// The process's AWS layer: every controller's AWS calls go through it, so they share the
-    /// account's quotas (`blockwork_aws`).
-    pub aws: Arc<blockwork_aws::Aws>,
-}
-
-impl ControllerContext {
-    /// The controller's metrics as the type its `register_metrics` returned.
-    pub fn metrics<T: Any + Send + Sync>(&self) -> anyhow::Result<Arc<T>> {
-        downcast_metrics(&self.metrics)
-    }
-}
-
-fn downcast_metrics<T: Any + Send + Sync>(metrics: &ControllerMetrics) -> anyhow::Result<Arc<T>> {
-    Arc::clone(metrics).downcast::<T>().ok().with_context(|| format!("controller metrics are not a {}", std::any::type_name::<T>()))
-}
-
-impl std::fmt::Debug for ControllerContext {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("ControllerContext")
-            .field("namespaces", &self.namespaces)
-            .field("max_concurrent_reconciles", &self.max_concurrent_reconciles)
-            .field("runtime_metrics", &self.runtime_metrics)
-            .finish_non_exhaustive()
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -344,8 +282,8 @@ mod tests {
             crds: Vec::new,
             rbac: Vec::new,
             webhooks: Webhooks::NONE,
-            register_metrics: no_metrics,
-            run: |_| Box::pin(async { Ok(()) }),
+            metrics_prefix: "blockwork_fake",
+            start: |_| runnable(|_| async { Ok(()) }),
         }
     }
 
@@ -385,13 +323,6 @@ mod tests {
         assert_eq!(names(&selected), ["a", "b"]);
     }
 
-    #[test]
-    fn metrics_downcast_to_the_registered_type() {
-        let metrics: ControllerMetrics = Arc::new(7_u32);
-        assert_eq!(*downcast_metrics::<u32>(&metrics).expect("u32"), 7);
-        assert!(downcast_metrics::<String>(&metrics).is_err());
-    }
-
     fn rotator_namespaces(argv: &[&str]) -> Option<Vec<String>> {
         use clap::Parser as _;
         let cli = crate::cli::Cli::try_parse_from(argv).expect("parses");
@@ -404,12 +335,5 @@ mod tests {
         assert_eq!(rotator_namespaces(&["blockwork", "run"]), None, "all namespaces");
         assert_eq!(rotator_namespaces(&["blockwork", "run", "--namespaces", "a,b"]), Some(vec!["a".to_owned(), "b".to_owned()]));
         assert_eq!(rotator_namespaces(&["blockwork", "run", "--namespaces", "a", "--rotator-namespaces", "c"]), Some(vec!["c".to_owned()]));
-    }
-
-    #[test]
-    fn namespaces_from_an_empty_list_is_all() {
-        assert_eq!(Namespaces::from_list(vec![]), Namespaces::All);
-        assert_eq!(Namespaces::from_list(vec![String::new()]), Namespaces::All);
-        assert_eq!(Namespaces::from_list(vec!["a".into()]), Namespaces::Only(vec!["a".into()]));
     }
 }

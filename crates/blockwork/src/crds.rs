@@ -64,7 +64,6 @@ pub fn run(controllers: &[Controller], output_dir: Option<&Path>, endpoint: &End
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::controllers::no_metrics;
     use kube::api::ObjectMeta;
 
     fn crd(name: &str, group: &str) -> CustomResourceDefinition {
@@ -84,8 +83,8 @@ mod tests {
             crds,
             rbac: Vec::new,
             webhooks: crate::controllers::Webhooks::NONE,
-            register_metrics: no_metrics,
-            run: |_| Box::pin(async { Ok(()) }),
+            metrics_prefix: "blockwork_test",
+            start: |_| crate::controllers::runnable(|_| async { Ok(()) }),
         }
     }
 

@@ -170,7 +170,6 @@ fn role_ref(kind: &str, name: &str) -> RoleRef {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::controllers::no_metrics;
 
     fn controller(rbac: fn() -> Vec<PolicyRule>) -> Controller {
         Controller {
@@ -178,8 +177,8 @@ mod tests {
             crds: Vec::new,
             rbac,
             webhooks: crate::controllers::Webhooks::NONE,
-            register_metrics: no_metrics,
-            run: |_| Box::pin(async { Ok(()) }),
+            metrics_prefix: "blockwork_test",
+            start: |_| crate::controllers::runnable(|_| async { Ok(()) }),
         }
     }
 

@@ -26,7 +26,7 @@ use tracing::{error, info, warn};
 
 use crate::certificates::{self, SelfManaged};
 use crate::cli::{BindAddress, RunArgs};
-use crate::controllers::{Controller, ControllerContext, ControllerMetrics, Namespaces, WebhookContext};
+use crate::controllers::{Controller, Host, Namespaces, Runnable, WebhookContext};
 use crate::leader::{self, Elector, LeadershipLost, Role};
 use crate::server::{self, Status};
 use crate::shutdown::{self, Shutdown, ShutdownTrigger};
@@ -56,7 +56,7 @@ pub async fn run(args: RunArgs, controllers: Vec<Controller>) -> anyhow::Result<
         identity: leader::identity(),
     });
 
-    let Metrics { registry, status, runtime: runtime_metrics, controllers: metrics, aws: aws_metrics } =
+    let Metrics { registry, status, runtime: runtime_metrics, runnables, aws: aws_metrics } =
         register_metrics(&controllers, elector.as_ref().map(|e| e.identity.clone()));
     let aws = aws_layer(&args, aws_metrics)?;
 
@@ -98,19 +98,18 @@ pub async fn run(args: RunArgs, controllers: Vec<Controller>) -> anyhow::Result<
     }
 
     status.set_leader(true);
-    let context = ControllerContext {
+    let host = Host {
         client,
         namespaces,
-        max_concurrent_reconciles: args.max_concurrent_reconciles,
+        concurrency: args.max_concurrent_reconciles,
         shutdown: controllers_shutdown,
         runtime_metrics,
-        metrics: Arc::new(()),
-        args: Arc::new(args.clone()),
         aws,
+        args: Arc::new(args.clone()),
     };
-    let mut running = Running::start(&controllers, metrics, &context);
+    let mut running = Running::start(runnables, &host);
     if let Some(config) = self_managed.filter(|_| servers.webhooks) {
-        running.spawn("webhook-certificates", certificates::maintain(context.client.clone(), config, context.shutdown.clone()));
+        running.spawn("webhook-certificates", certificates::maintain(host.client.clone(), config, host.shutdown.clone()));
     }
     status.set_ready();
     info!(controllers = ?names, "controllers started");
@@ -167,24 +166,25 @@ pub struct Metrics {
     pub registry: Registry,
     pub status: Arc<Status>,
     pub runtime: Arc<RuntimeMetrics>,
-    /// What each controller's `register_metrics` returned, in order.
-    pub controllers: Vec<ControllerMetrics>,
+    /// Each controller's `start`, bound to its metrics, with its name, in order.
+    pub runnables: Vec<(&'static str, Runnable)>,
     /// The AWS layer's, with the seed names of the controllers that run.
     pub aws: Arc<blockwork_aws::AwsMetrics>,
 }
 
-/// The process's metrics (`blockwork_…`: leadership, the runtime's), each controller's, then the
-/// AWS layer's (`blockwork_aws_…`, and the seeds' AWS-call names for `cert` and `tenant`).
-/// `identity` is the leader-election identity, if any.
+/// The process's metrics (`blockwork_…`: leadership, the runtime's), each controller's (under its
+/// `metrics_prefix`, registered by its `start`), then the AWS layer's (`blockwork_aws_…`, and the
+/// seeds' AWS-call names for `cert` and `tenant`). `identity` is the leader-election identity, if
+/// any.
 pub fn register_metrics(controllers: &[Controller], identity: Option<String>) -> Metrics {
     let mut registry = Registry::default();
     let process = registry.sub_registry_with_prefix("blockwork");
     let status = Status::new(identity, process);
     let runtime = RuntimeMetrics::register(process);
-    let metrics = controllers.iter().map(|c| (c.register_metrics)(&mut registry)).collect();
+    let runnables = controllers.iter().map(|c| (c.name, (c.start)(registry.sub_registry_with_prefix(c.metrics_prefix)))).collect();
     let seeds: Vec<blockwork_aws::Seed> = controllers.iter().filter_map(|c| blockwork_aws::Seed::of(c.name)).collect();
     let aws = Arc::new(blockwork_aws::AwsMetrics::register(&mut registry, &seeds));
-    Metrics { registry, status, runtime, controllers: metrics, aws }
+    Metrics { registry, status, runtime, runnables, aws }
 }
 
 /// The pod's namespace, or `default` outside a pod.
@@ -409,13 +409,12 @@ struct Running {
 }
 
 impl Running {
-    fn start(controllers: &[Controller], metrics: Vec<ControllerMetrics>, context: &ControllerContext) -> Self {
+    fn start(runnables: Vec<(&'static str, Runnable)>, host: &Host) -> Self {
         let mut tasks = JoinSet::new();
         let mut names = HashMap::new();
-        for (controller, metrics) in controllers.iter().zip(metrics) {
-            let context = ControllerContext { metrics, ..context.clone() };
-            let handle = tasks.spawn((controller.run)(context));
-            names.insert(handle.id(), controller.name);
+        for (name, run) in runnables {
+            let handle = tasks.spawn(run(host.clone()));
+            names.insert(handle.id(), name);
         }
         Self { tasks, names }
     }

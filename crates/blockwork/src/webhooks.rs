@@ -125,7 +125,7 @@ pub fn run(controllers: &[Controller], location: &WebhookLocation, fail_closed: 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::controllers::{Webhooks, no_metrics};
+    use crate::controllers::Webhooks;
 
     fn service() -> Endpoint {
         Endpoint::Service { namespace: "ops".into(), name: "hooks".into() }
@@ -154,8 +154,8 @@ mod tests {
             crds: Vec::new,
             rbac: Vec::new,
             webhooks: Webhooks { routes: |_| Ok(axum::Router::new()), validating },
-            register_metrics: no_metrics,
-            run: |_| Box::pin(async { Ok(()) }),
+            metrics_prefix: "blockwork_test",
+            start: |_| crate::controllers::runnable(|_| async { Ok(()) }),
         }
     }
 

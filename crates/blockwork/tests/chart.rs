@@ -483,18 +483,22 @@ fn exported() -> BTreeMap<String, BTreeSet<String>> {
         aws.cache_lookup(&[Seed::Cert], acm::DESCRIBE_CACHE, true);
         aws.cache_lookup(&[Seed::Cert], acm::DESCRIBE_CACHE, false);
     }
-    for (controller, touched) in controllers.iter().zip(&metrics.controllers) {
-        let touched = Arc::clone(touched);
+    // Each controller's own metrics, registered as its `start` registers them (unprefixed, in
+    // the sub-registry of its `metrics_prefix`) and touched; the binary's registry must declare
+    // the same families.
+    let mut own = prometheus_client::registry::Registry::default();
+    for controller in &controllers {
+        let registry = own.sub_registry_with_prefix(controller.metrics_prefix);
         match controller.name {
             "cert" => {
-                let cert = touched.downcast::<blockwork_cert::CertMetrics>().unwrap();
+                let cert = blockwork_cert::CertMetrics::register(registry);
                 cert.set_tracking_limits(90, 1);
                 cert.certificate("u1", "ns", "a", blockwork_cert::CertState::Ready, Some(5.0));
                 cert.certificate("u2", "ns", "b", blockwork_cert::CertState::Ready, Some(6.0));
                 cert.reconciled(blockwork_cert::CertState::Ready, true, Duration::from_millis(5));
             }
             "tenant" => {
-                let tenant = touched.downcast::<blockwork_tenant::TenantMetrics>().unwrap();
+                let tenant = blockwork_tenant::TenantMetrics::register(registry);
                 tenant.error("throttling");
                 tenant.drift();
                 tenant.count_from(|| {
@@ -504,7 +508,7 @@ fn exported() -> BTreeMap<String, BTreeSet<String>> {
                 });
             }
             "rotator" => {
-                let rotator = touched.downcast::<blockwork_rotator::Metrics>().unwrap();
+                let rotator = blockwork_rotator::Metrics::register(registry);
                 rotator.set_max_tracked_targets(1);
                 rotator.reconciled("rotated");
                 rotator.error("invalid-source");
@@ -515,7 +519,17 @@ fn exported() -> BTreeMap<String, BTreeSet<String>> {
             other => panic!("controller `{other}` is new: touch its metrics here so the dashboard test sees them"),
         }
     }
-    blockwork_testenv::promql::exported(&metrics.registry).unwrap()
+    // A family shows only once it has a series, so the binary's registry shows the controllers'
+    // metrics without labels: each must be there, under the same name.
+    let mut exported = blockwork_testenv::promql::exported(&metrics.registry).unwrap();
+    let touched = blockwork_testenv::promql::exported(&own).unwrap();
+    let unlabelled: Vec<&String> = touched.iter().filter(|(_, labels)| labels.is_empty()).map(|(name, _)| name).collect();
+    let missing: Vec<&&String> = unlabelled.iter().filter(|name| !exported.contains_key(**name)).collect();
+    assert!(missing.is_empty(), "controller metrics `blockwork run` does not register: {missing:?}");
+    for (name, labels) in touched {
+        exported.entry(name).or_default().extend(labels);
+    }
+    exported
 }
 
 /// Parses `expr` (Grafana's `$__rate_interval` and `$__range` read as durations, `$job` as a

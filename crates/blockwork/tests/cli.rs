@@ -176,7 +176,7 @@ async fn one_of_two_instances_leads() {
     assert!(standby_ready.body.contains("leader: false"), "{}", standby_ready.body);
 
     // The leader releases the Lease on SIGINT; the standby notices within a retry period (2 s),
-    // not only when the Lease would have expired (15 s).
+    // not only when the Lease would have expired (12 s).
     leader.interrupt().unwrap();
     assert_eq!(leader.wait_exit(Duration::from_secs(10)).await.unwrap().code(), Some(0), "{}", leader.logs());
     let standby_id = standby.identity().await.unwrap();

@@ -103,6 +103,27 @@ pub struct CacheStatus {
     /// acted on (`blockwork retry`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_handled_reconcile_at: Option<String>,
+    /// The pod that takes writes, as Sentinel reports it (replicated Caches with automatic
+    /// failover only). Looked at every 30 s, every 5 s while the primary is down or a pod is
+    /// not ready; the `PrimaryKnown` condition says whether it is current.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub primary: Option<String>,
+    /// The last failover Sentinel made: when the new primary took over, and from which pod to
+    /// which.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_failover: Option<Failover>,
+}
+
+/// A failover: Sentinel promoted a replica in place of the primary.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Failover {
+    /// When the promoted replica took over, as Sentinel reports it (to the second).
+    pub time: k8s_openapi::apimachinery::pkg::apis::meta::v1::Time,
+    /// The pod that was the primary.
+    pub from: String,
+    /// The pod Sentinel promoted.
+    pub to: String,
 }
 
 /// `metadata.name` is a DNS-1035 label of at most [`MAX_NAME_LENGTH`] characters.
@@ -143,7 +164,7 @@ macro_rules! cache_version {
         use kube::{CustomResource, KubeSchema};
         use serde::{Deserialize, Serialize};
 
-        pub use super::{CacheStatus, Engine, EvictionPolicy, Phase, Tls};
+        pub use super::{CacheStatus, Engine, EvictionPolicy, Failover, Phase, Tls};
 
         /// A Redis, Valkey or Memcached cache run as a StatefulSet.
         #[derive(CustomResource, KubeSchema, Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -160,6 +181,8 @@ macro_rules! cache_version {
             printcolumn(name = "Memory", type_ = "string", json_path = ".spec.memory"),
             printcolumn(name = "Replicas", type_ = "integer", json_path = ".spec.replicas"),
             printcolumn(name = "Phase", type_ = "string", json_path = ".status.phase"),
+            printcolumn(name = "Primary", type_ = "string", json_path = ".status.primary"),
+            printcolumn(name = "Last Failover", type_ = "date", json_path = ".status.lastFailover.time", priority = "1"),
             printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp"),
             validation = Rule::new(super::name_rule()).message(super::name_message().as_str())
         )]

@@ -14,9 +14,10 @@ use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::{Resource, ResourceExt};
 use sha2::{Digest, Sha256};
 
+use blockwork_runtime::labels::{MANAGED_BY, MANAGED_BY_LABEL};
+
 use crate::api::{Cache, Engine, EvictionPolicy, Phase};
 
-pub const MANAGED_BY: (&str, &str) = ("app.kubernetes.io/managed-by", "blockwork");
 const CONFIG_DIR: &str = "/etc/blockwork-cache";
 const TLS_DIR: &str = "/etc/blockwork-cache/tls";
 /// Writable: Redis and Sentinel rewrite their configuration files at run time.
@@ -86,6 +87,11 @@ pub fn headless_name(cache: &Cache) -> String {
 /// `POD.HEADLESS.NAMESPACE.svc.cluster.local` without the pod: what follows a pod's name.
 fn pod_domain(cache: &Cache) -> String {
     format!("{}.{}.svc.cluster.local", headless_name(cache), cache.namespace().unwrap_or_default())
+}
+
+/// The stable name of the pod with `ordinal`, from the headless Service.
+pub fn pod_host(cache: &Cache, ordinal: i32) -> String {
+    format!("{}-{ordinal}.{}", resource_name(cache), pod_domain(cache))
 }
 
 pub fn endpoint(cache: &Cache) -> String {
@@ -198,7 +204,7 @@ fn labels(cache: &Cache) -> BTreeMap<String, String> {
     [
         ("app.kubernetes.io/name".to_owned(), "cache".to_owned()),
         ("app.kubernetes.io/instance".to_owned(), cache.name_any()),
-        (MANAGED_BY.0.to_owned(), MANAGED_BY.1.to_owned()),
+        (MANAGED_BY_LABEL.to_owned(), MANAGED_BY.to_owned()),
     ]
     .into()
 }
@@ -337,7 +343,7 @@ pub fn desired(cache: &Cache) -> Result<Desired, InvalidSpec> {
     ];
     if let Topology::Replicated { .. } = topology {
         environment.extend([
-            env("CACHE_PRIMARY_HOST", format!("{name}-0.{domain}")),
+            env("CACHE_PRIMARY_HOST", pod_host(cache, 0)),
             env("CACHE_PRIMARY_PORT", port.to_string()),
             // Kubernetes expands $(POD_NAME) from the variable above.
             env("CACHE_ANNOUNCE_HOST", format!("$(POD_NAME).{domain}")),
@@ -501,7 +507,7 @@ mod tests {
         for meta in [&d.config_map.metadata, &d.stateful_set.metadata, &d.service.metadata, &d.pdb.as_ref().expect("pdb").metadata] {
             let owner = &meta.owner_references.as_ref().expect("owner")[0];
             assert_eq!((owner.kind.as_str(), owner.controller), ("Cache", Some(true)));
-            assert_eq!(meta.labels.as_ref().expect("labels").get(MANAGED_BY.0).map(String::as_str), Some(MANAGED_BY.1));
+            assert_eq!(meta.labels.as_ref().expect("labels").get(MANAGED_BY_LABEL).map(String::as_str), Some(MANAGED_BY));
         }
     }
 

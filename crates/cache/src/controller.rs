@@ -10,7 +10,7 @@ use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 use std::time::Duration;
 
-use futures::{FutureExt as _, StreamExt as _};
+use futures::{FutureExt as _, Stream, StreamExt as _};
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::{ConfigMap, Secret, Service};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
@@ -18,9 +18,9 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use kube::api::{Api, DeleteParams, Patch, PatchParams};
 use kube::core::PartialObjectMeta;
 use kube::runtime::controller::{Action, Config as RunConfig, Controller};
-use kube::runtime::events::{Event, EventType, Recorder, Reporter};
+use kube::runtime::events::EventType;
 use kube::runtime::finalizer::{Event as FinalizerEvent, finalizer};
-use kube::runtime::reflector::{ObjectRef, Store};
+use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{WatchStreamExt as _, watcher};
 use kube::{Client, Resource, ResourceExt};
 use serde::Serialize;
@@ -28,12 +28,16 @@ use serde::de::DeserializeOwned;
 use serde_json::json;
 use tracing::{info, warn};
 
+use blockwork_runtime::events::Publisher;
+use blockwork_runtime::labels::managed_by_selector;
+use blockwork_runtime::namespaces::api as child_api;
 use blockwork_runtime::status::{condition, set_condition};
 
 use crate::api::{Cache, CacheStatus, GROUP, Phase};
 use crate::applied;
-use crate::build::{self, Desired, MANAGED_BY};
+use crate::build::{self, Desired, Topology};
 use crate::refs::{self, Hold};
+use crate::sentinel;
 
 pub const FIELD_MANAGER: &str = "blockwork-cache";
 /// Whether the replicas are ready (reasons `AllReplicasAvailable`, `ReplicasNotReady`, or the
@@ -63,13 +67,12 @@ pub enum Error {
 
 pub struct Context {
     pub client: Client,
-    recorder: Recorder,
+    events: Publisher,
 }
 
 impl Context {
     pub fn new(client: Client) -> Arc<Self> {
-        let reporter = Reporter { controller: FIELD_MANAGER.into(), instance: std::env::var("POD_NAME").ok() };
-        Arc::new(Self { recorder: Recorder::new(client.clone(), reporter), client })
+        Arc::new(Self { events: Publisher::new(client.clone(), FIELD_MANAGER), client })
     }
 }
 
@@ -82,22 +85,21 @@ pub async fn run(
     concurrency: u16,
     shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static,
 ) {
-    let children = watcher::Config::default().labels(&format!("{}={}", MANAGED_BY.0, MANAGED_BY.1));
+    let children = watcher::Config::default().labels(&managed_by_selector());
     let client = context.client.clone();
     let shutdown = shutdown.boxed().shared();
-    let controller = Controller::new(api, watcher::Config::default().any_semantic());
-    let store = controller.store();
+    let (store, writer) = reflector::store();
+    let caches = watcher(api, watcher::Config::default().any_semantic()).default_backoff().reflect(writer).applied_objects();
+    let namespace = namespace.as_deref();
     // Metadata only: a Secret's data never passes through the watch.
-    let secrets = watcher(child_api::<PartialObjectMeta<Secret>>(&client, namespace.as_deref()), watcher::Config::default())
-        .default_backoff()
-        .touched_objects();
-    let caches = store.clone();
-    let run = controller
-        .owns(child_api::<StatefulSet>(&client, namespace.as_deref()), children.clone())
-        .owns(child_api::<Service>(&client, namespace.as_deref()), children.clone())
-        .owns(child_api::<ConfigMap>(&client, namespace.as_deref()), children.clone())
-        .owns(child_api::<PodDisruptionBudget>(&client, namespace.as_deref()), children)
-        .watches_stream(secrets, move |secret| referencing(&caches, &secret))
+    let secrets = changes_of::<PartialObjectMeta<Secret>>(&client, namespace, &watcher::Config::default());
+    let referenced = store.clone();
+    let run = Controller::for_stream(on_its_own("Cache", caches), store.clone())
+        .owns_stream(on_its_own("StatefulSet", changes_of::<StatefulSet>(&client, namespace, &children)))
+        .owns_stream(on_its_own("Service", changes_of::<Service>(&client, namespace, &children)))
+        .owns_stream(on_its_own("ConfigMap", changes_of::<ConfigMap>(&client, namespace, &children)))
+        .owns_stream(on_its_own("PodDisruptionBudget", changes_of::<PodDisruptionBudget>(&client, namespace, &children)))
+        .watches_stream(on_its_own("Secret", secrets), move |secret| referencing(&referenced, &secret))
         .with_config(RunConfig::default().concurrency(concurrency))
         .graceful_shutdown_on(shutdown.clone())
         .run(reconcile, error_policy, context)
@@ -109,6 +111,47 @@ pub async fn run(
     blockwork_runtime::shutdown::drive_until_shutdown(run, shutdown, store).await;
 }
 
+/// The objects of kind `K` selected by `config` as they change: a watch with its own backoff.
+fn changes_of<K>(
+    client: &Client,
+    namespace: Option<&str>,
+    config: &watcher::Config,
+) -> impl Stream<Item = watcher::Result<K>> + Send + 'static
+where
+    K: Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>
+        + Clone
+        + DeserializeOwned
+        + std::fmt::Debug
+        + Send
+        + 'static,
+{
+    watcher(child_api::<K>(client, namespace), config.clone()).default_backoff().touched_objects()
+}
+
+/// `changes` of one watch, its errors logged and left out: the watch's own backoff (before this)
+/// paces its retries, and no other watch waits for it.
+///
+/// kube-runtime's `Controller` puts one backoff on all its watches together (its
+/// `trigger_backoff`, over the merged stream of `new`, `owns` and `watches`): while any one of
+/// them failed, every other was not read. Under API server trouble the Cache controller's six
+/// watches failed in turn, the shared backoff grew to its cap (30 s, up to 60 s with jitter)
+/// and never reset, so a changed Cache went unseen for minutes (issue 15, seed
+/// 6191853475873919598). With no error reaching it, the shared backoff never engages.
+fn on_its_own<K: Send + 'static>(
+    kind: &'static str,
+    changes: impl Stream<Item = watcher::Result<K>> + Send + 'static,
+) -> impl Stream<Item = watcher::Result<K>> + Send + 'static {
+    changes.filter_map(move |change| {
+        std::future::ready(match change {
+            Ok(object) => Some(Ok(object)),
+            Err(error) => {
+                warn!(kind, %error, "cache controller watch failed; retried after its backoff");
+                None
+            }
+        })
+    })
+}
+
 /// The Caches whose TLS Secret `secret` is.
 fn referencing(caches: &Store<Cache>, secret: &PartialObjectMeta<Secret>) -> Vec<ObjectRef<Cache>> {
     caches
@@ -117,16 +160,6 @@ fn referencing(caches: &Store<Cache>, secret: &PartialObjectMeta<Secret>) -> Vec
         .filter(|cache| cache.namespace() == secret.namespace() && refs::tls_secret_name(cache) == secret.metadata.name.as_deref())
         .map(|cache| ObjectRef::from_obj(&**cache))
         .collect()
-}
-
-fn child_api<K>(client: &Client, namespace: Option<&str>) -> Api<K>
-where
-    K: Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()> + Clone + DeserializeOwned + std::fmt::Debug,
-{
-    match namespace {
-        Some(namespace) => Api::namespaced(client.clone(), namespace),
-        None => Api::all(client.clone()),
-    }
 }
 
 /// One reconcile; a panic inside is caught, reported as an event, and retried like an error.
@@ -179,9 +212,24 @@ async fn reconcile_guarded(cache: Arc<Cache>, context: Arc<Context>) -> Result<A
 struct Report {
     phase: Option<Phase>,
     ready_replicas: Option<i32>,
+    primary: PrimaryUpdate,
     conditions: Vec<Condition>,
+    /// Condition types that no longer apply.
+    dropped_conditions: &'static [&'static str],
     /// A Warning event: reason and note.
     warning: Option<(String, String)>,
+}
+
+/// What the status's primary and last failover become.
+#[derive(Default)]
+enum PrimaryUpdate {
+    /// As they are (nothing asked, or no Sentinel answered).
+    #[default]
+    Keep,
+    /// None: the Cache has no Sentinel.
+    Clear,
+    /// What a Sentinel reported at that time.
+    Seen(sentinel::Report, jiff::Timestamp),
 }
 
 async fn held(cache: &Cache, context: &Context, hold: Hold) -> Result<Action, Error> {
@@ -219,6 +267,7 @@ async fn apply(cache: &Cache, context: &Context) -> Result<Action, Error> {
                     condition(SYNCED, false, "InvalidSpec", &message, generation),
                 ],
                 warning: Some(("InvalidSpec".into(), message)),
+                ..Report::default()
             };
             write_status(cache, context, report).await?;
             return Ok(Action::requeue(RESYNC));
@@ -261,18 +310,54 @@ async fn apply(cache: &Cache, context: &Context) -> Result<Action, Error> {
         None => condition(RESOLVED_REFS, true, "ResolvedRefs", "every referenced Secret exists with the keys it needs", generation),
         Some(unresolved) => condition(RESOLVED_REFS, false, unresolved.reason(), &unresolved.to_string(), generation),
     };
+    let mut conditions = vec![
+        condition(READY, phase == Phase::Ready, ready_reason, &ready_message, generation),
+        condition(SYNCED, true, "ReconcileSuccess", "every object of the Cache is applied", generation),
+        resolved,
+    ];
+    let (primary, dropped_conditions, next) = if build::topology(cache) == (Topology::Replicated { sentinel: true }) {
+        let (update, known, next) = primary(cache, ready).await;
+        conditions.push(known);
+        (update, &[][..], next)
+    } else {
+        (PrimaryUpdate::Clear, &[sentinel::PRIMARY_KNOWN][..], RESYNC)
+    };
     let report = Report {
         phase: Some(phase),
         ready_replicas: Some(ready),
-        conditions: vec![
-            condition(READY, phase == Phase::Ready, ready_reason, &ready_message, generation),
-            condition(SYNCED, true, "ReconcileSuccess", "every object of the Cache is applied", generation),
-            resolved,
-        ],
+        primary,
+        conditions,
+        dropped_conditions,
         warning: unresolved.map(|unresolved| (unresolved.reason().to_owned(), unresolved.to_string())),
     };
     write_status(cache, context, report).await?;
-    Ok(Action::requeue(RESYNC))
+    Ok(Action::requeue(next))
+}
+
+/// Asks the Sentinels of `cache` (which has `ready` pods ready) for the primary: what the status
+/// says of it, the `PrimaryKnown` condition, and when to look again. No answer keeps what the
+/// status says, under `PrimaryKnown=False`.
+async fn primary(cache: &Cache, ready: i32) -> (PrimaryUpdate, Condition, Duration) {
+    let generation = cache.metadata.generation;
+    if ready == 0 {
+        let message = "no pod is ready: there is no Sentinel to ask yet";
+        return (PrimaryUpdate::Keep, condition(sentinel::PRIMARY_KNOWN, false, "NoSentinelReady", message, generation), sentinel::POLL);
+    }
+    let hosts: Vec<String> = (0..cache.spec.replicas).map(|ordinal| build::pod_host(cache, ordinal)).collect();
+    let (reports, errors) = sentinel::ask(&hosts, build::SENTINEL_PORT as u16, &cache.name_any()).await;
+    match sentinel::latest(reports) {
+        Some(report) => {
+            // A pod not ready may be the primary, before Sentinel notices (5 s): look again soon.
+            let unsettled = report.failing_over() || ready < cache.spec.replicas;
+            let next = if unsettled { sentinel::POLL_FAILING_OVER } else { sentinel::POLL };
+            let known = sentinel::condition(Some(&report), &hosts, generation);
+            (PrimaryUpdate::Seen(report, jiff::Timestamp::now()), known, next)
+        }
+        None => {
+            warn!(cache = %cache.name_any(), errors = ?errors, "no Sentinel answered");
+            (PrimaryUpdate::Keep, sentinel::condition(None, &hosts, generation), sentinel::POLL)
+        }
+    }
 }
 
 /// An owned object the API server did not take.
@@ -286,10 +371,10 @@ struct ApplyFailed {
 }
 
 impl ApplyFailed {
-    /// A 4xx other than a conflict or throttling: the object as built is refused, and retrying
-    /// the same object cannot help.
+    /// A 4xx other than a conflict, an expired resourceVersion (`410 Gone`) or throttling: the
+    /// object as built is refused, and retrying the same object cannot help.
     fn is_refusal(&self) -> bool {
-        matches!(&self.error, kube::Error::Api(status) if (400..500).contains(&status.code) && status.code != 409 && status.code != 429)
+        matches!(&self.error, kube::Error::Api(status) if (400..500).contains(&status.code) && ![409, 410, 429].contains(&status.code))
     }
 }
 
@@ -380,27 +465,25 @@ where
 /// Writes `report` over the current status when it changes anything, and publishes its events:
 /// a Normal event on a phase change, and the report's warning.
 async fn write_status(cache: &Cache, context: &Context, report: Report) -> Result<(), Error> {
-    let current = cache.status.clone().unwrap_or_default();
-    let mut next = CacheStatus {
-        phase: report.phase.or(current.phase),
-        ready_replicas: report.ready_replicas.unwrap_or(current.ready_replicas),
-        endpoint: Some(build::endpoint(cache)),
-        conditions: current.conditions.clone(),
-        observed_generation: cache.metadata.generation,
-        // Every reconcile acts on the annotation's value: the change of it triggered this one.
-        last_handled_reconcile_at: cache
-            .annotations()
-            .get(blockwork_runtime::policy::RECONCILE_REQUESTED_ANNOTATION)
-            .cloned()
-            .or(current.last_handled_reconcile_at.clone()),
-    };
-    for condition in report.conditions {
-        set_condition(&mut next.conditions, condition);
-    }
+    let mut current = cache.status.clone().unwrap_or_default();
+    let mut next = next_status(cache, &current, &report);
     if next != current {
+        // The Cache as the watch delivered it can be older than the stored one: a relist after a
+        // `410 Gone` is answered from the API server's watch cache, which may lag. Decide on the
+        // stored status, so that an old view is never written back (seen looking into issue 15's
+        // API server suite).
         let api: Api<Cache> = Api::namespaced(context.client.clone(), &cache.namespace().unwrap_or_default());
-        let patch = json!({"apiVersion": Cache::api_version(&()), "kind": "Cache", "status": next});
-        api.patch_status(&cache.name_any(), &PatchParams::apply(FIELD_MANAGER).force(), &Patch::Apply(&patch)).await?;
+        let stored = api.get(&cache.name_any()).await?;
+        if stored.metadata.generation != cache.metadata.generation {
+            // A newer spec is on its way through the watch, and its own reconcile writes.
+            return Ok(());
+        }
+        current = stored.status.unwrap_or_default();
+        next = next_status(cache, &current, &report);
+        if next != current {
+            let patch = json!({"apiVersion": Cache::api_version(&()), "kind": "Cache", "status": next});
+            api.patch_status(&cache.name_any(), &PatchParams::apply(FIELD_MANAGER).force(), &Patch::Apply(&patch)).await?;
+        }
     }
     if let Some(phase) = next.phase.filter(|phase| current.phase != Some(*phase)) {
         let message = next.conditions.iter().find(|c| c.type_ == READY).map(|c| c.message.clone()).unwrap_or_default();
@@ -413,11 +496,39 @@ async fn write_status(cache: &Cache, context: &Context, report: Report) -> Resul
     Ok(())
 }
 
-async fn publish(context: &Context, cache: &Cache, type_: EventType, reason: &str, note: &str) {
-    let event = Event { type_, reason: reason.into(), note: Some(note.into()), action: "Reconcile".into(), secondary: None };
-    if let Err(error) = context.recorder.publish(&event, &cache.object_ref(&())).await {
-        warn!(%error, "could not publish event");
+/// The status `report` makes of `current`.
+fn next_status(cache: &Cache, current: &CacheStatus, report: &Report) -> CacheStatus {
+    let (primary, last_failover) = match &report.primary {
+        PrimaryUpdate::Keep => (current.primary.clone(), current.last_failover.clone()),
+        PrimaryUpdate::Clear => (None, None),
+        PrimaryUpdate::Seen(seen, at) => {
+            (Some(seen.primary.clone()), sentinel::observe(current.primary.as_deref(), current.last_failover.as_ref(), seen, *at))
+        }
+    };
+    let mut next = CacheStatus {
+        phase: report.phase.or(current.phase),
+        primary,
+        last_failover,
+        ready_replicas: report.ready_replicas.unwrap_or(current.ready_replicas),
+        endpoint: Some(build::endpoint(cache)),
+        conditions: current.conditions.clone(),
+        observed_generation: cache.metadata.generation,
+        // Every reconcile acts on the annotation's value: the change of it triggered this one.
+        last_handled_reconcile_at: cache
+            .annotations()
+            .get(blockwork_runtime::policy::RECONCILE_REQUESTED_ANNOTATION)
+            .cloned()
+            .or(current.last_handled_reconcile_at.clone()),
+    };
+    next.conditions.retain(|condition| !report.dropped_conditions.contains(&condition.type_.as_str()));
+    for condition in &report.conditions {
+        set_condition(&mut next.conditions, condition.clone());
     }
+    next
+}
+
+async fn publish(context: &Context, cache: &Cache, type_: EventType, reason: &str, note: &str) {
+    context.events.publish(&cache.object_ref(&()), type_, reason, "Reconcile", note).await;
 }
 
 #[cfg(test)]

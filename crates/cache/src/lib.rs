@@ -8,6 +8,7 @@ pub mod controller;
 pub mod conversion;
 pub mod crd;
 pub mod refs;
+pub mod sentinel;
 
 use blockwork_runtime::rbac::rule;
 use k8s_openapi::api::rbac::v1::PolicyRule;

@@ -8,7 +8,7 @@ use std::sync::OnceLock;
 use std::time::Duration;
 
 use blockwork_cache::api::{Cache, CacheSpec, Engine, EvictionPolicy, HighAvailability, Phase, Tls, v1alpha1};
-use blockwork_cache::{build, controller, conversion, crd};
+use blockwork_cache::{build, controller, conversion, crd, sentinel};
 use blockwork_testenv::control_plane::control_plane;
 use blockwork_testenv::kube_proxy::{ApiFault, KubeProxy, Requests};
 use k8s_openapi::ByteString;
@@ -568,6 +568,120 @@ async fn a_passing_api_server_error_while_applying_is_retried_without_touching_t
     assert!(warnings(&h, "c", "ApplyFailed").await.is_empty(), "a passing fault is not a warning");
 }
 
+/// Found by the reliability campaign's API server suite (issue 15, seed 3895827964306208364): a
+/// `410 Gone` (an expired resourceVersion, which a fresh read cures) while reading a child was
+/// taken for a refusal and written as `Synced=False ApplyFailed`, and back on the retry.
+#[tokio::test]
+async fn a_gone_answer_while_applying_is_retried_without_touching_the_status() {
+    let proxy = KubeProxy::start(control_plane().await.unwrap()).await.unwrap();
+    let kubeconfig = Kubeconfig::read_from(proxy.kubeconfig_path()).unwrap();
+    let config = kube::Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default()).await.unwrap();
+    let h = Harness::start_with_controller_client("cache-api-410", Client::try_from(config).unwrap()).await;
+    h.caches().create(&PostParams::default(), &cache("c", Engine::Redis, "64Mi", 1)).await.unwrap();
+    h.eventually("Synced=True", async || condition(&h.caches().get("c").await.unwrap(), "Synced").filter(|c| c.0 == "True")).await;
+
+    proxy.inject_on_path(Requests::Reads, "/configmaps/c-cache-config", ApiFault::Gone, 1);
+    let touched =
+        h.caches().patch("c", &PatchParams::default(), &Patch::Merge(json!({"metadata": {"labels": {"touched": "yes"}}}))).await.unwrap();
+    // The retry comes after the error backoff (10 s): wait until the ConfigMap is read again.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(90);
+    let reads = || proxy.counts().get("read").copied().unwrap_or(0);
+    while !proxy.injected().contains_key("Gone") {
+        assert!(tokio::time::Instant::now() < deadline, "the ConfigMap was not read");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let after_fault = reads();
+    // The retry reads the four owned objects (the ConfigMap, the two Services, the StatefulSet).
+    while reads() < after_fault + 4 {
+        assert!(tokio::time::Instant::now() < deadline, "no retry after the 410");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let after = h.caches().get("c").await.unwrap();
+    assert_eq!(condition(&after, "Synced").map(|c| c.0), Some("True".to_owned()));
+    assert_eq!(after.resource_version(), touched.resource_version(), "the Cache was rewritten: {:?}", after.status);
+}
+
+/// Found by the reliability campaign's API server suite (issue 15, seed 6191853475873919598):
+/// kube-runtime's `Controller` backs off all its watches together, so while one watch kept
+/// failing the others were not read, and changed Caches went unseen for minutes. Here only the
+/// PodDisruptionBudget watch fails (as when its RBAC rule is missing): after six failures the
+/// shared backoff would wait at least 25.6 s; the Cache's change must be seen well before.
+#[tokio::test]
+async fn a_failing_watch_of_one_kind_does_not_hold_back_the_changes_of_the_caches() {
+    let proxy = KubeProxy::start(control_plane().await.unwrap()).await.unwrap();
+    let kubeconfig = Kubeconfig::read_from(proxy.kubeconfig_path()).unwrap();
+    let config = kube::Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default()).await.unwrap();
+    let h = Harness::start_with_controller_client("cache-one-watch-failing", Client::try_from(config).unwrap()).await;
+    h.caches().create(&PostParams::default(), &cache("c", Engine::Redis, "64Mi", 1)).await.unwrap();
+    h.eventually("Synced=True", async || condition(&h.caches().get("c").await.unwrap(), "Synced").filter(|c| c.0 == "True")).await;
+
+    proxy.inject_on_path(Requests::Watches, "/poddisruptionbudgets", ApiFault::ServerError(500), usize::MAX);
+    proxy.cut_watches();
+    let failed = || proxy.injected().get("ServerError(500)").copied().unwrap_or(0);
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(120);
+    while failed() < 6 {
+        assert!(tokio::time::Instant::now() < deadline, "the PodDisruptionBudget watch was retried {} times", failed());
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+
+    h.caches().patch("c", &PatchParams::default(), &Patch::Merge(json!({"spec": {"memory": "128Mi"}}))).await.unwrap();
+    h.eventually("the new generation observed", async || {
+        h.caches().get("c").await.unwrap().status.filter(|s| s.observed_generation == Some(2))
+    })
+    .await;
+}
+
+/// A replicated Cache with Sentinel whose Sentinels cannot be reached (here: no node, so no pod
+/// DNS name resolves) is reconciled as ever; the status says the primary is unknown, and why.
+#[tokio::test]
+async fn an_unreachable_sentinel_is_a_condition_not_a_failed_reconcile() {
+    let h = Harness::start("cache-sentinel-unreachable").await;
+    let mut c = cache("ha", Engine::Redis, "64Mi", 3);
+    c.spec.high_availability = Some(HighAvailability { enabled: true, auto_failover: true });
+    h.caches().create(&PostParams::default(), &c).await.unwrap();
+    let (_, reason, _) = h
+        .eventually("PrimaryKnown=False", async || {
+            condition(&h.caches().get("ha").await.unwrap(), "PrimaryKnown").filter(|c| c.0 == "False")
+        })
+        .await;
+    assert_eq!(reason, "NoSentinelReady", "no pod is ready yet");
+
+    // No kubelet here: the test says the pods are ready, as the StatefulSet controller would.
+    h.eventually("the StatefulSet", async || h.api::<StatefulSet>().get_opt("ha-cache").await.unwrap()).await;
+    let ready = json!({"status": {"replicas": 3, "readyReplicas": 3, "availableReplicas": 3}});
+    h.api::<StatefulSet>().patch_status("ha-cache", &PatchParams::default(), &Patch::Merge(ready)).await.unwrap();
+    let (_, _, message) = h
+        .eventually("SentinelUnreachable", async || {
+            condition(&h.caches().get("ha").await.unwrap(), "PrimaryKnown").filter(|c| c.1 == "SentinelUnreachable")
+        })
+        .await;
+    assert!(message.contains(&format!("ha-cache-0.ha-cache-headless.{}.svc.cluster.local", h.namespace)), "{message}");
+    let cache = h.caches().get("ha").await.unwrap();
+    assert_eq!(condition(&cache, "Synced").map(|c| c.0), Some("True".to_owned()), "the reconcile itself succeeded");
+    assert_eq!(cache.status.as_ref().and_then(|s| s.phase), Some(Phase::Ready));
+    assert_eq!(cache.status.as_ref().and_then(|s| s.primary.clone()), None, "no primary was ever known");
+}
+
+/// Found by the reliability campaign's API server suite (issue 15, seed 3895827964306208364): a
+/// relist after a `410 Gone` is answered from the API server's watch cache, which may lag, and
+/// the controller wrote the status of the older copy it reconciled back over the current one.
+#[tokio::test]
+async fn an_older_copy_of_a_cache_from_the_watch_is_not_written_back() {
+    let h = Harness::start("cache-older-copy").await;
+    h.caches().create(&PostParams::default(), &cache("c", Engine::Redis, "64Mi", 1)).await.unwrap();
+    h.eventually("Synced=True", async || condition(&h.caches().get("c").await.unwrap(), "Synced").filter(|c| c.0 == "True")).await;
+    let settled = h.caches().get("c").await.unwrap();
+
+    // The copy a watch delivered before the first status write; reconciled in a later second than
+    // the status was written (conditions' times have whole seconds), so writing it back shows.
+    let mut older = settled.clone();
+    older.status = None;
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    controller::reconcile(std::sync::Arc::new(older), controller::Context::new(h.client.clone())).await.unwrap();
+    let after = h.caches().get("c").await.unwrap();
+    assert_eq!(after.resource_version(), settled.resource_version(), "written back: {:?}", after.status);
+}
+
 #[tokio::test]
 async fn a_paused_cache_is_left_alone_and_an_invalid_pause_value_holds_it_with_a_warning() {
     let h = Harness::start("cache-paused").await;
@@ -781,6 +895,12 @@ fn replicated_redis_fails_over_to_a_replica() {
         redis_cli(sentinel, &["SENTINEL", "get-master-addr-by-name", "c"]).ends_with(&ports[0].to_string())
             && redis_cli(sentinel, &["SENTINEL", "sentinels", "c"]).matches("127.0.0.1").count() >= 2
     });
+    // What the controller reads for the status (the address is a pod's hostname on a node).
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let ask = || runtime.block_on(sentinel::ask(&["127.0.0.1".to_owned()], sentinel, "c"));
+    let (before, errors) = ask();
+    assert!(errors.is_empty(), "{errors:?}");
+    assert_eq!((before[0].config_epoch, before[0].failing_over()), (0, false), "{before:?}");
 
     drop(nodes.remove(0));
     let mut promoted = 0;
@@ -790,6 +910,14 @@ fn replicated_redis_fails_over_to_a_replica() {
         promoted != ports[0] && redis_cli(promoted, &["INFO", "replication"]).contains("role:master")
     });
     assert!(nodes.iter().any(|n| n.server_port == promoted));
+    // Sentinel names the new address before it ends the failover: the report says so until then.
+    let mut after = Vec::new();
+    wait_until("Sentinel to end the failover", Duration::from_secs(30), || {
+        after = ask().0;
+        after.first().is_some_and(|report| !report.failing_over())
+    });
+    assert!(after[0].config_epoch > before[0].config_epoch, "a failover raises the epoch: {after:?}");
+    assert!(after[0].primary_for < Duration::from_secs(75), "promoted during this test: {after:?}");
     assert_eq!(redis_cli(promoted, &["GET", "key"]), "before-failover", "no acknowledged data is lost");
     assert_eq!(redis_cli(promoted, &["SET", "key", "after-failover"]), "OK", "the new primary takes writes");
 }

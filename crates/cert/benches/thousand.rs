@@ -13,12 +13,15 @@
 //!    and until every validation record is written; AWS calls by operation; throttling answers
 //!    (the proxy's, i.e. AWS's view, and the operator's own metric);
 //! 2. the **steady state**: AWS calls in a quiet window (`BENCH_QUIET_SECS`, default 600) per
-//!    Ready certificate and hour, while one certificate is revoked behind the operator's back
-//!    and the time until its Cert says so is measured;
+//!    Ready certificate and hour, while behind the operator's back one certificate is revoked,
+//!    one expires and one's managed renewal fails (the fault proxy answers as ACM does for
+//!    them), and the time until each Cert says so is measured;
 //! 3. memory with 2,500 Certs (ACM's default quota per account and region): `BENCH_EXTRA_CERTS`
 //!    (default 1,500) more are created and the child's VmRSS/VmHWM read when all are Ready.
 //!
-//! `BENCH_CERTS` changes the first count (for development). Not run by `cargo test` (it exits at
+//! `BENCH_CERTS` changes the first count and `BENCH_QUOTA` the account's quotas, in the proxy and
+//! the operator alike, as `--aws-quota` takes them (for development: e.g.
+//! `acm.RequestCertificate=50,acm.DescribeCertificate=50` reaches 2,500 Certs in a minute). Not run by `cargo test` (it exits at
 //! once without `--bench`).
 
 #![allow(clippy::unwrap_used, clippy::panic, clippy::print_stdout, clippy::print_stderr)]
@@ -30,7 +33,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use aws_config::BehaviorVersion;
-use blockwork_aws::quota::{Quotas, Service};
+use blockwork_aws::quota::{Override, Quotas, Service};
 use blockwork_aws::{Aws, AwsArgs, AwsMetrics, Seed};
 use blockwork_cert::{Cert, CertArgs, CertConfig, CertMetrics, CertSpec, CertState};
 use blockwork_runtime::RuntimeMetrics;
@@ -40,6 +43,11 @@ use futures::{StreamExt as _, TryStreamExt as _};
 use kube::api::{Api, ListParams, PostParams};
 use kube::{Client, CustomResourceExt as _};
 use prometheus_client::registry::Registry;
+
+/// The allocator of the `blockwork` binary (its main.rs), so that the child's memory is the
+/// operator's.
+#[global_allocator]
+static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 
 /// Hosted zones the Certs are spread over (round robin), in one account.
 const ZONES: usize = 8;
@@ -52,6 +60,16 @@ const BEFORE_CALLS_PER_CERTIFICATE_HOUR: f64 = 0.97;
 
 fn env_or(name: &str, default: u64) -> u64 {
     std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or(default)
+}
+
+/// `BENCH_QUOTA`: the account's quotas where they differ from AWS's defaults.
+fn quota_overrides() -> Vec<Override> {
+    std::env::var("BENCH_QUOTA")
+        .unwrap_or_default()
+        .split(',')
+        .filter(|entry| !entry.is_empty())
+        .map(|entry| entry.parse().unwrap())
+        .collect()
 }
 
 fn main() {
@@ -75,6 +93,7 @@ async fn child() {
     let aws_args = AwsArgs {
         endpoint_url: Some(std::env::var("BENCH_AWS_ENDPOINT").unwrap()),
         region: Some("us-east-1".into()),
+        quotas: quota_overrides(),
         ..AwsArgs::default()
     };
     let (aws_config, _) = aws_args.config().unwrap();
@@ -96,7 +115,17 @@ async fn child() {
         }
     });
     let aws = Aws::new(aws_config, aws_metrics);
-    blockwork_cert::run(client, config, aws, runtime_metrics, metrics, None, CONCURRENCY, std::future::pending()).await;
+    blockwork_cert::run(
+        client,
+        config,
+        aws,
+        runtime_metrics,
+        metrics,
+        blockwork_runtime::Namespaces::All,
+        CONCURRENCY,
+        std::future::pending(),
+    )
+    .await;
 }
 
 /// The bench binary itself in `--child` mode: the cert controller.
@@ -204,6 +233,17 @@ async fn wait_all(api: &Api<Cert>, count: usize, started: Instant, operator: &Me
     }
 }
 
+/// Whether a Cert shows what happened to its certificate.
+type Shows = fn(&Cert) -> bool;
+
+fn failed(cert: &Cert) -> bool {
+    cert.status.as_ref().and_then(|s| s.observation.state) == Some(CertState::Failed)
+}
+
+fn renewal_shown(cert: &Cert) -> bool {
+    cert.status.as_ref().and_then(|s| s.observation.renewal_status.as_deref()) == Some("FAILED")
+}
+
 fn calls_by_operation(proxy: &FaultProxy) -> BTreeMap<String, usize> {
     proxy.all_calls().into_iter().collect()
 }
@@ -221,7 +261,7 @@ async fn bench() {
     let proxy = FaultProxy::start(&moto.endpoint()).await.unwrap();
     let zones = create_zones(&moto.endpoint(), &namespace).await;
     // From now on the proxy throttles as AWS would (AWS's own quotas, not the operator's share).
-    proxy.enforce_quotas(Quotas::aws());
+    proxy.enforce_quotas(Quotas::aws().with(&quota_overrides()));
     let zone_flag = zones.iter().map(|(name, id)| format!("{name}:{id}")).collect::<Vec<_>>().join(",");
     let metrics_file = plane.dir().join("cert-bench-metrics.txt");
     let _ = std::fs::remove_file(&metrics_file);
@@ -247,7 +287,7 @@ async fn bench() {
     let waits = metric_sum(&metrics, "blockwork_aws_limiter_wait_seconds_sum");
 
     // The floor the operator's quotas allow for the minimal calls.
-    let (config, _) = AwsArgs::default().config().unwrap();
+    let (config, _) = AwsArgs { quotas: quota_overrides(), ..AwsArgs::default() }.config().unwrap();
     let acm = config.quotas.service(Service::Acm);
     let n = u64::try_from(certs).unwrap();
     let floor_request = acm.operation("RequestCertificate").seconds_for(n);
@@ -255,29 +295,46 @@ async fn bench() {
     let floor = floor_request.max(floor_describe);
     let made = |operation: &str| calls.get(operation).copied().unwrap_or(0);
 
-    // 2. Steady state, one certificate revoked behind the operator's back.
+    // 2. Steady state; behind the operator's back one certificate is revoked, one expires and
+    // one's managed renewal fails.
     eprintln!("all Ready; counting AWS calls for {} s of steady state", quiet.as_secs());
-    let revoked = api.get("cert-0").await.unwrap().status.unwrap().observation.certificate_arn.unwrap();
-    let before_quiet = proxy.all_calls().values().sum::<usize>();
+    let arn = |name: &'static str| {
+        let api = api.clone();
+        async move { api.get(name).await.unwrap().status.unwrap().observation.certificate_arn.unwrap() }
+    };
+    let (revoked, expired, renewal_failed) = (arn("cert-0").await, arn("cert-1").await, arn("cert-2").await);
+    let before_quiet = proxy.all_calls();
     let quiet_started = Instant::now();
     proxy.set_certificate_status(&revoked, "REVOKED");
-    let mut noticed = None;
+    proxy.set_certificate_status(&expired, "EXPIRED");
+    proxy.fail_renewal(&renewal_failed);
+    let watched: [(&str, Shows); 3] = [("cert-0", failed), ("cert-1", failed), ("cert-2", renewal_shown)];
+    let mut noticed: [Option<Duration>; 3] = [None; 3];
     while quiet_started.elapsed() < quiet {
-        if noticed.is_none() && api.get("cert-0").await.unwrap().status.and_then(|s| s.observation.state) == Some(CertState::Failed) {
-            noticed = Some(quiet_started.elapsed());
+        for ((name, shows), noticed) in watched.iter().zip(noticed.iter_mut()) {
+            if noticed.is_none() && shows(&api.get(name).await.unwrap()) {
+                *noticed = Some(quiet_started.elapsed());
+            }
         }
         tokio::time::sleep(Duration::from_secs(1)).await;
     }
-    let quiet_calls = proxy.all_calls().values().sum::<usize>() - before_quiet;
-    let ready_hours = (certs as f64 - 1.0) * quiet.as_secs_f64() / 3600.0;
+    let after_quiet = proxy.all_calls();
+    let quiet_by_operation: BTreeMap<&String, usize> = after_quiet
+        .iter()
+        .map(|(operation, count)| (operation, count - before_quiet.get(operation).copied().unwrap_or(0)))
+        .filter(|(_, count)| *count > 0)
+        .collect();
+    let quiet_calls: usize = quiet_by_operation.values().sum();
+    // The revoked and the expired one are no longer Ready.
+    let ready_hours = (certs as f64 - 2.0) * quiet.as_secs_f64() / 3600.0;
     let (rss_quiet, _) = operator.memory().unwrap();
 
     // 3. Memory with 2,500 Certs.
     let rss_total = if extra > 0 {
         let started = Instant::now();
         create_certs(&api, &zones, certs..certs + extra).await;
-        // The revoked one stays Failed.
-        wait_all(&api, certs + extra - 1, started, &operator).await;
+        // The revoked and the expired one stay Failed.
+        wait_all(&api, certs + extra - 2, started, &operator).await;
         tokio::time::sleep(Duration::from_secs(5)).await;
         Some(operator.memory().unwrap())
     } else {
@@ -318,18 +375,24 @@ async fn bench() {
     println!(
         "| steady state: AWS calls in {} s with {} Ready certificates | {quiet_calls} ({:.4} per Ready certificate and hour) | {BEFORE_CALLS_PER_CERTIFICATE_HOUR} per certificate and hour |",
         quiet.as_secs(),
-        certs - 1,
+        certs - 2,
         quiet_calls as f64 / ready_hours
     );
-    match noticed {
-        Some(after) => println!(
-            "| a certificate revoked behind the operator's back: its Cert Failed after | {:.0} s | up to an hour |",
-            after.as_secs_f64()
-        ),
-        None => println!(
-            "| a certificate revoked behind the operator's back: its Cert Failed after | not within {} s | up to an hour |",
-            quiet.as_secs()
-        ),
+    for (operation, count) in &quiet_by_operation {
+        println!("| steady state: {operation} | {count} | |");
+    }
+    for ((what, seen), noticed) in [
+        ("revoked behind the operator's back: its Cert Failed", "Failed"),
+        ("expired behind the operator's back: its Cert Failed", "Failed"),
+        ("whose managed renewal failed: its Cert's renewalStatus FAILED", "shown"),
+    ]
+    .iter()
+    .zip(noticed)
+    {
+        match noticed {
+            Some(after) => println!("| a certificate {what} after | {:.0} s | up to an hour |", after.as_secs_f64()),
+            None => println!("| a certificate {what} after | not {seen} within {} s | up to an hour |", quiet.as_secs()),
+        }
     }
     println!("| operator VmRSS after the quiet window | {} | |", mib(rss_quiet));
     if let Some((rss, hwm)) = rss_total {

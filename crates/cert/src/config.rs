@@ -7,9 +7,10 @@ use std::time::Duration;
 use blockwork_aws::acm::AcmConfig;
 pub use blockwork_aws::parse_duration;
 
-use crate::logic::DEFAULT_VALIDATION_TIMEOUT;
-use crate::manager::Timing;
+use crate::decisions::DEFAULT_VALIDATION_TIMEOUT;
+use crate::external::default_timing;
 use crate::zones::{ZoneError, ZoneRegistry};
+use blockwork_runtime::Timing;
 
 #[derive(Clone, Debug, PartialEq, clap::Args)]
 pub struct CertArgs {
@@ -114,7 +115,7 @@ impl CertConfig {
             validation_timeout: args.validation_timeout,
             expiry_threshold_days: args.metrics_expiry_threshold,
             max_tracked_certificates: args.max_tracked_certificates,
-            timing: Timing::default(),
+            timing: default_timing(),
         })
     }
 }

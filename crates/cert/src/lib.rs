@@ -4,9 +4,9 @@
 //! and owner tags, writes the validation CNAMEs, waits for ACM to issue it and publishes the ARN
 //! in status.
 //!
-//! - [`api`]: the CRD. [`logic`]: pure decisions (FQDN, zones, token, records, states, admission
+//! - [`api`]: the CRD. [`decisions`]: pure decisions (FQDN, zones, token, records, states, admission
 //!   rules). [`zones`]: `--dns-zones`.
-//! - [`manager`]: the runtime's `ExternalResource`, on the process's AWS layer
+//! - [`external`]: the runtime's `ExternalResource`, on the process's AWS layer
 //!   (`blockwork_aws`: ACM and its certificate listing, batched Route 53 records, quotas,
 //!   retries). [`wake`]: reconciles Certs when the listing or a record write tells of a change.
 //!   [`publish`]: the ConfigMap with the ARN for consumers. [`metrics`]: seed 000's metric suite
@@ -17,8 +17,8 @@
 
 pub mod api;
 pub mod config;
-pub mod logic;
-pub mod manager;
+pub mod decisions;
+pub mod external;
 pub mod metrics;
 pub mod publish;
 pub mod wake;
@@ -30,6 +30,7 @@ use std::sync::Arc;
 
 use blockwork_aws::Aws;
 use blockwork_aws::acm::Acm;
+use blockwork_runtime::namespaces::{self, Namespaces, run_in};
 use blockwork_runtime::{Context, ControllerConfig, RuntimeMetrics};
 use futures::FutureExt as _;
 use k8s_openapi::api::rbac::v1::PolicyRule;
@@ -37,15 +38,16 @@ use kube::{Api, Client};
 use tracing::info;
 
 pub use api::{Cert, CertObservation, CertSpec, CertState, CertStatus, DnsZoneRef, GROUP, ValidationRecordStatus, crd};
+pub use blockwork_runtime::Timing;
 pub use config::{CertArgs, CertConfig, ConfigError};
-pub use manager::VALIDATION_RECORD_TTL;
-pub use manager::{CertManager, Timing};
+pub use external::VALIDATION_RECORD_TTL;
+pub use external::{CertManager, default_timing};
 pub use metrics::CertMetrics;
 
 /// The controller's name: metric label, event reporter, `--controllers` entry.
 pub const CONTROLLER: &str = "cert";
 
-/// Runs the controller over `namespaces` (`None`: all) until `shutdown` completes, calling AWS
+/// Runs the controller over `namespaces` until `shutdown` completes, calling AWS
 /// through the process's layer `aws`. It keeps the account's certificate listing swept while it
 /// runs.
 #[allow(clippy::too_many_arguments)]
@@ -55,7 +57,7 @@ pub async fn run(
     aws: Arc<Aws>,
     runtime_metrics: Arc<RuntimeMetrics>,
     metrics: Arc<CertMetrics>,
-    namespaces: Option<Vec<String>>,
+    namespaces: Namespaces,
     concurrency: u16,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) {
@@ -74,14 +76,13 @@ pub async fn run(
     );
     let context = Context::new(client.clone(), manager, ControllerConfig::new(CONTROLLER, GROUP), runtime_metrics);
     let _wakes = Background(tokio::spawn(wake::follow(Arc::clone(&context), acm, records)));
-    let apis: Vec<Api<Cert>> = match &namespaces {
-        None => vec![Api::all(client)],
-        Some(namespaces) => namespaces.iter().map(|ns| Api::namespaced(client.clone(), ns)).collect(),
-    };
     info!(zones = ?config.zones.zones().iter().map(|z| z.name.as_str()).collect::<Vec<_>>(), ?namespaces, "starting the cert controller");
     let shutdown = shutdown.boxed().shared();
-    futures::future::join_all(apis.into_iter().map(|api| blockwork_runtime::run(api, Arc::clone(&context), concurrency, shutdown.clone())))
-        .await;
+    run_in(&namespaces, |scope| {
+        let api: Api<Cert> = namespaces::api(&client, scope.as_deref());
+        blockwork_runtime::run(api, Arc::clone(&context), concurrency, shutdown.clone())
+    })
+    .await;
 }
 
 /// A task that lives as long as the controller: aborted when [`run`] returns or is dropped.

@@ -9,6 +9,7 @@
 use std::collections::BTreeMap;
 
 use blockwork_runtime::ExternalError;
+use blockwork_runtime::labels::{MANAGED_BY, MANAGED_BY_LABEL, is_managed};
 use k8s_openapi::api::core::v1::ConfigMap;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 use kube::api::{Api, DeleteParams, Patch, PatchParams};
@@ -20,8 +21,6 @@ use crate::api::{Cert, CertObservation};
 pub const KEY_ARN: &str = "certificateArn";
 pub const KEY_DOMAIN: &str = "domainName";
 pub const KEY_EXPIRATION: &str = "expirationDate";
-pub const MANAGED_BY_LABEL: &str = "app.kubernetes.io/managed-by";
-pub const MANAGED_BY: &str = "blockwork";
 /// Server-side-apply field manager of the ConfigMap.
 const FIELD_MANAGER: &str = "blockwork-cert";
 const SUFFIX: &str = "-certificate";
@@ -90,7 +89,7 @@ pub async fn publish(client: &Client, cert: &Cert, observation: &CertObservation
                 format!("the ConfigMap {name} exists and does not belong to this Cert; the certificate ARN is not published there"),
             ));
         }
-        let labelled = existing.labels().get(MANAGED_BY_LABEL).map(String::as_str) == Some(MANAGED_BY);
+        let labelled = is_managed(existing.labels());
         if labelled && existing.data == desired.data {
             return Ok(());
         }

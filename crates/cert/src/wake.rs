@@ -21,7 +21,7 @@ use tokio::sync::broadcast::error::RecvError;
 use tracing::debug;
 
 use crate::api::Cert;
-use crate::manager::CertManager;
+use crate::external::CertManager;
 
 /// Follows the listing's and the records' changes until they end (the process stops).
 pub async fn follow(context: Arc<Context<CertManager>>, acm: Arc<Acm>, records: Arc<Records>) {

@@ -19,7 +19,7 @@ use kube::{Client, ResourceExt as _};
 use tracing::warn;
 
 use crate::api::{Cert, GROUP, VERSION};
-use crate::logic::{FqdnIndex, validate};
+use crate::decisions::{FqdnIndex, validate};
 use crate::zones::ZoneRegistry;
 
 /// Where the webhook server serves it.

@@ -38,6 +38,7 @@ const SCENARIOS: &[(&str, Scenario)] = &[
     ("each_cache_engine_runs_ready_pods_that_serve_writes_and_reads_at_the_status_endpoint", cache_engines_serve),
     ("kubectl_scale_changes_a_cache_s_replicas_and_a_config_change_rolls_its_pods", cache_scales_and_rolls),
     ("a_cache_with_tls_serves_tls_only", cache_serves_tls),
+    ("a_memcached_cache_with_tls_serves_tls_only", memcached_serves_tls),
     ("a_replicated_cache_promotes_a_replica_when_the_primary_pod_dies_and_keeps_acknowledged_writes", cache_fails_over),
     ("killing_the_leader_pod_hands_over_to_the_standby_which_rewrites_nothing", leader_failover),
     ("the_rotator_pod_rotates_a_renewed_cert_manager_secret", rotator_rotates),
@@ -605,6 +606,48 @@ fn cache_serves_tls(suite: &Suite) -> Result<()> {
     Ok(())
 }
 
+/// TLS mode for memcached (`-Z` with the Secret's certificate): a client verifying the CA stores
+/// and reads a key (openssl s_client: the memcached text protocol over TLS); plain text gets no
+/// answer.
+fn memcached_serves_tls(suite: &Suite) -> Result<()> {
+    let namespace = suite.new_namespace("mc-tls")?;
+    let host = format!("secure-mc-cache.{namespace}.svc.cluster.local");
+    suite.node.kubectl_with_input(&["apply", "-f", "-"], &tls_secret(&namespace, "secure-mc-tls", &host)?)?;
+    apply_cache(suite, &namespace, "secure-mc", "{engine: memcached, memory: 64Mi, tls: {enabled: true, secretName: secure-mc-tls}}")?;
+    suite.node.kubectl_with_input(&["apply", "-f", "-"], &format!(
+        "apiVersion: v1\nkind: Pod\nmetadata: {{name: tls-client, namespace: {namespace}}}\nspec:\n  terminationGracePeriodSeconds: 0\n  containers:\n  - name: client\n    image: docker.io/library/redis:7.2\n    command: [sleep, '86400']\n    volumeMounts: [{{name: tls, mountPath: /tls}}]\n  volumes: [{{name: tls, secret: {{secretName: secure-mc-tls}}}}]\n"
+    ))?;
+    let status = cache_ready(suite, &namespace, "secure-mc")?;
+    let (endpoint_host, port) = endpoint(&status)?;
+    ensure!(endpoint_host == host && port == "11211", "endpoint {endpoint_host}:{port}, expected {host}:11211");
+    suite.node.kubectl(&["-n", &namespace, "wait", "--for=condition=Ready", "pod/tls-client", "--timeout=180s"])?;
+    let sh = |script: &str| suite.node.kubectl(&["-n", namespace.as_str(), "exec", "tls-client", "--", "sh", "-c", script]);
+    let over_tls = format!(
+        "printf 'set k 0 0 5\\r\\nvalue\\r\\nget k\\r\\nquit\\r\\n' | openssl s_client -connect {host}:{port} -servername {host} -CAfile /tls/ca.crt -verify_return_error -quiet 2>/dev/null"
+    );
+    let answer = eventually("SET and GET over TLS", Duration::from_secs(60), || {
+        let answer = sh(&over_tls).unwrap_or_default();
+        Ok(answer.contains("STORED").then_some(answer))
+    })?;
+    ensure!(answer.contains("VALUE k 0 5") && answer.contains("value"), "GET over TLS: {answer:?}");
+    let plain = sh(&format!("printf 'version\\r\\nquit\\r\\n' | nc -w 3 {host} {port}"));
+    ensure!(!plain.as_deref().is_ok_and(|reply| reply.contains("VERSION")), "the TLS port also answered plain text: {plain:?}");
+    suite.node.kubectl(&["delete", "namespace", &namespace, "--wait=false"])?;
+    Ok(())
+}
+
+/// The Cache's status once it names `pod` as the primary, confirmed by Sentinel
+/// (`PrimaryKnown=True`).
+fn primary_in_status(suite: &Suite, namespace: &str, pod: &str) -> Result<Value> {
+    // The controller looks every 30 s, every 5 s while the primary is down.
+    eventually(&format!("the status to name {pod} as the primary"), Duration::from_secs(90), || {
+        let cache = suite.node.get_json(&["cache", "-n", namespace, "ha"])?;
+        let status = &cache["status"];
+        let known = status["conditions"].as_array().into_iter().flatten().any(|c| c["type"] == "PrimaryKnown" && c["status"] == "True");
+        Ok((status["primary"] == pod && known).then(|| status.clone()))
+    })
+}
+
 fn sentinel_primary(suite: &Suite, host: &str) -> Result<String> {
     let reply = suite.client(&["redis-cli", "-h", host, "-p", "26379", "--raw", "sentinel", "get-master-addr-by-name", "ha"])?;
     reply.lines().next().filter(|h| !h.is_empty()).map(str::to_owned).ok_or_else(|| anyhow!("Sentinel names no primary: {reply:?}"))
@@ -631,14 +674,31 @@ fn cache_fails_over(suite: &Suite) -> Result<()> {
     }
     let acknowledged = cli(&first, &["wait", "2", "10000"])?;
     ensure!(acknowledged.trim() == "2", "replicas acknowledging the writes: {acknowledged:?}");
+    // The controller asks Sentinel (every 30 s while nothing happens) and says so in the status.
+    let status = primary_in_status(suite, &namespace, "ha-cache-0")?;
+    ensure!(status.get("lastFailover").is_none(), "no failover yet: {status}");
 
     let killed = Instant::now();
+    let killed_at = jiff::Timestamp::now();
     suite.node.kubectl(&["-n", &namespace, "delete", "pod", "ha-cache-0", "--grace-period=0", "--force"])?;
     let promoted = eventually("Sentinel promotes a replica", Duration::from_secs(120), || {
         Ok(sentinel_primary(suite, &service).ok().filter(|primary| !primary.starts_with("ha-cache-0.")))
     })?;
     println!("e2e: primary pod killed; {promoted} promoted after {:.1} s", killed.elapsed().as_secs_f64());
     ensure!(cli(&promoted, &["role"])?.starts_with("master"), "{promoted} does not say it is the primary");
+    let promoted_pod = promoted.split('.').next().unwrap_or_default().to_owned();
+    let status = primary_in_status(suite, &namespace, &promoted_pod)?;
+    let failover = &status["lastFailover"];
+    ensure!(failover["from"] == "ha-cache-0" && failover["to"] == promoted_pod.as_str(), "the failover in the status: {status}");
+    let took_over: jiff::Timestamp = text(&failover["time"]).parse().map_err(|e| anyhow!("lastFailover.time: {e}: {status}"))?;
+    ensure!(
+        took_over >= killed_at - jiff::SignedDuration::from_secs(1) && took_over <= jiff::Timestamp::now(),
+        "the failover dated {took_over}, the primary pod killed at {killed_at}"
+    );
+    println!(
+        "e2e: the status names {promoted_pod} as the primary, failed over from ha-cache-0 at {took_over}, {:.1} s after the kill",
+        killed.elapsed().as_secs_f64()
+    );
     for i in 0..20 {
         let value = cli(&promoted, &["get", &format!("order:{i}")])?;
         ensure!(value.trim() == "paid", "order:{i} after the failover: {value:?}");

@@ -534,6 +534,31 @@ pub const ENTRIES: &[Entry] = &[
         "The API server refused one of the Cache's objects (StatefulSet, Service, ConfigMap, PodDisruptionBudget); the message quotes it.",
         "Fix what the API server names (often a quota or a policy admission webhook); refusals wait for a spec change, other errors are retried.",
     ),
+    fine("SentinelReported", Cache, "status.primary is the primary Sentinel reports now.", NOTHING),
+    waiting(
+        "NoSentinelReady",
+        Cache,
+        "No pod of the replicated Cache is ready, so there is no Sentinel to ask for the primary yet.",
+        "Nothing to do unless it lasts; then look at the pods `blockwork explain` lists.",
+    ),
+    waiting(
+        "PrimaryDown",
+        Cache,
+        "Sentinel sees the primary down; it promotes a replica once a majority of Sentinels agree (5 s without an answer).",
+        "Nothing to do unless it lasts: fewer than a majority of pods running keeps Sentinel from failing over.",
+    ),
+    waiting(
+        "FailoverInProgress",
+        Cache,
+        "Sentinel is promoting a replica in place of the primary; status.primary follows when it is done.",
+        "Nothing to do unless it lasts longer than the failover timeout (60 s).",
+    ),
+    problem(
+        "SentinelUnreachable",
+        Cache,
+        "No Sentinel of the ready pods answered within 2 s; status.primary is the last one known. The reconcile itself goes on.",
+        "Check that the operator's pods reach the Cache's pods on port 26379 (a NetworkPolicy?); the operator's log has each error.",
+    ),
     problem("ReconcilePanicked", Cache, "The Cache controller panicked on this object; retried.", "Report a bug with the event's message."),
     problem(
         "CleanupIncomplete",

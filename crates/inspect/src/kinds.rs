@@ -358,6 +358,15 @@ pub fn cache(cache: &Cache, events: &[Event], objects: &CacheObjects, now: Times
     if let Some(endpoint) = &status.endpoint {
         report.observed.push(Field::new("endpoint", endpoint));
     }
+    if let Some(primary) = &status.primary {
+        // Whether Sentinel said so at the last look, or this is the last primary known.
+        let current = report.condition(blockwork_cache::sentinel::PRIMARY_KNOWN).is_none_or(|c| c.is_true());
+        report.observed.push(Field::new("primary", if current { primary.clone() } else { format!("{primary} (last known)") }));
+    }
+    if let Some(failover) = &status.last_failover {
+        let when = crate::text::ago_or_in(failover.time.0, now);
+        report.observed.push(Field::new("last failover", format!("{} → {}, {when} ({})", failover.from, failover.to, failover.time.0)));
+    }
     if let Some(name) = blockwork_cache::refs::tls_secret_name(cache) {
         let (state, ok) = match &objects.tls_secret {
             Some(Some(secret)) => {
@@ -708,6 +717,33 @@ mod tests {
         let mut theirs = ours;
         theirs.metadata.owner_references = None;
         assert!(published(&cert, Some(&theirs)).expect("a name").state.starts_with("someone else's"));
+    }
+
+    fn failed_over_cache(primary_known: bool) -> Cache {
+        let mut cache: Cache = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "ha", "namespace": "team-a"},
+            "spec": {"engine": "redis", "memory": "64Mi", "replicas": 3, "highAvailability": {"enabled": true}},
+            "status": {"phase": "Ready", "readyReplicas": 3, "primary": "ha-cache-1",
+                       "lastFailover": {"time": "1970-01-01T00:01:40Z", "from": "ha-cache-0", "to": "ha-cache-1"}},
+        }))
+        .expect("a Cache");
+        let known = blockwork_runtime::status::condition("PrimaryKnown", primary_known, "SentinelReported", "", Some(1));
+        cache.status.as_mut().expect("a status").conditions.push(known);
+        cache
+    }
+
+    #[test]
+    fn a_cache_names_its_primary_and_its_last_failover() {
+        let report = cache(&failed_over_cache(true), &[], &CacheObjects::default(), at(400));
+        let observed: Vec<(&str, &str)> = report.observed.iter().map(|f| (f.label.as_str(), f.value.as_str())).collect();
+        assert!(observed.contains(&("primary", "ha-cache-1")), "{observed:?}");
+        assert!(observed.contains(&("last failover", "ha-cache-0 → ha-cache-1, 5m ago (1970-01-01T00:01:40Z)")), "{observed:?}");
+    }
+
+    #[test]
+    fn a_primary_sentinel_no_longer_confirms_is_the_last_known() {
+        let report = cache(&failed_over_cache(false), &[], &CacheObjects::default(), at(400));
+        assert!(report.observed.iter().any(|f| f.label == "primary" && f.value == "ha-cache-1 (last known)"), "{:?}", report.observed);
     }
 
     fn pod(status: serde_json::Value) -> Pod {

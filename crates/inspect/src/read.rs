@@ -196,8 +196,9 @@ async fn rotator_reports(client: &Client, scope: &Scope, keys: &Keys, now: Times
         }
         reports.push(kinds::rotator_source(&source, keys, &objects, now));
     }
+    // Other Blockwork objects carry the managed-by label too: a target also carries its claim.
     let managed = |m: &PartialObjectMeta<Secret>| {
-        m.labels().get(blockwork_rotator::plan::MANAGED_BY_LABEL).map(String::as_str) == Some(blockwork_rotator::config::MANAGED_BY)
+        blockwork_rotator::plan::labelled_as_target(m.labels()) && keys.claimed_by(m.annotations()).is_some()
     };
     for meta in metas.iter().filter(|m| managed(m)) {
         let namespace = meta.namespace().unwrap_or_default();
@@ -257,17 +258,18 @@ pub async fn report(client: &Client, namespace: &str, kind: KindArg, name: &str,
                 let objects = rotator_objects(client, &secret, keys, true).await?;
                 return Ok(kinds::rotator_source(&secret, keys, &objects, now));
             }
-            let managed = secret.labels().get(blockwork_rotator::plan::MANAGED_BY_LABEL).map(String::as_str)
-                == Some(blockwork_rotator::config::MANAGED_BY);
-            if managed || keys.claimed_by(secret.annotations()).is_some() {
+            let labelled = blockwork_rotator::plan::labelled_as_target(secret.labels())
+                && secret.type_.as_deref() == Some(blockwork_rotator::plan::TLS_TYPE);
+            if labelled || keys.claimed_by(secret.annotations()).is_some() {
                 let events = events_of(client, &secret).await?;
                 return Ok(kinds::rotator_target(&secret, keys, &events, now));
             }
             bail!(
-                "secret {name} is neither a key rotator source (annotation {}: \"true\") nor a target it writes (label {}={})",
+                "secret {name} is neither a key rotator source (annotation {}: \"true\") nor a target it writes (annotation {}, label {}={})",
                 keys.source,
-                blockwork_rotator::plan::MANAGED_BY_LABEL,
-                blockwork_rotator::config::MANAGED_BY
+                keys.source_name,
+                blockwork_runtime::MANAGED_BY_LABEL,
+                blockwork_runtime::MANAGED_BY
             )
         }
     }

@@ -20,8 +20,11 @@ const NOT_REASONS: &[&str] = &[
     "DistributionTenantStatus",
     "PodDisruptionBudget",
     "Secret",
+    "Service",
+    "StatefulSet",
     "TenantCount",
     "Rotator",
+    "Publisher",
     "Opaque",
     "Aws",
     // CRD schema words: scope, conversion strategy, printer columns.
@@ -36,8 +39,10 @@ const NOT_REASONS: &[&str] = &[
     "Memory",
     "Phase",
     "Replicas",
+    "Primary",
     // Condition types and statuses (their reasons are in the catalog).
     "Synced",
+    "PrimaryKnown",
     "True",
     "False",
     "CertificateReady",

@@ -1,8 +1,8 @@
 //! Suite 4 of the reliability campaign, bounded for CI: two `blockwork run --leader-elect`
 //! replicas; the leader is killed with SIGKILL again and again, while the workload runs and then
-//! while nothing changes. Each takeover must come within the 15 s lease; no AWS resource may be
-//! created twice, and a new leader must not write again what its predecessor wrote (writes are
-//! counted by a proxy in front of the API server).
+//! while nothing changes. Each takeover must come within 15 s (a 12 s lease and a 2 s retry
+//! period); no AWS resource may be created twice, and a new leader must not write again what its
+//! predecessor wrote (writes are counted by a proxy in front of the API server).
 
 #![allow(clippy::unwrap_used, clippy::print_stdout)]
 

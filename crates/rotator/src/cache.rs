@@ -21,8 +21,7 @@ use kube::ResourceExt as _;
 /// Namespace and name.
 pub type Key = (String, String);
 
-/// What one watch covers: one namespace, or (`None`) every namespace.
-pub type Scope = Option<String>;
+pub use blockwork_runtime::namespaces::Scope;
 
 /// See the module documentation.
 #[derive(Debug, Default)]

@@ -9,8 +9,13 @@ use blockwork_runtime::policy::{self, AnnotationError};
 /// The annotation prefix of the original k8s-tls-rotator, and the default.
 pub const DEFAULT_ANNOTATION_PREFIX: &str = "rotator.gw.ei.telekom.de";
 
-/// `app.kubernetes.io/managed-by` on every target the rotator writes.
-pub const MANAGED_BY: &str = "blockwork-rotator";
+/// `reportingController` of the rotator's Events, and its field manager.
+pub const CONTROLLER_NAME: &str = "blockwork-rotator";
+
+/// The `app.kubernetes.io/managed-by` value the rotator wrote on its targets before every
+/// Blockwork controller wrote the one value `blockwork` (`blockwork_runtime::labels`): targets
+/// labelled so are still the rotator's, and get the new value at their next write.
+pub const LEGACY_MANAGED_BY: &str = "blockwork-rotator";
 
 /// Default upper bound of targets with their own last-rotation time series.
 pub const DEFAULT_MAX_TRACKED_TARGETS: usize = 1000;
@@ -125,7 +130,7 @@ impl Config {
             max_tracked_targets: args.max_tracked_targets,
             conflict_requeue: Duration::from_secs(300),
             error_requeue: Duration::from_secs(2),
-            reporter: MANAGED_BY.to_owned(),
+            reporter: CONTROLLER_NAME.to_owned(),
         })
     }
 }

@@ -25,19 +25,21 @@ use kube::api::{Api, Patch, PatchParams, PostParams};
 use kube::core::PartialObjectMeta;
 use kube::runtime::WatchStreamExt as _;
 use kube::runtime::controller::{Action as Requeue, Config as ControllerConfig, Controller};
-use kube::runtime::events::{Event as KubeEvent, EventType, Recorder, Reporter};
+use kube::runtime::events::EventType;
 use kube::runtime::reflector::{self, ObjectRef, store::Writer};
 use kube::runtime::watcher::{self, Event};
 use kube::{Client, Resource as _, ResourceExt as _};
 use serde_json::json;
 use tracing::{debug, info, warn};
 
+use blockwork_runtime::events::Publisher;
+use blockwork_runtime::namespaces::{self, Namespaces};
 use blockwork_runtime::policy::AnnotationError;
 
 use crate::cache::{Cache, Key, Scope};
-use crate::config::{Config, Keys, MANAGED_BY};
+use crate::config::{Config, Keys};
 use crate::metrics::Metrics;
-use crate::plan::{self, Action, Blocked, Input, MANAGED_BY_LABEL, Plan, TLS_TYPE};
+use crate::plan::{self, Action, Blocked, Input, Plan, TLS_TYPE};
 
 type Meta = PartialObjectMeta<Secret>;
 
@@ -46,7 +48,7 @@ const RESYNC: Duration = Duration::from_secs(3600);
 /// Longest retry delay after failures.
 const MAX_BACKOFF: Duration = Duration::from_secs(300);
 /// Field manager of the rotator's writes.
-const FIELD_MANAGER: &str = "blockwork-rotator";
+const FIELD_MANAGER: &str = crate::config::CONTROLLER_NAME;
 /// Secrets per page of a watch's (re)list. The rotator keeps almost none of them, so a page is
 /// garbage once routed; small pages keep the heap that a start-up leaves behind small (500,
 /// client-go's and kube's default, left 5.5 MiB of a 10,000-Secret list in the allocator).
@@ -102,7 +104,7 @@ pub struct Outcome {
 pub struct Rotator {
     client: Client,
     keys: Keys,
-    recorder: Recorder,
+    events: Publisher,
     metrics: Arc<Metrics>,
     conflict_requeue: Duration,
     error_requeue: Duration,
@@ -123,10 +125,8 @@ impl std::fmt::Debug for Rotator {
 
 impl Rotator {
     pub fn new(client: Client, config: &Config, metrics: Arc<Metrics>) -> Self {
-        let instance = std::env::var("POD_NAME").or_else(|_| std::env::var("HOSTNAME")).ok().filter(|s| !s.is_empty());
-        let reporter = Reporter { controller: config.reporter.clone(), instance };
         Self {
-            recorder: Recorder::new(client.clone(), reporter),
+            events: Publisher::new(client.clone(), config.reporter.clone()),
             client,
             keys: config.keys.clone(),
             metrics,
@@ -331,22 +331,8 @@ impl Rotator {
     /// write, so neither the reconcile nor the next change of the source waits for the API
     /// server to take them.
     fn event(&self, reference: &ObjectReference, type_: EventType, reason: &str, action: &str, note: String) {
-        let mut note = note;
-        if note.len() > 1000 {
-            let mut cut = 997;
-            while !note.is_char_boundary(cut) {
-                cut -= 1;
-            }
-            note.truncate(cut);
-            note.push_str("...");
-        }
-        let event = KubeEvent { type_, reason: reason.to_owned(), note: Some(note), action: action.to_owned(), secondary: None };
-        let (recorder, reference) = (self.recorder.clone(), reference.clone());
-        tokio::spawn(async move {
-            if let Err(e) = recorder.publish(&event, &reference).await {
-                warn!(error = %e, reason = event.reason, object = ?reference.name, "could not publish an event");
-            }
-        });
+        let (events, reference, reason, action) = (self.events.clone(), reference.clone(), reason.to_owned(), action.to_owned());
+        tokio::spawn(async move { events.publish(&reference, type_, &reason, &action, &note).await });
     }
 
     /// One reconcile of a source: observe (from the cache if it can tell, else by reading),
@@ -598,7 +584,7 @@ impl Router {
         }
         // The cache first: the reconciles triggered below read this version.
         if kind == Kind::Tls {
-            if is_source || self.is_named(&key) || managed_by_rotator(&secret) {
+            if is_source || self.is_named(&key) || plan::labelled_as_target(secret.labels()) {
                 if let Some(listing) = &mut self.listings[Kind::Tls.index()] {
                     listing.kept.insert(key.clone());
                 }
@@ -742,10 +728,6 @@ impl Router {
     }
 }
 
-fn managed_by_rotator(secret: &Secret) -> bool {
-    secret.labels().get(MANAGED_BY_LABEL).is_some_and(|v| v == MANAGED_BY)
-}
-
 /// What the controller's store keeps of a source.
 fn identity(metadata: &ObjectMeta) -> Meta {
     Meta {
@@ -813,18 +795,14 @@ pub async fn run(
     metrics.set_max_tracked_targets(config.max_tracked_targets);
     let rotator = Arc::new(Rotator::new(client.clone(), &config, metrics));
     let shutdown = shutdown.boxed().shared();
-    let scopes: Vec<Scope> = match &config.namespaces {
-        None => vec![None],
-        Some(namespaces) => namespaces.iter().cloned().map(Some).collect(),
-    };
+    let namespaces = Namespaces::from_list(config.namespaces.clone().unwrap_or_default());
     info!(
         namespaces = ?config.namespaces.as_deref().unwrap_or(&["(all)".to_owned()]),
         prefix = %config.keys.prefix,
         concurrency = config.concurrency,
         "starting the rotator"
     );
-    let watches = scopes.into_iter().map(|scope| watch(&client, scope, Arc::clone(&rotator), config.concurrency, shutdown.clone()));
-    futures::future::join_all(watches).await;
+    namespaces::run_in(&namespaces, |scope| watch(&client, scope, Arc::clone(&rotator), config.concurrency, shutdown.clone())).await;
     info!("rotator stopped");
     Ok(())
 }
@@ -836,10 +814,8 @@ async fn watch(
     concurrency: u16,
     shutdown: impl Future<Output = ()> + Clone + Send + Sync + 'static,
 ) {
-    let (tls_api, other_api): (Api<Secret>, Api<Meta>) = match &scope {
-        Some(namespace) => (Api::namespaced(client.clone(), namespace), Api::namespaced(client.clone(), namespace)),
-        None => (Api::all(client.clone()), Api::all(client.clone())),
-    };
+    let (tls_api, other_api): (Api<Secret>, Api<Meta>) =
+        (namespaces::api(client, scope.as_deref()), namespaces::api(client, scope.as_deref()));
     let tls = watcher::watcher(tls_api, watcher::Config::default().fields(&format!("type={TLS_TYPE}")).page_size(LIST_PAGE_SIZE))
         .default_backoff()
         .map(|event| (Kind::Tls, event));
@@ -989,7 +965,7 @@ mod tests {
     async fn the_cache_keeps_sources_the_secrets_they_name_and_the_rotators_targets_only() {
         let mut routed = Routed::new();
         routed.list(Kind::Other, vec![]);
-        let managed = [(MANAGED_BY_LABEL, MANAGED_BY)];
+        let managed = [(plan::MANAGED_BY_LABEL, blockwork_runtime::MANAGED_BY)];
         routed.list(Kind::Tls, vec![source("a", "t"), secret("t", &[], &[]), secret("orphan", &[], &managed), secret("web", &[], &[])]);
         assert!(routed.cached("a") && routed.cached("t") && routed.cached("orphan"));
         assert!(!routed.cached("web"), "an unrelated TLS Secret streams past");

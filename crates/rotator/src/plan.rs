@@ -14,17 +14,25 @@ use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 use kube::ResourceExt;
 
-use crate::config::{Keys, MANAGED_BY, is_dns_subdomain};
+use blockwork_runtime::labels::MANAGED_BY;
+pub use blockwork_runtime::labels::MANAGED_BY_LABEL;
+
+use crate::config::{Keys, LEGACY_MANAGED_BY, is_dns_subdomain};
 use crate::jwks::{self, JWKS_KEY};
 use crate::kid::{cert_sha256, kid};
 
 /// The type every target has.
 pub const TLS_TYPE: &str = "kubernetes.io/tls";
-/// The label every target carries (value [`MANAGED_BY`]).
-pub const MANAGED_BY_LABEL: &str = "app.kubernetes.io/managed-by";
 /// The source's certificate and key.
 pub const SOURCE_CRT: &str = "tls.crt";
 pub const SOURCE_KEY: &str = "tls.key";
+
+/// Whether `labels` mark one of the rotator's targets: Blockwork's managed-by label (every
+/// target the rotator writes carries it), or the value the rotator wrote before
+/// ([`LEGACY_MANAGED_BY`]), so that targets written by an earlier release are still recognized.
+pub fn labelled_as_target(labels: &BTreeMap<String, String>) -> bool {
+    labels.get(MANAGED_BY_LABEL).is_some_and(|value| value == MANAGED_BY || value == LEGACY_MANAGED_BY)
+}
 
 /// The data keys of one slot of the target.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -43,7 +43,7 @@ async fn first_sight_creates_the_target_with_the_source_in_next() {
     assert_eq!(annotation(&target, &h.keys.rotations).as_deref(), Some("0"));
     let at: Timestamp = annotation(&target, &h.keys.last_rotation_time).unwrap().parse().unwrap();
     assert!((Timestamp::now() - at).get_seconds().abs() < 120);
-    assert_eq!(target.labels().get("app.kubernetes.io/managed-by").map(String::as_str), Some("blockwork-rotator"));
+    assert_eq!(target.labels().get("app.kubernetes.io/managed-by").map(String::as_str), Some("blockwork"));
 
     let note = h.wait_for_event("target", "Created").await;
     assert!(note.contains("558ba4da-9628-5cb4-b244-ef833e84a53c") && note.contains("source"), "{note}");

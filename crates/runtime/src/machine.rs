@@ -23,10 +23,10 @@ pub enum Plan {
     /// Call `delete`, then create again.
     Recreate { drift: bool },
     /// The external resource drifted and the drift policy says to leave it.
-    Drift { policy: DriftPolicy, message: String },
+    LeaveDrift { policy: DriftPolicy, message: String },
     /// The external resource disappeared and the drift policy says to leave it: drift, and the
     /// object is no longer Ready, since nothing usable stands behind it.
-    Missing { policy: DriftPolicy },
+    LeaveMissing { policy: DriftPolicy },
     /// Needs a person.
     Fail { reason: &'static str, message: String },
     /// Observing failed.
@@ -62,14 +62,14 @@ pub fn plan(state: ReconcileState, verified: VerifyOutcome, policies: &Policies,
         VerifyOutcome::Ready => Plan::Ready,
         VerifyOutcome::Missing => {
             if state == ReconcileState::Succeeded && policies.drift != DriftPolicy::Enforce {
-                return Plan::Missing { policy: policies.drift };
+                return Plan::LeaveMissing { policy: policies.drift };
             }
             plan_create(state, policies, marked)
         }
         VerifyOutcome::UpdateRequired(difference) => {
             let drift = !spec_changed;
             if drift && policies.drift != DriftPolicy::Enforce {
-                return Plan::Drift { policy: policies.drift, message: difference };
+                return Plan::LeaveDrift { policy: policies.drift, message: difference };
             }
             if !policies.access.update {
                 return Plan::Fail {
@@ -84,7 +84,7 @@ pub fn plan(state: ReconcileState, verified: VerifyOutcome, policies: &Policies,
         VerifyOutcome::RecreateRequired(difference) => {
             let drift = !spec_changed;
             if drift && policies.drift != DriftPolicy::Enforce {
-                return Plan::Drift { policy: policies.drift, message: difference };
+                return Plan::LeaveDrift { policy: policies.drift, message: difference };
             }
             if !(policies.access.create && policies.access.delete) {
                 return Plan::Fail {
@@ -118,37 +118,37 @@ fn wait(state: ReconcileState, reason: &'static str, message: &str) -> Plan {
 
 /// Where a call's outcome leads.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Next {
+pub enum AfterCall {
     /// Settle in this state.
-    To(ReconcileState),
+    MoveTo(ReconcileState),
     /// Write the create-pending marker and come back at once.
     MarkCreating,
     /// The call failed: `Failed` for terminal errors, otherwise stay in `retry_in` and back off.
     Error { retry_in: ReconcileState, error: ExternalError },
 }
 
-pub fn after_create(outcome: MutateOutcome) -> Next {
+pub fn after_create(outcome: MutateOutcome) -> AfterCall {
     match outcome {
-        MutateOutcome::AwaitingVerification => Next::To(ReconcileState::Verifying),
-        MutateOutcome::Succeeded => Next::To(ReconcileState::Succeeded),
-        MutateOutcome::Error(error) => Next::Error { retry_in: ReconcileState::Creating, error },
+        MutateOutcome::AwaitingVerification => AfterCall::MoveTo(ReconcileState::Verifying),
+        MutateOutcome::Succeeded => AfterCall::MoveTo(ReconcileState::Succeeded),
+        MutateOutcome::Error(error) => AfterCall::Error { retry_in: ReconcileState::Creating, error },
     }
 }
 
-pub fn after_update(outcome: MutateOutcome) -> Next {
+pub fn after_update(outcome: MutateOutcome) -> AfterCall {
     match outcome {
-        MutateOutcome::AwaitingVerification => Next::To(ReconcileState::Verifying),
-        MutateOutcome::Succeeded => Next::To(ReconcileState::Succeeded),
-        MutateOutcome::Error(error) => Next::Error { retry_in: ReconcileState::Updating, error },
+        MutateOutcome::AwaitingVerification => AfterCall::MoveTo(ReconcileState::Verifying),
+        MutateOutcome::Succeeded => AfterCall::MoveTo(ReconcileState::Succeeded),
+        MutateOutcome::Error(error) => AfterCall::Error { retry_in: ReconcileState::Updating, error },
     }
 }
 
-pub fn after_recreate_delete(outcome: DeleteOutcome) -> Next {
+pub fn after_recreate_delete(outcome: DeleteOutcome) -> AfterCall {
     match outcome {
-        DeleteOutcome::Succeeded => Next::MarkCreating,
-        DeleteOutcome::Error(e) if e.class == ErrorClass::NotFound => Next::MarkCreating,
-        DeleteOutcome::AwaitingVerification => Next::To(ReconcileState::Recreating),
-        DeleteOutcome::Error(error) => Next::Error { retry_in: ReconcileState::Recreating, error },
+        DeleteOutcome::Succeeded => AfterCall::MarkCreating,
+        DeleteOutcome::Error(e) if e.class == ErrorClass::NotFound => AfterCall::MarkCreating,
+        DeleteOutcome::AwaitingVerification => AfterCall::MoveTo(ReconcileState::Recreating),
+        DeleteOutcome::Error(error) => AfterCall::Error { retry_in: ReconcileState::Recreating, error },
     }
 }
 
@@ -251,7 +251,7 @@ mod tests {
     fn drift_is_reported_or_recorded_under_report_and_suspend() {
         for policy in [DriftPolicy::Report, DriftPolicy::Suspend] {
             let p = plan(Succeeded, VerifyOutcome::UpdateRequired("size".into()), &with_drift(policy), false, true);
-            assert_eq!(p, Plan::Drift { policy, message: "size".into() });
+            assert_eq!(p, Plan::LeaveDrift { policy, message: "size".into() });
         }
     }
 
@@ -259,7 +259,7 @@ mod tests {
     fn externally_deleted_resource_is_recreated_only_under_enforce() {
         assert_eq!(plan(Succeeded, VerifyOutcome::Missing, &policies(), false, true), Plan::MarkCreating);
         for policy in [DriftPolicy::Report, DriftPolicy::Suspend] {
-            assert_eq!(plan(Succeeded, VerifyOutcome::Missing, &with_drift(policy), false, true), Plan::Missing { policy });
+            assert_eq!(plan(Succeeded, VerifyOutcome::Missing, &with_drift(policy), false, true), Plan::LeaveMissing { policy });
         }
     }
 
@@ -308,19 +308,19 @@ mod tests {
 
     #[test]
     fn create_and_update_outcomes_lead_to_verifying_or_succeeded() {
-        assert_eq!(after_create(MutateOutcome::AwaitingVerification), Next::To(Verifying));
-        assert_eq!(after_create(MutateOutcome::Succeeded), Next::To(Succeeded));
-        assert_eq!(after_update(MutateOutcome::Succeeded), Next::To(Succeeded));
+        assert_eq!(after_create(MutateOutcome::AwaitingVerification), AfterCall::MoveTo(Verifying));
+        assert_eq!(after_create(MutateOutcome::Succeeded), AfterCall::MoveTo(Succeeded));
+        assert_eq!(after_update(MutateOutcome::Succeeded), AfterCall::MoveTo(Succeeded));
         assert_eq!(
             after_update(MutateOutcome::Error(error(ErrorClass::Retryable))),
-            Next::Error { retry_in: Updating, error: error(ErrorClass::Retryable) }
+            AfterCall::Error { retry_in: Updating, error: error(ErrorClass::Retryable) }
         );
     }
 
     #[test]
     fn recreate_delete_leads_to_create_or_waits() {
-        assert_eq!(after_recreate_delete(DeleteOutcome::Succeeded), Next::MarkCreating);
-        assert_eq!(after_recreate_delete(DeleteOutcome::AwaitingVerification), Next::To(Recreating));
+        assert_eq!(after_recreate_delete(DeleteOutcome::Succeeded), AfterCall::MarkCreating);
+        assert_eq!(after_recreate_delete(DeleteOutcome::AwaitingVerification), AfterCall::MoveTo(Recreating));
     }
 
     #[test]

@@ -27,7 +27,7 @@ use blockwork_runtime::{Context, ControllerConfig, DriftPolicy, RuntimeMetrics};
 use blockwork_tenant::api::{DnsConfig, DnsProvider, DomainName};
 use blockwork_tenant::cloudfront::Sdk;
 use blockwork_tenant::dns::Route53;
-use blockwork_tenant::{CONTROLLER, DistributionTenant, DistributionTenantSpec, GROUP, TenantManager, TenantMetrics, Timing};
+use blockwork_tenant::{CONTROLLER, DistributionTenant, DistributionTenantSpec, GROUP, TenantManager, TenantMetrics};
 use blockwork_testenv::aws::{hosted_zone, request_certificate, sdk_config, tenant_only_distribution};
 use blockwork_testenv::emulators::{ministack, moto};
 use blockwork_testenv::fault_proxy::FaultProxy;
@@ -99,7 +99,7 @@ async fn bench() {
         endpoint(Service::Sts, dns_proxy.endpoint()),
     ];
     let mut registry = Registry::default();
-    let metrics = TenantMetrics::register(&mut registry);
+    let metrics = TenantMetrics::register(registry.sub_registry_with_prefix(blockwork_tenant::metrics::PREFIX));
     let runtime_metrics = RuntimeMetrics::register(&mut registry);
     let aws_metrics = Arc::new(AwsMetrics::register(&mut registry, &[Seed::Tenant]));
     let aws = Aws::with_sdk_config(config, sdk_config(&proxy.endpoint()).await, Arc::clone(&aws_metrics));
@@ -107,7 +107,7 @@ async fn bench() {
         Sdk::new(&aws),
         Some(Route53::new(aws.records())),
         DriftPolicy::Enforce,
-        Timing::default(),
+        blockwork_tenant::default_timing(),
         Arc::clone(&metrics),
         aws.metrics(),
     );

@@ -6,7 +6,7 @@
 
 use std::time::Duration;
 
-use blockwork_runtime::DriftPolicy;
+use blockwork_runtime::{DriftPolicy, RequeuePolicy, Timing};
 
 /// Seed 001's polling interval while a tenant is InProgress.
 pub const POLL_INTERVAL: Duration = Duration::from_secs(30);
@@ -39,23 +39,23 @@ fn parse_drift_policy(value: &str) -> Result<DriftPolicy, String> {
     }
 }
 
-/// How often the manager looks again; seed 001's intervals by default, shorter in tests.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Timing {
-    /// While AWS reports InProgress, and between deletion steps.
-    pub poll: Duration,
-    /// Once Deployed and in sync.
-    pub steady: Duration,
-    /// After a terminal error or an invalid spec (seed 001: 5 minutes).
-    pub failed: Duration,
-    /// The shortest wait after throttling (seed 001: 60 seconds).
-    pub throttle: Duration,
+/// Seed 001's intervals as the runtime's table: `poll` while AWS reports InProgress and between
+/// deletion steps, `steady` once Deployed and in sync, `failed` after a terminal error or an
+/// invalid spec, and `throttle` as the shortest wait after throttling; the rest the runtime's.
+pub fn timing(poll: Duration, steady: Duration, failed: Duration, throttle: Duration) -> Timing {
+    Timing {
+        verifying: RequeuePolicy::fixed(poll),
+        terminating: RequeuePolicy::fixed(poll),
+        ready: RequeuePolicy::fixed(steady),
+        failed: RequeuePolicy::fixed(failed),
+        throttle_floor: throttle,
+        ..Timing::default()
+    }
 }
 
-impl Default for Timing {
-    fn default() -> Self {
-        Self { poll: POLL_INTERVAL, steady: STEADY_INTERVAL, failed: STEADY_INTERVAL, throttle: THROTTLE_FLOOR }
-    }
+/// Seed 001's intervals (a failed tenant is looked at again at the steady interval).
+pub fn default_timing() -> Timing {
+    timing(POLL_INTERVAL, STEADY_INTERVAL, STEADY_INTERVAL, THROTTLE_FLOOR)
 }
 
 #[cfg(test)]

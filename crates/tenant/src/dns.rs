@@ -37,7 +37,7 @@ pub enum DnsStatus {
 }
 
 /// CNAME records for the tenant's domains. Every call must be idempotent: each may be repeated
-/// after a crash. Errors should be classified with [`crate::errors::classify_dns`].
+/// after a crash. Errors should be classified with [`crate::classify::classify_dns`].
 pub trait DnsRecords: Send + Sync + 'static {
     /// Creates or updates a CNAME `domain → target` for each domain.
     fn upsert(&self, config: &DnsConfig, domains: &[String], target: &str) -> impl Future<Output = Result<DnsChange, AwsError>> + Send;

@@ -3,25 +3,25 @@
 //! multi-tenant distribution; the operator creates it, pushes spec changes, handles drift by
 //! policy, follows its managed certificate and deletes it step by step.
 //!
-//! - [`api`]: the CRD. [`validate`], [`diff`], [`errors`], [`lifecycle`]: pure decisions (spec
+//! - [`api`]: the CRD. [`validate`], [`diff`], [`classify`], [`lifecycle`]: pure decisions (spec
 //!   rules, certificate coverage, the spec/AWS comparison, seed 001's error table, the deletion
 //!   and managed-certificate steps).
 //! - [`cloudfront`]: the CloudFront trait and its SDK implementation, on the process's AWS layer
 //!   (`blockwork_aws`: quotas, retries, metrics, caches). [`dns`]: the DNS trait over the layer's
-//!   batched Route 53 records (an assumed role for another account's zone). [`manager`]: the
+//!   batched Route 53 records (an assumed role for another account's zone). [`external`]: the
 //!   runtime's `ExternalResource`.
 //! - [`webhook`]: the validating admission webhook ([`validate`]'s rules, before the object is
 //!   stored).
 //! - [`metrics`]: seed 001's metrics. [`config`]: flags.
 
 pub mod api;
+pub mod classify;
 pub mod cloudfront;
 pub mod config;
 pub mod diff;
 pub mod dns;
-pub mod errors;
+pub mod external;
 pub mod lifecycle;
-pub mod manager;
 pub mod metrics;
 pub mod validate;
 pub mod webhook;
@@ -30,6 +30,7 @@ use std::future::Future;
 use std::sync::Arc;
 
 use blockwork_aws::Aws;
+use blockwork_runtime::namespaces::{self, Namespaces, run_in};
 use blockwork_runtime::rbac::rule;
 use blockwork_runtime::{Context, ControllerConfig, RuntimeMetrics};
 use futures::FutureExt as _;
@@ -38,8 +39,9 @@ use kube::{Api, Client};
 use tracing::info;
 
 pub use api::{DistributionTenant, DistributionTenantSpec, DistributionTenantStatus, GROUP, TenantObservation, crd};
-pub use config::{TenantArgs, Timing};
-pub use manager::TenantManager;
+pub use blockwork_runtime::Timing;
+pub use config::{TenantArgs, default_timing, timing};
+pub use external::TenantManager;
 pub use metrics::TenantMetrics;
 
 /// The controller's name: metric label, event reporter, `--controllers` entry.
@@ -51,7 +53,7 @@ pub const CONTROLLER: &str = "tenant";
 /// the roles named in `spec.dns.assumeRoleArn`.
 pub const IAM_POLICY: &str = include_str!("../../../docs/iam/cloudfront-tenant-operator-policy.json");
 
-/// Runs the controller over `namespaces` (`None`: all) until `shutdown` completes, calling AWS
+/// Runs the controller over `namespaces` until `shutdown` completes, calling AWS
 /// through the process's layer `aws`.
 #[allow(clippy::too_many_arguments)]
 pub async fn run(
@@ -60,24 +62,23 @@ pub async fn run(
     aws: Arc<Aws>,
     runtime_metrics: Arc<RuntimeMetrics>,
     metrics: Arc<TenantMetrics>,
-    namespaces: Option<Vec<String>>,
+    namespaces: Namespaces,
     concurrency: u16,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) {
     let cloudfront = cloudfront::Sdk::new(&aws);
     let route53 = dns::Route53::new(aws.records());
-    let manager = TenantManager::new(cloudfront, Some(route53), args.drift_policy, Timing::default(), Arc::clone(&metrics), aws.metrics());
+    let manager = TenantManager::new(cloudfront, Some(route53), args.drift_policy, default_timing(), Arc::clone(&metrics), aws.metrics());
     let context = Context::new(client.clone(), manager, ControllerConfig::new(CONTROLLER, GROUP), runtime_metrics);
-    let apis: Vec<Api<DistributionTenant>> = match &namespaces {
-        None => vec![Api::all(client)],
-        Some(namespaces) => namespaces.iter().map(|ns| Api::namespaced(client.clone(), ns)).collect(),
-    };
     info!(?namespaces, drift_policy = %args.drift_policy, "starting the tenant controller");
     let counted = Arc::clone(&context);
     metrics.count_from(move || counted.cached());
     let shutdown = shutdown.boxed().shared();
-    futures::future::join_all(apis.into_iter().map(|api| blockwork_runtime::run(api, Arc::clone(&context), concurrency, shutdown.clone())))
-        .await;
+    run_in(&namespaces, |scope| {
+        let api: Api<DistributionTenant> = namespaces::api(&client, scope.as_deref());
+        blockwork_runtime::run(api, Arc::clone(&context), concurrency, shutdown.clone())
+    })
+    .await;
 }
 
 /// The cluster permissions the controller needs (beyond events and leases, which the binary

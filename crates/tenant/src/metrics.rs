@@ -1,5 +1,6 @@
-//! Seed 001's metrics under its names. [`TenantMetrics::register`] registers them as given, so
-//! register into an unprefixed registry to get the seed's exact names:
+//! Seed 001's metrics under its names. [`TenantMetrics::register`] registers unprefixed names;
+//! register into a sub-registry with the prefix [`PREFIX`] (as the `blockwork` binary does) to
+//! get the seed's exact names:
 //! `cloudfront_tenant_operator_reconcile_errors_total{error_type}`,
 //! `cloudfront_tenant_operator_drift_detected_total`, and
 //! `cloudfront_tenant_operator_tenants_total{namespace,status}`, computed at scrape time from a
@@ -20,6 +21,7 @@ use prometheus_client::registry::Registry;
 
 use crate::api::DistributionTenant;
 
+/// Seed 001's prefix: the sub-registry to register [`TenantMetrics`] in.
 pub const PREFIX: &str = "cloudfront_tenant_operator";
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -45,12 +47,12 @@ impl TenantMetrics {
     pub fn register(registry: &mut Registry) -> Arc<Self> {
         let metrics = Self { reconcile_errors: Family::default(), drift_detected: Counter::default(), tenants: Arc::default() };
         registry.register(
-            format!("{PREFIX}_reconcile_errors"),
+            "reconcile_errors",
             "AWS API errors by classification (seed 001's error table)",
             metrics.reconcile_errors.clone(),
         );
         registry.register(
-            format!("{PREFIX}_drift_detected"),
+            "drift_detected",
             "Times external drift of a tenant was detected, whatever the drift policy",
             metrics.drift_detected.clone(),
         );
@@ -102,9 +104,12 @@ impl Collector for TenantCount {
     fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
         let snapshot = self.source.lock().unwrap_or_else(PoisonError::into_inner).as_ref().map(|tenants| tenants()).unwrap_or_default();
         let counts = count_tenants(snapshot.iter().map(Arc::as_ref));
-        let name = format!("{PREFIX}_tenants_total");
-        let mut metric =
-            encoder.encode_descriptor(&name, "DistributionTenant objects per namespace and readiness", None, MetricType::Gauge)?;
+        let mut metric = encoder.encode_descriptor(
+            "tenants_total",
+            "DistributionTenant objects per namespace and readiness",
+            None,
+            MetricType::Gauge,
+        )?;
         for ((namespace, status), count) in counts {
             let labels = TenantLabels { namespace, status: status.to_owned() };
             ConstGauge::new(count).encode(metric.encode_family(&labels)?)?;
@@ -141,7 +146,7 @@ mod tests {
     #[test]
     fn tenant_count_is_read_from_the_store_at_scrape_time() {
         let mut registry = Registry::default();
-        let metrics = TenantMetrics::register(&mut registry);
+        let metrics = TenantMetrics::register(registry.sub_registry_with_prefix(PREFIX));
         let (store, mut writer) = kube::runtime::reflector::store();
         metrics.count_from(move || store.state());
         let mut ready = tenant("shop", Some(true));
@@ -155,7 +160,7 @@ mod tests {
     #[test]
     fn metrics_use_the_seed_names() {
         let mut registry = Registry::default();
-        let metrics = TenantMetrics::register(&mut registry);
+        let metrics = TenantMetrics::register(registry.sub_registry_with_prefix(PREFIX));
         metrics.error("throttling");
         metrics.drift();
         let mut text = String::new();

@@ -15,7 +15,7 @@ use blockwork_testenv::emulators::Emulator;
 use blockwork_testenv::fault_proxy::{Fault, Operation};
 use blockwork_testenv::harness::{TIMEOUT, eventually};
 use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
-use support::{DNS_ACCOUNT, DNS_ROLE, Harness, RETRIES, TIMING, condition};
+use support::{DNS_ACCOUNT, DNS_ROLE, Harness, RETRIES, condition, quick_timing};
 
 fn state(tenant: &DistributionTenant) -> Option<ReconcileState> {
     tenant.status.as_ref().and_then(|s| s.reconcile_state)
@@ -604,7 +604,7 @@ async fn cross_account_role_is_assumed_for_route53_only_and_cached() {
 
 #[tokio::test]
 async fn route53_throttling_and_prior_request_not_complete_are_retried_after_the_floor() {
-    let timing = Timing { throttle: Duration::from_secs(3), ..TIMING };
+    let timing = Timing { throttle_floor: Duration::from_secs(3), ..quick_timing() };
     let h = Harness::start_configured("dt-dns-throttle", DriftPolicy::Enforce, timing).await;
     // More than the layer's retries absorb, so that the operator's throttle floor shows.
     h.dns_proxy.inject(Operation::named("ChangeResourceRecordSets"), Fault::PriorRequestNotComplete, RETRIES + 1);

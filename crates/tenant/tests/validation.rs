@@ -8,13 +8,13 @@ mod support;
 
 use std::time::Duration;
 
-use blockwork_runtime::{DriftPolicy, ReconcileState};
+use blockwork_runtime::{DriftPolicy, ReconcileState, RequeuePolicy};
 use blockwork_tenant::api::{CertificateRef, Customizations, DomainName, ManagedCertificateRequest, Parameter, ValidationTokenHost};
 use blockwork_tenant::{DistributionTenant, DistributionTenantSpec, Timing};
 use blockwork_testenv::aws::cnames;
 use blockwork_testenv::fault_proxy::{Fault, Operation};
 use kube::api::{Patch, PatchParams, PostParams};
-use support::{Harness, TIMING, condition};
+use support::{Harness, condition, quick_timing};
 
 fn state(tenant: &DistributionTenant) -> Option<ReconcileState> {
     tenant.status.as_ref().and_then(|s| s.reconcile_state)
@@ -140,7 +140,7 @@ async fn certificate_names_are_read_once_per_dns_first_create() {
 #[tokio::test]
 async fn pending_managed_certificate_is_looked_at_again_at_the_short_interval_then_the_long_one() {
     // A steady-state interval no test would wait for: only the short one can attach the ARN.
-    let timing = Timing { steady: Duration::from_secs(120), ..TIMING };
+    let timing = Timing { ready: RequeuePolicy::fixed(Duration::from_secs(120)), ..quick_timing() };
     let h = Harness::start_configured("dt-v-pending-cert", DriftPolicy::Enforce, timing).await;
     h.proxy.inject(Operation::named("GetManagedCertificateDetails"), Fault::PendingCertificate, 3);
     let spec = DistributionTenantSpec {

@@ -18,8 +18,19 @@
 //!   `Throttling`/`ThrottlingException` as AWS does once a bucket is empty. Calls are counted
 //!   whether throttled or not; [`FaultProxy::throttled`] counts the throttled ones.
 //! - **A certificate's status changing on its own** ([`FaultProxy::set_certificate_status`]):
-//!   revoked, expired, failed. moto cannot revoke an ACM certificate; the proxy rewrites the
-//!   status in ListCertificates and DescribeCertificate answers about that certificate.
+//!   revoked, expired, failed. moto cannot revoke an ACM certificate, and its certificates are
+//!   valid for a year; the proxy rewrites the status in ListCertificates and DescribeCertificate
+//!   answers about that certificate, with what AWS reports beside it: `RevokedAt` for a revoked
+//!   one, a `NotAfter` in the past for an expired one (ACM marks a certificate `EXPIRED` once its
+//!   `NotAfter` has passed).
+//! - **A managed renewal failing** ([`FaultProxy::fail_renewal`]): moto never renews. ACM tries
+//!   to renew an issued certificate from 60 days before its `NotAfter`; when it cannot, the
+//!   certificate stays `ISSUED` and only DescribeCertificate tells (its `RenewalSummary` with
+//!   `RenewalStatus` `FAILED`). The proxy answers as for such a certificate: `NotAfter` 30 days
+//!   ahead (inside the renewal window) in both answers, `RenewalEligibility` `ELIGIBLE`, and in
+//!   DescribeCertificate a `RenewalSummary` `FAILED` for reason `CAA_ERROR` (a CAA record that
+//!   forbids Amazon's CA, one of the reasons ACM documents) with the certificate's own domain
+//!   validation options.
 //! - **Route 53's DELETE matches the current values** (always on): AWS refuses a change batch
 //!   whose DELETE names a record set that is gone or whose TTL or values differ from the
 //!   current ones (`InvalidChangeBatch`); moto accepts a DELETE whose values matched *any* past
@@ -176,8 +187,8 @@ struct State {
     injected: HashMap<String, usize>,
     throttle: Option<crate::throttle::Throttle>,
     throttled: HashMap<String, usize>,
-    /// ACM certificate ARN → the status its answers report.
-    certificate_statuses: HashMap<String, String>,
+    /// ACM certificate ARN → what its answers report over the emulator's.
+    certificate_statuses: HashMap<String, CertificateFacts>,
 }
 
 /// Stops serving when dropped.
@@ -279,7 +290,23 @@ impl FaultProxy {
     /// From now on, ACM reports the certificate `arn` as `status` (e.g. `REVOKED`, `EXPIRED`)
     /// in ListCertificates and DescribeCertificate answers.
     pub fn set_certificate_status(&self, arn: &str, status: &str) {
-        self.lock().certificate_statuses.insert(arn.to_owned(), status.to_owned());
+        let now = unix_seconds();
+        let facts = CertificateFacts {
+            status: Some(status.to_owned()),
+            revoked_at: (status == "REVOKED").then_some(now),
+            not_after: (status == "EXPIRED").then_some(now - 1),
+            renewal_failed_at: None,
+        };
+        self.lock().certificate_statuses.insert(arn.to_owned(), facts);
+    }
+
+    /// From now on, ACM reports the issued certificate `arn` as one whose managed renewal
+    /// failed: `NotAfter` 30 days ahead, and a `RenewalSummary` `FAILED` in DescribeCertificate.
+    pub fn fail_renewal(&self, arn: &str) {
+        let now = unix_seconds();
+        let facts =
+            CertificateFacts { status: None, revoked_at: None, not_after: Some(now + 30 * 24 * 3600), renewal_failed_at: Some(now) };
+        self.lock().certificate_statuses.insert(arn.to_owned(), facts);
     }
 
     pub fn clear(&self) {
@@ -472,9 +499,25 @@ async fn refused_delete(
     None
 }
 
-/// An ACM (JSON) answer with the statuses [`FaultProxy::set_certificate_status`] set: in a
-/// ListCertificates summary list and a DescribeCertificate detail.
-async fn with_certificate_statuses(response: Response<Full<Bytes>>, statuses: &HashMap<String, String>) -> Response<Full<Bytes>> {
+/// What ACM reports about one certificate over what the emulator says (epoch seconds, as in
+/// ACM's JSON). Fixed when set, so that every answer after it says the same.
+#[derive(Clone, Debug)]
+struct CertificateFacts {
+    status: Option<String>,
+    revoked_at: Option<i64>,
+    not_after: Option<i64>,
+    /// When the managed renewal failed.
+    renewal_failed_at: Option<i64>,
+}
+
+fn unix_seconds() -> i64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX))
+}
+
+/// An ACM (JSON) answer with the facts [`FaultProxy::set_certificate_status`] and
+/// [`FaultProxy::fail_renewal`] set: in a ListCertificates summary list and a
+/// DescribeCertificate detail.
+async fn with_certificate_statuses(response: Response<Full<Bytes>>, statuses: &HashMap<String, CertificateFacts>) -> Response<Full<Bytes>> {
     let (mut parts, body) = response.into_parts();
     let bytes = match body.collect().await {
         Ok(collected) => collected.to_bytes(),
@@ -483,20 +526,36 @@ async fn with_certificate_statuses(response: Response<Full<Bytes>>, statuses: &H
     let Ok(mut json) = serde_json::from_slice::<serde_json::Value>(&bytes) else {
         return Response::from_parts(parts, Full::new(bytes));
     };
-    let rewrite = |certificate: &mut serde_json::Value| {
+    let rewrite = |certificate: &mut serde_json::Value, detail: bool| {
         let arn = certificate.get("CertificateArn").and_then(serde_json::Value::as_str).map(str::to_owned);
-        if let Some(status) = arn.and_then(|arn| statuses.get(&arn)) {
-            certificate["Status"] = serde_json::Value::String(status.clone());
-            if status == "REVOKED" {
-                certificate["RevokedAt"] = serde_json::json!(1_700_000_000);
+        let Some(facts) = arn.and_then(|arn| statuses.get(&arn)) else { return };
+        if let Some(status) = &facts.status {
+            certificate["Status"] = serde_json::json!(status);
+        }
+        if let Some(revoked_at) = facts.revoked_at {
+            certificate["RevokedAt"] = serde_json::json!(revoked_at);
+        }
+        if let Some(not_after) = facts.not_after {
+            certificate["NotAfter"] = serde_json::json!(not_after);
+        }
+        if let Some(failed_at) = facts.renewal_failed_at {
+            certificate["RenewalEligibility"] = serde_json::json!("ELIGIBLE");
+            if detail {
+                let validations = certificate.get("DomainValidationOptions").cloned().unwrap_or_else(|| serde_json::json!([]));
+                certificate["RenewalSummary"] = serde_json::json!({
+                    "RenewalStatus": "FAILED",
+                    "RenewalStatusReason": "CAA_ERROR",
+                    "DomainValidationOptions": validations,
+                    "UpdatedAt": failed_at,
+                });
             }
         }
     };
     if let Some(list) = json.get_mut("CertificateSummaryList").and_then(serde_json::Value::as_array_mut) {
-        list.iter_mut().for_each(rewrite);
+        list.iter_mut().for_each(|summary| rewrite(summary, false));
     }
     if let Some(certificate) = json.get_mut("Certificate") {
-        rewrite(certificate);
+        rewrite(certificate, true);
     }
     parts.headers.remove(http::header::CONTENT_LENGTH);
     Response::from_parts(parts, Full::new(Bytes::from(json.to_string())))

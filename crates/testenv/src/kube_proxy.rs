@@ -123,9 +123,18 @@ struct Dice {
     rng: StdRng,
 }
 
+/// Faults for the next `left` requests of `requests` whose path contains `path` (any path for
+/// `None`).
+struct Injected {
+    requests: Requests,
+    path: Option<String>,
+    fault: ApiFault,
+    left: usize,
+}
+
 #[derive(Default)]
 struct State {
-    faults: Vec<(Requests, ApiFault, usize)>,
+    faults: Vec<Injected>,
     random: Option<Dice>,
     writes: Vec<Write>,
     counts: HashMap<&'static str, usize>,
@@ -187,7 +196,13 @@ impl KubeProxy {
 
     /// Answers the next `times` requests of `requests` with `fault`, in the order injected.
     pub fn inject(&self, requests: Requests, fault: ApiFault, times: usize) {
-        self.lock().faults.push((requests, fault, times));
+        self.lock().faults.push(Injected { requests, path: None, fault, left: times });
+    }
+
+    /// Answers the next `times` requests of `requests` whose path contains `path` with `fault`:
+    /// one kind failing while the others work (its RBAC rule missing, its API down).
+    pub fn inject_on_path(&self, requests: Requests, path: &str, fault: ApiFault, times: usize) {
+        self.lock().faults.push(Injected { requests, path: Some(path.to_owned()), fault, left: times });
     }
 
     /// From now on, fails a share of the requests at random; replaces earlier random faults.
@@ -248,10 +263,13 @@ async fn handle(
             RequestKind::Write => "write",
         };
         *state.counts.entry(label).or_default() += 1;
-        let found = state.faults.iter_mut().find(|(requests, _, left)| *left > 0 && requests.matches(kind));
-        let chosen = found.map(|(_, fault, left)| {
-            *left -= 1;
-            fault.clone()
+        let path = parts.uri.path();
+        let found = state.faults.iter_mut().find(|injected| {
+            injected.left > 0 && injected.requests.matches(kind) && injected.path.as_deref().is_none_or(|fragment| path.contains(fragment))
+        });
+        let chosen = found.map(|injected| {
+            injected.left -= 1;
+            injected.fault.clone()
         });
         let fault = chosen.or_else(|| {
             let dice = state.random.as_mut()?;

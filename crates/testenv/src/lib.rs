@@ -13,6 +13,7 @@
 //! - [`kube_proxy`]: an HTTP proxy in front of kube-apiserver that cuts watches, answers 429,
 //!   5xx and 410, and records every write by field manager.
 //! - [`throttle`]: AWS's token buckets, which the fault proxy enforces on request.
+//! - [`costs`]: AWS calls, Kubernetes writes and reconciles a scenario costs, as a table row.
 //! - [`measure`]: memory and CPU of a process, for benchmarks.
 //! - [`promql`]: the series a registry exports and the selectors an alert or dashboard reads.
 //! - [`leaks`]: looks for account ids (or any secret) in statuses, events, logs and metrics.
@@ -30,6 +31,7 @@
 pub mod aws;
 pub mod commands;
 pub mod control_plane;
+pub mod costs;
 mod egress;
 pub mod emulators;
 pub mod fault_proxy;

@@ -48,6 +48,18 @@ async fn too_many_requests_is_answered_instead_of_the_api_server_and_kube_client
 }
 
 #[tokio::test]
+async fn a_fault_on_a_path_fails_only_the_requests_of_that_path() {
+    let (proxy, api) = through_proxy("kube-proxy-path").await;
+    api.create(&PostParams::default(), &config_map("a")).await.unwrap();
+    proxy.inject_on_path(Requests::Reads, "/secrets", ApiFault::ServerError(500), 1);
+    api.get("a").await.expect("a ConfigMap read is not a Secret read");
+    let secrets: Api<k8s_openapi::api::core::v1::Secret> = Api::namespaced(api.into_client(), "default");
+    let error = secrets.get_opt("absent").await.unwrap_err();
+    assert!(matches!(&error, kube::Error::Api(status) if status.code == 500), "{error:?}");
+    assert_eq!(proxy.injected().get("ServerError(500)"), Some(&1));
+}
+
+#[tokio::test]
 async fn a_lost_response_takes_effect_yet_fails() {
     let (proxy, api) = through_proxy("kube-proxy-lost").await;
     proxy.inject(Requests::Writes, ApiFault::LostResponse, 1);

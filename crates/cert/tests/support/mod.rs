@@ -128,7 +128,7 @@ impl Harness {
     pub async fn start_controller(&mut self) {
         let (config, aws_config) = self.config();
         let aws = Aws::with_sdk_config(aws_config, sdk_config(&self.proxy.endpoint()).await, Arc::clone(&self.aws_metrics));
-        let (client, namespaces) = (self.plane.client(), Some(vec![self.namespace.clone()]));
+        let (client, namespaces) = (self.plane.client(), blockwork_runtime::Namespaces::Only(vec![self.namespace.clone()]));
         let (runtime_metrics, metrics) = (Arc::clone(&self.runtime_metrics), Arc::clone(&self.metrics));
         self.controller.start(blockwork_cert::run(client, config, aws, runtime_metrics, metrics, namespaces, 4, std::future::pending()));
     }

@@ -82,7 +82,7 @@ fn first_sight_puts_the_source_in_next_and_leaves_the_rest_empty() {
     assert_eq!(annotation(&target, &keys.next_cert_sha256), Some(cert_sha256(b"cert")));
     assert_eq!(annotation(&target, &keys.rotations).as_deref(), Some("0"));
     assert_eq!(annotation(&target, &keys.last_rotation_time).as_deref(), Some("2025-06-15T15:06:40Z"));
-    assert_eq!(target.labels().get(MANAGED_BY_LABEL).map(String::as_str), Some("blockwork-rotator"));
+    assert_eq!(target.labels().get(MANAGED_BY_LABEL).map(String::as_str), Some("blockwork"));
     assert_eq!(plan.kids.next, "558ba4da-9628-5cb4-b244-ef833e84a53c");
 }
 
@@ -452,4 +452,25 @@ fn an_adopt_value_other_than_true_or_false_on_the_target_blocks_the_source() {
         "{:?}",
         plan.action
     );
+}
+
+#[test]
+fn a_target_labelled_by_an_earlier_release_stays_the_rotators_and_gets_the_one_label_value() {
+    let mut target = written(&run(&source("cert", "key"), None), "1");
+    target.labels_mut().insert(MANAGED_BY_LABEL.to_owned(), LEGACY_MANAGED_BY.to_owned());
+    assert!(labelled_as_target(target.labels()));
+    let plan = run(&source("cert", "key"), Some(&target));
+    assert_eq!(plan.action, Action::Update, "no rotation, only the label");
+    let after = written(&plan, "2");
+    assert_eq!(slots(&after), slots(&target));
+    assert_eq!(after.labels().get(MANAGED_BY_LABEL).map(String::as_str), Some("blockwork"));
+    assert!(labelled_as_target(after.labels()));
+}
+
+#[test]
+fn other_managed_by_values_are_no_targets() {
+    let labels = |value: &str| BTreeMap::from([(MANAGED_BY_LABEL.to_owned(), value.to_owned())]);
+    assert!(labelled_as_target(&labels("blockwork")));
+    assert!(!labelled_as_target(&labels("Helm")));
+    assert!(!labelled_as_target(&BTreeMap::new()));
 }

@@ -13,7 +13,7 @@ use blockwork_runtime::policy::{DeletionPolicy, DriftPolicy};
 use blockwork_runtime::status::condition as new_condition;
 use blockwork_runtime::{
     Context, ControllerConfig, DeleteOutcome, DependencyRef, ExternalError, ExternalResource, ManagedStatus, MutateOutcome, ReconcileState,
-    Request, RequeuePolicy, RuntimeMetrics, VerifyOutcome,
+    Request, RequeuePolicy, RuntimeMetrics, Timing, VerifyOutcome,
 };
 use blockwork_testenv::harness::{ControllerTask, TIMEOUT, TestNamespace, eventually};
 use futures::StreamExt;
@@ -302,31 +302,32 @@ impl ExternalResource for WidgetManager {
         widgets.chain(nodes).collect()
     }
 
-    fn requeue_policy(&self, state: ReconcileState) -> RequeuePolicy {
-        if self.slow_states.contains(&state) {
-            return RequeuePolicy::fixed(Duration::from_secs(3600));
+    /// Quick, except the states a test slows to an hour; the throttle floor well above the error
+    /// backoff's cap, so a test can tell a throttled retry from another.
+    fn timing(&self) -> Timing {
+        let quick = RequeuePolicy::exponential(Duration::from_millis(100), Duration::from_millis(400));
+        let settled = RequeuePolicy::fixed(Duration::from_millis(500));
+        let slow = |state: ReconcileState, policy: RequeuePolicy| {
+            if self.slow_states.contains(&state) { RequeuePolicy::fixed(Duration::from_secs(3600)) } else { policy }
+        };
+        Timing {
+            pending: slow(ReconcileState::Pending, quick),
+            creating: slow(ReconcileState::Creating, quick),
+            verifying: slow(ReconcileState::Verifying, quick),
+            ready: slow(ReconcileState::Succeeded, settled),
+            failed: slow(ReconcileState::Failed, settled),
+            terminating: slow(ReconcileState::Terminating, quick),
+            error_backoff: quick,
+            throttle_floor: Duration::from_secs(1),
         }
-        match state {
-            ReconcileState::Succeeded | ReconcileState::Failed => RequeuePolicy::fixed(Duration::from_millis(500)),
-            _ => RequeuePolicy::exponential(Duration::from_millis(100), Duration::from_millis(400)),
-        }
-    }
-
-    fn error_backoff(&self) -> RequeuePolicy {
-        RequeuePolicy::exponential(Duration::from_millis(100), Duration::from_millis(400))
-    }
-
-    /// Well above the error backoff's cap, so a test can tell a throttled retry from another.
-    fn throttle_floor(&self) -> Duration {
-        Duration::from_secs(1)
     }
 
     fn default_deletion_policy(&self) -> DeletionPolicy {
         self.default_deletion
     }
 
-    fn drift_policy(&self, object: &Widget) -> Option<DriftPolicy> {
-        object.spec.drift_policy.as_deref().and_then(|p| p.parse().ok())
+    fn drift_policy(&self, object: &Widget) -> DriftPolicy {
+        object.spec.drift_policy.as_deref().and_then(|p| p.parse().ok()).unwrap_or(DriftPolicy::Enforce)
     }
 
     /// `Large` while the size is above 10, and none otherwise; also tries to take over `Ready`.

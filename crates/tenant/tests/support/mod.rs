@@ -23,12 +23,10 @@ use blockwork_testenv::harness::{ControllerTask, TestNamespace, metrics_text};
 use kube::CustomResourceExt;
 use prometheus_client::registry::Registry;
 
-pub const TIMING: Timing = Timing {
-    poll: Duration::from_secs(1),
-    steady: Duration::from_secs(1),
-    failed: Duration::from_secs(2),
-    throttle: Duration::from_secs(60),
-};
+/// Quick looks: a second while AWS works and once Ready, two after a failure.
+pub fn quick_timing() -> Timing {
+    blockwork_tenant::timing(Duration::from_secs(1), Duration::from_secs(1), Duration::from_secs(2), Duration::from_secs(60))
+}
 
 /// Retries of the layer in these tests: a fault injected `RETRIES + 1` times reaches the operator.
 pub const RETRIES: usize = 2;
@@ -76,7 +74,7 @@ impl Harness {
     }
 
     pub async fn start_with(prefix: &str, default_drift: DriftPolicy) -> Self {
-        Self::start_configured(prefix, default_drift, TIMING).await
+        Self::start_configured(prefix, default_drift, quick_timing()).await
     }
 
     pub async fn start_configured(prefix: &str, default_drift: DriftPolicy, timing: Timing) -> Self {
@@ -93,7 +91,7 @@ impl Harness {
         let distribution_id = tenant_only_distribution(&aws, &format!("{namespace}-main"), Some(&wildcard), &[]).await;
         default_connection_group(&aws, &distribution_id, &namespace).await;
         let mut registry = Registry::default();
-        let metrics = TenantMetrics::register(&mut registry);
+        let metrics = TenantMetrics::register(registry.sub_registry_with_prefix(blockwork_tenant::metrics::PREFIX));
         let runtime_metrics = RuntimeMetrics::register(&mut registry);
         let aws_metrics = Arc::new(AwsMetrics::register(&mut registry, &[Seed::Tenant]));
         let moto = moto().await.expect("moto starts").endpoint();
@@ -137,7 +135,7 @@ impl Harness {
     /// The controller's AWS layer: CloudFront and ACM through `proxy`, Route 53 and STS through
     /// `dns_proxy`; two quick retries, so that a test injecting three failures sees the
     /// operator's own reaction (seed 001's table, the throttle floor).
-    fn aws_config(&self) -> AwsConfig {
+    pub fn aws_config(&self) -> AwsConfig {
         let endpoint = |service, url: String| Endpoint { controller: None, service, url };
         AwsConfig {
             endpoints: vec![

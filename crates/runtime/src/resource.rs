@@ -13,28 +13,74 @@ use kube::{Client, Resource};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
-use crate::backoff::RequeuePolicy;
-use crate::outcome::{DeleteOutcome, ExternalError, MutateOutcome, VerifyOutcome};
-use crate::policy::{DeletionPolicy, DriftPolicy};
-use crate::status::{CreatePending, ManagedStatus, ReconcileState};
+use crate::outcome::{DeleteOutcome, ErrorClass, ExternalError, MutateOutcome, Operation, VerifyOutcome};
+use crate::policy::{DeletionPolicy, DriftPolicy, Policies};
+use crate::status::{CreatePending, ManagedStatus};
+use crate::timing::Timing;
 
-/// What each call is given.
+/// What each call is given: the object and what the runtime decided about it before the call.
 #[derive(Debug)]
-pub struct Request<'a, K> {
+pub struct Request<'a, K: HasSpec> {
     pub object: &'a K,
+    /// Whether the object lives or is being deleted (the runtime's finalizer is running): an
+    /// operator reads this, not `deletionTimestamp`.
+    pub phase: Phase,
+    /// The access, deletion and drift policies in force for the object (annotations over the
+    /// operator's defaults).
+    pub policies: &'a Policies,
+    /// The spec against the one last applied to the external resource.
+    pub spec_change: &'a SpecChange<K::Spec>,
     /// The custom resources this object depends on, all Ready, in the order `dependencies` named them.
     pub dependencies: &'a [DynamicObject],
     /// Derived from the object's UID: the same for every attempt to create this object, so a
     /// create repeated after a crash finds or returns the resource the first attempt made.
     pub idempotency_token: &'a str,
-    /// The spec as JSON when it was last applied to the external resource, for managers that
-    /// cannot read back every field they set.
-    pub last_applied_spec: Option<&'a str>,
     /// The create-pending marker as read: set from before a `create` call until its result is
     /// in the status. In `verify` it means a create for `marker.spec` may have happened whose
     /// result was never recorded (the status write after it was refused, or the process died):
     /// an operator whose resources cannot be found again by the token alone looks for that.
     pub create_pending: Option<&'a CreatePending>,
+}
+
+/// Where the object is in its life.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Phase {
+    Live,
+    /// Deleted in Kubernetes, held by the finalizer until its external resource is dealt with
+    /// (only reached when the deletion policy deletes it).
+    Deleting,
+}
+
+/// The spec against the one last applied to the external resource.
+#[derive(Clone, Debug, PartialEq)]
+pub struct SpecChange<S> {
+    /// The spec differs from the last applied one, or none was applied yet: a difference in the
+    /// external resource is the user's change, not drift.
+    pub changed: bool,
+    /// The spec when it was last applied, for operators that cannot read back every field they
+    /// set. `None` when none was applied, or it no longer reads as this version's spec.
+    pub last_applied: Option<S>,
+}
+
+/// What one reconcile did, handed to [`ExternalResource::reconciled`] for the operator's own
+/// metrics.
+#[derive(Debug)]
+pub struct Report<'a, K> {
+    /// The object as the reconcile read it: its status is the state at the start.
+    pub object: &'a K,
+    /// Each call the runtime made to the operator, in order, with the class of its error
+    /// (`None`: it succeeded).
+    pub calls: &'a [(Operation, Option<ErrorClass>)],
+    /// Whether the reconcile ended without a Kubernetes error.
+    pub kubernetes_succeeded: bool,
+    pub duration: Duration,
+}
+
+impl<K> Report<'_, K> {
+    /// Every call, to the operator's API and to Kubernetes, succeeded.
+    pub fn succeeded(&self) -> bool {
+        self.kubernetes_succeeded && self.calls.iter().all(|(_, failed)| failed.is_none())
+    }
 }
 
 /// A custom resource this object waits for: it is reconciled only while each is Ready.
@@ -67,7 +113,7 @@ impl fmt::Display for DependencyRef {
 /// resource succeeds (or returns an error of class `NotFound`).
 pub trait ExternalResource: Send + Sync + 'static {
     type Object: Resource<DynamicType = (), Scope = NamespaceResourceScope>
-        + HasSpec<Spec: Serialize>
+        + HasSpec<Spec: Serialize + DeserializeOwned + fmt::Debug + Send + Sync>
         + HasStatus<Status = ManagedStatus<Self::Observation>>
         + Clone
         + fmt::Debug
@@ -112,29 +158,17 @@ pub trait ExternalResource: Send + Sync + 'static {
         async { Ok(()) }
     }
 
-    /// Called after every reconcile with the object as it was when the reconcile began, whether
-    /// the reconcile ended without a Kubernetes error (failed external calls are reported to
-    /// the manager's own calls) and how long it took: for operator-specific metrics.
-    fn reconciled(&self, _object: &Self::Object, _kubernetes_succeeded: bool, _duration: Duration) {}
+    /// Called after every reconcile with what it did: for operator-specific metrics.
+    fn reconciled(&self, _report: &Report<'_, Self::Object>) {}
 
     /// Custom resources that must be Ready before this object is reconciled.
     fn dependencies(&self, _object: &Self::Object) -> Vec<DependencyRef> {
         Vec::new()
     }
 
-    /// How long to wait before looking again in each state.
-    fn requeue_policy(&self, state: ReconcileState) -> RequeuePolicy {
-        default_requeue_policy(state)
-    }
-
-    /// Backoff after a failed call (attempts count within a state).
-    fn error_backoff(&self) -> RequeuePolicy {
-        RequeuePolicy::exponential(Duration::from_secs(5), Duration::from_secs(300))
-    }
-
-    /// The shortest wait after the API throttled us.
-    fn throttle_floor(&self) -> Duration {
-        Duration::from_secs(60)
+    /// How long to wait in each state, after errors and after throttling.
+    fn timing(&self) -> Timing {
+        Timing::default()
     }
 
     /// Used when the object has no deletion-policy annotation. Operators of resources whose
@@ -143,16 +177,12 @@ pub trait ExternalResource: Send + Sync + 'static {
         DeletionPolicy::Delete
     }
 
-    fn default_drift_policy(&self) -> DriftPolicy {
+    /// The drift policy of an object without the `blockwork.dev/drift-policy` annotation: the
+    /// object's own choice if it has one (typically a spec field the user set), else the
+    /// operator's default (its flag). The annotation beats both: it stays the one override that
+    /// works the same for every kind.
+    fn drift_policy(&self, _object: &Self::Object) -> DriftPolicy {
         DriftPolicy::Enforce
-    }
-
-    /// The object's own drift policy, typically from a spec field the user set. Precedence:
-    /// the `blockwork.dev/drift-policy` annotation, then this, then [`Self::default_drift_policy`]
-    /// (the operator's flag): a choice made on the object beats the operator's default, and the
-    /// annotation stays the one override that works the same for every kind.
-    fn drift_policy(&self, _object: &Self::Object) -> Option<DriftPolicy> {
-        None
     }
 
     /// The operator's own conditions, merged into `status.conditions` by the reconcile's single
@@ -175,18 +205,5 @@ pub trait ExternalResource: Send + Sync + 'static {
     /// change nothing is ignored, so returning the same patch again is harmless.
     fn spec_patch(&self, _request: &Request<'_, Self::Object>, _observation: &Self::Observation) -> Option<serde_json::Value> {
         None
-    }
-}
-
-/// Seed 000's intervals: quick while things move, hourly once ready, five minutes when failed.
-pub fn default_requeue_policy(state: ReconcileState) -> RequeuePolicy {
-    let secs = Duration::from_secs;
-    match state {
-        ReconcileState::Pending => RequeuePolicy::exponential(secs(30), secs(300)),
-        ReconcileState::Creating | ReconcileState::Updating | ReconcileState::Recreating => RequeuePolicy::exponential(secs(1), secs(60)),
-        ReconcileState::Verifying => RequeuePolicy::exponential(secs(15), secs(300)),
-        ReconcileState::Terminating => RequeuePolicy::exponential(secs(10), secs(300)),
-        ReconcileState::Succeeded => RequeuePolicy::fixed(secs(3600)),
-        ReconcileState::Failed => RequeuePolicy::fixed(secs(300)),
     }
 }

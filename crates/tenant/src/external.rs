@@ -29,8 +29,7 @@ use blockwork_aws::cache::Cached;
 use blockwork_aws::{AwsError, AwsMetrics};
 use blockwork_runtime::status::{condition, set_condition};
 use blockwork_runtime::{
-    DeleteOutcome, DriftPolicy, ExternalError, ExternalResource, MutateOutcome, ReconcileState, Request, RequeuePolicy, VerifyOutcome,
-    default_requeue_policy,
+    DeleteOutcome, DriftPolicy, ExternalError, ExternalResource, MutateOutcome, Phase, Request, Timing, VerifyOutcome,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use kube::{Resource, ResourceExt};
@@ -40,11 +39,10 @@ use crate::api::{
     CERTIFICATE_READY, DNS_READY, DistributionTenant, DistributionTenantSpec, ManagedCertificateRequest, TenantObservation,
     ValidationTokenHost,
 };
+use crate::classify::{CallContext, Category, Classified, classify_cloudfront, classify_dns, validation};
 use crate::cloudfront::{Acm, CloudFront, ObservedTenant, TenantWrite};
-use crate::config::Timing;
 use crate::diff::{Change, TenantConfig, change};
 use crate::dns::{DnsChange, DnsRecords, DnsStatus};
-use crate::errors::{CallContext, Category, Classified, classify_cloudfront, classify_dns, validation};
 use crate::lifecycle::{CertificateStep, DEPLOYED, DeletionStep, Observed, certificate_step, deletion_step};
 use crate::metrics::TenantMetrics;
 use crate::validate::{DistributionRules, check_certificate_coverage, validate, validate_against};
@@ -431,7 +429,7 @@ impl<C: CloudFront + Acm, D: DnsRecords> ExternalResource for TenantManager<C, D
         if object.spec.dns.is_some() {
             own_records(observation, &marked_dns_domains(request));
         }
-        if object.meta().deletion_timestamp.is_some() {
+        if request.phase == Phase::Deleting {
             return self.verify_deletion(request, observation).await;
         }
         let spec = &object.spec;
@@ -465,9 +463,7 @@ impl<C: CloudFront + Acm, D: DnsRecords> ExternalResource for TenantManager<C, D
             Err(error) => return VerifyOutcome::Error(error),
         };
         let desired = TenantConfig::desired(spec);
-        let spec_json = serde_json::to_string(spec).ok();
-        let spec_changed = request.last_applied_spec.is_none() || request.last_applied_spec != spec_json.as_deref();
-        let change = change(desired.differences(&tenant.config), spec_changed);
+        let change = change(desired.differences(&tenant.config), request.spec_change.changed);
         if let Ok(Some(dns)) = self.dns_for(spec)
             && let Err(error) = self.maintain_dns(dns, object, observation, change == Change::InSync).await
         {
@@ -569,7 +565,7 @@ impl<C: CloudFront + Acm, D: DnsRecords> ExternalResource for TenantManager<C, D
             }
         }
         // Each request makes CloudFront request a new certificate: send it only when it is new.
-        let request = new_certificate_request(spec, request.last_applied_spec);
+        let request = new_certificate_request(spec, request.spec_change.last_applied.as_ref());
         let write = TenantWrite { config: &desired, managed_certificate_request: request };
         match self.update_with_etag(&id, observation.e_tag.clone(), write).await {
             Ok(tenant) => {
@@ -640,22 +636,14 @@ impl<C: CloudFront + Acm, D: DnsRecords> ExternalResource for TenantManager<C, D
         }
     }
 
-    fn requeue_policy(&self, state: ReconcileState) -> RequeuePolicy {
-        match state {
-            ReconcileState::Verifying | ReconcileState::Terminating => RequeuePolicy::fixed(self.timing.poll),
-            ReconcileState::Succeeded => RequeuePolicy::fixed(self.timing.steady),
-            ReconcileState::Failed => RequeuePolicy::fixed(self.timing.failed),
-            other => default_requeue_policy(other),
-        }
-    }
-
-    fn default_drift_policy(&self) -> DriftPolicy {
-        self.default_drift
+    /// Seed 001's intervals (see [`crate::config::timing`]).
+    fn timing(&self) -> Timing {
+        self.timing
     }
 
     /// `spec.driftPolicy`, over the operator's `--drift-policy` (the annotation beats both).
-    fn drift_policy(&self, object: &DistributionTenant) -> Option<DriftPolicy> {
-        object.spec.drift_policy.map(DriftPolicy::from)
+    fn drift_policy(&self, object: &DistributionTenant) -> DriftPolicy {
+        object.spec.drift_policy.map_or(self.default_drift, DriftPolicy::from)
     }
 
     /// `DNSReady` and `CertificateReady`: as this reconcile set them, else as they were.
@@ -680,11 +668,6 @@ impl<C: CloudFront + Acm, D: DnsRecords> ExternalResource for TenantManager<C, D
     fn spec_patch(&self, _request: &Request<'_, DistributionTenant>, observation: &TenantObservation) -> Option<serde_json::Value> {
         let arn = observation.certificate_to_attach.as_ref()?;
         Some(serde_json::json!({ "customizations": { "certificate": { "arn": arn } } }))
-    }
-
-    fn throttle_floor(&self) -> Duration {
-        // Seed 001: throttled calls come back after 60 s at the earliest.
-        self.timing.throttle
     }
 }
 
@@ -766,12 +749,13 @@ fn domains(spec: &DistributionTenantSpec) -> Vec<String> {
 }
 
 /// The spec's managed-certificate request if the last applied spec did not carry the same one.
-fn new_certificate_request<'a>(spec: &'a DistributionTenantSpec, last_applied: Option<&str>) -> Option<&'a ManagedCertificateRequest> {
+fn new_certificate_request<'a>(
+    spec: &'a DistributionTenantSpec,
+    last_applied: Option<&DistributionTenantSpec>,
+) -> Option<&'a ManagedCertificateRequest> {
     let requested = spec.managed_certificate_request.as_ref()?;
-    let applied = last_applied
-        .and_then(|json| serde_json::from_str::<DistributionTenantSpec>(json).ok())
-        .and_then(|applied| applied.managed_certificate_request);
-    (applied.as_ref() != Some(requested)).then_some(requested)
+    let applied = last_applied.and_then(|applied| applied.managed_certificate_request.as_ref());
+    (applied != Some(requested)).then_some(requested)
 }
 
 fn cloudfront_validates(spec: &DistributionTenantSpec) -> bool {
@@ -880,11 +864,20 @@ mod tests {
         };
         let without_dns = DistributionTenantSpec { dns: None, ..marked.clone() };
         let (with_dns, without_dns) = (marker(&marked), marker(&without_dns));
+        let policies = blockwork_runtime::policy::Policies::from_annotations(
+            &Default::default(),
+            blockwork_runtime::DeletionPolicy::Delete,
+            DriftPolicy::Enforce,
+        )
+        .expect("no annotations are valid");
+        let spec_change = blockwork_runtime::SpecChange { changed: true, last_applied: None };
         let request = |create_pending| Request {
             object: &object,
+            phase: Phase::Live,
+            policies: &policies,
+            spec_change: &spec_change,
             dependencies: &[],
             idempotency_token: "t",
-            last_applied_spec: None,
             create_pending,
         };
         assert_eq!(marked_dns_domains(&request(Some(&with_dns))), ["a.example.com", "b.example.com"]);
@@ -895,8 +888,7 @@ mod tests {
     #[test]
     fn certificate_request_already_applied_is_not_sent_again() {
         let spec = with_request(Some(ManagedCertificateRequest::default()));
-        let applied = serde_json::to_string(&spec).expect("serializes");
-        assert_eq!(new_certificate_request(&spec, Some(&applied)), None);
+        assert_eq!(new_certificate_request(&spec, Some(&spec.clone())), None);
     }
 
     #[test]
@@ -905,7 +897,7 @@ mod tests {
             certificate_transparency_logging_preference: Some(TransparencyPreference::Disabled),
             ..ManagedCertificateRequest::default()
         }));
-        let before = serde_json::to_string(&with_request(Some(ManagedCertificateRequest::default()))).expect("serializes");
+        let before = with_request(Some(ManagedCertificateRequest::default()));
         assert!(new_certificate_request(&spec, Some(&before)).is_some());
         assert!(new_certificate_request(&spec, None).is_some());
     }

@@ -7,7 +7,7 @@
 //!   one of ours for the same names (adoption after the status was lost). It reads the
 //!   certificate **list-first**: from the process's certificate listing (one ListCertificates
 //!   call per sweep for up to 1,000 certificates), and with DescribeCertificate only for what
-//!   the listing lacks ([`logic::description_needed`]). It lists the DNS validation records and
+//!   the listing lacks ([`decisions::description_needed`]). It lists the DNS validation records and
 //!   has them written with the zone's next Route 53 batch, in the background, while ACM waits
 //!   for them; maps ACM's status to Ready, in progress or a terminal failure; and once the
 //!   certificate is issued deletes the ones it replaced. A Ready certificate costs no AWS call:
@@ -21,8 +21,8 @@
 //! - `on_success` publishes the ARN in the ConfigMap `<name>-certificate` ([`crate::publish`]),
 //!   which `verify` and `delete` remove when the Cert goes.
 
-use std::collections::{BTreeMap, HashSet};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::collections::BTreeMap;
+use std::sync::Arc;
 use std::time::Duration;
 
 use blockwork_aws::acm::{Acm, Certificate, CertificateRequest, Freshness};
@@ -30,47 +30,23 @@ use blockwork_aws::route53::{Deletion, Record, Records, Written, Zone};
 use blockwork_aws::{AwsError, ErrorClass};
 
 use blockwork_runtime::{
-    DeleteOutcome, ExternalError, ExternalResource, MutateOutcome, ReconcileState, Request, RequeuePolicy, VerifyOutcome,
+    DeleteOutcome, ExternalError, ExternalResource, MutateOutcome, Phase, Report, Request, RequeuePolicy, Timing, VerifyOutcome,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::{Client, ResourceExt};
 use tracing::warn;
 
 use crate::api::{Cert, CertObservation, CertState, ValidationRecordStatus};
-use crate::logic::{self, Assessment, Desired};
+use crate::decisions::{self, Assessment, Desired};
 use crate::metrics::CertMetrics;
 use crate::zones::{ZoneRegistry, normalize};
 
-/// Requeue intervals per runtime state (seed 000's defaults), overridable for tests.
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub struct Timing {
-    pub pending: RequeuePolicy,
-    /// Creating and Recreating: the next step follows at once.
-    pub creating: RequeuePolicy,
-    /// The seed's Created/Validated: waiting for ACM.
-    pub verifying: RequeuePolicy,
-    pub ready: RequeuePolicy,
-    pub failed: RequeuePolicy,
-    pub terminating: RequeuePolicy,
-    pub error_backoff: RequeuePolicy,
-    pub throttle_floor: Duration,
-}
-
-impl Default for Timing {
-    fn default() -> Self {
-        let secs = Duration::from_secs;
-        Self {
-            pending: RequeuePolicy::exponential(secs(30), secs(300)),
-            creating: RequeuePolicy::exponential(secs(1), secs(60)),
-            verifying: RequeuePolicy::exponential(secs(60), secs(300)),
-            // Hourly: a Ready certificate costs one DescribeCertificate per hour.
-            ready: RequeuePolicy::fixed(secs(3600)),
-            failed: RequeuePolicy::fixed(secs(300)),
-            terminating: RequeuePolicy::exponential(secs(10), secs(300)),
-            error_backoff: RequeuePolicy::exponential(secs(5), secs(300)),
-            throttle_floor: secs(60),
-        }
-    }
+/// The Cert's intervals: seed 000's, but a minute between looks while ACM validates (a Cert
+/// waiting for issuance is woken by the listing's sweeps anyway, see `crate::wake`), and hourly
+/// once Ready (a Ready certificate costs no AWS call).
+pub fn default_timing() -> Timing {
+    let secs = Duration::from_secs;
+    Timing { verifying: RequeuePolicy::exponential(secs(60), secs(300)), ..Timing::default() }
 }
 
 /// TTL of the validation records: ACM only reads them at validation and renewal.
@@ -89,10 +65,6 @@ pub struct CertManager {
     validation_timeout: Duration,
     timing: Timing,
     metrics: Arc<CertMetrics>,
-    /// UIDs of the objects whose current reconcile had a failed call, for the `success` label
-    /// of the reconcile duration (a reconcile of one object never runs concurrently with
-    /// another of the same object).
-    failed: Mutex<HashSet<String>>,
     /// Deletes the published ConfigMap when the Cert goes (see [`crate::publish`]).
     client: Client,
 }
@@ -107,7 +79,7 @@ impl CertManager {
         metrics: Arc<CertMetrics>,
         client: Client,
     ) -> Self {
-        Self { acm, records, zones, validation_timeout, timing, metrics, failed: Mutex::default(), client }
+        Self { acm, records, zones, validation_timeout, timing, metrics, client }
     }
 
     /// The ACM of this controller, whose listing [`crate::wake`] follows.
@@ -126,11 +98,9 @@ impl CertManager {
     ) -> Result<Option<Found>, AwsError> {
         let described = match self.acm.summary(arn, Freshness::Listed).await? {
             Some(summary) => {
-                let spec = serde_json::to_string(&request.object.spec).ok();
-                let spec_changed = request.last_applied_spec.is_none() || request.last_applied_spec != spec.as_deref();
-                let known = logic::records_known(desired, &observation.validation_records);
-                match logic::description_needed(&summary, spec_changed, known, jiff::Timestamp::now()) {
-                    None => return Ok(Some(Found { certificate: logic::listed(&summary), described: false })),
+                let known = decisions::records_known(desired, &observation.validation_records);
+                match decisions::description_needed(&summary, request.spec_change.changed, known, jiff::Timestamp::now()) {
+                    None => return Ok(Some(Found { certificate: decisions::listed(&summary), described: false })),
                     Some(_) => self.acm.describe_recent(arn).await,
                 }
             }
@@ -144,15 +114,11 @@ impl CertManager {
         }
     }
 
-    /// Notes that a call of the current reconcile of `object` failed.
-    fn call_failed(&self, object: &Cert) {
-        self.failed.lock().unwrap_or_else(PoisonError::into_inner).insert(object.uid().unwrap_or_default());
-    }
-
     /// Feeds the state and expiry gauges after each call that may change them.
-    fn report(&self, object: &Cert, observation: &CertObservation) {
+    fn report(&self, request: &Request<'_, Cert>, observation: &CertObservation) {
+        let object = request.object;
         let uid = object.uid().unwrap_or_default();
-        if object.metadata.deletion_timestamp.is_some() {
+        if request.phase == Phase::Deleting {
             self.metrics.forget_certificate(&uid);
             return;
         }
@@ -173,7 +139,7 @@ impl CertManager {
         for name in object.spec.domain_name.iter().chain(&object.spec.subject_alternative_names) {
             blockwork_aws::dns_name::parse(name).map_err(|e| ExternalError::terminal("InvalidSpec", e.to_string()))?;
         }
-        let desired = logic::desired(&object.spec, &self.zones).map_err(|e| ExternalError::terminal("InvalidSpec", e.to_string()))?;
+        let desired = decisions::desired(&object.spec, &self.zones).map_err(|e| ExternalError::terminal("InvalidSpec", e.to_string()))?;
         observation.domain_name = Some(desired.domain.clone());
         observation.resolved_zone = Some(desired.zone.to_ref());
         Ok(desired)
@@ -185,12 +151,12 @@ impl CertManager {
     /// current spec, so the marker's spec and time identify that request exactly.
     fn marked(&self, request: &Request<'_, Cert>) -> Option<Marked> {
         let marker = request.create_pending?;
-        let Some(desired) = logic::marked_desired(marker.spec.as_deref(), &request.object.spec, &self.zones) else {
+        let Some(desired) = decisions::marked_desired(marker.spec.as_deref(), &request.object.spec, &self.zones) else {
             warn!(cert = %request.object.name_any(), "the create-pending marker's spec no longer resolves to a configured zone; its request is not looked for");
             return None;
         };
         let at = marker.since.0;
-        Some(Marked { token: logic::acm_token(request.idempotency_token, at.as_second(), &desired), desired, at })
+        Some(Marked { token: decisions::acm_token(request.idempotency_token, at.as_second(), &desired), desired, at })
     }
 
     /// The certificate of this object: by the ARN in status; else the one the create-pending
@@ -204,7 +170,7 @@ impl CertManager {
         }
         let uid = request.object.uid().unwrap_or_default();
         if let Some(marked) = self.marked(request) {
-            let freshness = logic::marked_lookup(false, marked.desired != *desired, marked.at, jiff::Timestamp::now());
+            let freshness = decisions::marked_lookup(false, marked.desired != *desired, marked.at, jiff::Timestamp::now());
             let listing = self.acm.list_certificates(freshness).await?;
             return Ok(self.find_requested(&listing, &marked, &uid).await?.map(Found::described));
         }
@@ -214,7 +180,9 @@ impl CertManager {
                 continue;
             }
             match self.acm.describe(&arn).await {
-                Ok(certificate) if logic::names_differ(&certificate, desired).is_none() => return Ok(Some(Found::described(certificate))),
+                Ok(certificate) if decisions::names_differ(&certificate, desired).is_none() => {
+                    return Ok(Some(Found::described(certificate)));
+                }
                 Ok(_) => {}
                 Err(error) if error.class == ErrorClass::NotFound => {}
                 Err(error) => return Err(error),
@@ -226,7 +194,7 @@ impl CertManager {
     /// The certificate of the marker's request: ours (owner UID) and requested with its token.
     async fn find_requested(&self, listing: &[(String, String)], marked: &Marked, uid: &str) -> Result<Option<Certificate>, AwsError> {
         for (arn, tags) in self.owned_candidates(listing, &marked.desired.domain, uid).await? {
-            if logic::tag(&tags, logic::TAG_TOKEN) != Some(marked.token.as_str()) {
+            if decisions::tag(&tags, decisions::TAG_TOKEN) != Some(marked.token.as_str()) {
                 continue;
             }
             match self.acm.describe(&arn).await {
@@ -248,7 +216,7 @@ impl CertManager {
         let mut owned = Vec::new();
         for (_, arn) in listing.iter().filter(|(d, _)| normalize(d) == domain) {
             match self.acm.list_tags(arn).await {
-                Ok(tags) if logic::owned_by(&tags, uid) => owned.push((arn.clone(), tags)),
+                Ok(tags) if decisions::owned_by(&tags, uid) => owned.push((arn.clone(), tags)),
                 Ok(_) => {}
                 // Deleted since the listing.
                 Err(error) if error.class == ErrorClass::NotFound => {}
@@ -293,7 +261,7 @@ impl CertManager {
         }
         let complete = match described {
             Some(certificate) => self.list_records(certificate, desired, observation).await?,
-            None => logic::records_known(desired, &observation.validation_records),
+            None => decisions::records_known(desired, &observation.validation_records),
         };
         Ok(complete && observation.validation_records.iter().all(|r| !r.pending))
     }
@@ -307,8 +275,8 @@ impl CertManager {
         desired: &Desired,
         observation: &mut CertObservation,
     ) -> Result<bool, ExternalError> {
-        let plan = logic::plan_records(certificate, desired).map_err(|e| ExternalError::terminal("InvalidSpec", e.to_string()))?;
-        let mut unlisted: BTreeMap<String, Vec<logic::PlannedRecord>> = BTreeMap::new();
+        let plan = decisions::plan_records(certificate, desired).map_err(|e| ExternalError::terminal("InvalidSpec", e.to_string()))?;
+        let mut unlisted: BTreeMap<String, Vec<decisions::PlannedRecord>> = BTreeMap::new();
         for planned in plan.records() {
             let listed = observation.validation_records.iter().any(|r| {
                 r.zone_id == planned.zone_id
@@ -339,7 +307,7 @@ impl CertManager {
 
     async fn observe(&self, request: &Request<'_, Cert>, observation: &mut CertObservation) -> Result<VerifyOutcome, ExternalError> {
         let object = request.object;
-        if object.metadata.deletion_timestamp.is_some() {
+        if request.phase == Phase::Deleting {
             if !object.spec.delete_on_removal {
                 // The certificates (and their records) stay whatever AWS says: nothing to look up.
                 return Ok(VerifyOutcome::Missing);
@@ -359,8 +327,8 @@ impl CertManager {
         // A listed summary names the primary domain only; the alternative names are compared
         // whenever the spec changed, which is when they can differ (then it is described).
         let difference = match found.described {
-            true => logic::names_differ(&certificate, &desired),
-            false => logic::primary_differs(&certificate.domain, &desired),
+            true => decisions::names_differ(&certificate, &desired),
+            false => decisions::primary_differs(&certificate.domain, &desired),
         };
         if let Some(difference) = difference {
             return Ok(VerifyOutcome::RecreateRequired(difference));
@@ -368,7 +336,7 @@ impl CertManager {
         let described = found.described.then_some(&certificate);
         observation.expiration_date = certificate.not_after.map(Time);
         observation.renewal_status = certificate.renewal_status.clone();
-        match logic::assess(&certificate, jiff::Timestamp::now(), self.validation_timeout) {
+        match decisions::assess(&certificate, jiff::Timestamp::now(), self.validation_timeout) {
             Assessment::Ready => {
                 observation.state = Some(CertState::Ready);
                 observation.cert_ready = true;
@@ -378,10 +346,10 @@ impl CertManager {
                 // emulator issues by time) — without them it could not renew.
                 let renewing = certificate.renewal_status.as_deref() == Some("PENDING_VALIDATION");
                 let unwritten = observation.validation_records.iter().any(|r| r.pending);
-                if (renewing || unwritten) && may_create(object) {
+                if (renewing || unwritten) && request.policies.access.create {
                     self.ensure_records(described.filter(|_| renewing), &desired, observation).await?;
                 }
-                if let Some(message) = logic::renewal_message(certificate.renewal_status.as_deref()) {
+                if let Some(message) = decisions::renewal_message(certificate.renewal_status.as_deref()) {
                     warn!(cert = %object.name_any(), namespace = ?object.namespace(), "{message}");
                 }
                 if !observation.previous_certificate_arns.is_empty() {
@@ -402,7 +370,7 @@ impl CertManager {
                 if observation.state != Some(CertState::Validated) {
                     observation.state = Some(CertState::Created);
                 }
-                if !may_create(object) {
+                if !request.policies.access.create {
                     // Read-only objects observe; the records are part of creating.
                     return Ok(VerifyOutcome::InProgress(
                         "waiting for ACM to validate; access-permissions do not allow writing the validation records".to_owned(),
@@ -453,9 +421,9 @@ impl CertManager {
         let Some(marker) = request.create_pending else {
             return Err(ExternalError::retryable("NotMarked", "no create-pending marker; the next reconcile writes one"));
         };
-        let token = logic::acm_token(request.idempotency_token, marker.since.0.as_second(), &desired);
+        let token = decisions::acm_token(request.idempotency_token, marker.since.0.as_second(), &desired);
         let uid = object.uid().unwrap_or_default();
-        let tags = logic::owner_tags(&object.namespace().unwrap_or_default(), &object.name_any(), &uid, &token);
+        let tags = decisions::owner_tags(&object.namespace().unwrap_or_default(), &object.name_any(), &uid, &token);
         let arn = self
             .acm
             .request(&CertificateRequest { domain: desired.domain.clone(), sans: desired.sans.clone(), token, tags })
@@ -509,7 +477,7 @@ impl CertManager {
     async fn settle_previous(&self, request: &Request<'_, Cert>, current: &Certificate, observation: &mut CertObservation) {
         let object = request.object;
         let uid = object.uid().unwrap_or_default();
-        let mut needed = logic::record_names(current);
+        let mut needed = decisions::record_names(current);
         // Without its validation options a certificate's records are unknown: delete none.
         let mut needs_known = !needed.is_empty();
         let mut staying = Vec::new();
@@ -520,7 +488,7 @@ impl CertManager {
             if let Err(error) = self.delete_owned(&arn, &uid).await {
                 warn!(cert = %object.name_any(), %error, "a replaced certificate is not deleted yet; the next look tries again");
                 match self.acm.describe(&arn).await {
-                    Ok(certificate) if !certificate.validations.is_empty() => needed.extend(logic::record_names(&certificate)),
+                    Ok(certificate) if !certificate.validations.is_empty() => needed.extend(decisions::record_names(&certificate)),
                     _ => needs_known = false,
                 }
                 staying.push(arn);
@@ -530,7 +498,7 @@ impl CertManager {
         if !needs_known {
             return;
         }
-        let unneeded = logic::unneeded_records(&observation.validation_records, &needed);
+        let unneeded = decisions::unneeded_records(&observation.validation_records, &needed);
         let owned: Vec<ValidationRecordStatus> = unneeded.iter().filter(|r| object.spec.delete_on_removal && r.owned).cloned().collect();
         let (deleted, failure) = self.delete_records(&owned).await;
         if let Some(error) = failure {
@@ -551,7 +519,7 @@ impl CertManager {
             Err(error) if error.class == ErrorClass::NotFound => return Ok(()),
             Err(error) => return Err(external_error(&error)),
         };
-        if !logic::owned_by(&tags, uid) {
+        if !decisions::owned_by(&tags, uid) {
             warn!(certificate = %blockwork_aws::sanitize(arn), "not deleting a certificate whose owner tag names another object");
             return Ok(());
         }
@@ -674,15 +642,6 @@ fn hold(observation: &mut CertObservation, arn: String) {
     }
 }
 
-/// Whether the object's access permissions allow creating (the runtime rejects an invalid
-/// annotation before any call, so an unparsable one never gets here).
-fn may_create(object: &Cert) -> bool {
-    object
-        .annotations()
-        .get(blockwork_runtime::policy::ACCESS_ANNOTATION)
-        .is_none_or(|value| value.parse::<blockwork_runtime::policy::AccessPermissions>().is_ok_and(|access| access.create))
-}
-
 fn in_use(count: usize) -> ExternalError {
     ExternalError::terminal(
         "CertificateInUse",
@@ -705,7 +664,7 @@ impl ExternalResource for CertManager {
     type Observation = CertObservation;
 
     async fn verify(&self, request: &Request<'_, Cert>, observation: &mut CertObservation) -> VerifyOutcome {
-        let deleting = request.object.metadata.deletion_timestamp.is_some();
+        let deleting = request.phase == Phase::Deleting;
         let observed = match self.observe(request, observation).await {
             // Nothing left to delete in AWS: the runtime releases the object next, so the
             // published ConfigMap goes now (the owner reference covers clusters with a garbage
@@ -719,11 +678,10 @@ impl ExternalResource for CertManager {
             Ok(outcome) => outcome,
             Err(error) => {
                 settle_state(observation, &error);
-                self.call_failed(request.object);
                 VerifyOutcome::Error(error)
             }
         };
-        self.report(request.object, observation);
+        self.report(request, observation);
         outcome
     }
 
@@ -732,21 +690,16 @@ impl ExternalResource for CertManager {
             Ok(()) => MutateOutcome::AwaitingVerification,
             Err(error) => {
                 settle_state(observation, &error);
-                self.call_failed(request.object);
                 MutateOutcome::Error(error)
             }
         };
-        self.report(request.object, observation);
+        self.report(request, observation);
         outcome
     }
 
     /// Publishes the ARN in the ConfigMap `<name>-certificate` (see [`crate::publish`]).
     async fn on_success(&self, request: &Request<'_, Cert>, observation: &CertObservation, client: &Client) -> Result<(), ExternalError> {
-        let published = crate::publish::publish(client, request.object, observation).await;
-        if published.is_err() {
-            self.call_failed(request.object);
-        }
-        published
+        crate::publish::publish(client, request.object, observation).await
     }
 
     /// ACM certificates cannot be changed; `verify` reports a different certificate as
@@ -758,9 +711,9 @@ impl ExternalResource for CertManager {
     /// Deletion of the Cert ([`Self::remove`]), or, before a new certificate for changed names
     /// (the runtime's recreate), setting the old one aside ([`Self::replace`]).
     async fn delete(&self, request: &Request<'_, Cert>, observation: &mut CertObservation) -> DeleteOutcome {
-        if request.object.metadata.deletion_timestamp.is_none() {
+        if request.phase == Phase::Live {
             self.replace(request, observation);
-            self.report(request.object, observation);
+            self.report(request, observation);
             return DeleteOutcome::Succeeded;
         }
         let mut removed = self.remove(request, observation).await;
@@ -770,37 +723,18 @@ impl ExternalResource for CertManager {
         }
         match removed {
             Ok(()) => DeleteOutcome::Succeeded,
-            Err(error) => {
-                self.call_failed(request.object);
-                DeleteOutcome::Error(error)
-            }
+            Err(error) => DeleteOutcome::Error(error),
         }
     }
 
     /// `reconcile_duration_seconds{state, success}`: the Cert's state when the reconcile began,
     /// and whether every call (AWS and Kubernetes) succeeded.
-    fn reconciled(&self, object: &Cert, kubernetes_succeeded: bool, duration: Duration) {
-        let failed = self.failed.lock().unwrap_or_else(PoisonError::into_inner).remove(&object.uid().unwrap_or_default());
-        let state = object.status.as_ref().and_then(|s| s.observation.state).unwrap_or_default();
-        self.metrics.reconciled(state, kubernetes_succeeded && !failed, duration);
+    fn reconciled(&self, report: &Report<'_, Cert>) {
+        let state = report.object.status.as_ref().and_then(|s| s.observation.state).unwrap_or_default();
+        self.metrics.reconciled(state, report.succeeded(), report.duration);
     }
 
-    fn requeue_policy(&self, state: ReconcileState) -> RequeuePolicy {
-        match state {
-            ReconcileState::Pending => self.timing.pending,
-            ReconcileState::Creating | ReconcileState::Updating | ReconcileState::Recreating => self.timing.creating,
-            ReconcileState::Verifying => self.timing.verifying,
-            ReconcileState::Succeeded => self.timing.ready,
-            ReconcileState::Failed => self.timing.failed,
-            ReconcileState::Terminating => self.timing.terminating,
-        }
-    }
-
-    fn error_backoff(&self) -> RequeuePolicy {
-        self.timing.error_backoff
-    }
-
-    fn throttle_floor(&self) -> Duration {
-        self.timing.throttle_floor
+    fn timing(&self) -> Timing {
+        self.timing
     }
 }
