@@ -324,6 +324,12 @@ pub fn renewal_message(renewal_status: Option<&str>) -> Option<String> {
     }
 }
 
+/// What a person must know while ACM's managed renewal has failed (the certificate will expire
+/// unless its validation records are put back or the cause ACM names is fixed).
+pub fn renewal_failed(renewal_status: Option<&str>) -> Option<String> {
+    renewal_message(renewal_status).filter(|_| renewal_status == Some("FAILED"))
+}
+
 fn humanize(duration: Duration) -> String {
     let secs = duration.as_secs();
     if secs.is_multiple_of(3600) { format!("{} hours", secs / 3600) } else { format!("{secs} seconds") }
@@ -691,6 +697,8 @@ mod tests {
         assert!(renewal_message(Some("FAILED")).is_some());
         assert!(renewal_message(Some("SUCCESS")).is_none());
         assert!(renewal_message(None).is_none());
+        assert!(renewal_failed(Some("FAILED")).is_some());
+        assert!(renewal_failed(Some("PENDING_VALIDATION")).is_none());
     }
 
     #[test]

@@ -32,7 +32,7 @@ use blockwork_aws::{AwsError, ErrorClass};
 use blockwork_runtime::{
     DeleteOutcome, ExternalError, ExternalResource, MutateOutcome, Phase, Report, Request, RequeuePolicy, Timing, VerifyOutcome,
 };
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use kube::{Client, ResourceExt};
 use tracing::warn;
 
@@ -737,4 +737,16 @@ impl ExternalResource for CertManager {
     fn timing(&self) -> Timing {
         self.timing
     }
+
+    /// `Renewed=False` while ACM reports the managed renewal `FAILED`: the certificate still
+    /// serves (the Cert stays Ready) but will expire, and a person must act before it does.
+    fn conditions(&self, object: &Cert, observation: &CertObservation) -> Vec<Condition> {
+        decisions::renewal_failed(observation.renewal_status.as_deref())
+            .map(|message| blockwork_runtime::status::condition(RENEWED, false, RENEWAL_FAILED, &message, object.metadata.generation))
+            .into_iter()
+            .collect()
+    }
 }
+
+const RENEWED: &str = "Renewed";
+const RENEWAL_FAILED: &str = "RenewalFailed";

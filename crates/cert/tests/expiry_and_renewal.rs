@@ -35,8 +35,11 @@ async fn a_failed_renewal_is_noticed_by_the_sweep_and_shown_in_the_status() {
     h.proxy.fail_renewal(&arn);
     let noticed =
         h.wait_for("api", "showing the failed renewal", |c| status(c).observation.renewal_status.as_deref() == Some("FAILED")).await;
-    // Still usable until it expires: Ready, with the expiry ACM now reports (30 days ahead).
+    // Still usable until it expires: Ready, with the expiry ACM now reports (30 days ahead), and
+    // a condition that says a person must act.
     assert_eq!(status(&noticed).observation.state, Some(CertState::Ready));
+    let renewed = status(&noticed).condition("Renewed").expect("a Renewed condition");
+    assert_eq!((renewed.status.as_str(), renewed.reason.as_str()), ("False", "RenewalFailed"));
     let expires = status(&noticed).observation.expiration_date.as_ref().unwrap().0;
     let days = expires.duration_since(jiff::Timestamp::now()).as_hours() / 24;
     assert!((29..=30).contains(&days), "expires in {days} days");

@@ -250,6 +250,12 @@ pub const ENTRIES: &[Entry] = &[
         "The ACM certificate expired: ACM could not renew it (its validation records were missing or not in use).",
         "Check the validation records in status.validationRecords, then delete and recreate the Cert to request a new certificate.",
     ),
+    problem(
+        "RenewalFailed",
+        Cert,
+        "ACM's managed renewal of the certificate failed (condition Renewed=False): it still serves, and the Cert stays Ready, until it expires (status.expirationDate).",
+        "Check that the validation CNAMEs in status.validationRecords still exist and resolve, and the cause ACM names (CAA records); ACM retries the renewal on its own once they do.",
+    ),
     problem("Inactive", Cert, "The ACM certificate is inactive.", "Request a new one: change the spec, or delete and recreate the Cert."),
     problem(
         "UnknownStatus",
