@@ -43,6 +43,7 @@ const NOT_REASONS: &[&str] = &[
     // Condition types and statuses (their reasons are in the catalog).
     "Synced",
     "PrimaryKnown",
+    "Renewed",
     "True",
     "False",
     "CertificateReady",
