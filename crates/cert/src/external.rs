@@ -52,11 +52,6 @@ pub fn default_timing() -> Timing {
 /// TTL of the validation records: ACM only reads them at validation and renewal.
 pub const VALIDATION_RECORD_TTL: i64 = 300;
 
-/// The AWS error as the runtime reports it.
-fn external_error(error: &AwsError) -> ExternalError {
-    ExternalError::from(error)
-}
-
 /// The Cert operator's manager, over the process's AWS layer.
 pub struct CertManager {
     acm: Arc<Acm>,
@@ -257,7 +252,7 @@ impl CertManager {
             self.records.upsert_in_background(crate::CONTROLLER, &Zone::new(&zone_id, None), records);
         }
         if let Some(error) = failure.filter(|e| e.class == ErrorClass::Terminal) {
-            return Err(external_error(&error));
+            return Err(ExternalError::from(&error));
         }
         let complete = match described {
             Some(certificate) => self.list_records(certificate, desired, observation).await?,
@@ -290,7 +285,7 @@ impl CertManager {
         for (zone_id, planned) in unlisted {
             let names: Vec<String> = planned.iter().map(|p| p.record.name.clone()).collect();
             let existing =
-                self.records.lookup(crate::CONTROLLER, &Zone::new(&zone_id, None), &names).await.map_err(|e| external_error(&e))?;
+                self.records.lookup(crate::CONTROLLER, &Zone::new(&zone_id, None), &names).await.map_err(|e| ExternalError::from(&e))?;
             for (planned, existing) in planned.into_iter().zip(existing) {
                 let owned = existing.map(|record| normalize(&record.value)) != Some(normalize(&planned.record.value));
                 observation.validation_records.push(ValidationRecordStatus {
@@ -312,10 +307,10 @@ impl CertManager {
                 // The certificates (and their records) stay whatever AWS says: nothing to look up.
                 return Ok(VerifyOutcome::Missing);
             }
-            return self.observe_held(request, observation).await.map_err(|e| external_error(&e));
+            return self.observe_held(request, observation).await.map_err(|e| ExternalError::from(&e));
         }
         let desired = self.desired(object, observation)?;
-        let Some(found) = self.find(request, &desired, observation).await.map_err(|e| external_error(&e))? else {
+        let Some(found) = self.find(request, &desired, observation).await.map_err(|e| ExternalError::from(&e))? else {
             observation.certificate_arn = None;
             observation.cert_ready = false;
             observation.expiration_date = None;
@@ -428,7 +423,7 @@ impl CertManager {
             .acm
             .request(&CertificateRequest { domain: desired.domain.clone(), sans: desired.sans.clone(), token, tags })
             .await
-            .map_err(|e| external_error(&e))?;
+            .map_err(|e| ExternalError::from(&e))?;
         observation.certificate_arn = Some(arn.clone());
         observation.state = Some(CertState::Created);
         observation.cert_ready = false;
@@ -517,7 +512,7 @@ impl CertManager {
         let tags = match self.acm.list_tags(arn).await {
             Ok(tags) => tags,
             Err(error) if error.class == ErrorClass::NotFound => return Ok(()),
-            Err(error) => return Err(external_error(&error)),
+            Err(error) => return Err(ExternalError::from(&error)),
         };
         if !decisions::owned_by(&tags, uid) {
             warn!(certificate = %blockwork_aws::sanitize(arn), "not deleting a certificate whose owner tag names another object");
@@ -529,13 +524,13 @@ impl CertManager {
             Ok(certificate) if !certificate.in_use_by.is_empty() => return Err(in_use(certificate.in_use_by.len())),
             Ok(_) => {}
             Err(error) if error.class == ErrorClass::NotFound => return Ok(()),
-            Err(error) => return Err(external_error(&error)),
+            Err(error) => return Err(ExternalError::from(&error)),
         }
         match self.acm.delete(arn).await {
             Ok(()) => Ok(()),
             Err(error) if error.class == ErrorClass::NotFound => Ok(()),
             Err(error) if error.code.as_deref() == Some("ResourceInUseException") => Err(in_use(1)),
-            Err(error) => Err(external_error(&error)),
+            Err(error) => Err(ExternalError::from(&error)),
         }
     }
 
@@ -570,7 +565,7 @@ impl CertManager {
         let owned: Vec<ValidationRecordStatus> = observation.validation_records.iter().filter(|r| r.owned).cloned().collect();
         let (deleted, failure) = self.delete_records(&owned).await;
         observation.validation_records.retain(|r| r.owned && !deleted.contains(r));
-        failure.map_or(Ok(()), |error| Err(external_error(&error)))
+        failure.map_or(Ok(()), |error| Err(ExternalError::from(&error)))
     }
 
     /// Deletes owned validation records, one Route 53 batch per zone, each only while it still
