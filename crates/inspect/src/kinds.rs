@@ -333,15 +333,17 @@ pub fn cache(cache: &Cache, events: &[Event], objects: &CacheObjects, now: Times
     report.state_since = report.condition("Ready").map(|c| c.since);
     report.behind = report::behind(cache.metadata.generation, status.observed_generation);
     report.message = report.condition("Ready").map(|c| c.message.clone()).filter(|m| !m.is_empty());
-    // The Cache controller records no error class or retry time: the latest failing condition is
-    // the error, retried every 10 s (API errors) or on the 5-minute resync.
-    report.last_error = report.conditions.iter().find(|c| !c.is_true() && c.type_ != "Ready").map(|c| ErrorView {
-        reason: c.reason.clone(),
-        message: c.message.clone(),
-        class: None,
-        since: Some(c.since),
-        attempts: None,
-        retry_at: None,
+    // What the controller waits out (`status.lastError`: class and the latest retry); else a
+    // failing condition it records no retry for (PrimaryKnown, a pause).
+    report.last_error = status.last_error.as_ref().map(ErrorView::from_last_error).or_else(|| {
+        report.conditions.iter().find(|c| !c.is_true() && c.type_ != "Ready").map(|c| ErrorView {
+            reason: c.reason.clone(),
+            message: c.message.clone(),
+            class: None,
+            since: Some(c.since),
+            attempts: None,
+            retry_at: None,
+        })
     });
     let paused = cache.annotations().get(blockwork_runtime::policy::PAUSED_ANNOTATION);
     report.policies.push(match paused {
