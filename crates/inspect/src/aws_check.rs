@@ -124,6 +124,17 @@ pub fn cert_targets(zones: &[(String, String)]) -> Targets {
     Targets { zones: zones.iter().map(|(id, name)| (id.clone(), Some(name.clone()))).collect(), context, ..Targets::default() }
 }
 
+/// What the DistributionTenant controller's requests act on: the hosted zones and DNS roles the
+/// tenants name, its CNAME writes.
+pub fn tenant_targets(zones: &[String], roles: &[String]) -> Targets {
+    Targets {
+        zones: zones.iter().map(|zone| (zone.clone(), None)).collect(),
+        roles: roles.to_vec(),
+        context: record_writes(),
+        ..Targets::default()
+    }
+}
+
 /// The IAM permissions of `principal` (`--iam-principal`), or of the caller's own, simulated.
 pub async fn permissions_finding(
     controller: &str,
@@ -274,12 +285,8 @@ async fn tenant(args: &CheckArgs, aws: &Aws, iam: &aws_sdk_iam::Client, client: 
         findings.push(zone_finding(&route53, zone, None, "tenant", TENANT_POLICY).await);
     }
     let roles: BTreeSet<&str> = tenants.iter().filter_map(|t| t.spec.dns.as_ref()).filter_map(|d| d.assume_role_arn.as_deref()).collect();
-    let targets = Targets {
-        zones: zones.iter().map(|zone| ((*zone).to_owned(), None)).collect(),
-        roles: roles.into_iter().map(str::to_owned).collect(),
-        context: record_writes(),
-        ..Targets::default()
-    };
+    let zones: Vec<String> = zones.into_iter().map(str::to_owned).collect();
+    let targets = tenant_targets(&zones, &roles.into_iter().map(str::to_owned).collect::<Vec<_>>());
     findings.push(permissions_finding("tenant", args.iam_principal.as_deref(), iam, caller.as_deref(), TENANT, targets).await);
     findings
 }

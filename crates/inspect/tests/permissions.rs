@@ -5,7 +5,7 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-use blockwork_inspect::aws_check::{CERT, cert_targets, permissions_finding};
+use blockwork_inspect::aws_check::{CERT, TENANT, cert_targets, permissions_finding, tenant_targets};
 use blockwork_inspect::check::{Finding, Verdict};
 use blockwork_testenv::emulators::Emulator;
 
@@ -110,4 +110,15 @@ async fn a_person_may_simulate_the_operators_role_by_name() {
     assert_eq!(finding.verdict, Verdict::Fail, "{finding:?}");
     assert!(finding.detail.contains("acm:DeleteCertificate (implicitDeny)"), "{}", finding.detail);
     assert!(finding.detail.contains("user/operator"), "the operator's principal, not the person's: {}", finding.detail);
+}
+
+#[tokio::test]
+async fn a_tenant_identity_with_its_shipped_policy_passes_on_the_zones_and_roles_the_tenants_name() {
+    let moto = moto().await;
+    let (iam, caller) = user(&moto, "tenant", &[TENANT.1, SIMULATE]).await;
+    let targets = tenant_targets(&["Z2EXAMPLE".to_owned()], &["arn:aws:iam::210987654321:role/blockwork-tenant-dns-shop".to_owned()]);
+    let finding = permissions_finding("tenant", None, &iam, Some(&caller), TENANT, targets).await;
+    assert_eq!(finding.verdict, Verdict::Pass, "{finding:?}");
+    assert!(finding.detail.contains("all 14 actions of docs/iam/cloudfront-tenant-operator-policy.json"), "{}", finding.detail);
+    assert!(!finding.detail.contains("not simulated"), "every statement had something to apply to: {}", finding.detail);
 }
