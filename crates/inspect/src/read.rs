@@ -290,7 +290,20 @@ pub async fn records_now(
     }
     let (config, _deprecations) = aws.config().map_err(|e| anyhow::anyhow!("{e}"))?;
     let layer = blockwork_aws::Aws::new(config, std::sync::Arc::new(blockwork_aws::AwsMetrics::register(&mut Default::default(), &[])));
-    Ok(records_in_route53(&layer, &cert).await)
+    // A reader without AWS access waits no longer than this for what is a hint.
+    const READ_FOR: std::time::Duration = std::time::Duration::from_secs(10);
+    match tokio::time::timeout(READ_FOR, records_in_route53(&layer, &cert)).await {
+        Ok(records) => Ok(records),
+        Err(_) => Ok(kinds::records_to_read(&cert)
+            .into_iter()
+            .map(|record| kinds::RecordNow {
+                zone_id: record.zone_id.clone(),
+                name: record.name.clone(),
+                want: record.value.clone(),
+                found: Err(format!("no answer from Route 53 within {}s (check the AWS credentials and --aws-* flags)", READ_FOR.as_secs())),
+            })
+            .collect()),
+    }
 }
 
 /// [`records_now`] through a given AWS layer.
