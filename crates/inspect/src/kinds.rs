@@ -166,6 +166,12 @@ pub struct RecordNow {
     pub found: Result<Option<String>, String>,
 }
 
+impl RecordNow {
+    pub fn of(record: &blockwork_cert::ValidationRecordStatus, found: Result<Option<String>, String>) -> Self {
+        Self { zone_id: record.zone_id.clone(), name: record.name.clone(), want: record.value.clone(), found }
+    }
+}
+
 /// What `explain` says of the validation records as Route 53 has them now: present with ACM's
 /// value, missing, or with another value — never more than was read (the Cert records no
 /// Route 53 change id, so whether the change is INSYNC everywhere is not known; Route 53 usually

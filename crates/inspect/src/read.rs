@@ -294,15 +294,10 @@ pub async fn records_now(
     const READ_FOR: std::time::Duration = std::time::Duration::from_secs(10);
     match tokio::time::timeout(READ_FOR, records_in_route53(&layer, &cert)).await {
         Ok(records) => Ok(records),
-        Err(_) => Ok(kinds::records_to_read(&cert)
-            .into_iter()
-            .map(|record| kinds::RecordNow {
-                zone_id: record.zone_id.clone(),
-                name: record.name.clone(),
-                want: record.value.clone(),
-                found: Err(format!("no answer from Route 53 within {}s (check the AWS credentials and --aws-* flags)", READ_FOR.as_secs())),
-            })
-            .collect()),
+        Err(_) => {
+            let silent = format!("no answer from Route 53 within {}s (check the AWS credentials and --aws-* flags)", READ_FOR.as_secs());
+            Ok(kinds::records_to_read(&cert).into_iter().map(|record| kinds::RecordNow::of(record, Err(silent.clone()))).collect())
+        }
     }
 }
 
@@ -318,7 +313,7 @@ pub async fn records_in_route53(layer: &std::sync::Arc<blockwork_aws::Aws>, cert
             .await
             .map(|found| found.into_iter().flatten().next().map(|r| r.value))
             .map_err(|e| blockwork_aws::mask_accounts(&format!("{}: {}", e.code.as_deref().unwrap_or("no error code"), e.message)));
-        now.push(kinds::RecordNow { zone_id: record.zone_id.clone(), name: record.name.clone(), want: record.value.clone(), found });
+        now.push(kinds::RecordNow::of(record, found));
     }
     now
 }
