@@ -261,7 +261,7 @@ impl CertManager {
             None => decisions::records_known(desired, &observation.validation_records),
         };
         let complete = complete && observation.validation_records.iter().all(|r| !r.pending);
-        let write = (!unwritten.is_empty()).then(|| Upkeep { purpose: Purpose::FinishCreate, work: CertUpkeep::WriteRecords(unwritten) });
+        let write = (!unwritten.is_empty()).then_some(Upkeep { purpose: Purpose::FinishCreate, work: CertUpkeep::WriteRecords(unwritten) });
         Ok(RecordProgress { complete, write })
     }
 
@@ -365,7 +365,9 @@ impl CertManager {
                         None => self.acm.describe_recent(&certificate.arn).await,
                     };
                     match current {
-                        Ok(current) => upkeep.push(Upkeep { purpose: Purpose::FinishRecreate, work: CertUpkeep::SettlePrevious(current) }),
+                        Ok(current) => {
+                            upkeep.push(Upkeep { purpose: Purpose::FinishRecreate, work: CertUpkeep::SettlePrevious(Box::new(current)) })
+                        }
                         Err(error) => warn!(cert = %object.name_any(), %error, "the replaced certificates are settled at the next look"),
                     }
                 }
@@ -620,7 +622,7 @@ pub enum CertUpkeep {
     WriteRecords(BTreeMap<String, Vec<Record>>),
     /// The current certificate is issued: delete the ones it replaced (deleteOnRemoval), with
     /// the validation records only they used ([`CertManager::settle_previous`]).
-    SettlePrevious(Certificate),
+    SettlePrevious(Box<Certificate>),
     /// The Cert is released: its published ConfigMap goes ([`crate::publish`]).
     Unpublish,
 }
