@@ -446,10 +446,13 @@ impl<C: CloudFront + Acm, D: DnsRecords> ExternalResource for TenantManager<C, D
         if let Err(invalid) = validate(&object.name_any(), spec) {
             return VerifyOutcome::Error(validation(&invalid).error).into();
         }
-        if let Err(error) = self.dns_for(spec) {
-            dns_condition(observation, false, "DNSError", &error.message, generation);
-            return VerifyOutcome::Error(error).into();
-        }
+        let dns = match self.dns_for(spec) {
+            Ok(dns) => dns,
+            Err(error) => {
+                dns_condition(observation, false, "DNSError", &error.message, generation);
+                return VerifyOutcome::Error(error).into();
+            }
+        };
         if spec.dns.is_none() {
             dns_condition(observation, true, "DNSNotConfigured", "spec.dns is not set; DNS is not managed", generation);
             // Records written while spec.dns was set are no longer managed (see docs/tenant.md).
@@ -480,15 +483,14 @@ impl<C: CloudFront + Acm, D: DnsRecords> ExternalResource for TenantManager<C, D
         let desired = TenantConfig::desired(spec);
         let change = change(desired.differences(&tenant.config), request.spec_change.changed);
         let mut upkeep = Vec::new();
-        if let Ok(Some(dns)) = self.dns_for(spec) {
+        if let Some(dns) = dns {
             if let Err(error) = self.follow_dns(dns, object, observation).await {
                 return Observed { spec_patch, ..VerifyOutcome::Error(error).into() };
             }
             // Once the tenant matches the spec (CloudFront no longer serves a removed domain),
             // the records of domains that left the spec go: they finish the update that removed
             // them.
-            let wanted = domains(spec);
-            let removed: Vec<String> = observation.dns_records.iter().filter(|d| !wanted.contains(d)).cloned().collect();
+            let removed: Vec<String> = observation.dns_records.iter().filter(|d| !desired.domains.contains(*d)).cloned().collect();
             if change == Change::InSync
                 && !removed.is_empty()
                 && let Some(target) = observation.dns_target.clone()
@@ -580,7 +582,7 @@ impl<C: CloudFront + Acm, D: DnsRecords> ExternalResource for TenantManager<C, D
                 Ok(target) => target,
                 Err(error) => return MutateOutcome::Error(error),
             };
-            let domains = domains(spec);
+            let domains: Vec<String> = desired.domains.iter().cloned().collect();
             match dns.upsert(config, &domains, &target).await {
                 Ok(change) => {
                     upserted(observation, change, &domains);
