@@ -66,14 +66,32 @@ pub enum Error {
     Panicked(String),
 }
 
+/// How long a reconcile waits for the disruption budgets' first list before deleting blindly.
+const BUDGETS_LISTED_WITHIN: Duration = Duration::from_secs(5);
+
+#[derive(Clone)]
 pub struct Context {
     pub client: Client,
     events: Publisher,
+    /// The disruption budgets the controller's watch has seen, so a single-replica Cache deletes
+    /// its budget only when there is one: a blind DELETE on every reconcile is a write request
+    /// while nothing changed. `None` (a reconcile called without [`run`]) deletes blindly.
+    disruption_budgets: Option<Store<PodDisruptionBudget>>,
 }
 
 impl Context {
     pub fn new(client: Client) -> Arc<Self> {
-        Arc::new(Self { events: Publisher::new(client.clone(), FIELD_MANAGER), client })
+        Arc::new(Self { events: Publisher::new(client.clone(), FIELD_MANAGER), client, disruption_budgets: None })
+    }
+
+    /// Whether the Cache's disruption budget `name` may exist: known from the watch once it has
+    /// listed (waiting a few seconds for its first list), assumed otherwise.
+    async fn may_have_disruption_budget(&self, namespace: &str, name: &str) -> bool {
+        let Some(store) = &self.disruption_budgets else { return true };
+        match tokio::time::timeout(BUDGETS_LISTED_WITHIN, store.wait_until_ready()).await {
+            Ok(Ok(())) => store.get(&ObjectRef::new(name).within(namespace)).is_some(),
+            _ => true,
+        }
     }
 }
 
@@ -95,11 +113,17 @@ pub async fn run(
     // Metadata only: a Secret's data never passes through the watch.
     let secrets = changes_of::<PartialObjectMeta<Secret>>(&client, namespace, &watcher::Config::default());
     let referenced = store.clone();
+    let (disruption_budgets, budgets_writer) = reflector::store();
+    let budgets = watcher(child_api::<PodDisruptionBudget>(&client, namespace), children.clone())
+        .default_backoff()
+        .reflect(budgets_writer)
+        .touched_objects();
+    let context = Arc::new(Context { disruption_budgets: Some(disruption_budgets), ..(*context).clone() });
     let run = Controller::for_stream(on_its_own("Cache", caches), store.clone())
         .owns_stream(on_its_own("StatefulSet", changes_of::<StatefulSet>(&client, namespace, &children)))
         .owns_stream(on_its_own("Service", changes_of::<Service>(&client, namespace, &children)))
         .owns_stream(on_its_own("ConfigMap", changes_of::<ConfigMap>(&client, namespace, &children)))
-        .owns_stream(on_its_own("PodDisruptionBudget", changes_of::<PodDisruptionBudget>(&client, namespace, &children)))
+        .owns_stream(on_its_own("PodDisruptionBudget", budgets))
         .watches_stream(on_its_own("Secret", secrets), move |secret| referencing(&referenced, &secret))
         .with_config(RunConfig::default().concurrency(concurrency))
         .graceful_shutdown_on(shutdown.clone())
@@ -293,7 +317,7 @@ async fn apply(cache: &Cache, context: &Context) -> Result<Action, Error> {
         None => None,
     };
     let unresolved = refs::check_tls_secret(cache, secret.as_ref()).err();
-    let stateful_set = match apply_children(&context.client, &namespace, cache, desired).await {
+    let stateful_set = match apply_children(&context, &namespace, cache, desired).await {
         Ok(stateful_set) => stateful_set,
         // Anything but a refusal (a 500, a 429, a lost connection) is the API server's passing
         // trouble: retried, and not written to the status, which would flap with every fault
@@ -412,7 +436,8 @@ fn describe(error: &kube::Error) -> String {
 
 /// Applies every owned object (and removes the PodDisruptionBudget a single replica does not
 /// get); the StatefulSet as the API server returned it.
-async fn apply_children(client: &Client, namespace: &str, cache: &Cache, desired: Desired) -> Result<StatefulSet, ApplyFailed> {
+async fn apply_children(context: &Context, namespace: &str, cache: &Cache, desired: Desired) -> Result<StatefulSet, ApplyFailed> {
+    let client = &context.client;
     let Desired { config_map, stateful_set, service, headless_service, pdb } = desired;
     ssa(client, namespace, &config_map).await?;
     ssa(client, namespace, &service).await?;
@@ -424,6 +449,9 @@ async fn apply_children(client: &Client, namespace: &str, cache: &Cache, desired
         }
         None => {
             let name = build::resource_name(cache);
+            if !context.may_have_disruption_budget(namespace, &name).await {
+                return Ok(stateful_set);
+            }
             match Api::<PodDisruptionBudget>::namespaced(client.clone(), namespace).delete(&name, &DeleteParams::default()).await {
                 Ok(_) => {}
                 Err(kube::Error::Api(status)) if status.code == 404 => {}

@@ -565,9 +565,10 @@ async fn a_passing_api_server_error_while_applying_is_retried_without_touching_t
 
     let writes = proxy.writes().len();
     proxy.inject(Requests::Writes, ApiFault::ServerError(500), 1);
-    // A change the controller reconciles (and that changes nothing it writes).
-    let touched =
-        h.caches().patch("c", &PatchParams::default(), &Patch::Merge(json!({"metadata": {"labels": {"touched": "yes"}}}))).await.unwrap();
+    // A change the controller repairs with a write to a child (and nothing in the Cache's status).
+    let touched = h.caches().get("c").await.unwrap();
+    let drift = json!({"data": {"redis.conf": "# drifted"}});
+    h.api::<ConfigMap>().patch("c-cache-config", &PatchParams::default(), &Patch::Merge(drift)).await.unwrap();
     // The retry comes after the error backoff (10 s): wait for the write that follows the fault.
     eventually("a retry after the injected 500", Duration::from_secs(90), async || {
         let since = proxy.writes()[writes..].to_vec();
@@ -607,6 +608,36 @@ async fn a_gone_answer_while_applying_is_retried_without_touching_the_status() {
     let after = h.caches().get("c").await.unwrap();
     assert_eq!(condition(&after, "Synced").map(|c| c.0), Some("True".to_owned()));
     assert_eq!(after.resource_version(), touched.resource_version(), "the Cache was rewritten: {:?}", after.status);
+}
+
+/// Found by the reliability campaign's API server suite (issue 15, seed 5353439065185244773): a
+/// single-replica Cache deleted its disruption budget, which it does not have, on every
+/// reconcile: a write request while nothing changed, which a passing fault then made an error.
+#[tokio::test]
+async fn a_single_replica_cache_deletes_a_disruption_budget_only_when_it_has_one() {
+    let proxy = KubeProxy::start(control_plane().await.unwrap()).await.unwrap();
+    let h = Harness::start_with_controller_client("cache-budget-delete", proxy.client().await.unwrap()).await;
+    h.caches().create(&PostParams::default(), &cache("c", Engine::Redis, "64Mi", 1)).await.unwrap();
+    h.eventually("Synced=True", async || condition(&h.caches().get("c").await.unwrap(), "Synced").filter(|c| c.0 == "True")).await;
+
+    let writes = proxy.writes().len();
+    let reads = || proxy.counts().get("read").copied().unwrap_or(0);
+    let before = reads();
+    h.caches().patch("c", &PatchParams::default(), &Patch::Merge(json!({"metadata": {"labels": {"touched": "yes"}}}))).await.unwrap();
+    // A reconcile reads the four owned objects (the ConfigMap, the two Services, the StatefulSet).
+    let reconciled = async || if reads() >= before + 4 { Ok(()) } else { Err(format!("{} reads since the change", reads() - before)) };
+    eventually("a reconcile of the changed Cache", Duration::from_secs(90), reconciled).await;
+    let deletes: Vec<_> = proxy.writes()[writes..].iter().filter(|w| w.method == "DELETE").cloned().collect();
+    assert!(deletes.is_empty(), "deleted while nothing changed: {deletes:?}");
+
+    // Scaled up it gets a budget; scaled down again the budget goes.
+    h.caches().patch_scale("c", &PatchParams::default(), &Patch::Merge(json!({"spec": {"replicas": 3}}))).await.unwrap();
+    h.eventually("the PodDisruptionBudget", async || h.api::<PodDisruptionBudget>().get_opt("c-cache").await.unwrap()).await;
+    h.caches().patch_scale("c", &PatchParams::default(), &Patch::Merge(json!({"spec": {"replicas": 1}}))).await.unwrap();
+    h.eventually("no PodDisruptionBudget", async || {
+        h.api::<PodDisruptionBudget>().get_opt("c-cache").await.unwrap().is_none().then_some(())
+    })
+    .await;
 }
 
 /// Found by the reliability campaign's API server suite (issue 15, seed 6191853475873919598):

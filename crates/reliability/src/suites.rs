@@ -250,12 +250,11 @@ pub async fn api_trouble(binary: &Path, suite: ApiTrouble) -> anyhow::Result<Rep
     sleep(Duration::from_secs(15)).await;
     let after = workload.resource_versions().await?;
     let changed: Vec<&String> = before.iter().filter(|(key, version)| after.get(*key) != Some(*version)).map(|(key, _)| key).collect();
-    let (quiet_writes, reapplies) = quiet_writes(&proxy.writes()[writes_before..], &namespace);
+    let quiet_writes = object_writes(&proxy.writes()[writes_before..], &namespace);
     report.figure("objects", describe(&scale.counts));
     report.figure("quiet phase", format!("{} of trouble, {} objects watched for writes", seconds(suite.trouble), before.len()));
     report.figure("objects written while nothing changed", changed.len());
     report.figure("write requests while nothing changed", quiet_writes.len());
-    report.figure("deletes of absent Cache disruption budgets while nothing changed", reapplies);
     report.expect(changed.is_empty(), || format!("written while nothing changed: {changed:?}"));
     report.expect(quiet_writes.is_empty(), || format!("write requests while nothing changed: {}", render_writes(&quiet_writes)));
 
@@ -376,11 +375,10 @@ pub async fn leader_failover(binary: &Path, suite: LeaderFailover) -> anyhow::Re
     }
     let after = workload.resource_versions().await?;
     let changed: Vec<&String> = before.iter().filter(|(key, version)| after.get(*key) != Some(*version)).map(|(key, _)| key).collect();
-    let (quiet_writes, reapplies) = quiet_writes(&proxy.writes()[writes_before..], &namespace);
+    let quiet_writes = object_writes(&proxy.writes()[writes_before..], &namespace);
     report.figure("kills of the leader while nothing changed", suite.quiet_kills);
     report.figure("objects written again by a new leader", changed.len());
     report.figure("write requests by new leaders while nothing changed", quiet_writes.len());
-    report.figure("deletes of absent Cache disruption budgets by new leaders", reapplies);
     report.expect(changed.is_empty(), || format!("a new leader wrote again: {changed:?}"));
     report.expect(quiet_writes.is_empty(), || format!("write requests while nothing changed: {}", render_writes(&quiet_writes)));
 
@@ -450,20 +448,6 @@ fn object_writes(writes: &[Write], namespace: &str) -> Vec<Write> {
         .filter(|w| w.path.contains(&format!("/namespaces/{namespace}/")) && !w.path.contains("/events") && !w.path.contains("/leases/"))
         .cloned()
         .collect()
-}
-
-/// The Cache controller deletes, on every reconcile, the disruption budget a single replica does
-/// not get; a restarted watch reconciles every Cache. Such a delete of nothing (a 404, or a fault
-/// the proxy answered instead) changes nothing, so it is counted but is no double write. (Its
-/// applies are skipped when the child already is as desired.)
-fn is_cache_reapply(write: &Write) -> bool {
-    write.method == "DELETE" && write.path.contains("/poddisruptionbudgets/") && (write.status == 404 || !write.forwarded)
-}
-
-/// The write requests while nothing changed besides [`is_cache_reapply`]: `(others, re-applies)`.
-fn quiet_writes(writes: &[Write], namespace: &str) -> (Vec<Write>, usize) {
-    let (reapplies, others): (Vec<Write>, Vec<Write>) = object_writes(writes, namespace).into_iter().partition(is_cache_reapply);
-    (others, reapplies.len())
 }
 
 fn by_manager(writes: &[Write]) -> BTreeMap<String, usize> {
