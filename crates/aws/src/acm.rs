@@ -479,13 +479,7 @@ impl Acm {
     /// When the next background sweep is due after one at `last`.
     fn next_sweep(&self, last: Instant) -> Instant {
         let youngest_wait = self.awaited.lock().unwrap_or_else(PoisonError::into_inner).values().max().copied();
-        let interval = match youngest_wait {
-            // A tenth of the time waited so far: quick at first, every few minutes for a
-            // certificate pending for an hour.
-            Some(since) => (since.elapsed() / 10).clamp(self.config.busy_sweep, self.config.sweep),
-            None => self.config.sweep,
-        };
-        last + interval
+        last + sweep_interval(youngest_wait.map(|since| since.elapsed()), &self.config)
     }
 
     /// Sweeps in the background until the process ends; after each sweep on the timer, also
@@ -569,6 +563,17 @@ fn certificate(arn: &str, detail: &aws_sdk_acm::types::CertificateDetail) -> Cer
     }
 }
 
+/// The time to the next sweep while a certificate has been awaited for `waited` (the youngest
+/// wait): a tenth of it, quick at first, every few minutes for one pending for an hour; never
+/// below the busy sweep nor above the sweep, and never above the sweep when a user's sweep is
+/// shorter than the busy one (`--certificate-listing-interval 2s`).
+fn sweep_interval(waited: Option<Duration>, config: &AcmConfig) -> Duration {
+    match waited {
+        Some(waited) => (waited / 10).max(config.busy_sweep).min(config.sweep),
+        None => config.sweep,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -583,6 +588,22 @@ mod tests {
             in_use: false,
             revoked_at: None,
         }
+    }
+
+    #[test]
+    fn a_sweep_shorter_than_the_busy_sweep_is_kept() {
+        let config = AcmConfig { sweep: Duration::from_secs(2), busy_sweep: Duration::from_secs(5), ..AcmConfig::default() };
+        assert_eq!(sweep_interval(Some(Duration::from_secs(1)), &config), Duration::from_secs(2));
+        assert_eq!(sweep_interval(Some(Duration::from_secs(3600)), &config), Duration::from_secs(2));
+        assert_eq!(sweep_interval(None, &config), Duration::from_secs(2));
+    }
+
+    #[test]
+    fn an_awaited_certificate_is_swept_at_a_tenth_of_its_wait_between_the_busy_sweep_and_the_sweep() {
+        let config = AcmConfig { sweep: Duration::from_secs(300), busy_sweep: Duration::from_secs(5), ..AcmConfig::default() };
+        assert_eq!(sweep_interval(Some(Duration::from_secs(10)), &config), Duration::from_secs(5));
+        assert_eq!(sweep_interval(Some(Duration::from_secs(600)), &config), Duration::from_secs(60));
+        assert_eq!(sweep_interval(Some(Duration::from_secs(7200)), &config), Duration::from_secs(300));
     }
 
     #[test]
