@@ -3,7 +3,8 @@
 //! watch answered `410 Gone` because its resourceVersion is too old (etcd compacted it), `429
 //! Too Many Requests` (API Priority and Fairness) and 5xx answers, and answers lost after the
 //! request took effect. It records every write (method, path, field manager, answer) so a test can
-//! count what a controller wrote, and counts reads and watches.
+//! count what a controller wrote, counts reads and watches, keeps every request line, and can hold
+//! one request back until the test lets it go (to change the world while it is in flight).
 //!
 //! Clients reach it over plain HTTP on loopback with [`KubeProxy::kubeconfig_path`]; it forwards
 //! with the control plane's admin client (TLS and the admin token), streaming answers, so watches
@@ -29,7 +30,7 @@ use hyper_util::rt::TokioIo;
 use rand::rngs::StdRng;
 use rand::{Rng as _, SeedableRng as _};
 use tokio::net::TcpListener;
-use tokio::sync::watch;
+use tokio::sync::{oneshot, watch};
 use tokio::task::JoinHandle;
 
 use crate::control_plane::ControlPlane;
@@ -132,9 +133,19 @@ struct Injected {
     left: usize,
 }
 
+/// The next request whose line starts with `matching` waits for `release`; `arrived` fires when it
+/// comes.
+struct Hold {
+    matching: String,
+    arrived: oneshot::Sender<()>,
+    release: oneshot::Receiver<()>,
+}
+
 #[derive(Default)]
 struct State {
     faults: Vec<Injected>,
+    hold: Option<Hold>,
+    requests: Vec<String>,
     random: Option<Dice>,
     writes: Vec<Write>,
     counts: HashMap<&'static str, usize>,
@@ -231,6 +242,20 @@ impl KubeProxy {
         self.cut.send_modify(|generation| *generation += 1);
     }
 
+    /// Takes the request lines so far (`METHOD /path?query`), oldest first.
+    pub fn take_requests(&self) -> Vec<String> {
+        std::mem::take(&mut self.lock().requests)
+    }
+
+    /// Holds back the next request whose line starts with `matching`: the receiver fires when it
+    /// comes, and it is forwarded when the sender fires (or is dropped).
+    pub fn hold(&self, matching: String) -> (oneshot::Receiver<()>, oneshot::Sender<()>) {
+        let (arrived, arrived_rx) = oneshot::channel();
+        let (release_tx, release) = oneshot::channel();
+        self.lock().hold = Some(Hold { matching, arrived, release });
+        (arrived_rx, release_tx)
+    }
+
     /// Every write so far.
     pub fn writes(&self) -> Vec<Write> {
         self.lock().writes.clone()
@@ -265,8 +290,11 @@ async fn handle(
         "GET" | "HEAD" | "OPTIONS" => RequestKind::Read,
         _ => RequestKind::Write,
     };
-    let fault = {
+    let line = format!("{} {}", parts.method, parts.uri.path_and_query().map_or("", |p| p.as_str()));
+    let (fault, hold) = {
         let mut state = state.lock().unwrap_or_else(PoisonError::into_inner);
+        let hold = if state.hold.as_ref().is_some_and(|hold| line.starts_with(&hold.matching)) { state.hold.take() } else { None };
+        state.requests.push(line);
         let label = match kind {
             RequestKind::Watch => "watch",
             RequestKind::Read => "read",
@@ -295,8 +323,12 @@ async fn handle(
         if let Some(fault) = &fault {
             *state.injected.entry(fault.label()).or_default() += 1;
         }
-        fault
+        (fault, hold)
     };
+    if let Some(hold) = hold {
+        let _ = hold.arrived.send(());
+        let _ = hold.release.await;
+    }
     let record = |status: u16, forwarded: bool| {
         if kind == RequestKind::Write {
             let write = Write {
