@@ -9,19 +9,15 @@
 
 mod support;
 
-use std::sync::Arc;
 use std::time::Duration;
 
-use blockwork_aws::Aws;
 use blockwork_runtime::policy::RECONCILE_REQUESTED_ANNOTATION;
-use blockwork_runtime::{Context, ControllerConfig, DriftPolicy, RuntimeMetrics};
-use blockwork_tenant::cloudfront::Sdk;
-use blockwork_tenant::dns::Route53;
-use blockwork_tenant::{CONTROLLER, DistributionTenant, GROUP, TenantManager, TenantMetrics, Timing};
+use blockwork_runtime::{DriftPolicy, RuntimeMetrics};
+use blockwork_tenant::{CONTROLLER, DistributionTenant, Timing};
 use blockwork_testenv::control_plane::control_plane;
 use blockwork_testenv::costs::{Costs, Table};
 use blockwork_testenv::kube_proxy::KubeProxy;
-use kube::api::{Api, DeleteParams, Patch, PatchParams};
+use kube::api::{DeleteParams, Patch, PatchParams};
 use prometheus_client::registry::Registry;
 use serde_json::json;
 use support::*;
@@ -38,17 +34,8 @@ async fn a_tenant_with_dns_costs_what_its_design_says_from_create_to_deletion() 
     // that counts its writes.
     h.controller.crash();
     let kube = KubeProxy::start(control_plane().await.unwrap()).await.unwrap();
-    let client = kube.client().await.unwrap();
     let mut runtime = Registry::with_prefix("blockwork");
-    let runtime_metrics = RuntimeMetrics::register(&mut runtime);
-    let metrics = TenantMetrics::register(&mut Registry::default());
-    let aws =
-        Aws::with_sdk_config(h.aws_config(), blockwork_testenv::aws::sdk_config(&h.proxy.endpoint()).await, Arc::clone(&h.aws_metrics));
-    let manager =
-        TenantManager::new(Sdk::new(&aws), Some(Route53::new(aws.records())), DriftPolicy::Enforce, costs_timing(), metrics, aws.metrics());
-    let context = Context::new(client.clone(), manager, ControllerConfig::new(CONTROLLER, GROUP), runtime_metrics);
-    let api: Api<DistributionTenant> = Api::namespaced(client, &h.namespace);
-    let controller = tokio::spawn(blockwork_runtime::run(api, context, 4, std::future::pending()));
+    h.start_controller_with(kube.client().await.unwrap(), RuntimeMetrics::register(&mut runtime)).await;
     let mut table = Table::new(|| Costs::read(&kube, &[&h.proxy, &h.dns_proxy], &runtime, CONTROLLER));
     let at_generation = |generation: i64| {
         move |t: &DistributionTenant| {
@@ -98,7 +85,6 @@ async fn a_tenant_with_dns_costs_what_its_design_says_from_create_to_deletion() 
             h.wait_gone("shop").await;
         })
         .await;
-    controller.abort();
 
     println!("{table}");
     assert_eq!(created.aws.get("CreateDistributionTenant"), Some(&1), "{created:?}");
