@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use blockwork_runtime::policy::RECONCILE_REQUESTED_ANNOTATION;
 use blockwork_runtime::{DriftPolicy, RuntimeMetrics};
-use blockwork_tenant::{CONTROLLER, DistributionTenant, Timing};
+use blockwork_tenant::{CONTROLLER, Timing};
 use blockwork_testenv::control_plane::control_plane;
 use blockwork_testenv::costs::{Costs, Table};
 use blockwork_testenv::kube_proxy::KubeProxy;
@@ -37,12 +37,6 @@ async fn a_tenant_with_dns_costs_what_its_design_says_from_create_to_deletion() 
     let mut runtime = Registry::with_prefix("blockwork");
     h.start_controller_with(kube.client().await.unwrap(), RuntimeMetrics::register(&mut runtime)).await;
     let mut table = Table::new(|| Costs::read(&kube, &[&h.proxy, &h.dns_proxy], &runtime, CONTROLLER));
-    let at_generation = |generation: i64| {
-        move |t: &DistributionTenant| {
-            t.status.as_ref().and_then(|s| s.observed_generation) == Some(generation)
-                && condition(t, "Ready").is_some_and(|c| c.0 == "True")
-        }
-    };
 
     let created = table
         .measure("create → Ready (one domain, its CNAME)", async {
@@ -65,7 +59,7 @@ async fn a_tenant_with_dns_costs_what_its_design_says_from_create_to_deletion() 
         .measure("spec update: a domain added", async {
             let domains = json!({"spec": {"domains": [{"domain": h.domain("www")}, {"domain": h.domain("api")}]}});
             h.api().patch("shop", &PatchParams::default(), &Patch::Merge(domains)).await.unwrap();
-            h.wait_for("shop", "Ready at generation 2", at_generation(2)).await;
+            h.wait_ready_at("shop", 2).await;
         })
         .await;
 
@@ -73,7 +67,7 @@ async fn a_tenant_with_dns_costs_what_its_design_says_from_create_to_deletion() 
         .measure("spec update: a domain removed (its CNAME deleted)", async {
             let domains = json!({"spec": {"domains": [{"domain": h.domain("www")}]}});
             h.api().patch("shop", &PatchParams::default(), &Patch::Merge(domains)).await.unwrap();
-            h.wait_for("shop", "Ready at generation 3", at_generation(3)).await;
+            h.wait_ready_at("shop", 3).await;
         })
         .await;
     let records = blockwork_testenv::aws::cnames(&h.route53, &h.zone_id).await;

@@ -216,6 +216,15 @@ impl Harness {
         self.wait_for(name, "Ready", |t| condition(t, "Ready").is_some_and(|c| c.0 == "True")).await
     }
 
+    /// Waits until the tenant is Ready for the spec of `generation`.
+    pub async fn wait_ready_at(&self, name: &str, generation: i64) -> DistributionTenant {
+        self.wait_for(name, &format!("Ready at generation {generation}"), |t| {
+            condition(t, "Ready").is_some_and(|c| c.0 == "True")
+                && t.status.as_ref().and_then(|s| s.observed_generation) == Some(generation)
+        })
+        .await
+    }
+
     /// The tenant as MiniStack holds it, by name; `None` when it does not exist.
     pub async fn aws_tenant(&self, name: &str) -> Option<(aws_sdk_cloudfront::types::DistributionTenant, String)> {
         match self.aws.get_distribution_tenant().identifier(name).send().await {
