@@ -370,6 +370,7 @@ async fn a_target_deleted_by_hand_is_created_again_from_the_source() {
 async fn a_first_sight_and_a_rotation_are_one_write_each_and_no_read() {
     let mut h = Harness::new("one-write").await;
     let proxy = KubeProxy::start(h.plane).await.unwrap();
+    proxy.record_requests();
     h.start_controller_with(proxy.client().await.unwrap());
     // Reconciles start once both watches have listed: the first source below is then an event.
     h.create_source("other", "other-target", "x", "y").await;
@@ -392,6 +393,7 @@ async fn a_first_sight_and_a_rotation_are_one_write_each_and_no_read() {
 async fn a_write_from_a_stale_cache_is_refused_and_made_again_from_a_fresh_read() {
     let mut h = Harness::new("stale-cache").await;
     let proxy = KubeProxy::start(h.plane).await.unwrap();
+    proxy.record_requests();
     h.start_controller_with(proxy.client().await.unwrap());
     h.create_source("source", "target", "cert-0", "key-0").await;
     h.wait_for_next("target", "cert-0").await;

@@ -3,7 +3,7 @@
 //! watch answered `410 Gone` because its resourceVersion is too old (etcd compacted it), `429
 //! Too Many Requests` (API Priority and Fairness) and 5xx answers, and answers lost after the
 //! request took effect. It records every write (method, path, field manager, answer) so a test can
-//! count what a controller wrote, counts reads and watches, keeps every request line, and can hold
+//! count what a controller wrote, counts reads and watches, keeps the request lines when asked, and can hold
 //! one request back until the test lets it go (to change the world while it is in flight).
 //!
 //! Clients reach it over plain HTTP on loopback with [`KubeProxy::kubeconfig_path`]; it forwards
@@ -145,7 +145,8 @@ struct Hold {
 struct State {
     faults: Vec<Injected>,
     hold: Option<Hold>,
-    requests: Vec<String>,
+    /// Only once asked for ([`KubeProxy::record_requests`]): a long run would hold every read.
+    requests: Option<Vec<String>>,
     random: Option<Dice>,
     writes: Vec<Write>,
     counts: HashMap<&'static str, usize>,
@@ -242,9 +243,14 @@ impl KubeProxy {
         self.cut.send_modify(|generation| *generation += 1);
     }
 
-    /// Takes the request lines so far (`METHOD /path?query`), oldest first.
+    /// From now on, keeps the line (`METHOD /path?query`) of every request.
+    pub fn record_requests(&self) {
+        self.lock().requests.get_or_insert_default();
+    }
+
+    /// Takes the request lines kept so far, oldest first.
     pub fn take_requests(&self) -> Vec<String> {
-        std::mem::take(&mut self.lock().requests)
+        self.lock().requests.as_mut().map(std::mem::take).unwrap_or_default()
     }
 
     /// Holds back the next request whose line starts with `matching`: the receiver fires when it
@@ -294,7 +300,9 @@ async fn handle(
     let (fault, hold) = {
         let mut state = state.lock().unwrap_or_else(PoisonError::into_inner);
         let hold = if state.hold.as_ref().is_some_and(|hold| line.starts_with(&hold.matching)) { state.hold.take() } else { None };
-        state.requests.push(line);
+        if let Some(requests) = &mut state.requests {
+            requests.push(line);
+        }
         let label = match kind {
             RequestKind::Watch => "watch",
             RequestKind::Read => "read",
