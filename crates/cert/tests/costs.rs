@@ -8,18 +8,14 @@
 
 mod support;
 
-use std::sync::Arc;
 use std::time::Duration;
 
-use blockwork_aws::Aws;
 use blockwork_cert::{CONTROLLER, CertSpec, CertState};
-use blockwork_runtime::RuntimeMetrics;
 use blockwork_runtime::policy::RECONCILE_REQUESTED_ANNOTATION;
 use blockwork_testenv::control_plane::control_plane;
 use blockwork_testenv::costs::{Costs, Table};
 use blockwork_testenv::kube_proxy::KubeProxy;
 use kube::api::{DeleteParams, Patch, PatchParams};
-use prometheus_client::registry::Registry;
 use serde_json::json;
 use support::*;
 
@@ -33,22 +29,8 @@ async fn a_cert_costs_what_its_design_says_from_create_to_deletion() {
     // that counts its writes.
     h.controller.crash();
     let kube = KubeProxy::start(control_plane().await.unwrap()).await.unwrap();
-    let client = kube.client().await.unwrap();
-    let mut runtime = Registry::with_prefix("blockwork");
-    let runtime_metrics = RuntimeMetrics::register(&mut runtime);
-    let (config, aws_config) = h.config();
-    let aws = Aws::with_sdk_config(aws_config, blockwork_testenv::aws::sdk_config(&h.proxy.endpoint()).await, Arc::clone(&h.aws_metrics));
-    let controller = tokio::spawn(blockwork_cert::run(
-        client,
-        config,
-        aws,
-        runtime_metrics,
-        Arc::clone(&h.metrics),
-        blockwork_runtime::Namespaces::Only(vec![h.namespace.clone()]),
-        4,
-        std::future::pending(),
-    ));
-    let mut table = Table::new(|| Costs::read(&kube, &[&h.proxy], &runtime, CONTROLLER));
+    h.start_controller_with(kube.client().await.unwrap()).await;
+    let mut table = Table::new(|| Costs::read(&kube, &[&h.proxy], &h.runtime_registry, CONTROLLER));
 
     let created = table
         .measure("create → Ready (records written)", async {
@@ -88,7 +70,6 @@ async fn a_cert_costs_what_its_design_says_from_create_to_deletion() {
             h.wait_gone("api").await;
         })
         .await;
-    controller.abort();
 
     println!("{table}");
     assert_eq!(created.aws.get("RequestCertificate"), Some(&1), "{created:?}");

@@ -10,6 +10,7 @@ use std::time::Duration;
 
 use blockwork_rotator::{Action, Config, RotatorArgs};
 use blockwork_testenv::harness::{TIMEOUT, eventually};
+use blockwork_testenv::kube_proxy::KubeProxy;
 use jiff::Timestamp;
 use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::Secret;
@@ -368,34 +369,36 @@ async fn a_target_deleted_by_hand_is_created_again_from_the_source() {
 #[tokio::test]
 async fn a_first_sight_and_a_rotation_are_one_write_each_and_no_read() {
     let mut h = Harness::new("one-write").await;
-    let requests = Requests::default();
-    h.start_controller_with(requests.client(h.plane));
+    let proxy = KubeProxy::start(h.plane).await.unwrap();
+    proxy.record_requests();
+    h.start_controller_with(proxy.client().await.unwrap());
     // Reconciles start once both watches have listed: the first source below is then an event.
     h.create_source("other", "other-target", "x", "y").await;
     h.wait_for_next("other-target", "x").await;
-    requests.clear();
+    proxy.take_requests();
 
     h.create_source("source", "target", "cert-0", "key-0").await;
     h.wait_for_next("target", "cert-0").await;
     let secrets = format!("/api/v1/namespaces/{}/secrets", h.namespace);
-    assert_eq!(requests.secrets(), [format!("POST {secrets}")], "first sight");
+    assert_eq!(secret_requests(proxy.take_requests()), [format!("POST {secrets}")], "first sight");
 
-    requests.clear();
+    proxy.take_requests();
     h.renew("source", "cert-1", "key-1").await;
     let target = h.wait_for_next("target", "cert-1").await;
-    assert_eq!(requests.secrets(), [format!("PUT {secrets}/target")], "a rotation");
+    assert_eq!(secret_requests(proxy.take_requests()), [format!("PUT {secrets}/target")], "a rotation");
     assert_eq!(slots(&target), ["", "cert-0", "cert-1"]);
 }
 
 #[tokio::test]
 async fn a_write_from_a_stale_cache_is_refused_and_made_again_from_a_fresh_read() {
     let mut h = Harness::new("stale-cache").await;
-    let requests = Requests::default();
-    h.start_controller_with(requests.client(h.plane));
+    let proxy = KubeProxy::start(h.plane).await.unwrap();
+    proxy.record_requests();
+    h.start_controller_with(proxy.client().await.unwrap());
     h.create_source("source", "target", "cert-0", "key-0").await;
     h.wait_for_next("target", "cert-0").await;
 
-    let (arrived, release) = requests.hold(format!("PUT /api/v1/namespaces/{}/secrets/target", h.namespace));
+    let (arrived, release) = proxy.hold(format!("PUT /api/v1/namespaces/{}/secrets/target", h.namespace));
     h.renew("source", "cert-1", "key-1").await;
     arrived.await.unwrap();
     // While the rotation planned from the cache is in flight, someone else changes the target.
@@ -407,7 +410,7 @@ async fn a_write_from_a_stale_cache_is_refused_and_made_again_from_a_fresh_read(
     assert_eq!(slots(&target), ["", "cert-0", "cert-1"]);
     assert_eq!(annotation(&target, &h.keys.rotations).as_deref(), Some("1"), "rotated once");
     assert_eq!(text(&target, "ca.crt"), "ca", "planned again from the target as it is now");
-    let reads: Vec<String> = requests.secrets().into_iter().filter(|r| r.starts_with("GET")).collect();
+    let reads: Vec<String> = secret_requests(proxy.take_requests()).into_iter().filter(|r| r.starts_with("GET")).collect();
     assert!(reads.iter().any(|r| r.contains("/secrets/target")) && reads.iter().any(|r| r.contains("/secrets/source")), "{reads:?}");
 }
 

@@ -9,19 +9,15 @@
 
 mod support;
 
-use std::sync::Arc;
 use std::time::Duration;
 
-use blockwork_aws::Aws;
 use blockwork_runtime::policy::RECONCILE_REQUESTED_ANNOTATION;
-use blockwork_runtime::{Context, ControllerConfig, DriftPolicy, RuntimeMetrics};
-use blockwork_tenant::cloudfront::Sdk;
-use blockwork_tenant::dns::Route53;
-use blockwork_tenant::{CONTROLLER, DistributionTenant, GROUP, TenantManager, TenantMetrics, Timing};
+use blockwork_runtime::{DriftPolicy, RuntimeMetrics};
+use blockwork_tenant::{CONTROLLER, Timing};
 use blockwork_testenv::control_plane::control_plane;
 use blockwork_testenv::costs::{Costs, Table};
 use blockwork_testenv::kube_proxy::KubeProxy;
-use kube::api::{Api, DeleteParams, Patch, PatchParams};
+use kube::api::{DeleteParams, Patch, PatchParams};
 use prometheus_client::registry::Registry;
 use serde_json::json;
 use support::*;
@@ -38,24 +34,9 @@ async fn a_tenant_with_dns_costs_what_its_design_says_from_create_to_deletion() 
     // that counts its writes.
     h.controller.crash();
     let kube = KubeProxy::start(control_plane().await.unwrap()).await.unwrap();
-    let client = kube.client().await.unwrap();
     let mut runtime = Registry::with_prefix("blockwork");
-    let runtime_metrics = RuntimeMetrics::register(&mut runtime);
-    let metrics = TenantMetrics::register(&mut Registry::default());
-    let aws =
-        Aws::with_sdk_config(h.aws_config(), blockwork_testenv::aws::sdk_config(&h.proxy.endpoint()).await, Arc::clone(&h.aws_metrics));
-    let manager =
-        TenantManager::new(Sdk::new(&aws), Some(Route53::new(aws.records())), DriftPolicy::Enforce, costs_timing(), metrics, aws.metrics());
-    let context = Context::new(client.clone(), manager, ControllerConfig::new(CONTROLLER, GROUP), runtime_metrics);
-    let api: Api<DistributionTenant> = Api::namespaced(client, &h.namespace);
-    let controller = tokio::spawn(blockwork_runtime::run(api, context, 4, std::future::pending()));
+    h.start_controller_with(kube.client().await.unwrap(), RuntimeMetrics::register(&mut runtime)).await;
     let mut table = Table::new(|| Costs::read(&kube, &[&h.proxy, &h.dns_proxy], &runtime, CONTROLLER));
-    let at_generation = |generation: i64| {
-        move |t: &DistributionTenant| {
-            t.status.as_ref().and_then(|s| s.observed_generation) == Some(generation)
-                && condition(t, "Ready").is_some_and(|c| c.0 == "True")
-        }
-    };
 
     let created = table
         .measure("create → Ready (one domain, its CNAME)", async {
@@ -78,7 +59,7 @@ async fn a_tenant_with_dns_costs_what_its_design_says_from_create_to_deletion() 
         .measure("spec update: a domain added", async {
             let domains = json!({"spec": {"domains": [{"domain": h.domain("www")}, {"domain": h.domain("api")}]}});
             h.api().patch("shop", &PatchParams::default(), &Patch::Merge(domains)).await.unwrap();
-            h.wait_for("shop", "Ready at generation 2", at_generation(2)).await;
+            h.wait_ready_at("shop", 2).await;
         })
         .await;
 
@@ -86,7 +67,7 @@ async fn a_tenant_with_dns_costs_what_its_design_says_from_create_to_deletion() 
         .measure("spec update: a domain removed (its CNAME deleted)", async {
             let domains = json!({"spec": {"domains": [{"domain": h.domain("www")}]}});
             h.api().patch("shop", &PatchParams::default(), &Patch::Merge(domains)).await.unwrap();
-            h.wait_for("shop", "Ready at generation 3", at_generation(3)).await;
+            h.wait_ready_at("shop", 3).await;
         })
         .await;
     let records = blockwork_testenv::aws::cnames(&h.route53, &h.zone_id).await;
@@ -98,7 +79,6 @@ async fn a_tenant_with_dns_costs_what_its_design_says_from_create_to_deletion() 
             h.wait_gone("shop").await;
         })
         .await;
-    controller.abort();
 
     println!("{table}");
     assert_eq!(created.aws.get("CreateDistributionTenant"), Some(&1), "{created:?}");

@@ -69,10 +69,7 @@ async fn spec_change_is_pushed_to_cloudfront() {
     h.wait_ready("shop-two").await;
     let patch = serde_json::json!({"spec": {"domains": [{"domain": h.domain("www")}, {"domain": h.domain("api")}]}});
     h.api().patch("shop-two", &PatchParams::default(), &Patch::Merge(patch)).await.unwrap();
-    h.wait_for("shop-two", "Ready at generation 2", |t| {
-        t.status.as_ref().and_then(|s| s.observed_generation) == Some(2) && condition(t, "Ready").is_some_and(|c| c.0 == "True")
-    })
-    .await;
+    h.wait_ready_at("shop-two", 2).await;
     let (aws, _) = h.aws_tenant("shop-two").await.unwrap();
     let mut want = vec![h.domain("api"), h.domain("www")];
     want.sort();
@@ -190,10 +187,7 @@ async fn stale_etag_is_refetched_and_the_update_retried_at_once() {
     let gets_before = h.proxy.calls("GetDistributionTenant");
     let patch = serde_json::json!({"spec": {"enabled": false}});
     h.api().patch("shop-ten", &PatchParams::default(), &Patch::Merge(patch)).await.unwrap();
-    h.wait_for("shop-ten", "Ready at generation 2", |t| {
-        t.status.as_ref().and_then(|s| s.observed_generation) == Some(2) && condition(t, "Ready").is_some_and(|c| c.0 == "True")
-    })
-    .await;
+    h.wait_ready_at("shop-ten", 2).await;
     assert_eq!(h.aws_tenant("shop-ten").await.unwrap().0.enabled(), Some(false));
     assert_eq!(h.proxy.calls("UpdateDistributionTenant"), 2, "the rejected update and its immediate retry");
     assert!(h.proxy.calls("GetDistributionTenant") >= gets_before + 2, "verify and the ETag re-fetch");

@@ -10,12 +10,11 @@ mod support;
 
 use std::time::Duration;
 
-use blockwork_tenant::DistributionTenant;
 use blockwork_testenv::aws::cnames;
 use blockwork_testenv::fault_proxy::{Fault, Operation};
 use blockwork_testenv::harness::{TIMEOUT, eventually};
 use kube::api::{DeleteParams, Patch, PatchParams};
-use support::{Harness, condition};
+use support::Harness;
 
 /// How long a call's answer is held while the test changes the object.
 const HELD: Duration = Duration::from_secs(3);
@@ -32,15 +31,6 @@ impl Harness {
     async fn wait_for_tenant(&self, name: &str) {
         let created = async || self.aws_tenant(name).await.ok_or("not in MiniStack".to_owned());
         eventually(&format!("the tenant {name} to be created"), TIMEOUT, created).await;
-    }
-
-    /// Waits until the tenant is Ready for the spec of `generation`.
-    async fn wait_ready_at(&self, name: &str, generation: i64) -> DistributionTenant {
-        self.wait_for(name, &format!("Ready at generation {generation}"), |t| {
-            condition(t, "Ready").is_some_and(|c| c.0 == "True")
-                && t.status.as_ref().and_then(|s| s.observed_generation) == Some(generation)
-        })
-        .await
     }
 
     async fn wait_for_records(&self, expected: &[String]) {

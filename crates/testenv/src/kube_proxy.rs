@@ -3,7 +3,8 @@
 //! watch answered `410 Gone` because its resourceVersion is too old (etcd compacted it), `429
 //! Too Many Requests` (API Priority and Fairness) and 5xx answers, and answers lost after the
 //! request took effect. It records every write (method, path, field manager, answer) so a test can
-//! count what a controller wrote, and counts reads and watches.
+//! count what a controller wrote, counts reads and watches, keeps the request lines when asked, and can hold
+//! one request back until the test lets it go (to change the world while it is in flight).
 //!
 //! Clients reach it over plain HTTP on loopback with [`KubeProxy::kubeconfig_path`]; it forwards
 //! with the control plane's admin client (TLS and the admin token), streaming answers, so watches
@@ -29,7 +30,7 @@ use hyper_util::rt::TokioIo;
 use rand::rngs::StdRng;
 use rand::{Rng as _, SeedableRng as _};
 use tokio::net::TcpListener;
-use tokio::sync::watch;
+use tokio::sync::{oneshot, watch};
 use tokio::task::JoinHandle;
 
 use crate::control_plane::ControlPlane;
@@ -132,9 +133,20 @@ struct Injected {
     left: usize,
 }
 
+/// The next request whose line starts with `matching` waits for `release`; `arrived` fires when it
+/// comes.
+struct Hold {
+    matching: String,
+    arrived: oneshot::Sender<()>,
+    release: oneshot::Receiver<()>,
+}
+
 #[derive(Default)]
 struct State {
     faults: Vec<Injected>,
+    hold: Option<Hold>,
+    /// Only once asked for ([`KubeProxy::record_requests`]): a long run would hold every read.
+    requests: Option<Vec<String>>,
     random: Option<Dice>,
     writes: Vec<Write>,
     counts: HashMap<&'static str, usize>,
@@ -231,6 +243,25 @@ impl KubeProxy {
         self.cut.send_modify(|generation| *generation += 1);
     }
 
+    /// From now on, keeps the line (`METHOD /path?query`) of every request.
+    pub fn record_requests(&self) {
+        self.lock().requests.get_or_insert_default();
+    }
+
+    /// Takes the request lines kept so far, oldest first.
+    pub fn take_requests(&self) -> Vec<String> {
+        self.lock().requests.as_mut().map(std::mem::take).unwrap_or_default()
+    }
+
+    /// Holds back the next request whose line starts with `matching`: the receiver fires when it
+    /// comes, and it is forwarded when the sender fires (or is dropped).
+    pub fn hold(&self, matching: String) -> (oneshot::Receiver<()>, oneshot::Sender<()>) {
+        let (arrived, arrived_rx) = oneshot::channel();
+        let (release_tx, release) = oneshot::channel();
+        self.lock().hold = Some(Hold { matching, arrived, release });
+        (arrived_rx, release_tx)
+    }
+
     /// Every write so far.
     pub fn writes(&self) -> Vec<Write> {
         self.lock().writes.clone()
@@ -265,8 +296,13 @@ async fn handle(
         "GET" | "HEAD" | "OPTIONS" => RequestKind::Read,
         _ => RequestKind::Write,
     };
-    let fault = {
+    let line = format!("{} {}", parts.method, parts.uri.path_and_query().map_or("", |p| p.as_str()));
+    let (fault, hold) = {
         let mut state = state.lock().unwrap_or_else(PoisonError::into_inner);
+        let hold = if state.hold.as_ref().is_some_and(|hold| line.starts_with(&hold.matching)) { state.hold.take() } else { None };
+        if let Some(requests) = &mut state.requests {
+            requests.push(line);
+        }
         let label = match kind {
             RequestKind::Watch => "watch",
             RequestKind::Read => "read",
@@ -295,8 +331,12 @@ async fn handle(
         if let Some(fault) = &fault {
             *state.injected.entry(fault.label()).or_default() += 1;
         }
-        fault
+        (fault, hold)
     };
+    if let Some(hold) = hold {
+        let _ = hold.arrived.send(());
+        let _ = hold.release.await;
+    }
     let record = |status: u16, forwarded: bool| {
         if kind == RequestKind::Write {
             let write = Write {

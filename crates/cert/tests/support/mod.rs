@@ -37,7 +37,7 @@ pub struct Harness {
     pub registry: Registry,
     /// The runtime's metrics, shared by every controller this harness starts, and their registry.
     runtime_metrics: Arc<RuntimeMetrics>,
-    runtime_registry: Registry,
+    pub runtime_registry: Registry,
     /// Applied to the configuration of every controller this harness starts.
     tweak: fn(&mut CertConfig, &mut AwsConfig),
 }
@@ -126,9 +126,15 @@ impl Harness {
     /// Starts a controller (again): a new process, as far as the object is concerned, with an
     /// AWS layer of its own (its metrics counted in the harness's).
     pub async fn start_controller(&mut self) {
+        self.start_controller_with(self.plane.client()).await;
+    }
+
+    /// Starts a controller whose Kubernetes client is `client` (one through a `KubeProxy`, to
+    /// count its writes).
+    pub async fn start_controller_with(&mut self, client: kube::Client) {
         let (config, aws_config) = self.config();
         let aws = Aws::with_sdk_config(aws_config, sdk_config(&self.proxy.endpoint()).await, Arc::clone(&self.aws_metrics));
-        let (client, namespaces) = (self.plane.client(), blockwork_runtime::Namespaces::Only(vec![self.namespace.clone()]));
+        let namespaces = blockwork_runtime::Namespaces::Only(vec![self.namespace.clone()]);
         let (runtime_metrics, metrics) = (Arc::clone(&self.runtime_metrics), Arc::clone(&self.metrics));
         self.controller.start(blockwork_cert::run(client, config, aws, runtime_metrics, metrics, namespaces, 4, std::future::pending()));
     }

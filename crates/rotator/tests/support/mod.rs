@@ -3,15 +3,11 @@
 #![allow(dead_code, clippy::unwrap_used, clippy::panic)]
 
 use std::collections::BTreeMap;
-use std::future::Future;
 use std::ops::Deref;
-use std::pin::Pin;
-use std::sync::{Arc, Mutex};
-use std::task::{Context, Poll};
+use std::sync::Arc;
 use std::time::Duration;
 
 use blockwork_rotator::{Config, Keys, Metrics, Rotator, RotatorArgs};
-use blockwork_testenv::control_plane::ControlPlane;
 use blockwork_testenv::harness::{ControllerTask, TIMEOUT, TestNamespace, eventually, metrics_text};
 use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::Secret;
@@ -19,7 +15,6 @@ use kube::api::{DeleteParams, ObjectMeta, Patch, PatchParams};
 use kube::{Client, ResourceExt};
 use prometheus_client::registry::Registry;
 use serde_json::json;
-use tokio::sync::oneshot;
 
 pub struct Harness {
     /// Crashed before the namespace goes (fields drop in order).
@@ -135,91 +130,10 @@ impl Harness {
     }
 }
 
-/// The requests a client makes (`METHOD /path?query`), for tests that count reads and writes;
-/// one request can be held back until the test releases it.
-#[derive(Clone, Default)]
-pub struct Requests {
-    seen: Arc<Mutex<Vec<String>>>,
-    hold: Arc<Mutex<Option<Hold>>>,
-}
-
-struct Hold {
-    /// The request line starts with this.
-    matching: String,
-    arrived: oneshot::Sender<()>,
-    release: oneshot::Receiver<()>,
-}
-
-impl Requests {
-    /// A client of the control plane whose requests are recorded here.
-    pub fn client(&self, plane: &ControlPlane) -> Client {
-        kube::client::ClientBuilder::try_from(plane.kube_config()).unwrap().with_layer(self).build()
-    }
-
-    /// The requests so far that concern Secrets (`METHOD /path`), watches left out.
-    pub fn secrets(&self) -> Vec<String> {
-        let seen = self.seen.lock().unwrap();
-        let requests = seen.iter().filter(|r| r.contains("/secrets") && !r.contains("watch="));
-        requests.map(|r| r.split('?').next().unwrap_or_default().to_owned()).collect()
-    }
-
-    pub fn clear(&self) {
-        self.seen.lock().unwrap().clear();
-    }
-
-    /// Holds back the next request whose line starts with `matching`: the first receiver fires
-    /// when it is made, and it goes out when the sender fires.
-    pub fn hold(&self, matching: String) -> (oneshot::Receiver<()>, oneshot::Sender<()>) {
-        let (arrived, arrived_rx) = oneshot::channel();
-        let (release_tx, release) = oneshot::channel();
-        *self.hold.lock().unwrap() = Some(Hold { matching, arrived, release });
-        (arrived_rx, release_tx)
-    }
-}
-
-impl<S> tower::Layer<S> for Requests {
-    type Service = Recorded<S>;
-
-    fn layer(&self, inner: S) -> Recorded<S> {
-        Recorded { inner, requests: self.clone() }
-    }
-}
-
-pub struct Recorded<S> {
-    inner: S,
-    requests: Requests,
-}
-
-impl<S> tower::Service<http::Request<kube::client::Body>> for Recorded<S>
-where
-    S: tower::Service<http::Request<kube::client::Body>>,
-    S::Future: Send + 'static,
-{
-    type Response = S::Response;
-    type Error = S::Error;
-    type Future = Pin<Box<dyn Future<Output = Result<S::Response, S::Error>> + Send>>;
-
-    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), S::Error>> {
-        self.inner.poll_ready(cx)
-    }
-
-    fn call(&mut self, request: http::Request<kube::client::Body>) -> Self::Future {
-        let line = format!("{} {}", request.method(), request.uri().path_and_query().map(|p| p.as_str()).unwrap_or_default());
-        let hold = {
-            let mut hold = self.requests.hold.lock().unwrap();
-            if hold.as_ref().is_some_and(|h| line.starts_with(&h.matching)) { hold.take() } else { None }
-        };
-        self.requests.seen.lock().unwrap().push(line);
-        // The response future sends nothing until it is polled.
-        let response = self.inner.call(request);
-        Box::pin(async move {
-            if let Some(hold) = hold {
-                let _ = hold.arrived.send(());
-                let _ = hold.release.await;
-            }
-            response.await
-        })
-    }
+/// The Secret requests among `lines` (`METHOD /path`, query and watches left out).
+pub fn secret_requests(lines: Vec<String>) -> Vec<String> {
+    let requests = lines.into_iter().filter(|r| r.contains("/secrets") && !r.contains("watch="));
+    requests.map(|r| r.split('?').next().unwrap_or_default().to_owned()).collect()
 }
 
 pub fn source_in(keys: &Keys, namespace: &str, name: &str, target: &str, crt: &str, key: &str) -> Secret {

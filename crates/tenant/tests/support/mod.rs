@@ -121,14 +121,19 @@ impl Harness {
 
     /// Starts a controller (again): a new process, as far as the objects are concerned.
     pub async fn start_controller(&mut self) {
+        self.start_controller_with(self.client.clone(), Arc::clone(&self.runtime_metrics)).await;
+    }
+
+    /// Starts a controller whose Kubernetes client is `client` (one through a `KubeProxy`, to
+    /// count its writes), counting its reconciles in `runtime_metrics`.
+    pub async fn start_controller_with(&mut self, client: kube::Client, runtime_metrics: Arc<RuntimeMetrics>) {
         let aws = Aws::with_sdk_config(self.aws_config(), sdk_config(&self.proxy.endpoint()).await, Arc::clone(&self.aws_metrics));
         let cloudfront = Sdk::new(&aws);
         let route53 = Route53::new(aws.records());
         let manager =
             TenantManager::new(cloudfront, Some(route53), self.default_drift, self.timing, Arc::clone(&self.metrics), aws.metrics());
-        let context =
-            Context::new(self.client.clone(), manager, ControllerConfig::new(CONTROLLER, GROUP), Arc::clone(&self.runtime_metrics));
-        let api = self.api();
+        let context = Context::new(client.clone(), manager, ControllerConfig::new(CONTROLLER, GROUP), runtime_metrics);
+        let api = kube::Api::namespaced(client, &self.namespace);
         self.controller.start(blockwork_runtime::run(api, context, 4, std::future::pending()));
     }
 
@@ -209,6 +214,15 @@ impl Harness {
 
     pub async fn wait_ready(&self, name: &str) -> DistributionTenant {
         self.wait_for(name, "Ready", |t| condition(t, "Ready").is_some_and(|c| c.0 == "True")).await
+    }
+
+    /// Waits until the tenant is Ready for the spec of `generation`.
+    pub async fn wait_ready_at(&self, name: &str, generation: i64) -> DistributionTenant {
+        self.wait_for(name, &format!("Ready at generation {generation}"), |t| {
+            condition(t, "Ready").is_some_and(|c| c.0 == "True")
+                && t.status.as_ref().and_then(|s| s.observed_generation) == Some(generation)
+        })
+        .await
     }
 
     /// The tenant as MiniStack holds it, by name; `None` when it does not exist.
