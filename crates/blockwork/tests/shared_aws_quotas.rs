@@ -19,7 +19,6 @@
 
 use std::collections::BTreeMap;
 use std::path::Path;
-use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use blockwork_aws::Quotas;
@@ -29,6 +28,7 @@ use blockwork_tenant::api::{DnsConfig, DnsProvider, DomainName};
 use blockwork_testenv::aws;
 use blockwork_testenv::emulators::{ministack, moto};
 use blockwork_testenv::fault_proxy::FaultProxy;
+use blockwork_testenv::operator::Operator;
 use futures::{StreamExt as _, TryStreamExt as _};
 use kube::Api;
 use kube::api::{ListParams, PostParams};
@@ -67,7 +67,8 @@ async fn one_process_under_aws_s_buckets(size: Size) {
     let ministack_proxy = FaultProxy::start(&ministack).await.unwrap();
     moto_proxy.enforce_quotas(Quotas::aws());
     ministack_proxy.enforce_quotas(Quotas::aws());
-    let operator = Operator::start(plane.kubeconfig_path(), &namespace, &moto_proxy.endpoint(), &ministack_proxy.endpoint(), &aws.zones);
+    let operator =
+        start_operator(plane.kubeconfig_path(), &namespace, &moto_proxy.endpoint(), &ministack_proxy.endpoint(), &aws.zones).await;
 
     let certs: Api<Cert> = Api::namespaced(client.clone(), &namespace);
     let tenants: Api<DistributionTenant> = Api::namespaced(client, &namespace);
@@ -88,7 +89,7 @@ async fn one_process_under_aws_s_buckets(size: Size) {
     wait_ready(&certs, &tenants, size.first_certs + size.then_certs, size.then_tenants, &operator).await;
     let then_ready = started.elapsed();
 
-    let metrics = Metrics(operator.metrics().await);
+    let metrics = Metrics(operator.get(operator.metrics, "/metrics").await.unwrap().body);
     let moto_calls: BTreeMap<String, usize> = moto_proxy.all_calls().into_iter().collect();
     let ministack_calls: BTreeMap<String, usize> = ministack_proxy.all_calls().into_iter().collect();
     let throttled: usize = moto_proxy.all_throttled().values().chain(ministack_proxy.all_throttled().values()).sum();
@@ -290,48 +291,17 @@ async fn wait_ready(cert_api: &Api<Cert>, tenant_api: &Api<DistributionTenant>, 
 
 /// `blockwork run --controllers cert,tenant` on the test's namespace, with the operator's
 /// defaults (AWS's quotas × 0.8, concurrency, intervals); killed on drop.
-struct Operator {
-    _child: tokio::process::Child,
-    metrics: u16,
-    dir: tempfile::TempDir,
-}
-
-impl Operator {
-    fn start(kubeconfig: &Path, namespace: &str, moto: &str, ministack: &str, zones: &[(String, String)]) -> Self {
-        let dir = tempfile::tempdir().unwrap();
-        let metrics = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
-        let zones = zones.iter().map(|(name, id)| format!("{name}:{id}")).collect::<Vec<_>>().join(",");
-        let log = std::fs::File::create(dir.path().join("log")).unwrap();
-        let child = tokio::process::Command::new(BIN)
-            .args(["run", "--controllers", "cert,tenant", "--namespaces", namespace, "--log-level", "warn"])
-            .args(["--metrics-bind-address", &format!("127.0.0.1:{metrics}"), "--health-probe-bind-address", "127.0.0.1:0"])
-            .args(["--webhook-bind-address", "127.0.0.1:0"])
-            .args(["--aws-endpoint-url", moto, "--aws-region", "us-east-1", "--dns-zones", &zones])
-            // The tenant's CloudFront and ACM are MiniStack's (moto has no multi-tenant
-            // CloudFront); its Route 53 calls go to moto, through the same proxy as the Certs'.
-            .args(["--tenant-aws-endpoint-url", ministack, "--tenant-route53-endpoint-url", moto])
-            .env("KUBECONFIG", kubeconfig)
-            .env("AWS_ACCESS_KEY_ID", "test")
-            .env("AWS_SECRET_ACCESS_KEY", "test")
-            .stdin(Stdio::null())
-            .stdout(log.try_clone().unwrap())
-            .stderr(log)
-            .kill_on_drop(true)
-            .spawn()
-            .unwrap();
-        Self { _child: child, metrics, dir }
-    }
-
-    fn logs(&self) -> String {
-        std::fs::read_to_string(self.dir.path().join("log")).unwrap_or_default()
-    }
-
-    async fn metrics(&self) -> String {
-        use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
-        let mut stream = tokio::net::TcpStream::connect(("127.0.0.1", self.metrics)).await.unwrap();
-        stream.write_all(b"GET /metrics HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n").await.unwrap();
-        let mut body = String::new();
-        stream.read_to_string(&mut body).await.unwrap();
-        body
-    }
+async fn start_operator(kubeconfig: &Path, namespace: &str, moto: &str, ministack: &str, zones: &[(String, String)]) -> Operator {
+    let zones = zones.iter().map(|(name, id)| format!("{name}:{id}")).collect::<Vec<_>>().join(",");
+    let mut operator = Operator::new(Path::new(BIN), kubeconfig)
+        .unwrap()
+        .args(["--controllers", "cert,tenant", "--namespaces", namespace, "--log-level", "warn"])
+        .args(["--aws-endpoint-url", moto, "--aws-region", "us-east-1", "--dns-zones", &zones])
+        // The tenant's CloudFront and ACM are MiniStack's (moto has no multi-tenant CloudFront);
+        // its Route 53 calls go to moto, through the same proxy as the Certs'.
+        .args(["--tenant-aws-endpoint-url", ministack, "--tenant-route53-endpoint-url", moto])
+        .start()
+        .unwrap();
+    operator.wait_ready(Duration::from_secs(90)).await.unwrap();
+    operator
 }

@@ -10,6 +10,7 @@ use std::time::Duration;
 use blockwork_cache::api::{Cache, CacheSpec, Engine, EvictionPolicy, HighAvailability, Phase, Tls, v1alpha1};
 use blockwork_cache::{build, controller, conversion, crd, sentinel};
 use blockwork_testenv::control_plane::control_plane;
+use blockwork_testenv::harness::{ControllerTask, TIMEOUT, TestNamespace, eventually};
 use blockwork_testenv::kube_proxy::{ApiFault, KubeProxy, Requests};
 use k8s_openapi::ByteString;
 use k8s_openapi::api::apps::v1::StatefulSet;
@@ -17,7 +18,6 @@ use k8s_openapi::api::core::v1::{ConfigMap, Service};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::WebhookClientConfig;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
-use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::{Client, ResourceExt};
 use serde_json::json;
 
@@ -46,15 +46,18 @@ fn webhook() -> &'static (SocketAddr, String) {
     })
 }
 
+/// A namespace of the test's own with the Cache CRD (its conversion served by [`webhook`]) and
+/// the controller running in it.
 struct Harness {
-    client: Client,
-    namespace: String,
-    controller: tokio::task::JoinHandle<()>,
+    test: TestNamespace<Cache>,
+    _controller: ControllerTask,
 }
 
-impl Drop for Harness {
-    fn drop(&mut self) {
-        self.controller.abort();
+impl std::ops::Deref for Harness {
+    type Target = TestNamespace<Cache>;
+
+    fn deref(&self) -> &Self::Target {
+        &self.test
     }
 }
 
@@ -66,24 +69,23 @@ impl Harness {
     /// The controller talks to the API server through `controller_client` (a fault proxy, say);
     /// the test through its own.
     async fn start_with_controller_client(prefix: &str, controller_client: Client) -> Self {
-        let plane = control_plane().await.unwrap();
         let (address, ca) = webhook();
         let crd = crd::crd_with_conversion(WebhookClientConfig {
             url: Some(format!("https://{address}{}", crd::CONVERSION_PATH)),
             ca_bundle: Some(ByteString(ca.as_bytes().to_vec())),
             ..WebhookClientConfig::default()
         });
-        plane.install_crds(&[crd]).await.unwrap();
-        let namespace = plane.namespace(prefix).await.unwrap();
-        let client = plane.client();
+        control_plane().await.unwrap().install_crds(&[crd]).await.unwrap();
+        let namespace = TestNamespace::new(prefix).await;
         let context = controller::Context::new(controller_client.clone());
-        let api: Api<Cache> = Api::namespaced(controller_client, &namespace);
-        let controller = tokio::spawn(controller::run(context, api, Some(namespace.clone()), 2, std::future::pending()));
-        Self { client, namespace, controller }
+        let api: Api<Cache> = Api::namespaced(controller_client, &namespace.namespace);
+        let mut controller = ControllerTask::default();
+        controller.start(controller::run(context, api, Some(namespace.namespace.clone()), 2, std::future::pending()));
+        Self { test: namespace, _controller: controller }
     }
 
     fn caches(&self) -> Api<Cache> {
-        Api::namespaced(self.client.clone(), &self.namespace)
+        self.test.api()
     }
 
     fn api<K>(&self) -> Api<K>
@@ -97,14 +99,7 @@ impl Harness {
     }
 
     async fn eventually<T>(&self, what: &str, mut check: impl AsyncFnMut() -> Option<T>) -> T {
-        let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
-        loop {
-            if let Some(found) = check().await {
-                return found;
-            }
-            assert!(tokio::time::Instant::now() < deadline, "timed out waiting for {what}");
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
+        eventually(what, TIMEOUT, async || check().await.ok_or_else(|| "not yet".to_owned())).await
     }
 }
 
@@ -262,17 +257,6 @@ async fn rejection(h: &Harness, spec: serde_json::Value) -> String {
     }
 }
 
-async fn raw_rejection(h: &Harness, spec: serde_json::Value) -> String {
-    let object = json!({"apiVersion": "cache.blockwork.dev/v1beta1", "kind": "Cache", "metadata": {"name": "bad"}, "spec": spec});
-    let api: Api<kube::api::DynamicObject> =
-        Api::namespaced_with(h.client.clone(), &h.namespace, &kube::api::ApiResource::erase::<Cache>(&()));
-    match api.create(&PostParams::default(), &serde_json::from_value(object).unwrap()).await {
-        Ok(_) => panic!("the API server accepted {spec}"),
-        Err(kube::Error::Api(status)) => status.message.clone(),
-        Err(other) => panic!("{other}"),
-    }
-}
-
 #[tokio::test]
 async fn schema_and_cel_reject_invalid_specs_with_their_messages() {
     let h = Harness::start("cache-invalid").await;
@@ -290,7 +274,7 @@ async fn schema_and_cel_reject_invalid_specs_with_their_messages() {
     assert!(memory.contains("spec.memory") && memory.contains("should match"), "{memory}");
     let replicas = rejection(&h, json!({"engine": "redis", "memory": "64Mi", "replicas": 11})).await;
     assert!(replicas.contains("spec.replicas") && replicas.contains("less than or equal to 10"), "{replicas}");
-    let engine = raw_rejection(&h, json!({"engine": "mongodb", "memory": "64Mi"})).await;
+    let engine = rejection_named(&h, "bad", json!({"engine": "mongodb", "memory": "64Mi"})).await;
     assert!(engine.contains("spec.engine") && engine.contains("Unsupported value"), "{engine}");
 }
 
@@ -309,10 +293,10 @@ async fn rejection_named(h: &Harness, name: &str, spec: serde_json::Value) -> St
 async fn memory_outside_64mi_to_1024gi_is_rejected_naming_the_field() {
     let h = Harness::start("cache-memory-range").await;
     for memory in ["0Mi", "63Mi", "0Gi", "1025Gi", "1048577Mi"] {
-        let message = raw_rejection(&h, json!({"engine": "redis", "memory": memory})).await;
+        let message = rejection_named(&h, "bad", json!({"engine": "redis", "memory": memory})).await;
         assert!(message.contains("spec.memory") && message.contains("memory must be from 64Mi to 1024Gi"), "{memory}: {message}");
     }
-    let long = raw_rejection(&h, json!({"engine": "redis", "memory": "99999999999Gi"})).await;
+    let long = rejection_named(&h, "bad", json!({"engine": "redis", "memory": "99999999999Gi"})).await;
     assert!(long.contains("spec.memory") && long.contains("may not be more than 10"), "{long}");
     for memory in ["64Mi", "1024Gi"] {
         let c = cache(&format!("edge-{}", memory.to_lowercase()), Engine::Memcached, memory, 1);
@@ -539,9 +523,7 @@ async fn an_owned_object_the_api_server_refuses_is_a_condition_and_a_warning_eve
 #[tokio::test]
 async fn a_passing_api_server_error_while_applying_is_retried_without_touching_the_status() {
     let proxy = KubeProxy::start(control_plane().await.unwrap()).await.unwrap();
-    let kubeconfig = Kubeconfig::read_from(proxy.kubeconfig_path()).unwrap();
-    let config = kube::Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default()).await.unwrap();
-    let h = Harness::start_with_controller_client("cache-api-500", Client::try_from(config).unwrap()).await;
+    let h = Harness::start_with_controller_client("cache-api-500", proxy.client().await.unwrap()).await;
     h.caches().create(&PostParams::default(), &cache("c", Engine::Redis, "64Mi", 1)).await.unwrap();
     h.eventually("Synced=True", async || condition(&h.caches().get("c").await.unwrap(), "Synced").filter(|c| c.0 == "True")).await;
 
@@ -551,17 +533,14 @@ async fn a_passing_api_server_error_while_applying_is_retried_without_touching_t
     let touched =
         h.caches().patch("c", &PatchParams::default(), &Patch::Merge(json!({"metadata": {"labels": {"touched": "yes"}}}))).await.unwrap();
     // The retry comes after the error backoff (10 s): wait for the write that follows the fault.
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(90);
-    loop {
+    eventually("a retry after the injected 500", Duration::from_secs(90), async || {
         let since = proxy.writes()[writes..].to_vec();
-        if let Some(fault) = since.iter().position(|w| w.status == 500 && !w.forwarded)
-            && since[fault + 1..].iter().any(|w| w.forwarded)
-        {
-            break;
+        match since.iter().position(|w| w.status == 500 && !w.forwarded) {
+            Some(fault) if since[fault + 1..].iter().any(|w| w.forwarded) => Ok(()),
+            _ => Err(format!("{since:?}")),
         }
-        assert!(tokio::time::Instant::now() < deadline, "no retry after the injected 500: {since:?}");
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    })
+    .await;
     let after = h.caches().get("c").await.unwrap();
     assert_eq!(condition(&after, "Synced").map(|c| c.0), Some("True".to_owned()));
     assert_eq!(after.resource_version(), touched.resource_version(), "the Cache was rewritten: {:?}", after.status);
@@ -574,9 +553,7 @@ async fn a_passing_api_server_error_while_applying_is_retried_without_touching_t
 #[tokio::test]
 async fn a_gone_answer_while_applying_is_retried_without_touching_the_status() {
     let proxy = KubeProxy::start(control_plane().await.unwrap()).await.unwrap();
-    let kubeconfig = Kubeconfig::read_from(proxy.kubeconfig_path()).unwrap();
-    let config = kube::Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default()).await.unwrap();
-    let h = Harness::start_with_controller_client("cache-api-410", Client::try_from(config).unwrap()).await;
+    let h = Harness::start_with_controller_client("cache-api-410", proxy.client().await.unwrap()).await;
     h.caches().create(&PostParams::default(), &cache("c", Engine::Redis, "64Mi", 1)).await.unwrap();
     h.eventually("Synced=True", async || condition(&h.caches().get("c").await.unwrap(), "Synced").filter(|c| c.0 == "True")).await;
 
@@ -584,18 +561,13 @@ async fn a_gone_answer_while_applying_is_retried_without_touching_the_status() {
     let touched =
         h.caches().patch("c", &PatchParams::default(), &Patch::Merge(json!({"metadata": {"labels": {"touched": "yes"}}}))).await.unwrap();
     // The retry comes after the error backoff (10 s): wait until the ConfigMap is read again.
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(90);
     let reads = || proxy.counts().get("read").copied().unwrap_or(0);
-    while !proxy.injected().contains_key("Gone") {
-        assert!(tokio::time::Instant::now() < deadline, "the ConfigMap was not read");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    let injected = async || if proxy.injected().contains_key("Gone") { Ok(()) } else { Err("the ConfigMap was not read".to_owned()) };
+    eventually("the 410", Duration::from_secs(90), injected).await;
     let after_fault = reads();
     // The retry reads the four owned objects (the ConfigMap, the two Services, the StatefulSet).
-    while reads() < after_fault + 4 {
-        assert!(tokio::time::Instant::now() < deadline, "no retry after the 410");
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    let retried = async || if reads() >= after_fault + 4 { Ok(()) } else { Err(format!("{} reads since the 410", reads() - after_fault)) };
+    eventually("a retry after the 410", Duration::from_secs(90), retried).await;
     let after = h.caches().get("c").await.unwrap();
     assert_eq!(condition(&after, "Synced").map(|c| c.0), Some("True".to_owned()));
     assert_eq!(after.resource_version(), touched.resource_version(), "the Cache was rewritten: {:?}", after.status);
@@ -609,20 +581,16 @@ async fn a_gone_answer_while_applying_is_retried_without_touching_the_status() {
 #[tokio::test]
 async fn a_failing_watch_of_one_kind_does_not_hold_back_the_changes_of_the_caches() {
     let proxy = KubeProxy::start(control_plane().await.unwrap()).await.unwrap();
-    let kubeconfig = Kubeconfig::read_from(proxy.kubeconfig_path()).unwrap();
-    let config = kube::Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default()).await.unwrap();
-    let h = Harness::start_with_controller_client("cache-one-watch-failing", Client::try_from(config).unwrap()).await;
+    let h = Harness::start_with_controller_client("cache-one-watch-failing", proxy.client().await.unwrap()).await;
     h.caches().create(&PostParams::default(), &cache("c", Engine::Redis, "64Mi", 1)).await.unwrap();
     h.eventually("Synced=True", async || condition(&h.caches().get("c").await.unwrap(), "Synced").filter(|c| c.0 == "True")).await;
 
     proxy.inject_on_path(Requests::Watches, "/poddisruptionbudgets", ApiFault::ServerError(500), usize::MAX);
     proxy.cut_watches();
     let failed = || proxy.injected().get("ServerError(500)").copied().unwrap_or(0);
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(120);
-    while failed() < 6 {
-        assert!(tokio::time::Instant::now() < deadline, "the PodDisruptionBudget watch was retried {} times", failed());
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    let retried =
+        async || if failed() >= 6 { Ok(()) } else { Err(format!("the PodDisruptionBudget watch was retried {} times", failed())) };
+    eventually("six failed watches of PodDisruptionBudgets", Duration::from_secs(120), retried).await;
 
     h.caches().patch("c", &PatchParams::default(), &Patch::Merge(json!({"spec": {"memory": "128Mi"}}))).await.unwrap();
     h.eventually("the new generation observed", async || {

@@ -16,11 +16,9 @@ use blockwork_cert::{CONTROLLER, CertSpec, CertState};
 use blockwork_runtime::RuntimeMetrics;
 use blockwork_runtime::policy::RECONCILE_REQUESTED_ANNOTATION;
 use blockwork_testenv::control_plane::control_plane;
-use blockwork_testenv::costs::{Costs, settled};
+use blockwork_testenv::costs::{Costs, Table};
 use blockwork_testenv::kube_proxy::KubeProxy;
 use kube::api::{DeleteParams, Patch, PatchParams};
-use kube::config::{KubeConfigOptions, Kubeconfig};
-use kube::{Client, Config};
 use prometheus_client::registry::Registry;
 use serde_json::json;
 use support::*;
@@ -35,8 +33,7 @@ async fn a_cert_costs_what_its_design_says_from_create_to_deletion() {
     // that counts its writes.
     h.controller.crash();
     let kube = KubeProxy::start(control_plane().await.unwrap()).await.unwrap();
-    let kubeconfig = Kubeconfig::read_from(kube.kubeconfig_path()).unwrap();
-    let client = Client::try_from(Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default()).await.unwrap()).unwrap();
+    let client = kube.client().await.unwrap();
     let mut runtime = Registry::with_prefix("blockwork");
     let runtime_metrics = RuntimeMetrics::register(&mut runtime);
     let (config, aws_config) = h.config();
@@ -51,54 +48,55 @@ async fn a_cert_costs_what_its_design_says_from_create_to_deletion() {
         4,
         std::future::pending(),
     ));
-    let read = || Costs::read(&kube, &[&h.proxy], &runtime, CONTROLLER);
-    let settle = || settled(read, Duration::from_secs(3), Duration::from_secs(30));
-    let mut rows = vec![Costs::header().to_owned()];
+    let mut table = Table::new(|| Costs::read(&kube, &[&h.proxy], &runtime, CONTROLLER));
 
-    let before = read();
-    h.create("api", CertSpec { delete_on_removal: true, ..spec("api", "dev") }).await;
-    h.wait_for_records_written("api").await;
-    let created = settle().await.since(&before);
-    rows.push(created.row("create → Ready (records written)"));
-
-    let before = read();
-    let requested = "2026-11-24T00:00:00Z";
-    let annotation = json!({"metadata": {"annotations": {RECONCILE_REQUESTED_ANNOTATION: requested}}});
-    h.api().patch("api", &PatchParams::default(), &Patch::Merge(annotation)).await.unwrap();
-    h.wait_for("api", "resynced", |c| c.status.as_ref().and_then(|s| s.last_handled_reconcile_at.as_deref()) == Some(requested)).await;
-    let resync = settle().await.since(&before);
-    rows.push(resync.row("steady-state resync (Ready, retry requested)"));
-
-    let before = read();
-    h.api().patch("api", &PatchParams::default(), &Patch::Merge(json!({"spec": {"environment": "qa"}}))).await.unwrap();
-    let domain = format!("api-qa.{}", h.zones[0].name);
-    h.wait_for("api", "Ready for the new domain", |c| {
-        c.status.as_ref().is_some_and(|s| {
-            s.observation.state == Some(CertState::Ready)
-                && s.observation.domain_name.as_deref() == Some(domain.as_str())
-                && s.observation.validation_records.iter().all(|r| !r.pending)
+    let created = table
+        .measure("create → Ready (records written)", async {
+            h.create("api", CertSpec { delete_on_removal: true, ..spec("api", "dev") }).await;
+            h.wait_for_records_written("api").await;
         })
-    })
-    .await;
-    let updated = settle().await.since(&before);
-    rows.push(updated.row("spec update (new domain → new certificate)"));
+        .await;
 
-    let before = read();
-    h.api().delete("api", &DeleteParams::default()).await.unwrap();
-    h.wait_gone("api").await;
-    let deleted = settle().await.since(&before);
-    rows.push(deleted.row("deletion (deleteOnRemoval)"));
+    let requested = "2026-11-24T00:00:00Z";
+    let resync = table
+        .measure("steady-state resync (Ready, retry requested)", async {
+            let annotation = json!({"metadata": {"annotations": {RECONCILE_REQUESTED_ANNOTATION: requested}}});
+            h.api().patch("api", &PatchParams::default(), &Patch::Merge(annotation)).await.unwrap();
+            h.wait_for("api", "resynced", |c| c.status.as_ref().and_then(|s| s.last_handled_reconcile_at.as_deref()) == Some(requested))
+                .await;
+        })
+        .await;
+
+    let domain = format!("api-qa.{}", h.zones[0].name);
+    let updated = table
+        .measure("spec update (new domain → new certificate)", async {
+            h.api().patch("api", &PatchParams::default(), &Patch::Merge(json!({"spec": {"environment": "qa"}}))).await.unwrap();
+            h.wait_for("api", "Ready for the new domain", |c| {
+                c.status.as_ref().is_some_and(|s| {
+                    s.observation.state == Some(CertState::Ready)
+                        && s.observation.domain_name.as_deref() == Some(domain.as_str())
+                        && s.observation.validation_records.iter().all(|r| !r.pending)
+                })
+            })
+            .await;
+        })
+        .await;
+
+    let deleted = table
+        .measure("deletion (deleteOnRemoval)", async {
+            h.api().delete("api", &DeleteParams::default()).await.unwrap();
+            h.wait_gone("api").await;
+        })
+        .await;
     controller.abort();
 
-    println!("{}", rows.join("\n"));
+    println!("{table}");
     assert_eq!(created.aws.get("RequestCertificate"), Some(&1), "{created:?}");
     assert_eq!(updated.aws.get("RequestCertificate"), Some(&1), "{updated:?}");
     assert_eq!(deleted.aws.get("DeleteCertificate"), Some(&1), "{deleted:?}");
     let mutating = ["RequestCertificate", "DeleteCertificate", "ChangeResourceRecordSets", "AddTagsToCertificate"];
     assert!(mutating.iter().all(|op| !resync.aws.contains_key(*op)), "a resync of a Ready Cert writes nothing to AWS: {resync:?}");
     for costs in [&created, &resync, &updated, &deleted] {
-        let object_writes =
-            costs.writes.get("status").copied().unwrap_or_default() + costs.writes.get("object").copied().unwrap_or_default();
-        assert!(object_writes as u64 <= costs.reconciles, "at most one write of the object per reconcile: {costs:?}");
+        assert!(costs.object_writes() as u64 <= costs.reconciles, "at most one write of the object per reconcile: {costs:?}");
     }
 }

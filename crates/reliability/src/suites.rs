@@ -17,7 +17,9 @@ use rand::{Rng as _, SeedableRng as _};
 use tokio::time::{Instant, sleep};
 
 use crate::observe::{FailedWatch, scan_for_leaks};
-use crate::operator::{Launch, Operator};
+use blockwork_testenv::operator::Operator;
+
+use crate::operator::Launch;
 use crate::report::{Report, seconds};
 use crate::workload::{Counts, Workload};
 use crate::world::World;
@@ -53,7 +55,7 @@ pub async fn random_kills(binary: &Path, suite: RandomKills) -> anyhow::Result<R
     let plane = blockwork_testenv::control_plane::control_plane().await?;
     let namespace = plane.namespace("kills").await?;
     let world = World::start(&format!("{namespace}.example.com")).await?;
-    let mut operator = Operator::start(Launch::new(binary, &world, plane.kubeconfig_path(), &namespace), "kills")?;
+    let mut operator = Launch::new(binary, &world, plane.kubeconfig_path(), &namespace).start("kills")?;
     operator.wait_ready(READY).await?;
     let failed = FailedWatch::start(&plane.client(), &namespace);
     let mut workload = Workload::new(&world, plane.client(), &namespace, "k", scale.counts, scale.seed);
@@ -69,7 +71,7 @@ pub async fn random_kills(binary: &Path, suite: RandomKills) -> anyhow::Result<R
             if done.load(Ordering::SeqCst) {
                 break;
             }
-            operator.kill().await;
+            operator.kill();
             kills += 1;
             let pause = between(&mut rng, suite.restart_after);
             down += pause;
@@ -135,8 +137,8 @@ pub async fn fault_soak(binary: &Path, suite: FaultSoak) -> anyhow::Result<Repor
         ministack_endpoint: ministack.endpoint(),
         ..Launch::new(binary, &world, plane.kubeconfig_path(), &faulty_ns)
     };
-    let mut clean_operator = Operator::start(clean_launch, "clean")?;
-    let mut faulty_operator = Operator::start(faulty_launch, "faults")?;
+    let mut clean_operator = clean_launch.start("clean")?;
+    let mut faulty_operator = faulty_launch.start("faults")?;
     clean_operator.wait_ready(READY).await?;
     faulty_operator.wait_ready(READY).await?;
     let (clean_failed, faulty_failed) = (FailedWatch::start(&plane.client(), &clean_ns), FailedWatch::start(&plane.client(), &faulty_ns));
@@ -186,7 +188,7 @@ pub async fn fault_soak(binary: &Path, suite: FaultSoak) -> anyhow::Result<Repor
     for kind in ["Throttling", "ServerError(503)", "Timeout", "ConnectionReset", "SlowResponse"] {
         report.expect(injected.get(kind).copied().unwrap_or(0) > 0, || format!("no {kind} was injected: the run was too short to test it"));
     }
-    for operator in [&mut clean_operator, &mut faulty_operator] {
+    for operator in [&clean_operator, &faulty_operator] {
         operator.check_running()?;
     }
     let mut leaks = scan_for_leaks(&plane.client(), &faulty_ns, &faulty_operator.logs(), &faulty_operator.metrics().await).await?;
@@ -215,7 +217,7 @@ pub async fn api_trouble(binary: &Path, suite: ApiTrouble) -> anyhow::Result<Rep
     let namespace = plane.namespace("api-trouble").await?;
     let world = World::start(&format!("{namespace}.example.com")).await?;
     let proxy = KubeProxy::start(plane).await?;
-    let mut operator = Operator::start(Launch::new(binary, &world, proxy.kubeconfig_path(), &namespace), "api")?;
+    let mut operator = Launch::new(binary, &world, proxy.kubeconfig_path(), &namespace).start("api")?;
     operator.wait_ready(READY).await?;
     let failed = FailedWatch::start(&plane.client(), &namespace);
     let mut workload = Workload::new(&world, plane.client(), &namespace, "a", scale.counts, scale.seed);
@@ -277,9 +279,9 @@ pub async fn api_trouble(binary: &Path, suite: ApiTrouble) -> anyhow::Result<Rep
     report.figure("requests", render(&proxy.counts().into_iter().map(|(k, v)| (k.to_owned(), v)).collect()));
     report.expect(converged.is_some(), || format!("did not converge after the trouble:\n{}", findings.summary()));
     report_findings(&mut report, &findings);
-    report.expect(operator.starts == 1, || format!("the operator was restarted {} times", operator.starts - 1));
+    report.expect(operator.starts() == 1, || format!("the operator was restarted {} times", operator.starts() - 1));
     operator.check_running().context("the operator must recover without a restart")?;
-    report.figure("operator restarts", operator.starts - 1);
+    report.figure("operator restarts", operator.starts() - 1);
     report.figure("Failed states seen", failed.seen().len());
     let logs = operator.logs();
     let leaks = scan_for_leaks(&plane.client(), &namespace, &logs, &operator.metrics().await).await?;
@@ -335,7 +337,7 @@ pub async fn leader_failover(binary: &Path, suite: LeaderFailover) -> anyhow::Re
     let world = World::start(&format!("{namespace}.example.com")).await?;
     let proxy = KubeProxy::start(plane).await?;
     let launch = Launch { leader_elect: true, ..Launch::new(binary, &world, proxy.kubeconfig_path(), &namespace) };
-    let mut replicas = [Operator::start(launch.clone(), "replica-a")?, Operator::start(launch, "replica-b")?];
+    let mut replicas = [launch.start("replica-a")?, launch.start("replica-b")?];
     for replica in &mut replicas {
         replica.wait_ready(READY).await?;
     }
@@ -414,7 +416,7 @@ async fn fail_over(replicas: &mut [Operator; 2], leases: &Api<Lease>) -> anyhow:
         bail!("the Lease holder {holder} is neither replica ({identities:?})")
     };
     let successor = identities[1 - leader].clone();
-    replicas[leader].kill().await;
+    replicas[leader].kill();
     let killed = Instant::now();
     holder_within(leases, Duration::from_secs(60), |h| h == successor).await.with_context(|| format!("{successor} never took over"))?;
     let takeover = killed.elapsed();

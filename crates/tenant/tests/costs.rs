@@ -19,11 +19,9 @@ use blockwork_tenant::cloudfront::Sdk;
 use blockwork_tenant::dns::Route53;
 use blockwork_tenant::{CONTROLLER, DistributionTenant, GROUP, TenantManager, TenantMetrics, Timing};
 use blockwork_testenv::control_plane::control_plane;
-use blockwork_testenv::costs::{Costs, settled};
+use blockwork_testenv::costs::{Costs, Table};
 use blockwork_testenv::kube_proxy::KubeProxy;
 use kube::api::{Api, DeleteParams, Patch, PatchParams};
-use kube::config::{KubeConfigOptions, Kubeconfig};
-use kube::{Client, Config};
 use prometheus_client::registry::Registry;
 use serde_json::json;
 use support::*;
@@ -40,8 +38,7 @@ async fn a_tenant_with_dns_costs_what_its_design_says_from_create_to_deletion() 
     // that counts its writes.
     h.controller.crash();
     let kube = KubeProxy::start(control_plane().await.unwrap()).await.unwrap();
-    let kubeconfig = Kubeconfig::read_from(kube.kubeconfig_path()).unwrap();
-    let client = Client::try_from(Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default()).await.unwrap()).unwrap();
+    let client = kube.client().await.unwrap();
     let mut runtime = Registry::with_prefix("blockwork");
     let runtime_metrics = RuntimeMetrics::register(&mut runtime);
     let metrics = TenantMetrics::register(&mut Registry::default());
@@ -52,54 +49,58 @@ async fn a_tenant_with_dns_costs_what_its_design_says_from_create_to_deletion() 
     let context = Context::new(client.clone(), manager, ControllerConfig::new(CONTROLLER, GROUP), runtime_metrics);
     let api: Api<DistributionTenant> = Api::namespaced(client, &h.namespace);
     let controller = tokio::spawn(blockwork_runtime::run(api, context, 4, std::future::pending()));
-    let read = || Costs::read(&kube, &[&h.proxy, &h.dns_proxy], &runtime, CONTROLLER);
-    let settle = || settled(read, Duration::from_secs(3), Duration::from_secs(30));
+    let mut table = Table::new(|| Costs::read(&kube, &[&h.proxy, &h.dns_proxy], &runtime, CONTROLLER));
     let at_generation = |generation: i64| {
         move |t: &DistributionTenant| {
             t.status.as_ref().and_then(|s| s.observed_generation) == Some(generation)
                 && condition(t, "Ready").is_some_and(|c| c.0 == "True")
         }
     };
-    let mut rows = vec![Costs::header().to_owned()];
 
-    let before = read();
-    h.create("shop", h.dns_spec(&["www"], &h.zone_id, 120)).await;
-    h.wait_ready("shop").await;
-    let created = settle().await.since(&before);
-    rows.push(created.row("create → Ready (one domain, its CNAME)"));
+    let created = table
+        .measure("create → Ready (one domain, its CNAME)", async {
+            h.create("shop", h.dns_spec(&["www"], &h.zone_id, 120)).await;
+            h.wait_ready("shop").await;
+        })
+        .await;
 
-    let before = read();
     let requested = "2026-11-24T00:00:00Z";
-    let annotation = json!({"metadata": {"annotations": {RECONCILE_REQUESTED_ANNOTATION: requested}}});
-    h.api().patch("shop", &PatchParams::default(), &Patch::Merge(annotation)).await.unwrap();
-    h.wait_for("shop", "resynced", |t| t.status.as_ref().and_then(|s| s.last_handled_reconcile_at.as_deref()) == Some(requested)).await;
-    let resync = settle().await.since(&before);
-    rows.push(resync.row("steady-state resync (Ready, retry requested)"));
+    let resync = table
+        .measure("steady-state resync (Ready, retry requested)", async {
+            let annotation = json!({"metadata": {"annotations": {RECONCILE_REQUESTED_ANNOTATION: requested}}});
+            h.api().patch("shop", &PatchParams::default(), &Patch::Merge(annotation)).await.unwrap();
+            h.wait_for("shop", "resynced", |t| t.status.as_ref().and_then(|s| s.last_handled_reconcile_at.as_deref()) == Some(requested))
+                .await;
+        })
+        .await;
 
-    let before = read();
-    let domains = json!({"spec": {"domains": [{"domain": h.domain("www")}, {"domain": h.domain("api")}]}});
-    h.api().patch("shop", &PatchParams::default(), &Patch::Merge(domains)).await.unwrap();
-    h.wait_for("shop", "Ready at generation 2", at_generation(2)).await;
-    let added = settle().await.since(&before);
-    rows.push(added.row("spec update: a domain added"));
+    let added = table
+        .measure("spec update: a domain added", async {
+            let domains = json!({"spec": {"domains": [{"domain": h.domain("www")}, {"domain": h.domain("api")}]}});
+            h.api().patch("shop", &PatchParams::default(), &Patch::Merge(domains)).await.unwrap();
+            h.wait_for("shop", "Ready at generation 2", at_generation(2)).await;
+        })
+        .await;
 
-    let before = read();
-    let domains = json!({"spec": {"domains": [{"domain": h.domain("www")}]}});
-    h.api().patch("shop", &PatchParams::default(), &Patch::Merge(domains)).await.unwrap();
-    h.wait_for("shop", "Ready at generation 3", at_generation(3)).await;
-    let removed = settle().await.since(&before);
-    rows.push(removed.row("spec update: a domain removed (its CNAME deleted)"));
+    let removed = table
+        .measure("spec update: a domain removed (its CNAME deleted)", async {
+            let domains = json!({"spec": {"domains": [{"domain": h.domain("www")}]}});
+            h.api().patch("shop", &PatchParams::default(), &Patch::Merge(domains)).await.unwrap();
+            h.wait_for("shop", "Ready at generation 3", at_generation(3)).await;
+        })
+        .await;
     let records = blockwork_testenv::aws::cnames(&h.route53, &h.zone_id).await;
     assert_eq!(records.iter().map(|r| r.0.clone()).collect::<Vec<_>>(), [h.domain("www")], "{records:?}");
 
-    let before = read();
-    h.api().delete("shop", &DeleteParams::default()).await.unwrap();
-    h.wait_gone("shop").await;
-    let deleted = settle().await.since(&before);
-    rows.push(deleted.row("deletion"));
+    let deleted = table
+        .measure("deletion", async {
+            h.api().delete("shop", &DeleteParams::default()).await.unwrap();
+            h.wait_gone("shop").await;
+        })
+        .await;
     controller.abort();
 
-    println!("{}", rows.join("\n"));
+    println!("{table}");
     assert_eq!(created.aws.get("CreateDistributionTenant"), Some(&1), "{created:?}");
     assert_eq!(added.aws.get("UpdateDistributionTenant"), Some(&1), "{added:?}");
     assert_eq!(removed.aws.get("UpdateDistributionTenant"), Some(&1), "{removed:?}");
@@ -107,8 +108,6 @@ async fn a_tenant_with_dns_costs_what_its_design_says_from_create_to_deletion() 
     let mutating = ["CreateDistributionTenant", "UpdateDistributionTenant", "DeleteDistributionTenant", "ChangeResourceRecordSets"];
     assert!(mutating.iter().all(|op| !resync.aws.contains_key(*op)), "a resync of a Ready tenant writes nothing to AWS: {resync:?}");
     for costs in [&created, &resync, &added, &removed, &deleted] {
-        let object_writes =
-            costs.writes.get("status").copied().unwrap_or_default() + costs.writes.get("object").copied().unwrap_or_default();
-        assert!(object_writes as u64 <= costs.reconciles, "at most one write of the object per reconcile: {costs:?}");
+        assert!(costs.object_writes() as u64 <= costs.reconciles, "at most one write of the object per reconcile: {costs:?}");
     }
 }

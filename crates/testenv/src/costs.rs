@@ -1,10 +1,11 @@
 //! The hidden costs of a controller, counted where they are paid: AWS calls as the fault proxy
 //! saw them, Kubernetes writes as the [`KubeProxy`] saw them, and reconciles as the runtime's
-//! `blockwork_reconciles_total` counted them. A test takes a [`Costs`] before and after a
-//! scenario and prints the difference as a table row, so a refactoring can show that what one
-//! reconcile costs did not rise.
+//! `blockwork_reconciles_total` counted them. A test runs its scenarios through a [`Table`],
+//! which takes the counts before each step and once they settled after it, and prints the
+//! differences as rows, so a refactoring can show that what one reconcile costs did not rise.
 
 use std::collections::BTreeMap;
+use std::future::Future;
 use std::time::Duration;
 
 use prometheus_client::registry::Registry;
@@ -64,6 +65,11 @@ impl Costs {
         self.writes.values().sum()
     }
 
+    /// Writes of the custom resource itself: its status, its metadata or spec.
+    pub fn object_writes(&self) -> usize {
+        ["status", "object"].iter().map(|class| self.writes.get(*class).copied().unwrap_or_default()).sum()
+    }
+
     /// `scenario | reconciles | AWS calls (by operation) | writes (by class)`, a Markdown row.
     pub fn row(&self, scenario: &str) -> String {
         let list = |counts: &BTreeMap<String, usize>| counts.iter().map(|(k, v)| format!("{k} {v}")).collect::<Vec<_>>().join(", ");
@@ -83,9 +89,40 @@ impl Costs {
     }
 }
 
+/// The scenarios of one test, measured one after the other.
+pub struct Table<R> {
+    read: R,
+    rows: Vec<String>,
+}
+
+impl<R: Fn() -> Costs> Table<R> {
+    /// `read` takes the counts (say, a closure around [`Costs::read`]).
+    pub fn new(read: R) -> Self {
+        Self { read, rows: Vec::new() }
+    }
+
+    /// Runs `step` (the change and the wait for its outcome), waits until the counters settle
+    /// (3 s without a change, at most 30 s) and adds its row; returns what the scenario cost.
+    pub async fn measure(&mut self, scenario: &str, step: impl Future<Output = ()>) -> Costs {
+        let before = (self.read)();
+        step.await;
+        let costs = settled(&self.read, Duration::from_secs(3), Duration::from_secs(30)).await.since(&before);
+        self.rows.push(costs.row(scenario));
+        costs
+    }
+}
+
+impl<R> std::fmt::Display for Table<R> {
+    /// The Markdown table: [`Costs::header`] and a row per scenario.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}", Costs::header())?;
+        self.rows.iter().try_for_each(|row| write!(f, "\n{row}"))
+    }
+}
+
 /// Waits until the counters stop moving for `quiet` (background batches, requeues and events
 /// of the scenario done), at most `limit`; returns the counts then.
-pub async fn settled(read: impl Fn() -> Costs, quiet: Duration, limit: Duration) -> Costs {
+async fn settled(read: impl Fn() -> Costs, quiet: Duration, limit: Duration) -> Costs {
     let deadline = tokio::time::Instant::now() + limit;
     let mut last = read();
     let mut still_since = tokio::time::Instant::now();

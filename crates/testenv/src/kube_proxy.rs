@@ -190,6 +190,16 @@ impl KubeProxy {
         &self.kubeconfig
     }
 
+    /// A client of the calling test's runtime that reaches the API server through this proxy
+    /// (for the controller under test, while the test keeps its own direct client).
+    pub async fn client(&self) -> Result<kube::Client, Error> {
+        let kubeconfig = kube::config::Kubeconfig::read_from(&self.kubeconfig).map_err(|e| Error::Setup(e.to_string()))?;
+        let config = kube::Config::from_custom_kubeconfig(kubeconfig, &kube::config::KubeConfigOptions::default())
+            .await
+            .map_err(|e| Error::Setup(e.to_string()))?;
+        kube::Client::try_from(config).map_err(|e| Error::Setup(e.to_string()))
+    }
+
     pub fn address(&self) -> SocketAddr {
         self.address
     }

@@ -11,9 +11,10 @@
 //!   calls with real AWS errors, latency (before or after the call takes effect) or PENDING
 //!   changes.
 //! - [`kube_proxy`]: an HTTP proxy in front of kube-apiserver that cuts watches, answers 429,
-//!   5xx and 410, and records every write by field manager.
+//!   5xx and 410, and records every write by field manager; a client through it.
 //! - [`throttle`]: AWS's token buckets, which the fault proxy enforces on request.
-//! - [`costs`]: AWS calls, Kubernetes writes and reconciles a scenario costs, as a table row.
+//! - [`costs`]: AWS calls, Kubernetes writes and reconciles each scenario of a test costs, as a
+//!   table.
 //! - [`measure`]: memory and CPU of a process, for benchmarks.
 //! - [`promql`]: the series a registry exports and the selectors an alert or dashboard reads.
 //! - [`leaks`]: looks for account ids (or any secret) in statuses, events, logs and metrics.
@@ -23,7 +24,8 @@
 //!   tenant-only distribution, and the AWS layer's configuration for a controller under test.
 //! - [`commands`]: `kubectl` with stdin, and the workspace's `blockwork` binary.
 //! - [`operator`]: `blockwork run` as a child process: its servers on free ports, webhooks with
-//!   a certificate from a directory, waits for listening, ready and leading, its log, restarts.
+//!   a certificate from a directory, waits for listening, ready and leading, its log, `kill -9`
+//!   and restarts, named replicas.
 //!
 //! The binaries come from `scripts/install-test-tools`, found in `$BLOCKWORK_TOOLS_DIR`
 //! (default `~/.cache/blockwork-tools`).

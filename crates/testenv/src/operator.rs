@@ -2,7 +2,8 @@
 //! control plane with the emulators' test credentials, its health, metrics and webhook servers
 //! on free loopback ports, webhooks served with a self-signed certificate from a directory (as
 //! cert-manager writes one) unless the test asks for self-managed certificates. Its log (every
-//! incarnation: a port clash starts it again) is kept, and it dies with its owner.
+//! incarnation: a port clash or [`Operator::restart`] starts it again) is kept; it can be killed
+//! with SIGKILL, and it dies with its owner.
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -20,6 +21,11 @@ pub struct Operator {
     binary: PathBuf,
     kubeconfig: PathBuf,
     args: Vec<String>,
+    /// Environment of every incarnation, after (so over) [`AWS_CREDENTIALS`].
+    envs: Vec<(String, String)>,
+    /// Tells replicas apart: each incarnation's `HOSTNAME` (the leader-election identity's
+    /// prefix) is `<name>-<incarnation>`.
+    name: Option<String>,
     /// The webhook server's port (fixed across restarts: registrations name it).
     pub webhook: u16,
     /// The health probe server's port (`/readyz`, `/healthz`) of the current incarnation.
@@ -59,6 +65,8 @@ impl Operator {
             binary: binary.to_owned(),
             kubeconfig: kubeconfig.to_owned(),
             args: Vec::new(),
+            envs: Vec::new(),
+            name: None,
             webhook: free_port()?,
             health: 0,
             metrics: 0,
@@ -89,6 +97,19 @@ impl Operator {
         self
     }
 
+    /// An environment variable of every incarnation (it overrides [`AWS_CREDENTIALS`]).
+    pub fn env(mut self, name: &str, value: &str) -> Self {
+        self.envs.push((name.to_owned(), value.to_owned()));
+        self
+    }
+
+    /// Names the replica: its incarnations' `HOSTNAME` is `<name>-<incarnation>`, as a pod's
+    /// name would be, so logs and the Lease's holder tell replicas and restarts apart.
+    pub fn named(mut self, name: &str) -> Self {
+        self.name = Some(name.to_owned());
+        self
+    }
+
     /// `blockwork run` with the arguments given, the servers' addresses and (unless the
     /// arguments choose self-managed certificates) `--webhook-cert-dir` added.
     pub fn start(mut self) -> Result<Self, Error> {
@@ -96,8 +117,9 @@ impl Operator {
         Ok(self)
     }
 
-    /// A new incarnation (the first, or after the last exited), on new health and metrics ports.
-    fn restart(&mut self) -> Result<(), Error> {
+    /// A new incarnation (the first, or after [`Self::kill`] or an exit), on new health and
+    /// metrics ports.
+    pub fn restart(&mut self) -> Result<(), Error> {
         let (health, metrics) = (free_port()?, free_port()?);
         let mut args = vec!["run".to_owned()];
         args.extend(self.args.iter().cloned());
@@ -109,11 +131,25 @@ impl Operator {
         }
         let mut envs: Vec<(&str, String)> = vec![("KUBECONFIG", self.kubeconfig.to_string_lossy().into_owned())];
         envs.extend(AWS_CREDENTIALS.map(|(name, value)| (name, value.to_owned())));
-        let name = format!("blockwork-{}", self.starts);
+        envs.extend(self.envs.iter().map(|(name, value)| (name.as_str(), value.clone())));
+        let name = self.incarnation(self.starts);
+        if self.name.is_some() {
+            envs.push(("HOSTNAME", name.clone()));
+        }
         self.process = Some(Process::start(&name, &self.binary, &args, &envs, self.dir.path())?);
         (self.health, self.metrics) = (health, metrics);
         self.starts += 1;
         Ok(())
+    }
+
+    /// SIGKILL (`kill -9`, as a node dies), and waits until the process is gone.
+    pub fn kill(&mut self) {
+        self.process = None;
+    }
+
+    /// Incarnations started so far.
+    pub fn starts(&self) -> usize {
+        self.starts
     }
 
     pub fn pid(&self) -> Option<u32> {
@@ -153,9 +189,14 @@ impl Operator {
     /// The log of every incarnation, oldest first.
     pub fn logs(&self) -> String {
         (0..self.starts)
-            .map(|n| std::fs::read_to_string(self.dir.path().join(format!("blockwork-{n}.log"))).unwrap_or_default())
+            .map(|n| std::fs::read_to_string(self.dir.path().join(format!("{}.log", self.incarnation(n)))).unwrap_or_default())
             .collect::<Vec<_>>()
             .join("--- restarted ---\n")
+    }
+
+    /// The `n`th incarnation's name (its log file's, and its `HOSTNAME` when [`Self::named`]).
+    fn incarnation(&self, n: usize) -> String {
+        format!("{}-{n}", self.name.as_deref().unwrap_or("blockwork"))
     }
 
     /// Until the webhook server accepts connections.

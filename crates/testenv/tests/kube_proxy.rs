@@ -9,16 +9,13 @@ use blockwork_testenv::kube_proxy::{ApiFault, KubeProxy, Requests};
 use futures::{StreamExt as _, TryStreamExt as _};
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{Api, ObjectMeta, PostParams, WatchEvent, WatchParams};
-use kube::config::{KubeConfigOptions, Kubeconfig};
 
 /// A proxy, a client through it, and a namespace of the test's own.
 async fn through_proxy(prefix: &str) -> (KubeProxy, Api<ConfigMap>) {
     let plane = control_plane().await.unwrap();
     let proxy = KubeProxy::start(plane).await.unwrap();
     let namespace = plane.namespace(prefix).await.unwrap();
-    let kubeconfig = Kubeconfig::read_from(proxy.kubeconfig_path()).unwrap();
-    let config = kube::Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default()).await.unwrap();
-    let client = kube::Client::try_from(config).unwrap();
+    let client = proxy.client().await.unwrap();
     (proxy, Api::namespaced(client, &namespace))
 }
 
