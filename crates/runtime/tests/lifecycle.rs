@@ -206,11 +206,8 @@ async fn a_woken_object_is_reconciled_before_its_requeue() {
 #[tokio::test]
 async fn a_failing_watch_does_not_hold_back_the_wakes_of_a_runtime_controller() {
     let proxy = KubeProxy::start(control_plane().await.unwrap()).await.unwrap();
-    let kubeconfig = Kubeconfig::read_from(proxy.kubeconfig_path()).unwrap();
-    let config = kube::Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default()).await.unwrap();
-    let client = kube::Client::try_from(config).unwrap();
     // Succeeded is requeued after an hour: only the wake brings the drift to light.
-    let h = Harness::start_slow_through("watch-failing", &[ReconcileState::Succeeded], client).await;
+    let h = Harness::start_slow_through("watch-failing", &[ReconcileState::Succeeded], proxy.client().await.unwrap()).await;
     let created = h.create(widget("a", 3)).await;
     let ready = h.wait_for_state("a", ReconcileState::Succeeded).await;
 
