@@ -37,7 +37,7 @@ pub enum Command {
     /// One line per Blockwork object: state, Ready, time in that state, last error, next retry.
     Status(blockwork_inspect::commands::StatusArgs),
     /// Why is it stuck? The whole story of one object and what to do next.
-    Explain(blockwork_inspect::commands::ExplainArgs),
+    Explain(Box<blockwork_inspect::commands::ExplainArgs>),
     /// Reconcile an object now, clearing its backoff (annotates blockwork.dev/reconcile-requested-at).
     Retry(blockwork_inspect::commands::RetryArgs),
     /// Stop reconciling an object, deletion included (annotates blockwork.dev/paused=true).

@@ -112,6 +112,12 @@ pub struct CacheStatus {
     /// which.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_failover: Option<Failover>,
+    /// The failure the controller waits out, while it lasts: a refused spec or child object
+    /// (`Terminal`: retried when the spec changes), a missing referenced Secret (`NotFound`:
+    /// retried when it appears); `retryAt` is the latest the controller looks again. The API
+    /// server's passing trouble is retried within seconds and not recorded.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_error: Option<blockwork_runtime::status::LastError>,
 }
 
 /// A failover: Sentinel promoted a replica in place of the primary.

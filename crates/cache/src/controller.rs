@@ -31,7 +31,8 @@ use tracing::{info, warn};
 use blockwork_runtime::events::Publisher;
 use blockwork_runtime::labels::managed_by_selector;
 use blockwork_runtime::namespaces::api as child_api;
-use blockwork_runtime::status::{condition, set_condition};
+use blockwork_runtime::outcome::ErrorClass;
+use blockwork_runtime::status::{LastError, condition, set_condition};
 use blockwork_runtime::watches::on_its_own;
 
 use crate::api::{Cache, CacheStatus, GROUP, Phase};
@@ -196,6 +197,19 @@ struct Report {
     dropped_conditions: &'static [&'static str],
     /// A Warning event: reason and note.
     warning: Option<(String, String)>,
+    last_error: ErrorUpdate,
+}
+
+/// What the status's `lastError` becomes.
+#[derive(Default)]
+enum ErrorUpdate {
+    /// As it is (a held Cache is not reconciled, so nothing failed or succeeded).
+    #[default]
+    Keep,
+    /// Nothing stands in the way any more.
+    Clear,
+    /// The reconcile ended waiting on this: class, reason, message.
+    Failed(ErrorClass, &'static str, String),
 }
 
 /// What the status's primary and last failover become.
@@ -244,6 +258,7 @@ async fn apply(cache: &Cache, context: &Context) -> Result<Action, Error> {
                     condition(READY, false, "InvalidSpec", &message, generation),
                     condition(SYNCED, false, "InvalidSpec", &message, generation),
                 ],
+                last_error: ErrorUpdate::Failed(ErrorClass::Terminal, "InvalidSpec", message.clone()),
                 warning: Some(("InvalidSpec".into(), message)),
                 ..Report::default()
             };
@@ -267,6 +282,7 @@ async fn apply(cache: &Cache, context: &Context) -> Result<Action, Error> {
             let message = refused.to_string();
             let report = Report {
                 conditions: vec![condition(SYNCED, false, "ApplyFailed", &message, generation)],
+                last_error: ErrorUpdate::Failed(ErrorClass::Terminal, "ApplyFailed", message.clone()),
                 warning: Some(("ApplyFailed".into(), message)),
                 ..Report::default()
             };
@@ -300,6 +316,13 @@ async fn apply(cache: &Cache, context: &Context) -> Result<Action, Error> {
     } else {
         (PrimaryUpdate::Clear, &[sentinel::PRIMARY_KNOWN][..], RESYNC)
     };
+    let last_error = match &unresolved {
+        None => ErrorUpdate::Clear,
+        Some(unresolved @ refs::Unresolved::SecretNotFound(_)) => {
+            ErrorUpdate::Failed(ErrorClass::NotFound, unresolved.reason(), unresolved.to_string())
+        }
+        Some(unresolved) => ErrorUpdate::Failed(ErrorClass::Terminal, unresolved.reason(), unresolved.to_string()),
+    };
     let report = Report {
         phase: Some(phase),
         ready_replicas: Some(ready),
@@ -307,6 +330,7 @@ async fn apply(cache: &Cache, context: &Context) -> Result<Action, Error> {
         conditions,
         dropped_conditions,
         warning: unresolved.map(|unresolved| (unresolved.reason().to_owned(), unresolved.to_string())),
+        last_error,
     };
     write_status(cache, context, report).await?;
     Ok(Action::requeue(next))
@@ -444,7 +468,8 @@ where
 /// a Normal event on a phase change, and the report's warning.
 async fn write_status(cache: &Cache, context: &Context, report: Report) -> Result<(), Error> {
     let mut current = cache.status.clone().unwrap_or_default();
-    let mut next = next_status(cache, &current, &report);
+    let now = jiff::Timestamp::now();
+    let mut next = next_status(cache, &current, &report, now);
     if next != current {
         // The Cache as the watch delivered it can be older than the stored one: a relist after a
         // `410 Gone` is answered from the API server's watch cache, which may lag. Decide on the
@@ -457,7 +482,7 @@ async fn write_status(cache: &Cache, context: &Context, report: Report) -> Resul
             return Ok(());
         }
         current = stored.status.unwrap_or_default();
-        next = next_status(cache, &current, &report);
+        next = next_status(cache, &current, &report, now);
         if next != current {
             let patch = json!({"apiVersion": Cache::api_version(&()), "kind": "Cache", "status": next});
             api.patch_status(&cache.name_any(), &PatchParams::apply(FIELD_MANAGER).force(), &Patch::Apply(&patch)).await?;
@@ -474,8 +499,24 @@ async fn write_status(cache: &Cache, context: &Context, report: Report) -> Resul
     Ok(())
 }
 
+/// The `lastError` after a reconcile that ended waiting on `class`/`reason`. The same error
+/// keeps its record until its `retryAt` (the resync, the latest the controller looks again; a
+/// change of the spec or the Secret comes sooner): a Cache polled every few seconds for its
+/// Sentinel does not rewrite its status each time.
+fn next_last_error(previous: Option<&LastError>, class: ErrorClass, reason: &str, message: &str, now: jiff::Timestamp) -> LastError {
+    match previous {
+        Some(previous) if previous.class == class && previous.reason == reason && previous.retry_at.0 > now => {
+            LastError { message: message.to_owned(), ..previous.clone() }
+        }
+        _ => {
+            let resync = jiff::SignedDuration::try_from(RESYNC).unwrap_or(jiff::SignedDuration::from_secs(300));
+            LastError::after(previous, class, reason, message, now, now.saturating_add(resync).unwrap_or(now))
+        }
+    }
+}
+
 /// The status `report` makes of `current`.
-fn next_status(cache: &Cache, current: &CacheStatus, report: &Report) -> CacheStatus {
+fn next_status(cache: &Cache, current: &CacheStatus, report: &Report, now: jiff::Timestamp) -> CacheStatus {
     let (primary, last_failover) = match &report.primary {
         PrimaryUpdate::Keep => (current.primary.clone(), current.last_failover.clone()),
         PrimaryUpdate::Clear => (None, None),
@@ -497,6 +538,11 @@ fn next_status(cache: &Cache, current: &CacheStatus, report: &Report) -> CacheSt
             .get(blockwork_runtime::policy::RECONCILE_REQUESTED_ANNOTATION)
             .cloned()
             .or(current.last_handled_reconcile_at.clone()),
+        last_error: match &report.last_error {
+            ErrorUpdate::Keep => current.last_error.clone(),
+            ErrorUpdate::Clear => None,
+            ErrorUpdate::Failed(class, reason, message) => Some(next_last_error(current.last_error.as_ref(), *class, reason, message, now)),
+        },
     };
     next.conditions.retain(|condition| !report.dropped_conditions.contains(&condition.type_.as_str()));
     for condition in &report.conditions {
@@ -511,7 +557,33 @@ async fn publish(context: &Context, cache: &Cache, type_: EventType, reason: &st
 
 #[cfg(test)]
 mod tests {
-    use super::catch_panic;
+    use super::{ErrorClass, catch_panic, next_last_error};
+
+    fn at(second: i64) -> jiff::Timestamp {
+        jiff::Timestamp::from_second(second).unwrap_or(jiff::Timestamp::UNIX_EPOCH)
+    }
+
+    #[test]
+    fn a_new_error_is_retried_at_the_latest_on_the_resync() {
+        let error = next_last_error(None, ErrorClass::NotFound, "TLSSecretNotFound", "no c-tls", at(1_000));
+        assert_eq!((error.class, error.attempts, error.since.0, error.retry_at.0), (ErrorClass::NotFound, 1, at(1_000), at(1_300)));
+    }
+
+    #[test]
+    fn the_same_error_before_its_retry_time_keeps_its_record() {
+        let first = next_last_error(None, ErrorClass::NotFound, "TLSSecretNotFound", "no c-tls", at(1_000));
+        let polled = next_last_error(Some(&first), ErrorClass::NotFound, "TLSSecretNotFound", "no c-tls", at(1_005));
+        assert_eq!(polled, first, "a Sentinel poll 5 s later writes nothing");
+        let resynced = next_last_error(Some(&first), ErrorClass::NotFound, "TLSSecretNotFound", "no c-tls", at(1_300));
+        assert_eq!((resynced.attempts, resynced.since.0, resynced.retry_at.0), (2, at(1_000), at(1_600)));
+    }
+
+    #[test]
+    fn another_error_starts_its_own_record() {
+        let first = next_last_error(None, ErrorClass::NotFound, "TLSSecretNotFound", "no c-tls", at(1_000));
+        let next = next_last_error(Some(&first), ErrorClass::Terminal, "TLSSecretIncomplete", "no tls.key", at(1_010));
+        assert_eq!((next.class, next.attempts, next.since.0), (ErrorClass::Terminal, 1, at(1_010)));
+    }
 
     #[tokio::test]
     async fn a_panic_becomes_an_error_with_its_message() {

@@ -410,6 +410,42 @@ async fn explain_names_the_missing_tls_secret_the_cache_waits_for_and_its_object
 }
 
 #[tokio::test]
+async fn status_and_explain_show_the_class_and_the_next_retry_of_what_a_cache_waits_for() {
+    use blockwork_inspect::read::{self, KindArg};
+    use blockwork_inspect::render::{self, Explanation, Row};
+    let h = Harness::start("cache-last-error").await;
+    let mut c = cache("orders", Engine::Redis, "64Mi", 1);
+    c.spec.tls = Some(Tls { enabled: true, secret_name: Some("orders-tls".into()) });
+    let before = jiff::Timestamp::now();
+    h.caches().create(&PostParams::default(), &c).await.unwrap();
+    let error = h.eventually("status.lastError", async || h.caches().get("orders").await.unwrap().status?.last_error).await;
+    assert_eq!((format!("{:?}", error.class), error.reason.as_str()), ("NotFound".to_owned(), "TLSSecretNotFound"));
+    let wait = error.retry_at.0.duration_since(before).as_secs();
+    // The status keeps whole seconds.
+    assert!((299..=330).contains(&wait), "retried at the latest on the 5-minute resync: {wait} s");
+
+    let now = jiff::Timestamp::now();
+    let report = read::report(&h.client, &h.namespace, KindArg::Cache, "orders", &read::default_keys(), now).await.unwrap();
+    let table = render::table(&[Row::of(&report, now)], now);
+    eprintln!("{table}");
+    let row = table.lines().nth(1).unwrap_or_default();
+    assert!(row.contains("TLSSecretNotFound") && (row.contains(" in 4m") || row.contains(" in 5m")), "next retry in the table: {row}");
+    let text = render::explain(&Explanation::of(report, now), now);
+    eprintln!("{text}");
+    assert!(text.contains("  class     NotFound"), "{text}");
+    assert!(text.contains("  retry     in 4m") || text.contains("  retry     in 5m"), "{text}");
+
+    // The Secret appears: nothing waits any more, and the record goes.
+    let secret = k8s_openapi::api::core::v1::Secret {
+        metadata: kube::api::ObjectMeta { name: Some("orders-tls".into()), ..Default::default() },
+        data: Some(["tls.crt", "tls.key"].iter().map(|k| ((*k).to_owned(), ByteString(b"pem".to_vec()))).collect()),
+        ..Default::default()
+    };
+    h.api::<k8s_openapi::api::core::v1::Secret>().create(&PostParams::default(), &secret).await.unwrap();
+    h.eventually("no lastError", async || h.caches().get("orders").await.unwrap().status.filter(|s| s.last_error.is_none())).await;
+}
+
+#[tokio::test]
 async fn a_missing_tls_secret_is_a_condition_that_clears_when_the_secret_appears() {
     let h = Harness::start("cache-tls-secret").await;
     let mut c = cache("c", Engine::Redis, "64Mi", 1);

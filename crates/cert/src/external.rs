@@ -7,11 +7,14 @@
 //!   one of ours for the same names (adoption after the status was lost). It reads the
 //!   certificate **list-first**: from the process's certificate listing (one ListCertificates
 //!   call per sweep for up to 1,000 certificates), and with DescribeCertificate only for what
-//!   the listing lacks ([`decisions::description_needed`]). It lists the DNS validation records and
-//!   has them written with the zone's next Route 53 batch, in the background, while ACM waits
-//!   for them; maps ACM's status to Ready, in progress or a terminal failure; and once the
-//!   certificate is issued deletes the ones it replaced. A Ready certificate costs no AWS call:
-//!   the listing's sweeps wake the Cert when its certificate changes (`crate::wake`).
+//!   the listing lacks ([`decisions::description_needed`]). It lists the DNS validation records
+//!   and maps ACM's status to Ready, in progress or a terminal failure. A Ready certificate costs
+//!   no AWS call: the listing's sweeps wake the Cert when its certificate changes (`crate::wake`).
+//!   `verify` writes nothing: what it finds needed it returns as upkeep ([`CertUpkeep`]), which
+//!   the runtime gates by the access permissions and the plan and hands to `maintain`: the
+//!   validation records ACM waits for, written with the zone's next Route 53 batch in the
+//!   background; once the certificate is issued, the deletion of the ones it replaced; and as
+//!   the Cert is released, the removal of its published ConfigMap.
 //! - `create` requests the certificate with an idempotency token and owner tags, and describes
 //!   it once for its validation records.
 //! - `delete`, for a recreate (changed names), sets the old certificate aside (make before
@@ -19,7 +22,7 @@
 //!   `deleteOnRemoval` — only ones whose owner tag names the Cert, never one in use — and then
 //!   only the validation records this operator created (one Route 53 batch per zone).
 //! - `on_success` publishes the ARN in the ConfigMap `<name>-certificate` ([`crate::publish`]),
-//!   which `verify` and `delete` remove when the Cert goes.
+//!   which `maintain` (as the Cert is released) and `delete` remove when the Cert goes.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -30,7 +33,8 @@ use blockwork_aws::route53::{Deletion, Record, Records, Written, Zone};
 use blockwork_aws::{AwsError, ErrorClass};
 
 use blockwork_runtime::{
-    DeleteOutcome, ExternalError, ExternalResource, MutateOutcome, Phase, Report, Request, RequeuePolicy, Timing, VerifyOutcome,
+    DeleteOutcome, ExternalError, ExternalResource, MutateOutcome, Observed, Phase, Purpose, Report, Request, RequeuePolicy, Timing,
+    Upkeep, VerifyOutcome,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use kube::{Client, ResourceExt};
@@ -221,35 +225,33 @@ impl CertManager {
         Ok(owned)
     }
 
-    /// Has the validation records an earlier look listed as ours and pending written (with the
-    /// zone's next Route 53 batch, in the background: the Cert is woken when they are), then
-    /// lists those ACM asks for that are not listed yet (`described`: the certificate's
-    /// description, when this look read one), each with whether it is ours (it did not exist
-    /// with this value). Listed now, ours are written after the status records them: which
-    /// records are ours is in the status before any is written, so a status write lost after a
-    /// write never makes ours look like someone else's (and never deleted). True when every
-    /// record ACM asks for is written.
-    async fn ensure_records(
+    /// Where the validation records stand: those an earlier look listed as ours and pending
+    /// that are written now stop being pending; those not written (nor queued) yet are returned,
+    /// by zone, for the zone's next Route 53 batch (the upkeep [`CertUpkeep::WriteRecords`]: in the
+    /// background, the Cert is woken when they are); then the records ACM asks for that are not
+    /// listed yet are listed (`described`: the certificate's description, when this look read
+    /// one), each with whether it is ours (it did not exist with this value). Listed now, ours are
+    /// written at a later look, after the status records them: which records are ours is in the
+    /// status before any is written, so a status write lost after a write never makes ours look
+    /// like someone else's (and never deleted). `complete`: every record ACM asks for is written.
+    async fn record_progress(
         &self,
         described: Option<&Certificate>,
         desired: &Desired,
         observation: &mut CertObservation,
-    ) -> Result<bool, ExternalError> {
-        let mut to_write: BTreeMap<String, Vec<Record>> = BTreeMap::new();
+    ) -> Result<RecordProgress, ExternalError> {
+        let mut unwritten: BTreeMap<String, Vec<Record>> = BTreeMap::new();
         let mut failure = None;
         for record in observation.validation_records.iter_mut().filter(|r| r.pending) {
             match self.records.written(&record.zone_id, &record.name) {
                 Some(Written::Done(_)) => record.pending = false,
                 Some(Written::Queued) => {}
                 Some(Written::Failed(error)) => {
-                    to_write.entry(record.zone_id.clone()).or_default().push(cname(record));
+                    unwritten.entry(record.zone_id.clone()).or_default().push(cname(record));
                     failure.get_or_insert(error);
                 }
-                None => to_write.entry(record.zone_id.clone()).or_default().push(cname(record)),
+                None => unwritten.entry(record.zone_id.clone()).or_default().push(cname(record)),
             }
-        }
-        for (zone_id, records) in to_write {
-            self.records.upsert_in_background(crate::CONTROLLER, &Zone::new(&zone_id, None), records);
         }
         if let Some(error) = failure.filter(|e| e.class == ErrorClass::Terminal) {
             return Err(ExternalError::from(&error));
@@ -258,7 +260,9 @@ impl CertManager {
             Some(certificate) => self.list_records(certificate, desired, observation).await?,
             None => decisions::records_known(desired, &observation.validation_records),
         };
-        Ok(complete && observation.validation_records.iter().all(|r| !r.pending))
+        let complete = complete && observation.validation_records.iter().all(|r| !r.pending);
+        let write = (!unwritten.is_empty()).then_some(Upkeep { purpose: Purpose::FinishCreate, work: CertUpkeep::WriteRecords(unwritten) });
+        Ok(RecordProgress { complete, write })
     }
 
     /// Adds the records ACM asks for that the status does not list yet, as pending and owned
@@ -300,14 +304,20 @@ impl CertManager {
         Ok(plan.complete)
     }
 
-    async fn observe(&self, request: &Request<'_, Cert>, observation: &mut CertObservation) -> Result<VerifyOutcome, ExternalError> {
+    async fn observe(&self, request: &Request<'_, Cert>, observation: &mut CertObservation) -> Result<Observed<CertUpkeep>, ExternalError> {
         let object = request.object;
         if request.phase == Phase::Deleting {
-            if !object.spec.delete_on_removal {
+            let outcome = match object.spec.delete_on_removal {
                 // The certificates (and their records) stay whatever AWS says: nothing to look up.
-                return Ok(VerifyOutcome::Missing);
-            }
-            return self.observe_held(request, observation).await.map_err(|e| ExternalError::from(&e));
+                false => VerifyOutcome::Missing,
+                true => self.observe_held(request, observation).await.map_err(|e| ExternalError::from(&e))?,
+            };
+            // Nothing left to delete in AWS: the runtime releases the object next, and with it
+            // the published ConfigMap goes (the owner reference covers clusters with a garbage
+            // collector, and Certs orphaned by their deletion policy).
+            let unpublish =
+                (outcome == VerifyOutcome::Missing).then_some(Upkeep { purpose: Purpose::Release, work: CertUpkeep::Unpublish });
+            return Ok(Observed::from(outcome).with_upkeep(unpublish));
         }
         let desired = self.desired(object, observation)?;
         let Some(found) = self.find(request, &desired, observation).await.map_err(|e| ExternalError::from(&e))? else {
@@ -315,7 +325,7 @@ impl CertManager {
             observation.cert_ready = false;
             observation.expiration_date = None;
             observation.state = Some(CertState::Pending);
-            return Ok(VerifyOutcome::Missing);
+            return Ok(VerifyOutcome::Missing.into());
         };
         let certificate = found.certificate;
         observation.certificate_arn = Some(certificate.arn.clone());
@@ -326,7 +336,7 @@ impl CertManager {
             false => decisions::primary_differs(&certificate.domain, &desired),
         };
         if let Some(difference) = difference {
-            return Ok(VerifyOutcome::RecreateRequired(difference));
+            return Ok(VerifyOutcome::RecreateRequired(difference).into());
         }
         let described = found.described.then_some(&certificate);
         observation.expiration_date = certificate.not_after.map(Time);
@@ -335,6 +345,7 @@ impl CertManager {
             Assessment::Ready => {
                 observation.state = Some(CertState::Ready);
                 observation.cert_ready = true;
+                let mut upkeep = Vec::new();
                 // A renewal needs the same records: put back any we have not written. So does a
                 // certificate issued before the background write of the records an earlier look
                 // listed (ACM reuses an account's validation record for the same name, and an
@@ -342,7 +353,7 @@ impl CertManager {
                 let renewing = certificate.renewal_status.as_deref() == Some("PENDING_VALIDATION");
                 let unwritten = observation.validation_records.iter().any(|r| r.pending);
                 if (renewing || unwritten) && request.policies.access.create {
-                    self.ensure_records(described.filter(|_| renewing), &desired, observation).await?;
+                    upkeep.extend(self.record_progress(described.filter(|_| renewing), &desired, observation).await?.write);
                 }
                 if let Some(message) = decisions::renewal_message(certificate.renewal_status.as_deref()) {
                     warn!(cert = %object.name_any(), namespace = ?object.namespace(), "{message}");
@@ -354,11 +365,13 @@ impl CertManager {
                         None => self.acm.describe_recent(&certificate.arn).await,
                     };
                     match current {
-                        Ok(current) => self.settle_previous(request, &current, observation).await,
+                        Ok(current) => {
+                            upkeep.push(Upkeep { purpose: Purpose::FinishRecreate, work: CertUpkeep::SettlePrevious(Box::new(current)) })
+                        }
                         Err(error) => warn!(cert = %object.name_any(), %error, "the replaced certificates are settled at the next look"),
                     }
                 }
-                Ok(VerifyOutcome::Ready)
+                Ok(Observed::from(VerifyOutcome::Ready).with_upkeep(upkeep))
             }
             Assessment::Validating => {
                 observation.cert_ready = false;
@@ -369,18 +382,18 @@ impl CertManager {
                     // Read-only objects observe; the records are part of creating.
                     return Ok(VerifyOutcome::InProgress(
                         "waiting for ACM to validate; access-permissions do not allow writing the validation records".to_owned(),
-                    ));
+                    )
+                    .into());
                 }
                 self.acm.await_issue(&certificate.arn);
-                if self.ensure_records(described, &desired, observation).await? {
+                let progress = self.record_progress(described, &desired, observation).await?;
+                let outcome = if progress.complete {
                     observation.state = Some(CertState::Validated);
-                    Ok(VerifyOutcome::InProgress(format!(
-                        "the validation records are in place; waiting for ACM to issue {}",
-                        desired.domain
-                    )))
+                    VerifyOutcome::InProgress(format!("the validation records are in place; waiting for ACM to issue {}", desired.domain))
                 } else {
-                    Ok(VerifyOutcome::InProgress("writing the validation records ACM asks for".to_owned()))
-                }
+                    VerifyOutcome::InProgress("writing the validation records ACM asks for".to_owned())
+                };
+                Ok(Observed::from(outcome).with_upkeep(progress.write))
             }
             Assessment::Failed { reason, message } => {
                 observation.cert_ready = false;
@@ -599,6 +612,29 @@ impl CertManager {
     }
 }
 
+/// The writes a look finds needed, which `verify` returns for the runtime to allow or hold
+/// (`blockwork_runtime::machine::upkeep_runs`) and `maintain` does.
+#[derive(Debug)]
+pub enum CertUpkeep {
+    /// Validation records listed as ours and not written yet, by hosted zone: finishing the
+    /// create (ACM waits for them, at issuance and at each renewal), so every drift policy
+    /// allows them, and only the create permission does.
+    WriteRecords(BTreeMap<String, Vec<Record>>),
+    /// The current certificate is issued: delete the ones it replaced (deleteOnRemoval), with
+    /// the validation records only they used ([`CertManager::settle_previous`]).
+    SettlePrevious(Box<Certificate>),
+    /// The Cert is released: its published ConfigMap goes ([`crate::publish`]).
+    Unpublish,
+}
+
+/// What [`CertManager::record_progress`] found.
+struct RecordProgress {
+    /// Every record ACM asks for is written.
+    complete: bool,
+    /// Ours that are still to be written.
+    write: Option<Upkeep<CertUpkeep>>,
+}
+
 /// A certificate as one look found it: described, or only listed.
 struct Found {
     certificate: Certificate,
@@ -657,27 +693,44 @@ fn settle_state(observation: &mut CertObservation, error: &ExternalError) {
 impl ExternalResource for CertManager {
     type Object = Cert;
     type Observation = CertObservation;
+    type Upkeep = CertUpkeep;
 
-    async fn verify(&self, request: &Request<'_, Cert>, observation: &mut CertObservation) -> VerifyOutcome {
-        let deleting = request.phase == Phase::Deleting;
+    async fn verify(&self, request: &Request<'_, Cert>, observation: &mut CertObservation) -> Observed<CertUpkeep> {
         let observed = match self.observe(request, observation).await {
-            // Nothing left to delete in AWS: the runtime releases the object next, so the
-            // published ConfigMap goes now (the owner reference covers clusters with a garbage
-            // collector, and Certs orphaned by their deletion policy).
-            Ok(VerifyOutcome::Missing) if deleting => {
-                crate::publish::unpublish(&self.client, request.object).await.map(|()| VerifyOutcome::Missing)
-            }
-            other => other,
-        };
-        let outcome = match observed {
-            Ok(outcome) => outcome,
+            Ok(observed) => observed,
             Err(error) => {
                 settle_state(observation, &error);
-                VerifyOutcome::Error(error)
+                VerifyOutcome::Error(error).into()
             }
         };
         self.report(request, observation);
-        outcome
+        observed
+    }
+
+    /// Writes the validation records (in the zone's next background batch), settles the
+    /// certificates a recreate replaced, or removes the published ConfigMap, as the runtime
+    /// allows (see [`CertUpkeep`]).
+    async fn maintain(
+        &self,
+        request: &Request<'_, Cert>,
+        observation: &mut CertObservation,
+        work: CertUpkeep,
+    ) -> Result<(), ExternalError> {
+        match work {
+            CertUpkeep::WriteRecords(by_zone) => {
+                for (zone_id, records) in by_zone {
+                    self.records.upsert_in_background(crate::CONTROLLER, &Zone::new(&zone_id, None), records);
+                }
+                Ok(())
+            }
+            CertUpkeep::SettlePrevious(current) => {
+                self.settle_previous(request, &current, observation).await;
+                Ok(())
+            }
+            CertUpkeep::Unpublish => {
+                crate::publish::unpublish(&self.client, request.object).await.inspect_err(|error| settle_state(observation, error))
+            }
+        }
     }
 
     async fn create(&self, request: &Request<'_, Cert>, observation: &mut CertObservation) -> MutateOutcome {

@@ -1,7 +1,7 @@
 //! `blockwork check`'s AWS probes: the credentials, and each read call the enabled controllers
 //! make, against what they are configured with (the Cert's `--dns-zones`) or asked for (the
 //! distributions and hosted zones DistributionTenants name). Read calls only: the write
-//! permissions cannot be exercised without writing, and are named for the user to compare.
+//! permissions are proven by IAM's policy simulator instead ([`crate::permissions`]).
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
@@ -12,9 +12,23 @@ use kube::api::ListParams;
 use kube::{Api, Client};
 
 use crate::check::{CheckArgs, Finding, Verdict};
+use crate::permissions::{self, Targets};
 
 const CERT_POLICY: &str = "docs/iam/cert-operator-policy.json";
 const TENANT_POLICY: &str = "docs/iam/cloudfront-tenant-operator-policy.json";
+/// The Cert controller's policy file: where it is, and what it says.
+pub const CERT: (&str, &str) = (CERT_POLICY, include_str!("../../../docs/iam/cert-operator-policy.json"));
+/// The DistributionTenant controller's policy file.
+pub const TENANT: (&str, &str) = (TENANT_POLICY, blockwork_tenant::IAM_POLICY);
+
+/// Condition values every Route 53 record write of the controllers carries: CNAMEs, upserted
+/// or deleted.
+fn record_writes() -> Vec<(String, Vec<String>)> {
+    vec![
+        ("route53:ChangeResourceRecordSetsRecordTypes".to_owned(), vec!["CNAME".to_owned()]),
+        ("route53:ChangeResourceRecordSetsActions".to_owned(), vec!["UPSERT".to_owned(), "DELETE".to_owned()]),
+    ]
+}
 
 /// The findings of one controller's AWS access.
 pub async fn findings(controller: &str, args: &CheckArgs, client: &Client) -> Vec<Finding> {
@@ -23,8 +37,11 @@ pub async fn findings(controller: &str, args: &CheckArgs, client: &Client) -> Ve
     }
     // The process's AWS layer, as `blockwork run` builds it from the same flags: the same
     // clients, endpoints and region (its metrics go nowhere).
-    let aws = match args.aws.config() {
-        Ok((config, _deprecations)) => Aws::new(config, Arc::new(AwsMetrics::register(&mut Default::default(), &[]))),
+    let (aws, iam) = match args.aws.config() {
+        Ok((config, _deprecations)) => {
+            let iam = permissions::client(&config).await;
+            (Aws::new(config, Arc::new(AwsMetrics::register(&mut Default::default(), &[]))), iam)
+        }
         Err(error) => {
             return vec![Finding {
                 check: format!("{controller}: AWS configuration"),
@@ -35,8 +52,8 @@ pub async fn findings(controller: &str, args: &CheckArgs, client: &Client) -> Ve
         }
     };
     match controller {
-        "cert" => cert(args, &aws).await,
-        _ => tenant(&aws, client).await,
+        "cert" => cert(args, &aws, &iam).await,
+        _ => tenant(args, &aws, &iam, client).await,
     }
 }
 
@@ -83,16 +100,12 @@ impl ActionName for AwsError {
     }
 }
 
-async fn identity(aws: &Aws, controller: &str, check: &str) -> Finding {
+/// The credentials' finding, and the caller's ARN when they are usable.
+async fn identity(aws: &Aws, controller: &str, check: &str) -> (Finding, Option<String>) {
     const OP: &str = "GetCallerIdentity";
-    let result = aws
-        .sts(controller)
-        .await
-        .get_caller_identity()
-        .send()
-        .await
-        .map(|out| format!("usable, as {}", mask_accounts(out.arn().unwrap_or("an unnamed identity"))))
-        .map_err(|e| classify_sdk_error(OP, &e));
+    let answer = aws.sts(controller).await.get_caller_identity().send().await.map_err(|e| classify_sdk_error(OP, &e));
+    let caller = answer.as_ref().ok().and_then(|out| out.arn()).map(str::to_owned);
+    let result = answer.map(|out| format!("usable, as {}", mask_accounts(out.arn().unwrap_or("an unnamed identity"))));
     let unreachable = matches!(&result, Err(error) if error.class == ErrorClass::Retryable);
     let mut finding = call_finding(check.to_owned(), result, "any");
     if finding.verdict == Verdict::Fail && !unreachable {
@@ -100,11 +113,58 @@ async fn identity(aws: &Aws, controller: &str, check: &str) -> Finding {
             "give the operator AWS credentials: IRSA or EKS Pod Identity in a cluster, AWS_* variables or a profile elsewhere".to_owned(),
         );
     }
-    finding
+    (finding, caller)
+}
+
+/// What the Cert controller's requests act on: its configured zones, its certificates' tag, its
+/// CNAME writes.
+pub fn cert_targets(zones: &[(String, String)]) -> Targets {
+    let mut context = record_writes();
+    context.push((format!("aws:ResourceTag/{}", blockwork_cert::decisions::TAG_MANAGED_BY), vec!["blockwork-cert".to_owned()]));
+    Targets { zones: zones.iter().map(|(id, name)| (id.clone(), Some(name.clone()))).collect(), context, ..Targets::default() }
+}
+
+/// What the DistributionTenant controller's requests act on: the hosted zones and DNS roles the
+/// tenants name, its CNAME writes.
+pub fn tenant_targets(zones: &[String], roles: &[String]) -> Targets {
+    Targets {
+        zones: zones.iter().map(|zone| (zone.clone(), None)).collect(),
+        roles: roles.to_vec(),
+        context: record_writes(),
+        ..Targets::default()
+    }
+}
+
+/// The IAM permissions of `principal` (`--iam-principal`), or of the caller's own, simulated.
+pub async fn permissions_finding(
+    controller: &str,
+    principal: Option<&str>,
+    iam: &aws_sdk_iam::Client,
+    caller: Option<&str>,
+    policy: (&str, &str),
+    mut targets: Targets,
+) -> Finding {
+    let (path, document) = policy;
+    let check = format!("{controller}: IAM permissions");
+    let Some(principal) = principal.map(str::to_owned).or_else(|| caller.and_then(permissions::principal)) else {
+        return Finding {
+            check,
+            verdict: Verdict::Skip,
+            detail: format!(
+                "cannot verify: the caller ({}) is not an IAM user or role the policy simulator can name",
+                mask_accounts(caller.unwrap_or("unknown"))
+            ),
+            fix: Some(format!("name the operator's role with --iam-principal ARN, or compare its policy with {path}")),
+        };
+    };
+    targets.account = principal.split(':').nth(4).unwrap_or_default().to_owned();
+    let (simulations, left_out) = permissions::simulations(document, &targets);
+    let answer = permissions::simulate(iam, &principal, &simulations).await;
+    permissions::finding(controller, path, &principal, answer, &left_out)
 }
 
 /// The Cert controller: configured zones, credentials, ACM and Route53 reads.
-async fn cert(args: &CheckArgs, aws: &Aws) -> Vec<Finding> {
+async fn cert(args: &CheckArgs, aws: &Aws, iam: &aws_sdk_iam::Client) -> Vec<Finding> {
     let config = match blockwork_cert::CertConfig::from_args(&args.cert) {
         Ok(config) => config,
         Err(error) => {
@@ -116,7 +176,8 @@ async fn cert(args: &CheckArgs, aws: &Aws) -> Vec<Finding> {
             }];
         }
     };
-    let mut findings = vec![identity(aws, "cert", "cert: AWS credentials").await];
+    let (credentials, caller) = identity(aws, "cert", "cert: AWS credentials").await;
+    let mut findings = vec![credentials];
     if findings[0].verdict == Verdict::Fail {
         return findings;
     }
@@ -138,11 +199,9 @@ async fn cert(args: &CheckArgs, aws: &Aws) -> Vec<Finding> {
         }
         Err(error) => findings.push(call_finding("cert: Route 53".into(), Err(error), CERT_POLICY)),
     }
-    findings.push(writes_not_exercised(
-        "cert",
-        "acm:RequestCertificate, acm:AddTagsToCertificate, acm:DeleteCertificate, route53:ChangeResourceRecordSets",
-        CERT_POLICY,
-    ));
+    let zones: Vec<(String, String)> = config.zones.zones().iter().map(|zone| (zone.id.clone(), zone.name.clone())).collect();
+    let principal = args.iam_principal.as_deref();
+    findings.push(permissions_finding("cert", principal, iam, caller.as_deref(), CERT, cert_targets(&zones)).await);
     findings
 }
 
@@ -176,19 +235,11 @@ async fn zone_finding(route53: &aws_sdk_route53::Client, id: &str, name: Option<
     }
 }
 
-fn writes_not_exercised(controller: &str, actions: &str, policy: &str) -> Finding {
-    Finding {
-        check: format!("{controller}: write permissions"),
-        verdict: Verdict::Skip,
-        detail: format!("not exercised: {actions} have no dry run in AWS, and check never writes"),
-        fix: Some(format!("compare the identity's policy with {policy}")),
-    }
-}
-
 /// The DistributionTenant controller: credentials, CloudFront reads, and the distributions and
 /// hosted zones the tenants in the cluster name.
-async fn tenant(aws: &Aws, client: &Client) -> Vec<Finding> {
-    let mut findings = vec![identity(aws, "tenant", "tenant: AWS credentials").await];
+async fn tenant(args: &CheckArgs, aws: &Aws, iam: &aws_sdk_iam::Client, client: &Client) -> Vec<Finding> {
+    let (credentials, caller) = identity(aws, "tenant", "tenant: AWS credentials").await;
+    let mut findings = vec![credentials];
     if findings[0].verdict == Verdict::Fail {
         return findings;
     }
@@ -230,14 +281,13 @@ async fn tenant(aws: &Aws, client: &Client) -> Vec<Finding> {
         .filter(|d| d.assume_role_arn.is_none())
         .map(|d| d.hosted_zone_id.as_str())
         .collect();
-    for zone in zones {
+    for zone in &zones {
         findings.push(zone_finding(&route53, zone, None, "tenant", TENANT_POLICY).await);
     }
-    findings.push(writes_not_exercised(
-        "tenant",
-        "cloudfront:CreateDistributionTenant, cloudfront:UpdateDistributionTenant, cloudfront:DeleteDistributionTenant, route53:ChangeResourceRecordSets",
-        TENANT_POLICY,
-    ));
+    let roles: BTreeSet<&str> = tenants.iter().filter_map(|t| t.spec.dns.as_ref()).filter_map(|d| d.assume_role_arn.as_deref()).collect();
+    let zones: Vec<String> = zones.into_iter().map(str::to_owned).collect();
+    let targets = tenant_targets(&zones, &roles.into_iter().map(str::to_owned).collect::<Vec<_>>());
+    findings.push(permissions_finding("tenant", args.iam_principal.as_deref(), iam, caller.as_deref(), TENANT, targets).await);
     findings
 }
 

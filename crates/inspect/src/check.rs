@@ -28,6 +28,10 @@ pub struct CheckArgs {
     /// Name of the leader-election Lease.
     #[arg(long, env = "BLOCKWORK_LEADER_ELECTION_ID", default_value = "blockwork-leader", value_name = "NAME")]
     pub leader_election_id: String,
+    /// The IAM user or role whose permissions to simulate, e.g. the operator's IRSA role
+    /// [default: the caller's own]. Simulating needs iam:SimulatePrincipalPolicy on it.
+    #[arg(long, env = "BLOCKWORK_CHECK_IAM_PRINCIPAL", value_name = "ARN")]
+    pub iam_principal: Option<String>,
     #[arg(short = 'o', long, value_enum, default_value_t = Output::Text)]
     pub output: Output,
     #[command(flatten)]

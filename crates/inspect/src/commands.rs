@@ -105,6 +105,10 @@ pub struct ExplainArgs {
     pub kube: KubeArgs,
     #[command(flatten)]
     pub rotator: RotatorPrefix,
+    /// For a Cert waiting for ACM, its validation records are read from Route 53 (read-only),
+    /// with the AWS configuration `blockwork run` takes.
+    #[command(flatten, next_help_heading = "AWS, as `blockwork run` takes it")]
+    pub aws: blockwork_aws::AwsArgs,
 }
 
 #[derive(Clone, Debug, Args)]
@@ -182,7 +186,11 @@ pub async fn explain(args: &ExplainArgs) -> anyhow::Result<String> {
     let (kind, name) = target(&args.target)?;
     let (client, namespace) = args.kube.connect().await?;
     let now = Timestamp::now();
-    let report = read::report(&client, &namespace, kind, &name, &args.rotator.keys()?, now).await?;
+    let mut report = read::report(&client, &namespace, kind, &name, &args.rotator.keys()?, now).await?;
+    if kind == KindArg::Cert {
+        let records = read::records_now(&client, &namespace, &name, &args.aws).await?;
+        report.notes.extend(crate::kinds::records_now_note(&records));
+    }
     let explanation = Explanation::of(report, now);
     Ok(match args.output {
         Output::Json => serde_json::to_string_pretty(&explanation)? + "\n",

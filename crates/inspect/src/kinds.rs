@@ -154,6 +154,70 @@ fn cert_notes(cert: &Cert, now: Timestamp) -> Vec<String> {
     notes
 }
 
+/// A validation record a Cert has written, as Route 53 answers for it at explain time.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RecordNow {
+    pub zone_id: String,
+    pub name: String,
+    /// The value ACM asked for.
+    pub want: String,
+    /// The CNAME's value in the zone now (`None`: no CNAME of that name); the error when Route 53
+    /// could not be read.
+    pub found: Result<Option<String>, String>,
+}
+
+impl RecordNow {
+    pub fn of(record: &blockwork_cert::ValidationRecordStatus, found: Result<Option<String>, String>) -> Self {
+        Self { zone_id: record.zone_id.clone(), name: record.name.clone(), want: record.value.clone(), found }
+    }
+}
+
+/// What `explain` says of the validation records as Route 53 has them now: present with ACM's
+/// value, missing, or with another value — never more than was read (the Cert records no
+/// Route 53 change id, so whether the change is INSYNC everywhere is not known; Route 53 usually
+/// takes under a minute).
+pub fn records_now_note(records: &[RecordNow]) -> Option<String> {
+    if records.is_empty() {
+        return None;
+    }
+    let said: Vec<String> = records
+        .iter()
+        .map(|record| match &record.found {
+            Ok(Some(value)) if same_name(value, &record.want) => {
+                format!("the CNAME {} is in zone {} with the value ACM asked for", record.name, record.zone_id)
+            }
+            Ok(Some(value)) => format!(
+                "the CNAME {} is in zone {} with the value {value}, not ACM's {}: someone else's record stands in the way (change it, or delete it and let the controller write it)",
+                record.name, record.zone_id, record.want
+            ),
+            Ok(None) => format!(
+                "the CNAME {} is NOT in zone {}: the controller writes it on its next look; if it stays missing, read the Cert's events and the operator's log for its Route 53 writes",
+                record.name, record.zone_id
+            ),
+            Err(error) => format!("the CNAME {} in zone {} could not be read: {error}", record.name, record.zone_id),
+        })
+        .collect();
+    Some(format!(
+        "Route 53 now (read by explain): {}. Route 53 usually has a written record INSYNC within a minute; the Cert records no change id, so that is not checked.",
+        said.join("; ")
+    ))
+}
+
+fn same_name(a: &str, b: &str) -> bool {
+    a.trim_end_matches('.').eq_ignore_ascii_case(b.trim_end_matches('.'))
+}
+
+/// The written validation records of a Cert waiting for ACM (none for any other Cert).
+pub fn records_to_read(cert: &Cert) -> Vec<&blockwork_cert::ValidationRecordStatus> {
+    let Some(status) = cert.status.as_ref() else { return Vec::new() };
+    let observation = &status.observation;
+    let validating = matches!(observation.state, Some(CertState::Created | CertState::Validated)) && !observation.cert_ready;
+    if !validating {
+        return Vec::new();
+    }
+    observation.validation_records.iter().filter(|r| !r.pending).collect()
+}
+
 /// The ConfigMap a Cert publishes its certificate's ARN in (`blockwork_cert::publish`), as read
 /// (`None`: it does not exist), against what the Cert would publish now.
 pub fn published(cert: &Cert, configmap: Option<&ConfigMap>) -> Option<Owned> {
@@ -333,15 +397,17 @@ pub fn cache(cache: &Cache, events: &[Event], objects: &CacheObjects, now: Times
     report.state_since = report.condition("Ready").map(|c| c.since);
     report.behind = report::behind(cache.metadata.generation, status.observed_generation);
     report.message = report.condition("Ready").map(|c| c.message.clone()).filter(|m| !m.is_empty());
-    // The Cache controller records no error class or retry time: the latest failing condition is
-    // the error, retried every 10 s (API errors) or on the 5-minute resync.
-    report.last_error = report.conditions.iter().find(|c| !c.is_true() && c.type_ != "Ready").map(|c| ErrorView {
-        reason: c.reason.clone(),
-        message: c.message.clone(),
-        class: None,
-        since: Some(c.since),
-        attempts: None,
-        retry_at: None,
+    // What the controller waits out (`status.lastError`: class and the latest retry); else a
+    // failing condition it records no retry for (PrimaryKnown, a pause).
+    report.last_error = status.last_error.as_ref().map(ErrorView::from_last_error).or_else(|| {
+        report.conditions.iter().find(|c| !c.is_true() && c.type_ != "Ready").map(|c| ErrorView {
+            reason: c.reason.clone(),
+            message: c.message.clone(),
+            class: None,
+            since: Some(c.since),
+            attempts: None,
+            retry_at: None,
+        })
     });
     let paused = cache.annotations().get(blockwork_runtime::policy::PAUSED_ANNOTATION);
     report.policies.push(match paused {

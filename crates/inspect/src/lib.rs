@@ -14,6 +14,7 @@ pub mod check;
 pub mod commands;
 pub mod diagnose;
 pub mod kinds;
+pub mod permissions;
 pub mod read;
 pub mod render;
 pub mod report;

@@ -275,6 +275,49 @@ pub async fn report(client: &Client, namespace: &str, kind: KindArg, name: &str,
     }
 }
 
+/// Route 53's answer now for the validation records a Cert waiting for ACM has written: one
+/// listing of each zone (`route53:ListResourceRecordSets`, read-only) through the AWS layer
+/// `blockwork run` builds from the same flags. Nothing for a Cert that waits for no record.
+pub async fn records_now(
+    client: &Client,
+    namespace: &str,
+    name: &str,
+    aws: &blockwork_aws::AwsArgs,
+) -> anyhow::Result<Vec<kinds::RecordNow>> {
+    let Some(cert) = get::<Cert>(client, namespace, name).await? else { return Ok(Vec::new()) };
+    if kinds::records_to_read(&cert).is_empty() {
+        return Ok(Vec::new());
+    }
+    let (config, _deprecations) = aws.config().map_err(|e| anyhow::anyhow!("{e}"))?;
+    let layer = blockwork_aws::Aws::new(config, std::sync::Arc::new(blockwork_aws::AwsMetrics::register(&mut Default::default(), &[])));
+    // A reader without AWS access waits no longer than this for what is a hint.
+    const READ_FOR: std::time::Duration = std::time::Duration::from_secs(10);
+    match tokio::time::timeout(READ_FOR, records_in_route53(&layer, &cert)).await {
+        Ok(records) => Ok(records),
+        Err(_) => {
+            let silent = format!("no answer from Route 53 within {}s (check the AWS credentials and --aws-* flags)", READ_FOR.as_secs());
+            Ok(kinds::records_to_read(&cert).into_iter().map(|record| kinds::RecordNow::of(record, Err(silent.clone()))).collect())
+        }
+    }
+}
+
+/// [`records_now`] through a given AWS layer.
+pub async fn records_in_route53(layer: &std::sync::Arc<blockwork_aws::Aws>, cert: &Cert) -> Vec<kinds::RecordNow> {
+    let records = kinds::records_to_read(cert);
+    let mut now = Vec::new();
+    for record in records {
+        let zone = blockwork_aws::route53::Zone::new(&record.zone_id, None);
+        let found = layer
+            .records()
+            .lookup(blockwork_cert::CONTROLLER, &zone, std::slice::from_ref(&record.name))
+            .await
+            .map(|found| found.into_iter().flatten().next().map(|r| r.value))
+            .map_err(|e| blockwork_aws::mask_accounts(&format!("{}: {}", e.code.as_deref().unwrap_or("no error code"), e.message)));
+        now.push(kinds::RecordNow::of(record, found));
+    }
+    now
+}
+
 /// The ConfigMap a Cert publishes its ARN in, as read; nothing where the reader may not read
 /// ConfigMaps.
 async fn published_configmap(client: &Client, cert: &Cert) -> anyhow::Result<Option<Owned>> {

@@ -89,12 +89,26 @@ pub struct ErrorView {
     pub reason: String,
     pub message: String,
     /// `Terminal`, `Retryable`, `Throttled` or `NotFound`; `None` where the controller does not
-    /// record it (Cache, rotator).
+    /// record it (the rotator; a Cache's condition without a `lastError`).
     pub class: Option<String>,
     pub since: Option<Timestamp>,
     /// Reconciles in a row that ended with it.
     pub attempts: Option<u32>,
     pub retry_at: Option<Timestamp>,
+}
+
+impl ErrorView {
+    /// The record a controller keeps in `status.lastError`.
+    pub fn from_last_error(e: &blockwork_runtime::status::LastError) -> Self {
+        Self {
+            reason: e.reason.clone(),
+            message: e.message.clone(),
+            class: Some(format!("{:?}", e.class)),
+            since: Some(e.since.0),
+            attempts: Some(e.attempts),
+            retry_at: Some(e.retry_at.0),
+        }
+    }
 }
 
 /// Where a policy's value came from.
@@ -281,14 +295,7 @@ pub fn runtime_status<O>(report: &mut Report, status: Option<&blockwork_runtime:
     report.conditions = status.conditions.iter().map(ConditionView::from_condition).collect();
     report.ready = Some(status.condition(blockwork_runtime::status::READY).is_some_and(|c| c.status == "True"));
     report.behind = behind(generation, status.observed_generation);
-    report.last_error = status.last_error.as_ref().map(|e| ErrorView {
-        reason: e.reason.clone(),
-        message: e.message.clone(),
-        class: Some(format!("{:?}", e.class)),
-        since: Some(e.since.0),
-        attempts: Some(e.attempts),
-        retry_at: Some(e.retry_at.0),
-    });
+    report.last_error = status.last_error.as_ref().map(ErrorView::from_last_error);
     if status.drift_detected == Some(true) {
         report.observed.push(Field::new("drift", "detected: the external resource differs from the last applied spec"));
     }

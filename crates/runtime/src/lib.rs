@@ -38,7 +38,7 @@ pub use events::Publisher;
 pub use labels::{MANAGED_BY, MANAGED_BY_LABEL};
 pub use metrics::RuntimeMetrics;
 pub use namespaces::{Namespaces, run_in};
-pub use outcome::{DeleteOutcome, ErrorClass, ExternalError, MutateOutcome, VerifyOutcome};
+pub use outcome::{DeleteOutcome, ErrorClass, ExternalError, MutateOutcome, Observed, Purpose, Upkeep, VerifyOutcome};
 pub use policy::{DeletionPolicy, DriftPolicy};
 pub use reconcile::{idempotency_token, reconcile};
 pub use resource::{DependencyRef, ExternalResource, Phase, Report, Request, SpecChange};

@@ -1,8 +1,8 @@
 //! The state machine as pure functions: what to do given the state and what `verify` saw, and
 //! where each outcome leads. No I/O here, so every transition is unit tested.
 
-use crate::outcome::{DeleteOutcome, ErrorClass, ExternalError, MutateOutcome, VerifyOutcome};
-use crate::policy::{DriftPolicy, Policies};
+use crate::outcome::{DeleteOutcome, ErrorClass, ExternalError, MutateOutcome, Purpose, VerifyOutcome};
+use crate::policy::{AccessPermissions, DriftPolicy, Policies};
 use crate::status::ReconcileState;
 
 /// What the reconciler does after `verify`.
@@ -114,6 +114,33 @@ fn plan_create(state: ReconcileState, policies: &Policies, marked: bool) -> Plan
 
 fn wait(state: ReconcileState, reason: &'static str, message: &str) -> Plan {
     Plan::Wait { state, reason, message: message.to_owned() }
+}
+
+/// Whether an upkeep `verify` asked for runs now, on the live path, after `plan` decided the
+/// reconcile. Only beside a plan that leaves the resource as it is and calls nothing else: the
+/// resource is ready, or on its way (`Wait` in `Verifying`, which only `InProgress` leads to).
+/// Not beside a create, update or recreate (one change at a time: the next `verify` asks again,
+/// against what that call made), not on a resource left drifted or missing by the Report and
+/// Suspend policies (hands off: nothing of it is written), not after a failure, and never a
+/// `Release` (the object is not going). And only with the permission its purpose takes: a
+/// read-only object never writes.
+pub fn upkeep_runs(plan: &Plan, purpose: Purpose, access: &AccessPermissions) -> bool {
+    let leaves_resource_as_is = matches!(plan, Plan::Ready | Plan::Wait { state: ReconcileState::Verifying, .. });
+    let permitted = match purpose {
+        Purpose::FinishCreate => access.create,
+        Purpose::FinishUpdate => access.update,
+        Purpose::FinishRecreate => access.delete,
+        Purpose::Release => false,
+    };
+    leaves_resource_as_is && permitted
+}
+
+/// Whether an upkeep runs on the deleting path: only a `Release`, and only once nothing is left
+/// to delete (the object is released next, in the same reconcile). The runtime reaches this path
+/// only when the deletion policy and the delete permission delete; nothing else of the resource
+/// is finished while it is being deleted.
+pub fn upkeep_runs_deleting(plan: &DeletePlan, purpose: Purpose, access: &AccessPermissions) -> bool {
+    *plan == DeletePlan::Release && purpose == Purpose::Release && access.delete
 }
 
 /// Where a call's outcome leads.
@@ -304,6 +331,103 @@ mod tests {
     fn failed_objects_are_retried_like_pending_ones() {
         assert_eq!(plan(Failed, VerifyOutcome::Missing, &policies(), true, true), Plan::MarkCreating);
         assert_eq!(plan(Failed, VerifyOutcome::Ready, &policies(), true, true), Plan::Ready);
+    }
+
+    const ALL_PURPOSES: [Purpose; 4] = [Purpose::FinishCreate, Purpose::FinishUpdate, Purpose::FinishRecreate, Purpose::Release];
+
+    fn in_progress() -> Plan {
+        Plan::Wait { state: Verifying, reason: "InProgress", message: "validating".into() }
+    }
+
+    #[test]
+    fn a_read_only_object_never_runs_upkeep() {
+        let read_only = with_access("none").access;
+        for purpose in ALL_PURPOSES {
+            assert!(!upkeep_runs(&Plan::Ready, purpose, &read_only), "{purpose:?} on a ready resource");
+            assert!(!upkeep_runs(&in_progress(), purpose, &read_only), "{purpose:?} on a resource in progress");
+            assert!(!upkeep_runs_deleting(&DeletePlan::Release, purpose, &read_only), "{purpose:?} as the object is released");
+        }
+    }
+
+    #[test]
+    fn each_upkeep_takes_the_permission_of_its_purpose() {
+        let only = |letters: &str| with_access(letters).access;
+        assert!(upkeep_runs(&in_progress(), Purpose::FinishCreate, &only("C")));
+        assert!(!upkeep_runs(&in_progress(), Purpose::FinishCreate, &only("UD")));
+        assert!(upkeep_runs(&Plan::Ready, Purpose::FinishUpdate, &only("U")));
+        assert!(!upkeep_runs(&Plan::Ready, Purpose::FinishUpdate, &only("CD")));
+        assert!(upkeep_runs(&Plan::Ready, Purpose::FinishRecreate, &only("D")));
+        assert!(!upkeep_runs(&Plan::Ready, Purpose::FinishRecreate, &only("CU")));
+    }
+
+    /// The validation records a certificate waits for are the operator's own, never a repair of
+    /// someone else's change: Report and Suspend do not hold them back, or the certificate would
+    /// never be issued.
+    #[test]
+    fn finishing_a_create_runs_under_every_drift_policy_when_nothing_drifted() {
+        for policy in [DriftPolicy::Enforce, DriftPolicy::Report, DriftPolicy::Suspend] {
+            let policies = with_drift(policy);
+            let planned = plan(Verifying, VerifyOutcome::InProgress("validating".into()), &policies, false, false);
+            assert!(upkeep_runs(&planned, Purpose::FinishCreate, &policies.access), "{policy}");
+            let planned = plan(Succeeded, VerifyOutcome::Ready, &policies, false, false);
+            assert!(upkeep_runs(&planned, Purpose::FinishCreate, &policies.access), "{policy}");
+        }
+    }
+
+    #[test]
+    fn a_resource_left_drifted_or_missing_by_report_or_suspend_gets_no_upkeep() {
+        for policy in [DriftPolicy::Report, DriftPolicy::Suspend] {
+            let policies = with_drift(policy);
+            let drifted = plan(Succeeded, VerifyOutcome::UpdateRequired("size".into()), &policies, false, true);
+            let missing = plan(Succeeded, VerifyOutcome::Missing, &policies, false, true);
+            for purpose in ALL_PURPOSES {
+                assert!(!upkeep_runs(&drifted, purpose, &policies.access), "{policy}: {purpose:?} on a drifted resource");
+                assert!(!upkeep_runs(&missing, purpose, &policies.access), "{policy}: {purpose:?} on a missing resource");
+            }
+        }
+    }
+
+    #[test]
+    fn upkeep_waits_while_the_resource_is_created_updated_or_recreated() {
+        for planned in [
+            Plan::MarkCreating,
+            Plan::Create,
+            Plan::Update { drift: true },
+            Plan::Update { drift: false },
+            Plan::Recreate { drift: false },
+            Plan::Wait { state: Recreating, reason: "Deleting", message: String::new() },
+        ] {
+            for purpose in ALL_PURPOSES {
+                assert!(!upkeep_runs(&planned, purpose, &policies().access), "{purpose:?} beside {planned:?}");
+            }
+        }
+    }
+
+    #[test]
+    fn upkeep_does_not_run_after_a_failure() {
+        let failed = plan(Succeeded, VerifyOutcome::UpdateRequired("x".into()), &with_access("CD"), true, true);
+        let error = plan(Verifying, VerifyOutcome::Error(error(ErrorClass::Retryable)), &policies(), true, true);
+        for purpose in ALL_PURPOSES {
+            assert!(!upkeep_runs(&failed, purpose, &policies().access));
+            assert!(!upkeep_runs(&error, purpose, &policies().access));
+        }
+    }
+
+    #[test]
+    fn release_runs_only_as_a_deleted_object_is_released() {
+        let access = policies().access;
+        assert!(!upkeep_runs(&Plan::Ready, Purpose::Release, &access), "a live object is not released");
+        assert!(upkeep_runs_deleting(&DeletePlan::Release, Purpose::Release, &access));
+        for waiting in [DeletePlan::Delete, DeletePlan::Wait, DeletePlan::Error(error(ErrorClass::Retryable))] {
+            assert!(!upkeep_runs_deleting(&waiting, Purpose::Release, &access), "{waiting:?}");
+        }
+    }
+
+    #[test]
+    fn nothing_of_a_resource_being_deleted_is_finished() {
+        for purpose in [Purpose::FinishCreate, Purpose::FinishUpdate, Purpose::FinishRecreate] {
+            assert!(!upkeep_runs_deleting(&DeletePlan::Release, purpose, &policies().access), "{purpose:?}");
+        }
     }
 
     #[test]

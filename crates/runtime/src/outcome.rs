@@ -80,6 +80,70 @@ pub enum VerifyOutcome {
     Deleting,
 }
 
+/// What `verify` returns: data, never a write. Besides the outcome, the writes the operator
+/// needs that are not a create, update or delete of the resource itself ([`Upkeep`]), which the
+/// runtime runs through `ExternalResource::maintain` only where `machine::upkeep_runs` allows
+/// them, and a merge patch of the spec.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Observed<U> {
+    pub outcome: VerifyOutcome,
+    pub upkeep: Vec<Upkeep<U>>,
+    /// A JSON merge patch (RFC 7386) of the object's spec (e.g. to record a value the external
+    /// system assigned, such as an issued certificate's ARN). When it changes the spec, it is that
+    /// reconcile's single write, instead of the status write: nothing else of the reconcile is
+    /// done, the status follows on the next reconcile, which the spec change (a new generation)
+    /// triggers and which applies the new spec as a spec change. The patch carries the
+    /// resourceVersion read as a precondition. A patch that would change nothing is ignored, so
+    /// returning the same patch again is harmless.
+    pub spec_patch: Option<serde_json::Value>,
+}
+
+impl<U> From<VerifyOutcome> for Observed<U> {
+    fn from(outcome: VerifyOutcome) -> Self {
+        Self { outcome, upkeep: Vec::new(), spec_patch: None }
+    }
+}
+
+impl<U> Observed<U> {
+    pub fn with_upkeep(mut self, upkeep: impl IntoIterator<Item = Upkeep<U>>) -> Self {
+        self.upkeep.extend(upkeep);
+        self
+    }
+}
+
+/// A write `verify` found needed that is neither a create, an update nor a delete of the external
+/// resource: the operator's own work around it (ACM's validation records, the DNS records of a
+/// domain that left the spec, the certificates a recreate replaced, a published ConfigMap). The
+/// runtime decides whether it runs (`machine::upkeep_runs`), by its purpose; `work` is the
+/// operator's own description of it, handed back to `maintain`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Upkeep<U> {
+    pub purpose: Purpose,
+    pub work: U,
+}
+
+/// Why an upkeep is needed: it decides which permission it takes and when it may run.
+///
+/// None of these repairs drift: each writes only what the operator itself made or must make for
+/// the resource it holds, never undoes someone else's change. So the drift policy does not gate
+/// them by itself; a resource left drifted or missing (Report, Suspend) is not worked on at all.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Purpose {
+    /// Finishes creating the resource (ACM's validation records, which the certificate waits
+    /// for, also at renewal): takes the create permission. Report and Suspend allow it: a
+    /// certificate that never gets its records is not "left as it drifted", it is never made.
+    FinishCreate,
+    /// Finishes a spec change already applied (the DNS records of a domain that left the spec,
+    /// once the resource no longer serves it): takes the update permission.
+    FinishUpdate,
+    /// Finishes a recreate (the resources the new one replaced, make before break): it deletes,
+    /// so it takes the delete permission.
+    FinishRecreate,
+    /// Cleans up around the resource once it is gone, as the object is released (a published
+    /// ConfigMap): only in the deletion phase, which the delete permission already decided.
+    Release,
+}
+
 /// What `create` or `update` did.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum MutateOutcome {
@@ -107,6 +171,8 @@ pub enum Operation {
     Create,
     Update,
     Delete,
+    /// [`Upkeep`] the machine allowed, through `maintain`.
+    Upkeep,
     SuccessHook,
 }
 
@@ -117,6 +183,7 @@ impl fmt::Display for Operation {
             Self::Create => "create",
             Self::Update => "update",
             Self::Delete => "delete",
+            Self::Upkeep => "upkeep",
             Self::SuccessHook => "success_hook",
         })
     }

@@ -21,7 +21,7 @@ use tracing::{debug, info, warn};
 use crate::conclusion::Conclusion;
 use crate::controller::{Context, Error};
 use crate::machine::{self, AfterCall, DeletePlan, Plan};
-use crate::outcome::{DeleteOutcome, ErrorClass, ExternalError, MutateOutcome, Operation, VerifyOutcome};
+use crate::outcome::{DeleteOutcome, ErrorClass, ExternalError, MutateOutcome, Observed, Operation, Upkeep, VerifyOutcome};
 use crate::policy::{self, AccessPermissions, AnnotationError, DeletionPolicy, Policies};
 use crate::resource::{ExternalResource, Phase, Report, Request, SpecChange};
 use crate::status::{ManagedStatus, ReconcileState};
@@ -148,15 +148,19 @@ async fn reconcile_live<M: ExternalResource>(
     let mut observation = current.observation.clone();
     let state = current.state();
 
-    let verified = calls.timed(context, Operation::Verify, manager.verify(&request, &mut observation), verify_error).await;
-    if let Some(patch) = manager.spec_patch(&request, &observation)
-        && patch_spec(object, api, context, &patch).await?
+    let observed = calls.timed(context, Operation::Verify, manager.verify(&request, &mut observation), verify_error).await;
+    if let Some(patch) = &observed.spec_patch
+        && patch_spec(object, api, context, patch).await?
     {
         // The new generation comes back as a watch event and triggers the next reconcile.
         return Ok(Action::await_change());
     }
-    let plan = machine::plan(state, verified, policies, spec_change.changed, marked);
+    let mut plan = machine::plan(state, observed.outcome, policies, spec_change.changed, marked);
     debug!(controller = context.config.name, object = %ObjectRef::from_obj(object), ?state, ?plan, "planned");
+    let upkeep = observed.upkeep.into_iter().filter(|u| machine::upkeep_runs(&plan, u.purpose, &policies.access));
+    if let Err(error) = maintain(context, calls, &request, &mut observation, upkeep).await {
+        plan = Plan::Error(error);
+    }
 
     let mut conclusion = match plan {
         Plan::Wait { state, reason, message } => Conclusion::waiting(state, reason, message),
@@ -254,10 +258,18 @@ async fn reconcile_deleting<M: ExternalResource>(
         create_pending: current.create_pending.as_ref(),
     };
     let mut observation = current.observation.clone();
-    let verified = calls.timed(context, Operation::Verify, manager.verify(&request, &mut observation), verify_error).await;
+    let observed = calls.timed(context, Operation::Verify, manager.verify(&request, &mut observation), verify_error).await;
     // Terminating: an earlier reconcile of this deletion called delete (or saw it under way).
     let mut deleted = current.state() == ReconcileState::Terminating;
-    let plan = match machine::plan_delete(verified) {
+    let plan = match machine::plan_delete(observed.outcome) {
+        DeletePlan::Release => {
+            let upkeep =
+                observed.upkeep.into_iter().filter(|u| machine::upkeep_runs_deleting(&DeletePlan::Release, u.purpose, &policies.access));
+            match maintain(context, calls, &request, &mut observation, upkeep).await {
+                Ok(()) => DeletePlan::Release,
+                Err(error) => DeletePlan::Error(error),
+            }
+        }
         DeletePlan::Delete => {
             let outcome = calls.timed(context, Operation::Delete, manager.delete(&request, &mut observation), delete_error).await;
             deleted = true;
@@ -296,6 +308,22 @@ async fn reconcile_deleting<M: ExternalResource>(
     let mut next = handle_retry_request(object, context, current, uid);
     next.observation = observation;
     write_status(object, api, context, current, next, conclusion, Some(uid)).await
+}
+
+/// Hands each upkeep the machine allowed to `maintain`, in the order `verify` gave them; the
+/// first failure ends it and is the reconcile's error.
+async fn maintain<M: ExternalResource>(
+    context: &Context<M>,
+    calls: &Calls,
+    request: &Request<'_, M::Object>,
+    observation: &mut M::Observation,
+    upkeep: impl Iterator<Item = Upkeep<M::Upkeep>>,
+) -> Result<(), ExternalError> {
+    for Upkeep { work, .. } in upkeep {
+        let done = context.manager.maintain(request, observation, work);
+        calls.timed(context, Operation::Upkeep, done, |r| r.as_ref().err().map(|e| e.class)).await?;
+    }
+    Ok(())
 }
 
 /// A retry request not acted on yet (`blockwork.dev/reconcile-requested-at`): this reconcile is
@@ -361,8 +389,8 @@ impl Calls {
     }
 }
 
-fn verify_error(outcome: &VerifyOutcome) -> Option<ErrorClass> {
-    match outcome {
+fn verify_error<U>(observed: &Observed<U>) -> Option<ErrorClass> {
+    match &observed.outcome {
         VerifyOutcome::Error(e) => Some(e.class),
         _ => None,
     }

@@ -13,7 +13,7 @@ use kube::{Client, Resource};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
-use crate::outcome::{DeleteOutcome, ErrorClass, ExternalError, MutateOutcome, Operation, VerifyOutcome};
+use crate::outcome::{DeleteOutcome, ErrorClass, ExternalError, MutateOutcome, Observed, Operation};
 use crate::policy::{DeletionPolicy, DriftPolicy, Policies};
 use crate::status::{CreatePending, ManagedStatus};
 use crate::timing::Timing;
@@ -110,7 +110,9 @@ impl fmt::Display for DependencyRef {
 /// create-pending marker written for the object's current spec ([`Request::create_pending`]):
 /// if its result is lost, what it may have made is for the marker's spec, and `verify` must find
 /// it (or the next `create` must return it) before the marker is replaced. `delete` of a missing
-/// resource succeeds (or returns an error of class `NotFound`).
+/// resource succeeds (or returns an error of class `NotFound`). `verify` only reads: every write
+/// it finds needed it returns as an [`crate::outcome::Upkeep`], which the runtime gates by the
+/// phase, the plan and the access permissions and then hands to `maintain`.
 pub trait ExternalResource: Send + Sync + 'static {
     type Object: Resource<DynamicType = (), Scope = NamespaceResourceScope>
         + HasSpec<Spec: Serialize + DeserializeOwned + fmt::Debug + Send + Sync>
@@ -125,12 +127,15 @@ pub trait ExternalResource: Send + Sync + 'static {
     /// The operator's own status fields (e.g. the ARN), kept in status beside the runtime's and
     /// handed back to every call.
     type Observation: Clone + fmt::Debug + Default + PartialEq + Serialize + DeserializeOwned + Send + Sync + 'static;
+    /// The operator's own description of an upkeep `verify` asks for, handed back to `maintain`.
+    type Upkeep: fmt::Debug + Send + Sync + 'static;
 
+    /// Observes the external resource; never writes (see [`Observed`]).
     fn verify(
         &self,
         request: &Request<'_, Self::Object>,
         observation: &mut Self::Observation,
-    ) -> impl Future<Output = VerifyOutcome> + Send;
+    ) -> impl Future<Output = Observed<Self::Upkeep>> + Send;
     fn create(
         &self,
         request: &Request<'_, Self::Object>,
@@ -146,6 +151,18 @@ pub trait ExternalResource: Send + Sync + 'static {
         request: &Request<'_, Self::Object>,
         observation: &mut Self::Observation,
     ) -> impl Future<Output = DeleteOutcome> + Send;
+
+    /// Does an upkeep `verify` asked for, once the runtime allowed it (`machine::upkeep_runs`).
+    /// Called after `verify` in the same reconcile, with the observation it left; an error is
+    /// that reconcile's error, as if `verify` had failed.
+    fn maintain(
+        &self,
+        _request: &Request<'_, Self::Object>,
+        _observation: &mut Self::Observation,
+        _work: Self::Upkeep,
+    ) -> impl Future<Output = Result<(), ExternalError>> + Send {
+        async { Ok(()) }
+    }
 
     /// Follow-up Kubernetes work once the resource is ready (e.g. publish a Secret). Runs on
     /// every reconcile that ends in `Succeeded`, so it must be idempotent.
@@ -194,16 +211,5 @@ pub trait ExternalResource: Send + Sync + 'static {
     /// to be written, on every status write (deletion, pause and invalid annotations included).
     fn conditions(&self, _object: &Self::Object, _observation: &Self::Observation) -> Vec<Condition> {
         Vec::new()
-    }
-
-    /// A JSON merge patch (RFC 7386) of the object's spec, asked for after `verify` (e.g. to
-    /// record a value the external system assigned, such as an issued certificate's ARN). When
-    /// it changes the spec, it is that reconcile's single write, instead of the status write:
-    /// nothing else of the reconcile is done, the status follows on the next reconcile, which
-    /// the spec change (a new generation) triggers and which applies the new spec as a spec
-    /// change. The patch carries the resourceVersion read as a precondition. A patch that would
-    /// change nothing is ignored, so returning the same patch again is harmless.
-    fn spec_patch(&self, _request: &Request<'_, Self::Object>, _observation: &Self::Observation) -> Option<serde_json::Value> {
-        None
     }
 }

@@ -324,11 +324,6 @@ pub struct TenantObservation {
     #[serde(skip)]
     #[schemars(skip)]
     pub condition_updates: Vec<Condition>,
-    /// An issued managed certificate's ARN that belongs in `spec.customizations.certificate.arn`:
-    /// the runtime writes it into the spec (this reconcile's one write). Not stored.
-    #[serde(skip)]
-    #[schemars(skip)]
-    pub certificate_to_attach: Option<String>,
 }
 
 /// The CustomResourceDefinition, for `blockwork crds`.

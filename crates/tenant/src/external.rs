@@ -7,8 +7,10 @@
 //!   compares spec and tenant. A difference is `UpdateRequired` even while AWS is InProgress, so
 //!   spec changes are pushed at once. A managed certificate still being validated keeps the
 //!   tenant in progress, looked at again at the short interval. With `spec.dns` it follows the
-//!   last record change until it is in sync and, once the tenant matches the spec, deletes
-//!   records of removed domains.
+//!   last record change until it is in sync. It writes nothing: once the tenant matches the
+//!   spec, the deletion of records of removed domains is upkeep ([`TenantUpkeep`]) that the
+//!   runtime gates by the plan and the access permissions and hands to `maintain`; an issued
+//!   managed certificate's ARN is its spec patch.
 //! - Before any write, `create` and `update` check the spec against the distribution it names
 //!   (which must exist: no DNS record is written for a distribution that does not) and the
 //!   certificate's names against the domains. Both are read through the AWS layer's caches
@@ -17,8 +19,8 @@
 //! - `create` writes DNS first when `spec.dns` is set, then creates the tenant.
 //! - `update` upserts the records of the current domains, then pushes the spec with the last
 //!   ETag; a stale ETag is re-read and retried at once.
-//! - The runtime's hooks: `drift_policy` (`spec.driftPolicy`), `conditions` (`DNSReady`,
-//!   `CertificateReady`) and `spec_patch` (an issued managed certificate's ARN into the spec).
+//! - The runtime's hooks: `drift_policy` (`spec.driftPolicy`) and `conditions` (`DNSReady`,
+//!   `CertificateReady`).
 //! - `delete` takes one step per reconcile: disable, wait for Deployed, delete with the ETag,
 //!   delete the DNS records. A tenant already gone is not an error.
 
@@ -29,7 +31,8 @@ use blockwork_aws::cache::Cached;
 use blockwork_aws::{AwsError, AwsMetrics};
 use blockwork_runtime::status::{condition, set_condition};
 use blockwork_runtime::{
-    DeleteOutcome, DriftPolicy, ExternalError, ExternalResource, MutateOutcome, Phase, Request, Timing, VerifyOutcome,
+    DeleteOutcome, DriftPolicy, ExternalError, ExternalResource, MutateOutcome, Observed, Phase, Purpose, Request, Timing, Upkeep,
+    VerifyOutcome,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use kube::{Resource, ResourceExt};
@@ -43,7 +46,7 @@ use crate::classify::{CallContext, Category, Classified, classify_cloudfront, cl
 use crate::cloudfront::{Acm, CloudFront, ObservedTenant, TenantWrite};
 use crate::diff::{Change, TenantConfig, change};
 use crate::dns::{DnsChange, DnsRecords, DnsStatus};
-use crate::lifecycle::{CertificateStep, DEPLOYED, DeletionStep, Observed, certificate_step, deletion_step};
+use crate::lifecycle::{self, CertificateStep, DEPLOYED, DeletionStep, certificate_step, deletion_step};
 use crate::metrics::TenantMetrics;
 use crate::validate::{DistributionRules, check_certificate_coverage, validate, validate_against};
 
@@ -278,9 +281,6 @@ impl<C: CloudFront + Acm, D: DnsRecords> TenantManager<C, D> {
         observation.managed_certificate_status = details.as_ref().map(|d| d.status.clone());
         observation.certificate_arn = details.and_then(|d| d.arn);
         let step = certificate_progress(spec, observation, tenant.config.certificate_arn.as_deref(), generation);
-        if let CertificateStep::Attach { arn } = &step {
-            observation.certificate_to_attach = Some(arn.clone());
-        }
         if let CertificateStep::Failed { status } = step {
             return Err(ExternalError::terminal("CertificateFailed", format!("the managed certificate is {status}")));
         }
@@ -373,16 +373,8 @@ impl<C: CloudFront + Acm, D: DnsRecords> TenantManager<C, D> {
         }
     }
 
-    /// Steady state of the records: follow the last change until it is in sync, and once the
-    /// tenant matches the spec (CloudFront no longer serves a removed domain), delete the
-    /// records of domains that left the spec.
-    async fn maintain_dns(
-        &self,
-        dns: &D,
-        object: &DistributionTenant,
-        observation: &mut TenantObservation,
-        tenant_matches_spec: bool,
-    ) -> Result<(), ExternalError> {
+    /// Steady state of the records: follows the last change until it is in sync.
+    async fn follow_dns(&self, dns: &D, object: &DistributionTenant, observation: &mut TenantObservation) -> Result<(), ExternalError> {
         let spec = &object.spec;
         let generation = object.meta().generation;
         let Some(config) = &spec.dns else { return Ok(()) };
@@ -396,15 +388,31 @@ impl<C: CloudFront + Acm, D: DnsRecords> TenantManager<C, D> {
                 }
             }
         }
-        let wanted = domains(spec);
-        let orphans: Vec<String> = observation.dns_records.iter().filter(|d| !wanted.contains(d)).cloned().collect();
-        if !tenant_matches_spec || orphans.is_empty() {
-            return Ok(());
-        }
-        let Some(target) = observation.dns_target.clone() else { return Ok(()) };
-        dns.delete(config, &orphans, &target).await.map_err(|e| self.dns_error(&e, observation, generation))?;
-        observation.dns_records.retain(|d| !orphans.contains(d));
         Ok(())
+    }
+
+    /// What `verify` reports of a tenant it found, once its certificate and the spec's
+    /// differences are known.
+    fn outcome(&self, tenant: &ObservedTenant, certificate: &CertificateStep, change: Change) -> VerifyOutcome {
+        // Not Ready before its certificate is: looked at again at the short interval (the
+        // Verifying state's), so the issued ARN is attached within one interval of issuance.
+        if let CertificateStep::Pending { status } = certificate
+            && change == Change::InSync
+        {
+            return VerifyOutcome::InProgress(format!("the tenant waits for its managed certificate, which is {status}"));
+        }
+        match change {
+            Change::InSync if tenant.status.as_deref() == Some(DEPLOYED) => VerifyOutcome::Ready,
+            Change::InSync => VerifyOutcome::InProgress(format!(
+                "the tenant is {}; waiting for Deployed",
+                tenant.status.as_deref().unwrap_or("in an unknown state")
+            )),
+            Change::SpecChanged(differences) => VerifyOutcome::UpdateRequired(differences.join("; ")),
+            Change::Drift(differences) => {
+                self.metrics.drift();
+                VerifyOutcome::UpdateRequired(differences.join("; "))
+            }
+        }
     }
 
     /// The CNAME target the tenant's records point at: as recorded, else resolved again.
@@ -423,24 +431,28 @@ impl<C: CloudFront + Acm, D: DnsRecords> TenantManager<C, D> {
 impl<C: CloudFront + Acm, D: DnsRecords> ExternalResource for TenantManager<C, D> {
     type Object = DistributionTenant;
     type Observation = TenantObservation;
+    type Upkeep = TenantUpkeep;
 
-    async fn verify(&self, request: &Request<'_, DistributionTenant>, observation: &mut TenantObservation) -> VerifyOutcome {
+    async fn verify(&self, request: &Request<'_, DistributionTenant>, observation: &mut TenantObservation) -> Observed<TenantUpkeep> {
         let object = request.object;
         if object.spec.dns.is_some() {
             own_records(observation, &marked_dns_domains(request));
         }
         if request.phase == Phase::Deleting {
-            return self.verify_deletion(request, observation).await;
+            return self.verify_deletion(request, observation).await.into();
         }
         let spec = &object.spec;
         let generation = object.meta().generation;
         if let Err(invalid) = validate(&object.name_any(), spec) {
-            return VerifyOutcome::Error(validation(&invalid).error);
+            return VerifyOutcome::Error(validation(&invalid).error).into();
         }
-        if let Err(error) = self.dns_for(spec) {
-            dns_condition(observation, false, "DNSError", &error.message, generation);
-            return VerifyOutcome::Error(error);
-        }
+        let dns = match self.dns_for(spec) {
+            Ok(dns) => dns,
+            Err(error) => {
+                dns_condition(observation, false, "DNSError", &error.message, generation);
+                return VerifyOutcome::Error(error).into();
+            }
+        };
         if spec.dns.is_none() {
             dns_condition(observation, true, "DNSNotConfigured", "spec.dns is not set; DNS is not managed", generation);
             // Records written while spec.dns was set are no longer managed (see docs/tenant.md).
@@ -452,42 +464,57 @@ impl<C: CloudFront + Acm, D: DnsRecords> ExternalResource for TenantManager<C, D
             Ok(Some(tenant)) => tenant,
             Ok(None) => {
                 forget(observation);
-                return VerifyOutcome::Missing;
+                return VerifyOutcome::Missing.into();
             }
-            Err(error) => return VerifyOutcome::Error(error),
+            Err(error) => return VerifyOutcome::Error(error).into(),
         };
         record(observation, &tenant);
         self.resolve_dns_target(tenant.config.connection_group_id.as_deref(), observation).await;
         let certificate = match self.follow_certificate(spec, &tenant, observation, generation).await {
             Ok(step) => step,
-            Err(error) => return VerifyOutcome::Error(error),
+            Err(error) => return VerifyOutcome::Error(error).into(),
+        };
+        // An issued managed certificate goes into the spec (seed 001: one write, pushed to
+        // CloudFront by the next reconcile as a spec change).
+        let spec_patch = match &certificate {
+            CertificateStep::Attach { arn } => Some(serde_json::json!({ "customizations": { "certificate": { "arn": arn } } })),
+            _ => None,
         };
         let desired = TenantConfig::desired(spec);
         let change = change(desired.differences(&tenant.config), request.spec_change.changed);
-        if let Ok(Some(dns)) = self.dns_for(spec)
-            && let Err(error) = self.maintain_dns(dns, object, observation, change == Change::InSync).await
-        {
-            return VerifyOutcome::Error(error);
-        }
-        // Not Ready before its certificate is: looked at again at the short interval (the
-        // Verifying state's), so the issued ARN is attached within one interval of issuance.
-        if let CertificateStep::Pending { status } = &certificate
-            && change == Change::InSync
-        {
-            return VerifyOutcome::InProgress(format!("the tenant waits for its managed certificate, which is {status}"));
-        }
-        match change {
-            Change::InSync if tenant.status.as_deref() == Some(DEPLOYED) => VerifyOutcome::Ready,
-            Change::InSync => VerifyOutcome::InProgress(format!(
-                "the tenant is {}; waiting for Deployed",
-                tenant.status.as_deref().unwrap_or("in an unknown state")
-            )),
-            Change::SpecChanged(differences) => VerifyOutcome::UpdateRequired(differences.join("; ")),
-            Change::Drift(differences) => {
-                self.metrics.drift();
-                VerifyOutcome::UpdateRequired(differences.join("; "))
+        let mut upkeep = Vec::new();
+        if let Some(dns) = dns {
+            if let Err(error) = self.follow_dns(dns, object, observation).await {
+                return Observed { spec_patch, ..VerifyOutcome::Error(error).into() };
+            }
+            // Once the tenant matches the spec (CloudFront no longer serves a removed domain),
+            // the records of domains that left the spec go: they finish the update that removed
+            // them.
+            let removed: Vec<String> = observation.dns_records.iter().filter(|d| !desired.domains.contains(*d)).cloned().collect();
+            if change == Change::InSync
+                && !removed.is_empty()
+                && let Some(target) = observation.dns_target.clone()
+            {
+                upkeep.push(Upkeep { purpose: Purpose::FinishUpdate, work: TenantUpkeep::DeleteRecords { domains: removed, target } });
             }
         }
+        Observed { outcome: self.outcome(&tenant, &certificate, change), upkeep, spec_patch }
+    }
+
+    /// Deletes the DNS records of domains that left the spec, once the runtime allows it (see
+    /// [`TenantUpkeep`]).
+    async fn maintain(
+        &self,
+        request: &Request<'_, DistributionTenant>,
+        observation: &mut TenantObservation,
+        work: TenantUpkeep,
+    ) -> Result<(), ExternalError> {
+        let TenantUpkeep::DeleteRecords { domains, target } = work;
+        let spec = &request.object.spec;
+        let (Some(config), Ok(Some(dns))) = (&spec.dns, self.dns_for(spec)) else { return Ok(()) };
+        dns.delete(config, &domains, &target).await.map_err(|e| self.dns_error(&e, observation, request.object.meta().generation))?;
+        observation.dns_records.retain(|d| !domains.contains(d));
+        Ok(())
     }
 
     async fn create(&self, request: &Request<'_, DistributionTenant>, observation: &mut TenantObservation) -> MutateOutcome {
@@ -548,14 +575,14 @@ impl<C: CloudFront + Acm, D: DnsRecords> ExternalResource for TenantManager<C, D
         };
         if let Some((dns, config)) = managed_dns {
             // Seed 001: upsert the records of the current domains, then push the tenant; records
-            // of removed domains go once the tenant no longer has them (`maintain_dns`).
+            // of removed domains go once the tenant no longer has them (`TenantUpkeep`).
             let generation = object.meta().generation;
             observation.dns_target = None;
             let target = match self.dns_target(spec, observation).await {
                 Ok(target) => target,
                 Err(error) => return MutateOutcome::Error(error),
             };
-            let domains = domains(spec);
+            let domains: Vec<String> = desired.domains.iter().cloned().collect();
             match dns.upsert(config, &domains, &target).await {
                 Ok(change) => {
                     upserted(observation, change, &domains);
@@ -662,13 +689,16 @@ impl<C: CloudFront + Acm, D: DnsRecords> ExternalResource for TenantManager<C, D
             .cloned()
             .collect()
     }
+}
 
-    /// An issued managed certificate goes into the spec (seed 001: one write, pushed to
-    /// CloudFront by the next reconcile as a spec change).
-    fn spec_patch(&self, _request: &Request<'_, DistributionTenant>, observation: &TenantObservation) -> Option<serde_json::Value> {
-        let arn = observation.certificate_to_attach.as_ref()?;
-        Some(serde_json::json!({ "customizations": { "certificate": { "arn": arn } } }))
-    }
+/// The writes `verify` finds needed, which the runtime allows or holds
+/// (`blockwork_runtime::machine::upkeep_runs`) and `maintain` does.
+#[derive(Debug)]
+pub enum TenantUpkeep {
+    /// The CNAME records of domains that left the spec, pointing at `target`: deleted once the
+    /// tenant no longer serves them, finishing the update that removed them (so it takes the
+    /// update permission). A read-only tenant keeps them.
+    DeleteRecords { domains: Vec<String>, target: String },
 }
 
 const TENANT_NAME_TAKEN: &str = "TenantNameTaken";
@@ -690,7 +720,7 @@ fn settled(tenant: &ObservedTenant, spec: &DistributionTenantSpec, observation: 
     let spec_certificate = spec.customizations.as_ref().and_then(|c| c.certificate.as_ref()).map(|c| c.arn.as_str());
     let certificate_settled = spec.managed_certificate_request.is_none()
         || spec_certificate.is_some_and(|arn| tenant.config.certificate_arn.as_deref() == Some(arn));
-    // Records of domains the spec no longer has go at a verify (`maintain_dns`), at the short
+    // Records of domains the spec no longer has go after a verify (`TenantUpkeep`), at the short
     // interval while not Ready; Ready at once, they would wait for the Ready interval, an hour
     // (found by the reliability campaign, issue 15).
     let wanted = domains(spec);
@@ -702,8 +732,8 @@ fn settled(tenant: &ObservedTenant, spec: &DistributionTenantSpec, observation: 
     }
 }
 
-fn observed(tenant: &ObservedTenant) -> Observed<'_> {
-    Observed { enabled: tenant.config.enabled, status: tenant.status.as_deref() }
+fn observed(tenant: &ObservedTenant) -> lifecycle::Observed<'_> {
+    lifecycle::Observed { enabled: tenant.config.enabled, status: tenant.status.as_deref() }
 }
 
 /// Where the managed certificate stands, from its status as last read and the certificate the

@@ -28,7 +28,7 @@ static MINISTACK: OnceCell<Emulator> = OnceCell::const_new();
 
 /// The moto server shared by the tests of this binary, answering as [`ACCOUNT_ID`].
 pub async fn moto() -> Result<&'static Emulator, Error> {
-    MOTO.get_or_try_init(|| start_moto("moto", Some(ACCOUNT_ID), Ipv4Addr::LOCALHOST)).await
+    MOTO.get_or_try_init(|| start_moto("moto", Some(ACCOUNT_ID), Ipv4Addr::LOCALHOST, Moto::Plain)).await
 }
 
 /// The MiniStack server shared by the tests of this binary, answering as [`ACCOUNT_ID`].
@@ -48,27 +48,48 @@ impl Emulators {
     pub async fn for_account(account: &str) -> Result<Self, Error> {
         let (moto_name, ministack_name) = (format!("moto-{account}"), format!("ministack-{account}"));
         let (moto, ministack) = tokio::try_join!(
-            start_moto(&moto_name, Some(account), Ipv4Addr::LOCALHOST),
+            start_moto(&moto_name, Some(account), Ipv4Addr::LOCALHOST, Moto::Plain),
             start_ministack(&ministack_name, account, Ipv4Addr::LOCALHOST)
         )?;
         Ok(Self { moto, ministack })
     }
 }
 
+/// Which moto: as installed, or extended by a script of ours that runs moto's server after adding
+/// what moto lacks (the script's docstring says what and how).
+#[derive(Clone, Copy, Debug)]
+enum Moto {
+    Plain,
+    /// `emulators/moto_with_policy_simulation.py`: IAM's SimulatePrincipalPolicy.
+    WithPolicySimulation,
+}
+
+impl Moto {
+    /// The program and its leading arguments.
+    fn command(self) -> Result<(std::path::PathBuf, Vec<String>), Error> {
+        let server = tool("moto_server")?;
+        match self {
+            Self::Plain => Ok((server, Vec::new())),
+            Self::WithPolicySimulation => {
+                // moto's own interpreter: the virtualenv moto_server links into.
+                let python = std::fs::read_link(&server).map_err(Error::Io)?.with_file_name("python3");
+                let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("emulators/moto_with_policy_simulation.py");
+                Ok((python, vec![script.display().to_string()]))
+            }
+        }
+    }
+}
+
 /// `account`: the account it answers as whatever the credentials; `None`: [`ACCOUNT_ID`] until
 /// AssumeRole switches to the role's account, as AWS does.
-async fn start_moto(name: &str, account: Option<&str>, host: Ipv4Addr) -> Result<Emulator, Error> {
+async fn start_moto(name: &str, account: Option<&str>, host: Ipv4Addr, moto: Moto) -> Result<Emulator, Error> {
     retry_on_port_clash(|| async {
         let port = free_port()?;
         let mut envs = vec![("MOTO_ACM_VALIDATION_WAIT", MOTO_ACM_VALIDATION_WAIT_SECONDS.to_string())];
         envs.extend(account.map(|account| ("MOTO_ACCOUNT_ID", account.to_owned())));
-        let process = Process::start(
-            name,
-            &tool("moto_server")?,
-            &["-H".into(), host.to_string(), "-p".into(), port.to_string()],
-            &envs,
-            &state_dir()?,
-        )?;
+        let (program, mut args) = moto.command()?;
+        args.extend(["-H".into(), host.to_string(), "-p".into(), port.to_string()]);
+        let process = Process::start(name, &program, &args, &envs, &state_dir()?)?;
         wait_until(&process, Duration::from_secs(60), || accepts(host, port)).await?;
         Ok(Emulator { host, port, process })
     })
@@ -101,14 +122,22 @@ impl Emulator {
     /// bridge address, where pods reach it), answering as [`ACCOUNT_ID`]; killed with this
     /// process.
     pub async fn moto(host: Ipv4Addr) -> Result<Self, Error> {
-        start_moto("moto", Some(ACCOUNT_ID), host).await
+        start_moto("moto", Some(ACCOUNT_ID), host, Moto::Plain).await
+    }
+
+    /// A moto server of its own on loopback, answering as [`ACCOUNT_ID`], that also answers
+    /// IAM's SimulatePrincipalPolicy from the users, roles and policies it stores, with moto's
+    /// own policy evaluator (`emulators/moto_with_policy_simulation.py`; moto has no such call):
+    /// for `blockwork check`'s proof of an identity's permissions.
+    pub async fn moto_with_policy_simulation() -> Result<Self, Error> {
+        start_moto("moto-policy-simulation", Some(ACCOUNT_ID), Ipv4Addr::LOCALHOST, Moto::WithPolicySimulation).await
     }
 
     /// A moto server of its own on loopback whose AssumeRole switches accounts, as AWS does (the
     /// shared one answers as [`ACCOUNT_ID`] whatever the credentials): for a test that checks
     /// in which account something lands.
     pub async fn multi_account_moto() -> Result<Self, Error> {
-        start_moto("moto-multi-account", None, Ipv4Addr::LOCALHOST).await
+        start_moto("moto-multi-account", None, Ipv4Addr::LOCALHOST, Moto::Plain).await
     }
 
     /// A MiniStack server of its own listening on `host`, answering as [`ACCOUNT_ID`].

@@ -12,8 +12,8 @@ use std::time::{Duration, Instant};
 use blockwork_runtime::policy::{DeletionPolicy, DriftPolicy};
 use blockwork_runtime::status::condition as new_condition;
 use blockwork_runtime::{
-    Context, ControllerConfig, DeleteOutcome, DependencyRef, ExternalError, ExternalResource, ManagedStatus, MutateOutcome, ReconcileState,
-    Request, RequeuePolicy, RuntimeMetrics, Timing, VerifyOutcome,
+    Context, ControllerConfig, DeleteOutcome, DependencyRef, ExternalError, ExternalResource, ManagedStatus, MutateOutcome, Observed,
+    ReconcileState, Request, RequeuePolicy, RuntimeMetrics, Timing, VerifyOutcome,
 };
 use blockwork_testenv::harness::{ControllerTask, TIMEOUT, TestNamespace, eventually};
 use futures::StreamExt;
@@ -43,7 +43,7 @@ pub struct WidgetSpec {
     /// The widget's own drift policy (the `drift_policy` hook): enforce, report or suspend.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub drift_policy: Option<String>,
-    /// Asks the manager to record the widget's external id in `recordedId` (the `spec_patch` hook).
+    /// Asks the manager to record the widget's external id in `recordedId` (`verify`'s spec patch).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub record_id: bool,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -187,11 +187,8 @@ pub struct WidgetManager {
     pub slow_states: Vec<ReconcileState>,
 }
 
-impl ExternalResource for WidgetManager {
-    type Object = Widget;
-    type Observation = WidgetObservation;
-
-    async fn verify(&self, request: &Request<'_, Widget>, _observation: &mut WidgetObservation) -> VerifyOutcome {
+impl WidgetManager {
+    fn observe(&self, request: &Request<'_, Widget>) -> VerifyOutcome {
         match self.backend.next("verify", request.object) {
             Some(Script::Fail(error)) => return VerifyOutcome::Error(error),
             Some(Script::Observe(outcome)) => return outcome,
@@ -207,6 +204,18 @@ impl ExternalResource for WidgetManager {
             }
             Some(_) => VerifyOutcome::Ready,
         }
+    }
+}
+
+impl ExternalResource for WidgetManager {
+    type Object = Widget;
+    type Observation = WidgetObservation;
+    type Upkeep = std::convert::Infallible;
+
+    async fn verify(&self, request: &Request<'_, Widget>, observation: &mut WidgetObservation) -> Observed<Self::Upkeep> {
+        let spec = &request.object.spec;
+        let unrecorded = observation.external_id.as_ref().filter(|id| spec.record_id && spec.recorded_id.as_ref() != Some(*id));
+        Observed { spec_patch: unrecorded.map(|id| serde_json::json!({ "recordedId": id })), ..self.observe(request).into() }
     }
 
     async fn create(&self, request: &Request<'_, Widget>, observation: &mut WidgetObservation) -> MutateOutcome {
@@ -340,12 +349,6 @@ impl ExternalResource for WidgetManager {
             new_condition("Large", true, "SizeAboveTen", &format!("size {}", object.spec.size), generation),
             new_condition("Ready", false, "NotTheOperatorsToSet", "", generation),
         ]
-    }
-
-    fn spec_patch(&self, request: &Request<'_, Widget>, observation: &WidgetObservation) -> Option<serde_json::Value> {
-        let spec = &request.object.spec;
-        let id = observation.external_id.as_ref()?;
-        (spec.record_id && spec.recorded_id.as_ref() != Some(id)).then(|| serde_json::json!({ "recordedId": id }))
     }
 }
 
