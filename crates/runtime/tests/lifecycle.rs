@@ -16,7 +16,6 @@ use blockwork_testenv::kube_proxy::{ApiFault, KubeProxy, Requests};
 use k8s_openapi::api::core::v1::Node;
 use kube::ResourceExt;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
-use kube::config::{KubeConfigOptions, Kubeconfig};
 use serde_json::json;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
