@@ -46,9 +46,11 @@ pub enum DnsNameError {
 }
 
 /// The normal form: lowercase, without surrounding blanks and the trailing dot. For comparing
-/// names from anywhere (a spec, Route53, ACM); it does not check them.
+/// names from anywhere (a spec, Route53, ACM); it does not check them. Blanks and dots go from
+/// the end together, so that a blank before the trailing dot goes too and the normal form is its
+/// own normal form.
 pub fn normalize(name: &str) -> String {
-    name.trim().trim_end_matches('.').to_ascii_lowercase()
+    name.trim_start().trim_end_matches(|c: char| c == '.' || c.is_whitespace()).to_ascii_lowercase()
 }
 
 /// A name as Route 53 returns it (a trailing dot, and characters other than letters, digits,
@@ -125,6 +127,17 @@ fn decodes(label: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Found by the 20,000-case fuzz run (issue 15): `"е ."` normalized to `"е "`, whose normal form
+    /// is `"е"`.
+    #[test]
+    fn a_blank_before_the_trailing_dot_goes_with_it_and_normalizing_twice_changes_nothing() {
+        for name in ["е .", "Example.COM .", " . . ", "www.example.com.\t"] {
+            let normal = normalize(name);
+            assert_eq!(normalize(&normal), normal, "{name:?}");
+        }
+        assert_eq!(normalize("Example.COM . "), "example.com");
+    }
 
     #[test]
     fn names_of_ldh_labels_are_accepted_in_their_normal_form() {

@@ -33,6 +33,7 @@ use blockwork_runtime::labels::managed_by_selector;
 use blockwork_runtime::namespaces::api as child_api;
 use blockwork_runtime::outcome::ErrorClass;
 use blockwork_runtime::status::{LastError, condition, set_condition};
+use blockwork_runtime::watches::on_its_own;
 
 use crate::api::{Cache, CacheStatus, GROUP, Phase};
 use crate::applied;
@@ -119,12 +120,12 @@ pub async fn run(
         .reflect(budgets_writer)
         .touched_objects();
     let context = Arc::new(Context { disruption_budgets: Some(disruption_budgets), ..(*context).clone() });
-    let run = Controller::for_stream(on_its_own("Cache", caches), store.clone())
-        .owns_stream(on_its_own("StatefulSet", changes_of::<StatefulSet>(&client, namespace, &children)))
-        .owns_stream(on_its_own("Service", changes_of::<Service>(&client, namespace, &children)))
-        .owns_stream(on_its_own("ConfigMap", changes_of::<ConfigMap>(&client, namespace, &children)))
-        .owns_stream(on_its_own("PodDisruptionBudget", budgets))
-        .watches_stream(on_its_own("Secret", secrets), move |secret| referencing(&referenced, &secret))
+    let run = Controller::for_stream(on_its_own("cache", "Cache", caches), store.clone())
+        .owns_stream(on_its_own("cache", "StatefulSet", changes_of::<StatefulSet>(&client, namespace, &children)))
+        .owns_stream(on_its_own("cache", "Service", changes_of::<Service>(&client, namespace, &children)))
+        .owns_stream(on_its_own("cache", "ConfigMap", changes_of::<ConfigMap>(&client, namespace, &children)))
+        .owns_stream(on_its_own("cache", "PodDisruptionBudget", budgets))
+        .watches_stream(on_its_own("cache", "Secret", secrets), move |secret| referencing(&referenced, &secret))
         .with_config(RunConfig::default().concurrency(concurrency))
         .graceful_shutdown_on(shutdown.clone())
         .run(reconcile, error_policy, context)
@@ -136,7 +137,8 @@ pub async fn run(
     blockwork_runtime::shutdown::drive_until_shutdown(run, shutdown, store).await;
 }
 
-/// The objects of kind `K` selected by `config` as they change: a watch with its own backoff.
+/// The objects of kind `K` selected by `config` as they change: a watch with its own backoff
+/// (see `blockwork_runtime::watches`).
 fn changes_of<K>(
     client: &Client,
     namespace: Option<&str>,
@@ -151,30 +153,6 @@ where
         + 'static,
 {
     watcher(child_api::<K>(client, namespace), config.clone()).default_backoff().touched_objects()
-}
-
-/// `changes` of one watch, its errors logged and left out: the watch's own backoff (before this)
-/// paces its retries, and no other watch waits for it.
-///
-/// kube-runtime's `Controller` puts one backoff on all its watches together (its
-/// `trigger_backoff`, over the merged stream of `new`, `owns` and `watches`): while any one of
-/// them failed, every other was not read. Under API server trouble the Cache controller's six
-/// watches failed in turn, the shared backoff grew to its cap (30 s, up to 60 s with jitter)
-/// and never reset, so a changed Cache went unseen for minutes (issue 15, seed
-/// 6191853475873919598). With no error reaching it, the shared backoff never engages.
-fn on_its_own<K: Send + 'static>(
-    kind: &'static str,
-    changes: impl Stream<Item = watcher::Result<K>> + Send + 'static,
-) -> impl Stream<Item = watcher::Result<K>> + Send + 'static {
-    changes.filter_map(move |change| {
-        std::future::ready(match change {
-            Ok(object) => Some(Ok(object)),
-            Err(error) => {
-                warn!(kind, %error, "cache controller watch failed; retried after its backoff");
-                None
-            }
-        })
-    })
 }
 
 /// The Caches whose TLS Secret `secret` is.

@@ -4,18 +4,28 @@
 //! - the certificate listing's sweeps tell which certificates changed (issued, revoked,
 //!   expired, renewing…): their Certs are reconciled at once;
 //! - the zones' background batches tell which validation records were written: the Certs
-//!   waiting for them go on to `Validated`.
+//!   waiting for them go on to `Validated`;
+//! - a Cert whose status lists validation records of its own that this process has not queued
+//!   for writing yet is looked at again once its status shows them (checked every
+//!   [`LISTED_CHECK`]). A look lists the records and only the next look queues them (which
+//!   records are ours must be in the status before any is written), and nothing else brings that
+//!   look sooner than the Cert's verify interval (a minute) — not even the listing's wake for a
+//!   certificate issued while its create was still running (issue 15's fault soak, seed
+//!   12447780977098908883: the create's calls slowed by faults, the sweep saw the certificate
+//!   issued before the Cert's status held it, and the records waited past the suite's budget).
 //!
 //! Which Cert holds what comes from the controller's own cache of Certs (their statuses), so
 //! nothing is kept beside them.
 
 use std::collections::HashSet;
 use std::sync::Arc;
+use std::time::Duration;
 
 use blockwork_aws::acm::Acm;
 use blockwork_aws::dns_name;
 use blockwork_aws::route53::Records;
 use blockwork_runtime::Context;
+use kube::ResourceExt;
 use kube::runtime::reflector::ObjectRef;
 use tokio::sync::broadcast::error::RecvError;
 use tracing::debug;
@@ -23,12 +33,35 @@ use tracing::debug;
 use crate::api::Cert;
 use crate::external::CertManager;
 
+/// How often the cached Certs are checked for validation records listed but not yet queued: a
+/// scan of the controller's cache, no call.
+const LISTED_CHECK: Duration = Duration::from_secs(1);
+
 /// Follows the listing's and the records' changes until they end (the process stops).
 pub async fn follow(context: Arc<Context<CertManager>>, acm: Arc<Acm>, records: Arc<Records>) {
     let mut certificates = acm.changes();
     let mut written = records.completions();
+    let mut check = tokio::time::interval(LISTED_CHECK);
+    check.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    // The (UID, resourceVersion) of each Cert woken for its listed records: woken once per
+    // status, so a look that does not queue them (read-only access, a failed call: its own
+    // requeue retries) is not repeated every second.
+    let mut woken: HashSet<(String, String)> = HashSet::new();
     loop {
         tokio::select! {
+            _ = check.tick() => {
+                let mut listed = HashSet::new();
+                for cert in context.cached() {
+                    if lists_unqueued_records(&cert, |zone_id, name| records.written(zone_id, name).is_some()) {
+                        let version = (cert.uid().unwrap_or_default(), cert.resource_version().unwrap_or_default());
+                        if !woken.contains(&version) {
+                            context.wake(&ObjectRef::from_obj(cert.as_ref()));
+                        }
+                        listed.insert(version);
+                    }
+                }
+                woken = listed;
+            }
             changed = certificates.recv() => match changed {
                 Ok(arns) => {
                     let arns: HashSet<String> = arns.into_iter().collect();
@@ -76,6 +109,16 @@ fn waits_for_records(cert: &Cert, records: &HashSet<(String, String)>) -> bool {
     })
 }
 
+/// Whether a live Cert's status lists a record still to be written (always its own) that this
+/// process has not queued (`queued`: by zone id and name, whatever came of it).
+fn lists_unqueued_records(cert: &Cert, queued: impl Fn(&str, &str) -> bool) -> bool {
+    cert.metadata.deletion_timestamp.is_none()
+        && cert
+            .status
+            .as_ref()
+            .is_some_and(|status| status.observation.validation_records.iter().any(|r| r.pending && !queued(&r.zone_id, &r.name)))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -119,5 +162,24 @@ mod tests {
             &cert(CertObservation { validation_records: vec![record(false)], ..CertObservation::default() }),
             &written
         ));
+    }
+
+    #[test]
+    fn a_cert_listing_records_not_yet_queued_is_looked_at_again() {
+        let record = |pending| ValidationRecordStatus {
+            zone_id: "Z1".into(),
+            name: "_a.example.com.".into(),
+            value: "v".into(),
+            owned: true,
+            pending,
+        };
+        let listing = |records| cert(CertObservation { validation_records: records, ..CertObservation::default() });
+        let (nothing_queued, all_queued) = (|_: &str, _: &str| false, |_: &str, _: &str| true);
+        assert!(lists_unqueued_records(&listing(vec![record(true)]), nothing_queued));
+        assert!(!lists_unqueued_records(&listing(vec![record(true)]), all_queued), "queued: its completion wakes it");
+        assert!(!lists_unqueued_records(&listing(vec![record(false)]), nothing_queued), "written already");
+        let mut deleting = listing(vec![record(true)]);
+        deleting.metadata.deletion_timestamp = Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(jiff::Timestamp::now()));
+        assert!(!lists_unqueued_records(&deleting, nothing_queued), "a Cert being deleted writes no records");
     }
 }

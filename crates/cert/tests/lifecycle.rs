@@ -293,6 +293,31 @@ async fn a_certificate_issued_before_its_records_are_written_still_gets_them() {
     assert!(records.iter().all(|r| written(&r)), "every record in Route53: {records:?} in {cnames:?}");
 }
 
+/// Found by the reliability campaign's fault soak (issue 15, seed 12447780977098908883): faults
+/// slowed a create (its DescribeCertificate timed out and was retried), the listing's sweep saw
+/// the certificate issued (moto issues after a second) before the Cert's status held it, so it
+/// woke nobody, and the validation records the create listed waited for the Cert's next look — a
+/// verify interval (a minute) away — and then for the zone's next background batch: past the
+/// suite's budget, with no error anywhere. Here the verify interval is an hour, and the create's
+/// DescribeCertificate answers five seconds late: the records must be written long before.
+#[tokio::test]
+async fn the_validation_records_a_slow_create_lists_are_written_without_waiting_for_the_next_look() {
+    let h = Harness::start_with("slow-create-records", &["main"], |config, _| {
+        config.timing.verifying = blockwork_runtime::RequeuePolicy::fixed(Duration::from_secs(3600));
+    })
+    .await;
+    h.proxy.inject(Operation::named("DescribeCertificate"), Fault::Latency(Duration::from_secs(5)), 1);
+    h.create("api", spec("api", "slow")).await;
+    let ready = h.wait_for_records_written("api").await;
+    assert_eq!(h.proxy.injected().get("Latency"), Some(&1), "the create's description came late");
+    let records = &status(&ready).observation.validation_records;
+    let cnames = h.cnames(&h.zones[0]).await;
+    let written = |r: &blockwork_cert::ValidationRecordStatus| {
+        cnames.iter().any(|(name, value, _)| name == r.name.trim_end_matches('.') && value == r.value.trim_end_matches('.'))
+    };
+    assert!(records.iter().all(written), "every record in Route53: {records:?} in {cnames:?}");
+}
+
 #[tokio::test]
 async fn validation_timeout_fails_the_cert_and_the_failed_retry_recovers_it() {
     // moto keeps a certificate pending for a second: with no time allowed, the first look at

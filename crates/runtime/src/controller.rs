@@ -12,7 +12,7 @@ use kube::runtime::controller::{Action, Config as RunConfig, Controller};
 use kube::runtime::reflector::{self, ObjectRef};
 use kube::runtime::utils::Predicate;
 use kube::runtime::{WatchStreamExt, predicates, watcher};
-use kube::{Api, Client, ResourceExt};
+use kube::{Api, Client, Resource, ResourceExt};
 use tracing::{debug, warn};
 
 use crate::dependencies::Dependencies;
@@ -155,6 +155,9 @@ pub async fn run<M: ExternalResource>(
     let (waker, woken) = unbounded();
     context.wakers.lock().unwrap_or_else(PoisonError::into_inner).push((reader.clone(), waker));
     let shutdown = shutdown.boxed().shared();
+    // Its own backoff (above) paces the watch; its errors stay out of the controller's shared
+    // backoff, which would hold back the dependency changes and wake-ups too (`watches.rs`).
+    let triggers = crate::watches::on_its_own(name, M::Object::kind(&()).into_owned(), triggers);
     let controller = Controller::for_stream(triggers, reader.clone())
         .reconcile_on(dependency_changes)
         .reconcile_on(woken)

@@ -9,7 +9,8 @@
 //! Every controller of the binary, whether it runs on [`run`] or on kube's `Controller` directly
 //! (Cache, the key rotator), shares the runtime's host pieces: one way to publish an Event
 //! ([`events::Publisher`]), one managed-by label ([`labels`]), one per-namespace fan-out
-//! ([`namespaces`]) and one graceful shutdown ([`shutdown`]).
+//! ([`namespaces`]), one graceful shutdown ([`shutdown`]) and one backoff per watch
+//! ([`watches`]).
 
 pub mod backoff;
 mod conclusion;
@@ -28,6 +29,7 @@ pub mod resource;
 pub mod shutdown;
 pub mod status;
 pub mod timing;
+pub mod watches;
 mod writes;
 
 pub use backoff::RequeuePolicy;

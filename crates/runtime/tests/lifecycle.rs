@@ -10,7 +10,9 @@ use blockwork_runtime::policy::{
     RECONCILE_REQUESTED_ANNOTATION,
 };
 use blockwork_runtime::{ErrorClass, ExternalError, ReconcileState, VerifyOutcome};
+use blockwork_testenv::control_plane::control_plane;
 use blockwork_testenv::harness::{TIMEOUT, eventually};
+use blockwork_testenv::kube_proxy::{ApiFault, KubeProxy, Requests};
 use k8s_openapi::api::core::v1::Node;
 use kube::ResourceExt;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
@@ -193,6 +195,38 @@ async fn a_woken_object_is_reconciled_before_its_requeue() {
     assert_eq!(h.backend.widget(&token(&created)).unwrap().size, 9, "nothing looks without a wake");
     h.context.as_ref().unwrap().wake(&kube::runtime::reflector::ObjectRef::from_obj(&ready));
     h.backend.wait_for_size(&token(&created), 3, "the woken object to be reconciled").await;
+}
+
+/// kube-runtime's `Controller` backs off all its triggers together (the reliability campaign
+/// found it through the Cache controller, issue 15, seed 6191853475873919598): while the
+/// runtime's main watch kept failing, its errors paused the dependency changes and wake-ups as
+/// well. Here only the Widget watch fails: after six failures the shared backoff would wait at
+/// least 25.6 s (up to a minute) before reading any trigger; a wake must be reconciled well before.
+#[tokio::test]
+async fn a_failing_watch_does_not_hold_back_the_wakes_of_a_runtime_controller() {
+    let proxy = KubeProxy::start(control_plane().await.unwrap()).await.unwrap();
+    // Succeeded is requeued after an hour: only the wake brings the drift to light.
+    let h = Harness::start_slow_through("watch-failing", &[ReconcileState::Succeeded], proxy.client().await.unwrap()).await;
+    let created = h.create(widget("a", 3)).await;
+    let ready = h.wait_for_state("a", ReconcileState::Succeeded).await;
+
+    proxy.inject_on_path(Requests::Watches, "/widgets", ApiFault::ServerError(500), usize::MAX);
+    proxy.cut_watches();
+    let failed = || proxy.injected().get("ServerError(500)").copied().unwrap_or(0);
+    eventually("six failed Widget watches", Duration::from_secs(120), async || {
+        if failed() >= 6 { Ok(()) } else { Err(format!("{} so far", failed())) }
+    })
+    .await;
+
+    h.backend.tamper(&token(&created), 9);
+    h.context.as_ref().unwrap().wake(&kube::runtime::reflector::ObjectRef::from_obj(&ready));
+    eventually("the woken object reconciled while its watch fails", Duration::from_secs(15), async || {
+        match h.backend.widget(&token(&created)).map(|w| w.size) {
+            Some(3) => Ok(()),
+            size => Err(format!("size {size:?}")),
+        }
+    })
+    .await;
 }
 
 #[tokio::test]

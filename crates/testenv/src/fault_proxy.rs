@@ -44,6 +44,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use rand::rngs::StdRng;
+use rand::seq::SliceRandom as _;
 use rand::{Rng as _, SeedableRng as _};
 
 use bytes::Bytes;
@@ -136,8 +137,11 @@ impl Fault {
 }
 
 /// A share of every call failing, with faults drawn at random: `rate` of the calls (0.0–1.0) get
-/// one of `faults`, each equally likely, from a generator seeded with `seed` (the sequence of
-/// draws is reproducible; which call gets which draw depends on the order calls arrive in).
+/// one of `faults`, from a generator seeded with `seed` (the sequence of draws is reproducible;
+/// which call gets which draw depends on the order calls arrive in). The faults are dealt like
+/// cards: each once per round of `faults.len()`, in a shuffled order, so that a run with as many
+/// faults as there are kinds has injected every kind (drawn independently, a seed could leave
+/// one out of a short run: the fault soak's seed 12447780977098908883 drew no slow answer in 24).
 #[derive(Clone, Debug, PartialEq)]
 pub struct RandomFaults {
     pub rate: f64,
@@ -163,19 +167,28 @@ impl RandomFaults {
     }
 }
 
-/// Random faults with their generator.
+/// Random faults with their generator, and what is left of the current round.
 struct Dice {
     faults: RandomFaults,
     rng: StdRng,
+    round: Vec<Fault>,
 }
 
 impl Dice {
+    fn new(faults: RandomFaults) -> Self {
+        let rng = StdRng::seed_from_u64(faults.seed);
+        Self { faults, rng, round: Vec::new() }
+    }
+
     fn roll(&mut self) -> Option<Fault> {
         if self.faults.faults.is_empty() || !self.rng.random_bool(self.faults.rate.clamp(0.0, 1.0)) {
             return None;
         }
-        let index = self.rng.random_range(0..self.faults.faults.len());
-        self.faults.faults.get(index).cloned()
+        if self.round.is_empty() {
+            self.round = self.faults.faults.clone();
+            self.round.shuffle(&mut self.rng);
+        }
+        self.round.pop()
     }
 }
 
@@ -258,8 +271,7 @@ impl FaultProxy {
     /// From now on, fails a share of every call at random (see [`RandomFaults`]); replaces
     /// earlier random faults. Faults injected for chosen calls ([`Self::inject`]) come first.
     pub fn inject_random(&self, faults: RandomFaults) {
-        let rng = StdRng::seed_from_u64(faults.seed);
-        self.lock().random = Some(Dice { faults, rng });
+        self.lock().random = Some(Dice::new(faults));
     }
 
     /// Stops the random faults.
@@ -719,4 +731,22 @@ fn plain(status: StatusCode, message: &str) -> Response<Full<Bytes>> {
     let mut response = Response::new(Full::new(Bytes::from(message.to_owned())));
     *response.status_mut() = status;
     response
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_kind_of_random_fault_is_dealt_once_per_round() {
+        let faults = RandomFaults::transient(1.0, 12447780977098908883, Duration::from_secs(2));
+        let mut kinds: Vec<Option<String>> = faults.faults.iter().map(|f| Some(f.label())).collect();
+        kinds.sort();
+        let mut dice = Dice::new(faults.clone());
+        for round in 0..3 {
+            let mut dealt: Vec<Option<String>> = (0..kinds.len()).map(|_| dice.roll().map(|f| f.label())).collect();
+            dealt.sort();
+            assert_eq!(dealt, kinds, "round {round}");
+        }
+    }
 }

@@ -362,6 +362,8 @@ pub struct Harness {
     /// The running controller's context.
     pub context: Option<Arc<Context<WidgetManager>>>,
     slow_states: Vec<ReconcileState>,
+    /// The controller's client: the control plane's, or one through a proxy.
+    controller_client: Client,
 }
 
 impl Deref for Harness {
@@ -379,15 +381,27 @@ impl Harness {
 
     /// With hour-long requeues in `slow_states`.
     pub async fn start_slow(prefix: &str, slow_states: &[ReconcileState]) -> Self {
-        Self::start_configured(prefix, DeletionPolicy::Delete, slow_states).await
+        Self::start_configured(prefix, DeletionPolicy::Delete, slow_states, None).await
     }
 
     pub async fn start_with(prefix: &str, default_deletion: DeletionPolicy) -> Self {
-        Self::start_configured(prefix, default_deletion, &[]).await
+        Self::start_configured(prefix, default_deletion, &[], None).await
     }
 
-    async fn start_configured(prefix: &str, default_deletion: DeletionPolicy, slow_states: &[ReconcileState]) -> Self {
+    /// With hour-long requeues in `slow_states`, the controller reaching the API server with
+    /// `client` (e.g. through a `KubeProxy`); the test's own requests go direct.
+    pub async fn start_slow_through(prefix: &str, slow_states: &[ReconcileState], client: Client) -> Self {
+        Self::start_configured(prefix, DeletionPolicy::Delete, slow_states, Some(client)).await
+    }
+
+    async fn start_configured(
+        prefix: &str,
+        default_deletion: DeletionPolicy,
+        slow_states: &[ReconcileState],
+        controller_client: Option<Client>,
+    ) -> Self {
         let test_namespace = TestNamespace::new(prefix).await;
+        let controller_client = controller_client.unwrap_or_else(|| test_namespace.plane.client());
         test_namespace.plane.install_crds(&[Widget::crd()]).await.expect("Widget CRD installs");
         let mut harness = Self {
             test_namespace,
@@ -396,6 +410,7 @@ impl Harness {
             controller: ControllerTask::default(),
             context: None,
             slow_states: slow_states.to_vec(),
+            controller_client,
         };
         harness.start_controller(default_deletion);
         harness
@@ -405,7 +420,7 @@ impl Harness {
     pub fn start_controller(&mut self, default_deletion: DeletionPolicy) {
         let metrics = RuntimeMetrics::register(&mut self.registry);
         let manager = WidgetManager { backend: self.backend.clone(), default_deletion, slow_states: self.slow_states.clone() };
-        let client = self.plane.client();
+        let client = self.controller_client.clone();
         let context = Context::new(client.clone(), manager, ControllerConfig::new("widget", GROUP), metrics);
         self.context = Some(Arc::clone(&context));
         let api: Api<Widget> = Api::namespaced(client, &self.namespace);
