@@ -15,7 +15,7 @@ use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client, Resource, ResourceExt};
 use tracing::{debug, warn};
 
-use crate::controller::Error;
+use crate::error::Error;
 use crate::resource::DependencyRef;
 use crate::status::READY;
 

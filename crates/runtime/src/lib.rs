@@ -14,8 +14,10 @@
 
 pub mod backoff;
 mod conclusion;
+pub mod context;
 pub mod controller;
 mod dependencies;
+pub mod error;
 pub mod events;
 pub mod labels;
 pub mod machine;
@@ -33,7 +35,8 @@ pub mod watches;
 mod writes;
 
 pub use backoff::RequeuePolicy;
-pub use controller::{Context, ControllerConfig, run};
+pub use context::{Context, ControllerConfig};
+pub use controller::run;
 pub use events::Publisher;
 pub use labels::{MANAGED_BY, MANAGED_BY_LABEL};
 pub use metrics::RuntimeMetrics;

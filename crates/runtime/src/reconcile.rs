@@ -19,7 +19,8 @@ use sha2::{Digest, Sha256};
 use tracing::{debug, info, warn};
 
 use crate::conclusion::Conclusion;
-use crate::controller::{Context, Error};
+use crate::context::Context;
+use crate::error::Error;
 use crate::machine::{self, AfterCall, DeletePlan, Plan};
 use crate::outcome::{DeleteOutcome, ErrorClass, ExternalError, MutateOutcome, Observed, Operation, Upkeep, VerifyOutcome};
 use crate::policy::{self, AccessPermissions, AnnotationError, DeletionPolicy, Policies};

@@ -13,7 +13,8 @@ use serde_json::json;
 use tracing::info;
 
 use crate::conclusion::Conclusion;
-use crate::controller::{Context, Error};
+use crate::context::Context;
+use crate::error::Error;
 use crate::resource::ExternalResource;
 use crate::status::ManagedStatus;
 use crate::timing::requeue_delay;

@@ -1,0 +1,93 @@
+//! What every reconcile of one controller shares: its name ([`ControllerConfig`]), the
+//! [`Context`] (client, operator, metrics, backoff, dependencies, the watches' caches).
+//! Below the wiring (`controller.rs`) and the reconcile flow, which both take it, so neither
+//! imports the other for it.
+
+use std::sync::{Arc, Mutex, PoisonError};
+
+use futures::channel::mpsc::UnboundedSender;
+use kube::Client;
+use kube::runtime::reflector::{self, ObjectRef};
+
+use crate::dependencies::Dependencies;
+use crate::events::Publisher;
+use crate::metrics::RuntimeMetrics;
+use crate::resource::ExternalResource;
+use crate::timing::Attempts;
+
+/// Names one controller: metric label, event reporter, finalizer and field manager.
+#[derive(Clone, Debug)]
+pub struct ControllerConfig {
+    /// Short name, e.g. `cert`.
+    pub name: &'static str,
+    /// e.g. `acm.blockwork.dev/finalizer`.
+    pub finalizer: String,
+    /// The server-side-apply field manager for status.
+    pub field_manager: String,
+}
+
+impl ControllerConfig {
+    pub fn new(name: &'static str, group: &str) -> Self {
+        Self { name, finalizer: format!("{group}/finalizer"), field_manager: format!("blockwork-{name}") }
+    }
+}
+
+/// Everything a reconcile needs, shared by all reconciles of one controller.
+pub struct Context<M: ExternalResource> {
+    pub client: Client,
+    pub manager: M,
+    pub config: ControllerConfig,
+    pub metrics: Arc<RuntimeMetrics>,
+    pub(crate) events: Publisher,
+    pub(crate) attempts: Attempts,
+    pub(crate) dependencies: Dependencies<M::Object>,
+    /// The caches of the watches [`crate::run`] keeps, one per `Api` it was started with.
+    pub(crate) stores: Mutex<Vec<reflector::Store<M::Object>>>,
+    /// Per watch [`crate::run`] keeps: its cache, and where [`Context::wake`] sends the objects in it.
+    pub(crate) wakers: Mutex<Vec<Waker<M::Object>>>,
+}
+
+/// A watch's cache, and the channel that makes its reconciler look at an object again.
+pub(crate) type Waker<K> = (reflector::Store<K>, UnboundedSender<ObjectRef<K>>);
+
+impl<M: ExternalResource> Context<M> {
+    pub fn new(client: Client, manager: M, config: ControllerConfig, metrics: Arc<RuntimeMetrics>) -> Arc<Self> {
+        Arc::new(Self {
+            events: Publisher::new(client.clone(), config.field_manager.clone()),
+            client,
+            manager,
+            config,
+            metrics,
+            attempts: Attempts::default(),
+            dependencies: Dependencies::default(),
+            stores: Mutex::default(),
+            wakers: Mutex::default(),
+        })
+    }
+
+    /// Reconciles `object` soon, whatever its requeue: for an operator that learns of a change
+    /// of the external resource elsewhere than in a reconcile (a shared listing of many
+    /// resources, a write done in the background). An object no watch holds is ignored.
+    pub fn wake(&self, object: &ObjectRef<M::Object>) {
+        let wakers = self.wakers.lock().unwrap_or_else(PoisonError::into_inner);
+        for (store, waker) in wakers.iter() {
+            if store.get(object).is_some() {
+                // A closed channel: that watch has stopped; nothing to wake.
+                let _ = waker.unbounded_send(object.clone());
+            }
+        }
+    }
+
+    /// Every object the controller's watches hold now, from their caches: for metrics computed
+    /// at scrape time without a watch of their own.
+    pub fn cached(&self) -> Vec<Arc<M::Object>> {
+        self.stores.lock().unwrap_or_else(PoisonError::into_inner).iter().flat_map(reflector::Store::state).collect()
+    }
+
+    /// The object is gone: its backoff, dependencies and state gauge go with it.
+    pub(crate) fn forget(&self, uid: &str, object: &ObjectRef<M::Object>) {
+        self.attempts.reset(uid);
+        self.dependencies.forget(object);
+        self.metrics.object_state(self.config.name, uid, None);
+    }
+}
