@@ -295,7 +295,7 @@ async fn apply(cache: &Cache, context: &Context) -> Result<Action, Error> {
         None => None,
     };
     let unresolved = refs::check_tls_secret(cache, secret.as_ref()).err();
-    let stateful_set = match apply_children(&context, &namespace, cache, desired).await {
+    let stateful_set = match apply_children(context, &namespace, cache, desired).await {
         Ok(stateful_set) => stateful_set,
         // Anything but a refusal (a 500, a 429, a lost connection) is the API server's passing
         // trouble: retried, and not written to the status, which would flap with every fault
