@@ -15,7 +15,6 @@
 
 use std::time::Duration;
 
-use aws_config::BehaviorVersion;
 use aws_config::retry::RetryConfig;
 use aws_config::timeout::TimeoutConfig;
 use aws_sdk_iam::types::{ContextEntry, ContextKeyTypeEnum, PolicyEvaluationDecisionType};
@@ -137,20 +136,14 @@ fn resources(pattern: &str, targets: &Targets) -> Vec<(String, Option<String>)> 
 }
 
 /// An IAM client over the same configuration as the process's AWS layer (its credential and
-/// region chain, its endpoint override, its timeout).
+/// region chain, its endpoint override, its timeout): the crate's SDK configuration for calls
+/// beside the layer, with the layer's bound and no SDK retries.
 pub async fn client(config: &AwsConfig) -> aws_sdk_iam::Client {
-    let mut loader = aws_config::defaults(BehaviorVersion::latest());
-    if let Some(region) = &config.region {
-        loader = loader.region(aws_config::Region::new(region.clone()));
-    }
-    let base = loader.load().await;
-    let mut builder = aws_sdk_iam::config::Builder::from(&base)
-        .retry_config(RetryConfig::disabled())
-        .timeout_config(TimeoutConfig::builder().operation_timeout(config.timeout.min(Duration::from_secs(30))).build());
-    if let Some(url) = &config.endpoint_url {
-        builder = builder.endpoint_url(url);
-    }
-    aws_sdk_iam::Client::from_conf(builder.build())
+    let base = blockwork_aws::sdk_config(config.endpoint_url.as_deref(), config.region.as_deref()).await;
+    let timeout = TimeoutConfig::builder().operation_timeout(config.timeout.min(Duration::from_secs(30))).build();
+    aws_sdk_iam::Client::from_conf(
+        aws_sdk_iam::config::Builder::from(&base).retry_config(RetryConfig::disabled()).timeout_config(timeout).build(),
+    )
 }
 
 /// Asks the simulator about each simulation for `principal`.
