@@ -120,9 +120,12 @@ impl fmt::Display for DependencyRef {
 /// create-pending marker written for the object's current spec ([`Request::create_pending`]):
 /// if its result is lost, what it may have made is for the marker's spec, and `verify` must find
 /// it (or the next `create` must return it) before the marker is replaced. `delete` of a missing
-/// resource succeeds (or returns an error of class `NotFound`). `verify` only reads: every write
-/// it finds needed it returns as an [`crate::outcome::Upkeep`], which the runtime gates by the
-/// phase, the plan and the access permissions and then hands to `maintain`. Every call returns
+/// resource succeeds (or returns an error of class `NotFound`). `create`, `update` and `delete`
+/// are called only after `verify` in the same reconcile, for the same object and with the
+/// observation it left, so what `verify` checked (a valid spec) they need not check again.
+/// `verify` only reads: every write it finds needed it returns as an
+/// [`crate::outcome::Upkeep`], which the runtime gates by the phase, the plan and the access
+/// permissions and then hands to `maintain`. Every call returns
 /// the operator's own conditions it decided as data beside its outcome
 /// ([`crate::outcome::Conditions`]); the runtime writes them with `Ready` and `Synced`.
 /// The operator's constants (timing, default deletion and drift policies) are not asked of it:

@@ -101,10 +101,12 @@ impl<C: CloudFront + Acm, D: DnsRecords> TenantManager<C, D> {
         }
     }
 
-    /// Everything checked before a write: the spec alone, against its distribution (which must
-    /// exist), and the certificate's coverage of the domains.
-    async fn check_before_writing(&self, name: &str, spec: &DistributionTenantSpec) -> Result<(), ExternalError> {
-        validate(name, spec).map_err(|invalid| validation(&invalid).error)?;
+    /// Everything checked before a write beyond the spec alone: the spec against its
+    /// distribution (which must exist), and the certificate's coverage of the domains. The spec
+    /// alone is validated once per reconcile, by `verify`: the runtime calls `create` and `update`
+    /// only after `verify` of the same reconcile, and it returns `Missing` or `UpdateRequired`
+    /// only for a valid spec.
+    async fn check_before_writing(&self, spec: &DistributionTenantSpec) -> Result<(), ExternalError> {
         let distribution = self.distribution(&spec.distribution_id).await?;
         validate_against(spec, &distribution).map_err(|invalid| validation(&invalid).error)?;
         self.check_coverage(spec).await
@@ -529,7 +531,7 @@ impl<C: CloudFront + Acm, D: DnsRecords> TenantManager<C, D> {
         let object = request.object;
         let spec = &object.spec;
         let name = object.name_any();
-        if let Err(error) = self.check_before_writing(&name, spec).await {
+        if let Err(error) = self.check_before_writing(spec).await {
             return MutateOutcome::Error(error);
         }
         match self.dns_for(spec) {
@@ -575,7 +577,7 @@ impl<C: CloudFront + Acm, D: DnsRecords> TenantManager<C, D> {
     ) -> MutateOutcome {
         let object = request.object;
         let spec = &object.spec;
-        if let Err(error) = self.check_before_writing(&object.name_any(), spec).await {
+        if let Err(error) = self.check_before_writing(spec).await {
             return MutateOutcome::Error(error);
         }
         let Some(id) = observation.id.clone() else {
