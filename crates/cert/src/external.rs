@@ -692,6 +692,7 @@ impl ExternalResource for CertManager {
     type Object = Cert;
     type Observation = CertObservation;
     type Upkeep = CertUpkeep;
+    type Derived = ();
 
     async fn verify(&self, request: &Request<'_, Cert>, observation: &mut CertObservation) -> Observed<CertUpkeep> {
         let observed = match self.observe(request, observation).await {

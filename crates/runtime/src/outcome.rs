@@ -84,9 +84,10 @@ pub enum VerifyOutcome {
 /// What `verify` returns: data, never a write. Besides the outcome, the writes the operator
 /// needs that are not a create, update or delete of the resource itself ([`Upkeep`]), which the
 /// runtime runs through `ExternalResource::maintain` only where `machine::upkeep_runs` allows
-/// them, the operator's conditions it decided, and a merge patch of the spec.
+/// them, the operator's conditions it decided, a merge patch of the spec, and what it derived from
+/// the object for the calls after it (`ExternalResource::Derived`; `D = ()` when they need nothing).
 #[derive(Clone, Debug, PartialEq)]
-pub struct Observed<U> {
+pub struct Observed<U, D = ()> {
     pub outcome: VerifyOutcome,
     pub upkeep: Vec<Upkeep<U>>,
     pub conditions: Conditions,
@@ -98,15 +99,18 @@ pub struct Observed<U> {
     /// resourceVersion read as a precondition. A patch that would change nothing is ignored, so
     /// returning the same patch again is harmless.
     pub spec_patch: Option<serde_json::Value>,
+    /// Handed to the calls after `verify` in this reconcile (`Request::derived`).
+    pub derived: D,
 }
 
+/// For operators that derive nothing; one that does names what it derived on every path.
 impl<U> From<VerifyOutcome> for Observed<U> {
     fn from(outcome: VerifyOutcome) -> Self {
-        Self { outcome, upkeep: Vec::new(), conditions: Conditions::default(), spec_patch: None }
+        Self { outcome, upkeep: Vec::new(), conditions: Conditions::default(), spec_patch: None, derived: () }
     }
 }
 
-impl<U> Observed<U> {
+impl<U, D> Observed<U, D> {
     pub fn with_upkeep(mut self, upkeep: impl IntoIterator<Item = Upkeep<U>>) -> Self {
         self.upkeep.extend(upkeep);
         self

@@ -147,22 +147,24 @@ async fn reconcile_live<M: ExternalResource>(
         dependencies,
         idempotency_token: &token,
         create_pending: current.create_pending.as_ref(),
+        derived: &(),
     };
     let marked = current.create_pending.as_ref().is_some_and(|marker| marker.spec.as_deref() == Some(spec.as_str()));
     let mut observation = current.observation.clone();
     let state = current.state();
 
     let observed = calls.timed(context, Operation::Verify, manager.verify(&request, &mut observation), verify_error).await;
-    let mut conditions = observed.conditions;
-    if let Some(patch) = &observed.spec_patch
+    let Observed { outcome, upkeep, mut conditions, spec_patch, derived } = observed;
+    let request = request.with_derived(&derived);
+    if let Some(patch) = &spec_patch
         && patch_spec(object, api, context, patch).await?
     {
         // The new generation comes back as a watch event and triggers the next reconcile.
         return Ok(Action::await_change());
     }
-    let mut plan = machine::plan(state, observed.outcome, policies, spec_change.changed, marked);
+    let mut plan = machine::plan(state, outcome, policies, spec_change.changed, marked);
     debug!(controller = context.config.name, object = %ObjectRef::from_obj(object), ?state, ?plan, "planned");
-    let upkeep = observed.upkeep.into_iter().filter(|u| machine::upkeep_runs(&plan, u.purpose, &policies.access));
+    let upkeep = upkeep.into_iter().filter(|u| machine::upkeep_runs(&plan, u.purpose, &policies.access));
     if let Err(error) = maintain(context, calls, &request, &mut observation, &mut conditions, upkeep).await {
         plan = Plan::Error(error);
     }
@@ -263,16 +265,17 @@ async fn reconcile_deleting<M: ExternalResource>(
         dependencies: &[],
         idempotency_token: &token,
         create_pending: current.create_pending.as_ref(),
+        derived: &(),
     };
     let mut observation = current.observation.clone();
     let observed = calls.timed(context, Operation::Verify, manager.verify(&request, &mut observation), verify_error).await;
-    let mut conditions = observed.conditions;
+    let Observed { outcome, upkeep, mut conditions, derived, .. } = observed;
+    let request = request.with_derived(&derived);
     // Terminating: an earlier reconcile of this deletion called delete (or saw it under way).
     let mut deleted = current.state() == ReconcileState::Terminating;
-    let plan = match machine::plan_delete(observed.outcome) {
+    let plan = match machine::plan_delete(outcome) {
         DeletePlan::Release => {
-            let upkeep =
-                observed.upkeep.into_iter().filter(|u| machine::upkeep_runs_deleting(&DeletePlan::Release, u.purpose, &policies.access));
+            let upkeep = upkeep.into_iter().filter(|u| machine::upkeep_runs_deleting(&DeletePlan::Release, u.purpose, &policies.access));
             match maintain(context, calls, &request, &mut observation, &mut conditions, upkeep).await {
                 Ok(()) => DeletePlan::Release,
                 Err(error) => DeletePlan::Error(error),
@@ -324,7 +327,7 @@ async fn reconcile_deleting<M: ExternalResource>(
 async fn maintain<M: ExternalResource>(
     context: &Context<M>,
     calls: &Calls,
-    request: &Request<'_, M::Object>,
+    request: &Request<'_, M::Object, M::Derived>,
     observation: &mut M::Observation,
     conditions: &mut Conditions,
     upkeep: impl Iterator<Item = Upkeep<M::Upkeep>>,
@@ -400,7 +403,7 @@ impl Calls {
     }
 }
 
-fn verify_error<U>(observed: &Observed<U>) -> Option<ErrorClass> {
+fn verify_error<U, D>(observed: &Observed<U, D>) -> Option<ErrorClass> {
     match &observed.outcome {
         VerifyOutcome::Error(e) => Some(e.class),
         _ => None,

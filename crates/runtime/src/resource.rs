@@ -17,8 +17,9 @@ use crate::policy::{DriftPolicy, Policies};
 use crate::status::{CreatePending, ManagedStatus};
 
 /// What each call is given: the object and what the runtime decided about it before the call.
+/// `D` is what `verify` derived ([`ExternalResource::Derived`]): `()` in `verify` itself.
 #[derive(Debug)]
-pub struct Request<'a, K: HasSpec> {
+pub struct Request<'a, K: HasSpec, D = ()> {
     pub object: &'a K,
     /// Whether the object lives or is being deleted (the runtime's finalizer is running): an
     /// operator reads this, not `deletionTimestamp`.
@@ -38,6 +39,28 @@ pub struct Request<'a, K: HasSpec> {
     /// result was never recorded (the status write after it was refused, or the process died):
     /// an operator whose resources cannot be found again by the token alone looks for that.
     pub create_pending: Option<&'a CreatePending>,
+    /// What `verify` derived from the object in this reconcile, for the calls after it
+    /// ([`ExternalResource::Derived`]).
+    pub derived: &'a D,
+}
+
+impl<'a, K: HasSpec> Request<'a, K> {
+    /// The same request for the calls after `verify`, carrying what it derived.
+    pub(crate) fn with_derived<'b, D>(&self, derived: &'b D) -> Request<'b, K, D>
+    where
+        'a: 'b,
+    {
+        Request {
+            object: self.object,
+            phase: self.phase,
+            policies: self.policies,
+            spec_change: self.spec_change,
+            dependencies: self.dependencies,
+            idempotency_token: self.idempotency_token,
+            create_pending: self.create_pending,
+            derived,
+        }
+    }
 }
 
 /// Where the object is in its life.
@@ -122,7 +145,9 @@ impl fmt::Display for DependencyRef {
 /// it (or the next `create` must return it) before the marker is replaced. `delete` of a missing
 /// resource succeeds (or returns an error of class `NotFound`). `create`, `update` and `delete`
 /// are called only after `verify` in the same reconcile, for the same object and with the
-/// observation it left, so what `verify` checked (a valid spec) they need not check again.
+/// observation it left, so what `verify` checked (a valid spec) they need not check again, and
+/// what it derived from the object (a desired configuration) they are handed
+/// ([`Self::Derived`], in [`Request::derived`]) instead of deriving it again.
 /// `verify` only reads: every write it finds needed it returns as an
 /// [`crate::outcome::Upkeep`], which the runtime gates by the phase, the plan and the access
 /// permissions and then hands to `maintain`. Every call returns
@@ -146,26 +171,32 @@ pub trait ExternalResource: Send + Sync + 'static {
     type Observation: Clone + fmt::Debug + Default + PartialEq + Serialize + DeserializeOwned + Send + Sync + 'static;
     /// The operator's own description of an upkeep `verify` asks for, handed back to `maintain`.
     type Upkeep: fmt::Debug + Send + Sync + 'static;
+    /// What `verify` derives from the object that the calls after it in the same reconcile use
+    /// too (the tenant's desired configuration and where its DNS records are managed): `verify`
+    /// returns it on every path ([`Observed::derived`]) and the runtime hands it to `create`,
+    /// `update`, `delete`, `maintain` and `on_success` in [`Request::derived`], so one reconcile
+    /// derives it once and every call acts on the same value. `()` when they need nothing.
+    type Derived: Send + Sync + 'static;
 
     /// Observes the external resource; never writes (see [`Observed`]).
     fn verify(
         &self,
         request: &Request<'_, Self::Object>,
         observation: &mut Self::Observation,
-    ) -> impl Future<Output = Observed<Self::Upkeep>> + Send;
+    ) -> impl Future<Output = Observed<Self::Upkeep, Self::Derived>> + Send;
     fn create(
         &self,
-        request: &Request<'_, Self::Object>,
+        request: &Request<'_, Self::Object, Self::Derived>,
         observation: &mut Self::Observation,
     ) -> impl Future<Output = WithConditions<MutateOutcome>> + Send;
     fn update(
         &self,
-        request: &Request<'_, Self::Object>,
+        request: &Request<'_, Self::Object, Self::Derived>,
         observation: &mut Self::Observation,
     ) -> impl Future<Output = WithConditions<MutateOutcome>> + Send;
     fn delete(
         &self,
-        request: &Request<'_, Self::Object>,
+        request: &Request<'_, Self::Object, Self::Derived>,
         observation: &mut Self::Observation,
     ) -> impl Future<Output = WithConditions<DeleteOutcome>> + Send;
 
@@ -174,7 +205,7 @@ pub trait ExternalResource: Send + Sync + 'static {
     /// that reconcile's error, as if `verify` had failed.
     fn maintain(
         &self,
-        _request: &Request<'_, Self::Object>,
+        _request: &Request<'_, Self::Object, Self::Derived>,
         _observation: &mut Self::Observation,
         _work: Self::Upkeep,
     ) -> impl Future<Output = WithConditions<Result<(), ExternalError>>> + Send {
@@ -185,7 +216,7 @@ pub trait ExternalResource: Send + Sync + 'static {
     /// every reconcile that ends in `Succeeded`, so it must be idempotent.
     fn on_success(
         &self,
-        _request: &Request<'_, Self::Object>,
+        _request: &Request<'_, Self::Object, Self::Derived>,
         _observation: &Self::Observation,
         _client: &Client,
     ) -> impl Future<Output = Result<(), ExternalError>> + Send {

@@ -2,7 +2,8 @@
 //! state machine. The runtime owns the finalizer, the three-way decision (spec vs last applied
 //! spec), drift policies and requeues; this file makes the CloudFront (and DNS) calls.
 //!
-//! - `verify` validates the spec, reads the tenant (by id, else by name: a tenant created just
+//! - `verify` validates the spec, derives what the calls of the reconcile act on ([`Desired`]:
+//!   the configuration the spec asks for, where its records are managed), reads the tenant (by id, else by name: a tenant created just
 //!   before a crash is adopted), records id/ARN/ETag/status, follows the managed certificate and
 //!   compares spec and tenant. A difference is `UpdateRequired` even while AWS is InProgress, so
 //!   spec changes are pushed at once. A managed certificate still being validated keeps the
@@ -19,6 +20,8 @@
 //! - `create` writes DNS first when `spec.dns` is set, then creates the tenant.
 //! - `update` upserts the records of the current domains, then pushes the spec with the last
 //!   ETag; a stale ETag is re-read and retried at once.
+//! - `create`, `update`, `maintain` and `delete` act on the [`Desired`] `verify` derived in the
+//!   same reconcile (the runtime hands it down), never derive it again.
 //! - Every call returns the conditions it decides (`DNSReady`, `CertificateReady`) beside its
 //!   outcome; `asks` gives the object's `spec.driftPolicy`.
 //! - `delete` takes one step per reconcile: disable, wait for Deployed, delete with the ETag,
@@ -38,7 +41,7 @@ use kube::{Resource, ResourceExt};
 use tracing::warn;
 
 use crate::api::{
-    CERTIFICATE_READY, DNS_READY, DistributionTenant, DistributionTenantSpec, ManagedCertificateRequest, TenantObservation,
+    CERTIFICATE_READY, DNS_READY, DistributionTenant, DistributionTenantSpec, DnsConfig, ManagedCertificateRequest, TenantObservation,
     ValidationTokenHost,
 };
 use crate::classify::{CallContext, Category, Classified, classify_cloudfront, classify_dns, validation};
@@ -72,7 +75,7 @@ pub struct TenantManager<C, D> {
     cloudfront: C,
     /// The DNS implementation for tenants with `spec.dns`; `None`: such tenants fail with
     /// `DNSError` (DNS management is not available in this build).
-    dns: Option<D>,
+    dns: Option<Arc<D>>,
     metrics: Arc<TenantMetrics>,
     /// By distribution id; a distribution that does not exist is not remembered.
     distributions: Cached<String, DistributionRules>,
@@ -87,7 +90,7 @@ impl<C: CloudFront + Acm, D: DnsRecords> TenantManager<C, D> {
     pub fn new(cloudfront: C, dns: Option<D>, metrics: Arc<TenantMetrics>, aws_metrics: &Arc<AwsMetrics>) -> Self {
         Self {
             cloudfront,
-            dns,
+            dns: dns.map(Arc::new),
             metrics,
             distributions: Cached::new(aws_metrics, crate::CONTROLLER, "cloudfront-distribution", DISTRIBUTION_TTL, CACHE_ENTRIES),
             certificate_names: Cached::new(aws_metrics, crate::CONTROLLER, "acm-certificate-names", CERTIFICATE_NAMES_TTL, CACHE_ENTRIES),
@@ -207,15 +210,16 @@ impl<C: CloudFront + Acm, D: DnsRecords> TenantManager<C, D> {
     /// someone else made is never adopted, updated or deleted.
     async fn observe(
         &self,
-        request: &Request<'_, DistributionTenant>,
+        object: &DistributionTenant,
+        idempotency_token: &str,
         observation: &TenantObservation,
     ) -> Result<Option<ObservedTenant>, ExternalError> {
         let by_name = observation.id.is_none();
-        let identifier = observation.id.clone().unwrap_or_else(|| request.object.name_any());
+        let identifier = observation.id.clone().unwrap_or_else(|| object.name_any());
         let tenant =
             self.cloudfront.get_tenant(&identifier).await.map_err(|error| self.cloudfront_error(&error, CallContext::default()).error)?;
         match tenant {
-            Some(tenant) if by_name && tenant.owner.as_deref() != Some(request.idempotency_token) => Err(name_taken(&identifier)),
+            Some(tenant) if by_name && tenant.owner.as_deref() != Some(idempotency_token) => Err(name_taken(&identifier)),
             other => Ok(other),
         }
     }
@@ -243,16 +247,13 @@ impl<C: CloudFront + Acm, D: DnsRecords> TenantManager<C, D> {
         check_certificate_coverage(spec, &names).map_err(|mismatch| validation(&mismatch).error)
     }
 
-    /// `Err` when the spec's DNS cannot be served: DNS management is not available.
-    fn dns_for(&self, spec: &DistributionTenantSpec) -> Result<Option<&D>, ExternalError> {
-        match (&spec.dns, &self.dns) {
-            (None, _) => Ok(None),
-            (Some(_), Some(dns)) => Ok(Some(dns)),
-            (Some(_), None) => Err(ExternalError::terminal(
-                "DNSError",
-                "spec.dns is set but this controller runs without DNS management; remove spec.dns and manage the CNAMEs yourself",
-            )),
-        }
+    /// What the calls of one reconcile act on, derived from the spec once, by `verify`.
+    fn desired(&self, spec: &DistributionTenantSpec) -> Desired<D> {
+        let dns = match (&spec.dns, &self.dns) {
+            (Some(zone), Some(records)) => Some(ManagedDns { records: Arc::clone(records), zone: zone.clone() }),
+            _ => None,
+        };
+        Desired { config: TenantConfig::desired(spec), dns }
     }
 
     async fn follow_certificate(
@@ -300,7 +301,7 @@ impl<C: CloudFront + Acm, D: DnsRecords> TenantManager<C, D> {
     }
 
     async fn verify_deletion(&self, request: &Request<'_, DistributionTenant>, observation: &mut TenantObservation) -> VerifyOutcome {
-        let tenant = match self.observe(request, observation).await {
+        let tenant = match self.observe(request.object, request.idempotency_token, observation).await {
             Ok(tenant) => tenant,
             // Not ours: nothing of this object's to delete.
             Err(error) if error.reason == TENANT_NAME_TAKEN => return VerifyOutcome::Missing,
@@ -323,14 +324,14 @@ impl<C: CloudFront + Acm, D: DnsRecords> TenantManager<C, D> {
     /// when the tenant may be created now.
     async fn dns_first(
         &self,
-        dns: &D,
+        dns: &ManagedDns<D>,
+        desired: &Desired<D>,
         object: &DistributionTenant,
         observation: &mut TenantObservation,
         conditions: &mut Conditions,
     ) -> Result<bool, ExternalError> {
         let spec = &object.spec;
         let generation = object.meta().generation;
-        let Some(config) = &spec.dns else { return Ok(true) };
         let group = spec.connection_group_id.as_deref();
         let context = CallContext { connection_group_lookup: group.is_some(), ..CallContext::default() };
         let target = match self.routing_endpoint(group).await {
@@ -344,7 +345,7 @@ impl<C: CloudFront + Acm, D: DnsRecords> TenantManager<C, D> {
             }
         };
         let previous_target = observation.dns_target.replace(target.clone());
-        let domains = domains(spec);
+        let domains = desired.domains();
         // What the last change upserted, not what is owned: `dns_records` also holds the domains
         // of a create-pending marker, which may never have been written (issue 15).
         let written =
@@ -352,13 +353,14 @@ impl<C: CloudFront + Acm, D: DnsRecords> TenantManager<C, D> {
         let change_id = match observation.dns_change_id.clone() {
             Some(change_id) if written => change_id,
             _ => {
-                let change = dns.upsert(config, &domains, &target).await.map_err(|e| self.dns_error(&e, conditions, generation))?;
+                let change =
+                    dns.records.upsert(&dns.zone, &domains, &target).await.map_err(|e| self.dns_error(&e, conditions, generation))?;
                 upserted(observation, change, &domains);
                 dns_condition(conditions, false, "DNSRecordCreating", "the CNAME records were submitted", generation);
                 return Ok(false);
             }
         };
-        match dns.status(config, &change_id).await.map_err(|e| self.dns_error(&e, conditions, generation))? {
+        match dns.records.status(&dns.zone, &change_id).await.map_err(|e| self.dns_error(&e, conditions, generation))? {
             DnsStatus::InSync => {
                 dns_condition(conditions, true, "DNSReady", "the CNAME records are propagated", generation);
                 Ok(true)
@@ -373,18 +375,16 @@ impl<C: CloudFront + Acm, D: DnsRecords> TenantManager<C, D> {
     /// Steady state of the records: follows the last change until it is in sync.
     async fn follow_dns(
         &self,
-        dns: &D,
+        dns: &ManagedDns<D>,
         object: &DistributionTenant,
         observation: &mut TenantObservation,
         conditions: &mut Conditions,
     ) -> Result<(), ExternalError> {
-        let spec = &object.spec;
         let generation = object.meta().generation;
-        let Some(config) = &spec.dns else { return Ok(()) };
         if let Some(change_id) = observation.dns_change_id.clone()
             && !dns_in_sync(object)
         {
-            match dns.status(config, &change_id).await.map_err(|e| self.dns_error(&e, conditions, generation))? {
+            match dns.records.status(&dns.zone, &change_id).await.map_err(|e| self.dns_error(&e, conditions, generation))? {
                 DnsStatus::InSync => dns_condition(conditions, true, "DNSReady", "the CNAME records are propagated", generation),
                 DnsStatus::Pending => {
                     dns_condition(conditions, false, "DNSPropagating", "waiting for the record change to be in sync", generation);
@@ -437,6 +437,7 @@ impl<C: CloudFront + Acm, D: DnsRecords> TenantManager<C, D> {
     async fn verifying(
         &self,
         request: &Request<'_, DistributionTenant>,
+        desired: &Desired<D>,
         observation: &mut TenantObservation,
         conditions: &mut Conditions,
     ) -> Observed<TenantUpkeep> {
@@ -452,13 +453,14 @@ impl<C: CloudFront + Acm, D: DnsRecords> TenantManager<C, D> {
         if let Err(invalid) = validate(&object.name_any(), spec) {
             return VerifyOutcome::Error(validation(&invalid).error).into();
         }
-        let dns = match self.dns_for(spec) {
-            Ok(dns) => dns,
-            Err(error) => {
-                dns_condition(conditions, false, "DNSError", &error.message, generation);
-                return VerifyOutcome::Error(error).into();
-            }
-        };
+        if spec.dns.is_some() && desired.dns.is_none() {
+            let error = ExternalError::terminal(
+                "DNSError",
+                "spec.dns is set but this controller runs without DNS management; remove spec.dns and manage the CNAMEs yourself",
+            );
+            dns_condition(conditions, false, "DNSError", &error.message, generation);
+            return VerifyOutcome::Error(error).into();
+        }
         if spec.dns.is_none() {
             dns_condition(conditions, true, "DNSNotConfigured", "spec.dns is not set; DNS is not managed", generation);
             // Records written while spec.dns was set are no longer managed (see docs/tenant.md).
@@ -466,7 +468,7 @@ impl<C: CloudFront + Acm, D: DnsRecords> TenantManager<C, D> {
             observation.dns_change_id = None;
             observation.dns_change_domains.clear();
         }
-        let tenant = match self.observe(request, observation).await {
+        let tenant = match self.observe(object, request.idempotency_token, observation).await {
             Ok(Some(tenant)) => tenant,
             Ok(None) => {
                 forget(observation);
@@ -486,17 +488,16 @@ impl<C: CloudFront + Acm, D: DnsRecords> TenantManager<C, D> {
             CertificateStep::Attach { arn } => Some(serde_json::json!({ "customizations": { "certificate": { "arn": arn } } })),
             _ => None,
         };
-        let desired = TenantConfig::desired(spec);
-        let change = change(desired.differences(&tenant.config), request.spec_change.changed);
+        let change = change(desired.config.differences(&tenant.config), request.spec_change.changed);
         let mut upkeep = Vec::new();
-        if let Some(dns) = dns {
+        if let Some(dns) = &desired.dns {
             if let Err(error) = self.follow_dns(dns, object, observation, conditions).await {
                 return Observed { spec_patch, ..VerifyOutcome::Error(error).into() };
             }
             // Once the tenant matches the spec (CloudFront no longer serves a removed domain),
             // the records of domains that left the spec go: they finish the update that removed
             // them.
-            let removed: Vec<String> = observation.dns_records.iter().filter(|d| !desired.domains.contains(*d)).cloned().collect();
+            let removed: Vec<String> = observation.dns_records.iter().filter(|d| !desired.config.domains.contains(*d)).cloned().collect();
             if change == Change::InSync
                 && !removed.is_empty()
                 && let Some(target) = observation.dns_target.clone()
@@ -504,27 +505,29 @@ impl<C: CloudFront + Acm, D: DnsRecords> TenantManager<C, D> {
                 upkeep.push(Upkeep { purpose: Purpose::FinishUpdate, work: TenantUpkeep::DeleteRecords { domains: removed, target } });
             }
         }
-        Observed { outcome: self.outcome(&tenant, &certificate, change), upkeep, spec_patch, conditions: Conditions::default() }
+        Observed { upkeep, spec_patch, ..self.outcome(&tenant, &certificate, change).into() }
     }
 
     async fn maintaining(
         &self,
-        request: &Request<'_, DistributionTenant>,
+        request: &Request<'_, DistributionTenant, Desired<D>>,
         observation: &mut TenantObservation,
         conditions: &mut Conditions,
         work: TenantUpkeep,
     ) -> Result<(), ExternalError> {
         let TenantUpkeep::DeleteRecords { domains, target } = work;
-        let spec = &request.object.spec;
-        let (Some(config), Ok(Some(dns))) = (&spec.dns, self.dns_for(spec)) else { return Ok(()) };
-        dns.delete(config, &domains, &target).await.map_err(|e| self.dns_error(&e, conditions, request.object.meta().generation))?;
+        let Some(dns) = &request.derived.dns else { return Ok(()) };
+        dns.records
+            .delete(&dns.zone, &domains, &target)
+            .await
+            .map_err(|e| self.dns_error(&e, conditions, request.object.meta().generation))?;
         observation.dns_records.retain(|d| !domains.contains(d));
         Ok(())
     }
 
     async fn creating(
         &self,
-        request: &Request<'_, DistributionTenant>,
+        request: &Request<'_, DistributionTenant, Desired<D>>,
         observation: &mut TenantObservation,
         conditions: &mut Conditions,
     ) -> MutateOutcome {
@@ -534,17 +537,15 @@ impl<C: CloudFront + Acm, D: DnsRecords> TenantManager<C, D> {
         if let Err(error) = self.check_before_writing(spec).await {
             return MutateOutcome::Error(error);
         }
-        match self.dns_for(spec) {
-            Err(error) => return MutateOutcome::Error(error),
-            Ok(Some(dns)) => match self.dns_first(dns, object, observation, conditions).await {
+        let desired = request.derived;
+        if let Some(dns) = &desired.dns {
+            match self.dns_first(dns, desired, object, observation, conditions).await {
                 Ok(true) => {}
                 Ok(false) => return MutateOutcome::AwaitingVerification,
                 Err(error) => return MutateOutcome::Error(error),
-            },
-            Ok(None) => {}
+            }
         }
-        let desired = TenantConfig::desired(spec);
-        let write = TenantWrite { config: &desired, managed_certificate_request: spec.managed_certificate_request.as_ref() };
+        let write = TenantWrite { config: &desired.config, managed_certificate_request: spec.managed_certificate_request.as_ref() };
         let context = CallContext { creating: true, cloudfront_validates: cloudfront_validates(spec), ..CallContext::default() };
         match self.cloudfront.create_tenant(&name, request.idempotency_token, write).await {
             Ok(tenant) => {
@@ -552,7 +553,7 @@ impl<C: CloudFront + Acm, D: DnsRecords> TenantManager<C, D> {
                 certificate_progress(spec, observation, conditions, tenant.config.certificate_arn.as_deref(), object.meta().generation);
                 // A Deployed tenant is Ready at once: the target must be in this status write.
                 self.resolve_dns_target(tenant.config.connection_group_id.as_deref(), observation).await;
-                settled(&tenant, spec, observation)
+                settled(&tenant, spec, &desired.config, observation)
             }
             // The tenant name is taken: by our own create that crashed before its status write
             // (verify missed it only if it landed after the read), so adopt it by name.
@@ -571,7 +572,7 @@ impl<C: CloudFront + Acm, D: DnsRecords> TenantManager<C, D> {
 
     async fn updating(
         &self,
-        request: &Request<'_, DistributionTenant>,
+        request: &Request<'_, DistributionTenant, Desired<D>>,
         observation: &mut TenantObservation,
         conditions: &mut Conditions,
     ) -> MutateOutcome {
@@ -583,12 +584,8 @@ impl<C: CloudFront + Acm, D: DnsRecords> TenantManager<C, D> {
         let Some(id) = observation.id.clone() else {
             return MutateOutcome::Error(ExternalError::retryable("NotObserved", "the tenant's id is not known yet"));
         };
-        let desired = TenantConfig::desired(spec);
-        let managed_dns = match (self.dns_for(spec), &spec.dns) {
-            (Ok(Some(dns)), Some(config)) => Some((dns, config)),
-            _ => None,
-        };
-        if let Some((dns, config)) = managed_dns {
+        let desired = request.derived;
+        if let Some(dns) = &desired.dns {
             // Seed 001: upsert the records of the current domains, then push the tenant; records
             // of removed domains go once the tenant no longer has them (`TenantUpkeep`).
             let generation = object.meta().generation;
@@ -597,8 +594,8 @@ impl<C: CloudFront + Acm, D: DnsRecords> TenantManager<C, D> {
                 Ok(target) => target,
                 Err(error) => return MutateOutcome::Error(error),
             };
-            let domains: Vec<String> = desired.domains.iter().cloned().collect();
-            match dns.upsert(config, &domains, &target).await {
+            let domains = desired.domains();
+            match dns.records.upsert(&dns.zone, &domains, &target).await {
                 Ok(change) => {
                     upserted(observation, change, &domains);
                     dns_condition(conditions, false, "DNSRecordCreating", "the CNAME records were submitted", generation);
@@ -608,17 +605,17 @@ impl<C: CloudFront + Acm, D: DnsRecords> TenantManager<C, D> {
         }
         // Each request makes CloudFront request a new certificate: send it only when it is new.
         let request = new_certificate_request(spec, request.spec_change.last_applied.as_ref());
-        let write = TenantWrite { config: &desired, managed_certificate_request: request };
+        let write = TenantWrite { config: &desired.config, managed_certificate_request: request };
         match self.update_with_etag(&id, observation.e_tag.clone(), write).await {
             Ok(tenant) => {
                 // The connection group may have changed: the next verify resolves the target again
                 // (with DNS managed, it was resolved for the upsert above).
-                if managed_dns.is_none() {
+                if desired.dns.is_none() {
                     observation.dns_target = None;
                 }
                 record(observation, &tenant);
                 certificate_progress(spec, observation, conditions, tenant.config.certificate_arn.as_deref(), object.meta().generation);
-                settled(&tenant, spec, observation)
+                settled(&tenant, spec, &desired.config, observation)
             }
             Err(error) => MutateOutcome::Error(error),
         }
@@ -626,12 +623,12 @@ impl<C: CloudFront + Acm, D: DnsRecords> TenantManager<C, D> {
 
     async fn deleting(
         &self,
-        request: &Request<'_, DistributionTenant>,
+        request: &Request<'_, DistributionTenant, Desired<D>>,
         observation: &mut TenantObservation,
         conditions: &mut Conditions,
     ) -> DeleteOutcome {
         let object = request.object;
-        let tenant = match self.observe(request, observation).await {
+        let tenant = match self.observe(object, request.idempotency_token, observation).await {
             Ok(tenant) => tenant,
             Err(error) if error.reason == TENANT_NAME_TAKEN => return DeleteOutcome::Succeeded,
             Err(error) => return DeleteOutcome::Error(error),
@@ -660,7 +657,7 @@ impl<C: CloudFront + Acm, D: DnsRecords> TenantManager<C, D> {
                 Err(error) => DeleteOutcome::Error(error),
             },
             (DeletionStep::DeleteDns, _) => {
-                let (Some(config), Ok(Some(dns))) = (&object.spec.dns, self.dns_for(&object.spec)) else {
+                let Some(dns) = &request.derived.dns else {
                     return DeleteOutcome::Succeeded;
                 };
                 let target = match self.dns_target(&object.spec, observation).await {
@@ -668,7 +665,7 @@ impl<C: CloudFront + Acm, D: DnsRecords> TenantManager<C, D> {
                     Err(error) => return DeleteOutcome::Error(error),
                 };
                 let owned = observation.dns_records.clone();
-                match dns.delete(config, &owned, &target).await {
+                match dns.records.delete(&dns.zone, &owned, &target).await {
                     Ok(_) => {
                         observation.dns_records.clear();
                         observation.dns_change_id = None;
@@ -688,22 +685,28 @@ impl<C: CloudFront + Acm, D: DnsRecords> ExternalResource for TenantManager<C, D
     type Object = DistributionTenant;
     type Observation = TenantObservation;
     type Upkeep = TenantUpkeep;
+    type Derived = Desired<D>;
 
     /// Also removes `CertificateReady` when the spec no longer asks for a managed certificate.
-    async fn verify(&self, request: &Request<'_, DistributionTenant>, observation: &mut TenantObservation) -> Observed<TenantUpkeep> {
+    async fn verify(
+        &self,
+        request: &Request<'_, DistributionTenant>,
+        observation: &mut TenantObservation,
+    ) -> Observed<TenantUpkeep, Desired<D>> {
         let mut conditions = Conditions::default();
         if request.object.spec.managed_certificate_request.is_none() {
             conditions.remove(CERTIFICATE_READY);
         }
-        let observed = self.verifying(request, observation, &mut conditions).await;
-        Observed { conditions, ..observed }
+        let desired = self.desired(&request.object.spec);
+        let Observed { outcome, upkeep, spec_patch, .. } = self.verifying(request, &desired, observation, &mut conditions).await;
+        Observed { outcome, upkeep, conditions, spec_patch, derived: desired }
     }
 
     /// Deletes the DNS records of domains that left the spec, once the runtime allows it (see
     /// [`TenantUpkeep`]).
     async fn maintain(
         &self,
-        request: &Request<'_, DistributionTenant>,
+        request: &Request<'_, DistributionTenant, Desired<D>>,
         observation: &mut TenantObservation,
         work: TenantUpkeep,
     ) -> WithConditions<Result<(), ExternalError>> {
@@ -714,7 +717,7 @@ impl<C: CloudFront + Acm, D: DnsRecords> ExternalResource for TenantManager<C, D
 
     async fn create(
         &self,
-        request: &Request<'_, DistributionTenant>,
+        request: &Request<'_, DistributionTenant, Desired<D>>,
         observation: &mut TenantObservation,
     ) -> WithConditions<MutateOutcome> {
         let mut conditions = Conditions::default();
@@ -724,7 +727,7 @@ impl<C: CloudFront + Acm, D: DnsRecords> ExternalResource for TenantManager<C, D
 
     async fn update(
         &self,
-        request: &Request<'_, DistributionTenant>,
+        request: &Request<'_, DistributionTenant, Desired<D>>,
         observation: &mut TenantObservation,
     ) -> WithConditions<MutateOutcome> {
         let mut conditions = Conditions::default();
@@ -734,7 +737,7 @@ impl<C: CloudFront + Acm, D: DnsRecords> ExternalResource for TenantManager<C, D
 
     async fn delete(
         &self,
-        request: &Request<'_, DistributionTenant>,
+        request: &Request<'_, DistributionTenant, Desired<D>>,
         observation: &mut TenantObservation,
     ) -> WithConditions<DeleteOutcome> {
         let mut conditions = Conditions::default();
@@ -746,6 +749,29 @@ impl<C: CloudFront + Acm, D: DnsRecords> ExternalResource for TenantManager<C, D
     fn asks(&self, object: &DistributionTenant) -> Asks {
         Asks { drift_policy: object.spec.drift_policy.map(DriftPolicy::from), dependencies: Vec::new() }
     }
+}
+
+/// What `verify` derives from the spec once per reconcile, and the runtime hands to the calls
+/// after it (`ExternalResource::Derived`): they act on the same value instead of deriving it again.
+pub struct Desired<D> {
+    /// The tenant configuration the spec asks for.
+    config: TenantConfig,
+    /// Where the tenant's CNAME records are managed: `None` without `spec.dns` (or without DNS
+    /// management in this controller, which `verify` reports as an error: no call follows).
+    dns: Option<ManagedDns<D>>,
+}
+
+impl<D> Desired<D> {
+    /// The spec's domains in their normal form, each once.
+    fn domains(&self) -> Vec<String> {
+        self.config.domains.iter().cloned().collect()
+    }
+}
+
+/// The records' hosted zone (`spec.dns`) and the DNS implementation that writes them.
+pub struct ManagedDns<D> {
+    records: Arc<D>,
+    zone: DnsConfig,
 }
 
 /// The writes `verify` finds needed, which the runtime allows or holds
@@ -773,15 +799,19 @@ fn name_taken(name: &str) -> ExternalError {
 /// Done once CloudFront deployed the tenant and, when it manages the certificate, the tenant
 /// uses the one named in the spec; otherwise `verify` follows up at the short interval (a
 /// managed certificate is requested by the write, and issued minutes later).
-fn settled(tenant: &ObservedTenant, spec: &DistributionTenantSpec, observation: &TenantObservation) -> MutateOutcome {
+fn settled(
+    tenant: &ObservedTenant,
+    spec: &DistributionTenantSpec,
+    desired: &TenantConfig,
+    observation: &TenantObservation,
+) -> MutateOutcome {
     let spec_certificate = spec.customizations.as_ref().and_then(|c| c.certificate.as_ref()).map(|c| c.arn.as_str());
     let certificate_settled = spec.managed_certificate_request.is_none()
         || spec_certificate.is_some_and(|arn| tenant.config.certificate_arn.as_deref() == Some(arn));
     // Records of domains the spec no longer has go after a verify (`TenantUpkeep`), at the short
     // interval while not Ready; Ready at once, they would wait for the Ready interval, an hour
     // (found by the reliability campaign, issue 15).
-    let wanted = domains(spec);
-    let records_settled = spec.dns.is_none() || observation.dns_records.iter().all(|d| wanted.contains(d));
+    let records_settled = spec.dns.is_none() || observation.dns_records.iter().all(|d| desired.domains.contains(d));
     if tenant.status.as_deref() == Some(DEPLOYED) && certificate_settled && records_settled {
         MutateOutcome::Succeeded
     } else {
@@ -922,9 +952,9 @@ mod tests {
             dns_records: vec!["api.example.com".to_owned(), "www.example.com".to_owned()],
             ..TenantObservation::default()
         };
-        assert_eq!(settled(&tenant, &spec, &observation), MutateOutcome::AwaitingVerification);
+        assert_eq!(settled(&tenant, &spec, &tenant.config, &observation), MutateOutcome::AwaitingVerification);
         observation.dns_records = vec!["www.example.com".to_owned()];
-        assert_eq!(settled(&tenant, &spec, &observation), MutateOutcome::Succeeded);
+        assert_eq!(settled(&tenant, &spec, &tenant.config, &observation), MutateOutcome::Succeeded);
     }
 
     fn with_request(request: Option<ManagedCertificateRequest>) -> DistributionTenantSpec {
@@ -967,6 +997,7 @@ mod tests {
             dependencies: &[],
             idempotency_token: "t",
             create_pending,
+            derived: &(),
         };
         assert_eq!(marked_dns_domains(&request(Some(&with_dns))), ["a.example.com", "b.example.com"]);
         assert!(marked_dns_domains(&request(Some(&without_dns))).is_empty(), "no DNS management, no records");

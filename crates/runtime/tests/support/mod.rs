@@ -240,6 +240,7 @@ impl ExternalResource for WidgetManager {
     type Object = Widget;
     type Observation = WidgetObservation;
     type Upkeep = std::convert::Infallible;
+    type Derived = ();
 
     async fn verify(&self, request: &Request<'_, Widget>, observation: &mut WidgetObservation) -> Observed<Self::Upkeep> {
         let spec = &request.object.spec;
