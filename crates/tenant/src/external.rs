@@ -3,8 +3,8 @@
 //! spec), drift policies and requeues; this file makes the CloudFront (and DNS) calls.
 //!
 //! - `verify` validates the spec, derives what the calls of the reconcile act on ([`Desired`]:
-//!   the configuration the spec asks for, where its records are managed), reads the tenant (by id, else by name: a tenant created just
-//!   before a crash is adopted), records id/ARN/ETag/status, follows the managed certificate and
+//!   the configuration the spec asks for, where its records are managed), reads the tenant (by
+//!   id, else by name: a tenant created just before a crash is adopted), records id/ARN/ETag/status, follows the managed certificate and
 //!   compares spec and tenant. A difference is `UpdateRequired` even while AWS is InProgress, so
 //!   spec changes are pushed at once. A managed certificate still being validated keeps the
 //!   tenant in progress, looked at again at the short interval. With `spec.dns` it follows the
@@ -74,7 +74,8 @@ const CACHE_ENTRIES: u64 = 1000;
 pub struct TenantManager<C, D> {
     cloudfront: C,
     /// The DNS implementation for tenants with `spec.dns`; `None`: such tenants fail with
-    /// `DNSError` (DNS management is not available in this build).
+    /// `DNSError` (DNS management is not available in this build). Shared with each reconcile's
+    /// [`Desired`].
     dns: Option<Arc<D>>,
     metrics: Arc<TenantMetrics>,
     /// By distribution id; a distribution that does not exist is not remembered.
@@ -325,7 +326,7 @@ impl<C: CloudFront + Acm, D: DnsRecords> TenantManager<C, D> {
     async fn dns_first(
         &self,
         dns: &ManagedDns<D>,
-        desired: &Desired<D>,
+        domains: &[String],
         object: &DistributionTenant,
         observation: &mut TenantObservation,
         conditions: &mut Conditions,
@@ -345,7 +346,6 @@ impl<C: CloudFront + Acm, D: DnsRecords> TenantManager<C, D> {
             }
         };
         let previous_target = observation.dns_target.replace(target.clone());
-        let domains = desired.domains();
         // What the last change upserted, not what is owned: `dns_records` also holds the domains
         // of a create-pending marker, which may never have been written (issue 15).
         let written =
@@ -354,8 +354,8 @@ impl<C: CloudFront + Acm, D: DnsRecords> TenantManager<C, D> {
             Some(change_id) if written => change_id,
             _ => {
                 let change =
-                    dns.records.upsert(&dns.zone, &domains, &target).await.map_err(|e| self.dns_error(&e, conditions, generation))?;
-                upserted(observation, change, &domains);
+                    dns.records.upsert(&dns.zone, domains, &target).await.map_err(|e| self.dns_error(&e, conditions, generation))?;
+                upserted(observation, change, domains);
                 dns_condition(conditions, false, "DNSRecordCreating", "the CNAME records were submitted", generation);
                 return Ok(false);
             }
@@ -539,7 +539,7 @@ impl<C: CloudFront + Acm, D: DnsRecords> TenantManager<C, D> {
         }
         let desired = request.derived;
         if let Some(dns) = &desired.dns {
-            match self.dns_first(dns, desired, object, observation, conditions).await {
+            match self.dns_first(dns, &desired.domains(), object, observation, conditions).await {
                 Ok(true) => {}
                 Ok(false) => return MutateOutcome::AwaitingVerification,
                 Err(error) => return MutateOutcome::Error(error),
@@ -769,7 +769,7 @@ impl<D> Desired<D> {
 }
 
 /// The records' hosted zone (`spec.dns`) and the DNS implementation that writes them.
-pub struct ManagedDns<D> {
+struct ManagedDns<D> {
     records: Arc<D>,
     zone: DnsConfig,
 }
