@@ -40,21 +40,26 @@ pub fn post(router: &Router, path: &str, body: Vec<u8>) -> Result<(u16, Vec<u8>)
 }
 
 /// An AdmissionReview as the API server sends one: `object` under `operation` (`kind` is group,
-/// version, kind, resource).
+/// version, kind, resource). An object without a name (a CREATE with `generateName`) has no
+/// `request.name`: the API server omits an empty one, it never sends `null`.
 pub fn admission_review(kind: (&str, &str, &str, &str), object: Value, operation: &str, uid: &str) -> Value {
     let (group, version, kind, resource) = kind;
-    json!({
+    let mut review = json!({
         "apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
         "request": {
             "uid": uid,
             "kind": {"group": group, "version": version, "kind": kind},
             "resource": {"group": group, "version": version, "resource": resource},
             "operation": operation, "userInfo": {"username": "fuzz"},
-            "name": object["metadata"]["name"], "namespace": "fuzz",
+            "namespace": "fuzz",
             "object": if operation == "DELETE" { Value::Null } else { object.clone() },
-            "oldObject": if operation == "CREATE" { Value::Null } else { object },
+            "oldObject": if operation == "CREATE" { Value::Null } else { object.clone() },
         }
-    })
+    });
+    if let Some(name) = object["metadata"]["name"].as_str() {
+        review["request"]["name"] = json!(name);
+    }
+    review
 }
 
 /// An admission webhook answers `review` (asking about `uid`) with 200 and a well-formed
@@ -109,5 +114,30 @@ pub fn answers_the_conversion_review(router: &Router, path: &str, review: &Value
             format!("{path}: a failure without a message: {answer}")
         }),
         other => Err(format!("{path}: result status {other:?}: {answer}")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The first crash of `scripts/fuzz` (fuzz/seeds/admission_webhook/crash-b9c5f4e0…): a
+    /// DistributionTenant without `metadata.name` was reviewed with `"name": null`, which the
+    /// API server never sends and kube refuses with a 422 — the harness, not the webhook, was
+    /// wrong.
+    #[test]
+    fn an_object_without_a_name_is_reviewed_without_one_and_gets_a_well_formed_verdict() {
+        let object = json!({
+            "apiVersion": "cloudfront.blockwork.dev/v1alpha1", "kind": "DistributionTenant",
+            "metadata": {"na0me": "domains-too-many"},
+            "spec": {"distributionId": "E1ABCDEF2GHIJ", "domains": []},
+        });
+        let kind = ("cloudfront.blockwork.dev", "v1alpha1", "DistributionTenant", "distributiontenants");
+        let router = blockwork_tenant::webhook::router(true);
+        for operation in ["CREATE", "UPDATE", "DELETE"] {
+            let review = admission_review(kind, object.clone(), operation, "uid-1");
+            assert!(review["request"].get("name").is_none(), "{review}");
+            assert_eq!(answers_the_admission_review(&router, blockwork_tenant::webhook::PATH, &review, "uid-1"), Ok(()));
+        }
     }
 }
