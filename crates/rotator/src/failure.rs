@@ -47,20 +47,13 @@ pub fn class_of_status(code: Option<u16>) -> ErrorClass {
     }
 }
 
-/// As in status (`lastError.class`) and the runtime's serde names.
-fn class_name(class: ErrorClass) -> &'static str {
-    match class {
-        ErrorClass::Terminal => "Terminal",
-        ErrorClass::Retryable => "Retryable",
-        ErrorClass::Throttled => "Throttled",
-        ErrorClass::NotFound => "NotFound",
-    }
+/// The class's name as the runtime writes it in status (`lastError.class`): its serde name.
+fn class_name(class: ErrorClass) -> String {
+    serde_json::to_value(class).ok().and_then(|name| name.as_str().map(str::to_owned)).unwrap_or_default()
 }
 
 fn class_named(name: &str) -> Option<ErrorClass> {
-    [ErrorClass::Terminal, ErrorClass::Retryable, ErrorClass::Throttled, ErrorClass::NotFound]
-        .into_iter()
-        .find(|class| class_name(*class) == name)
+    serde_json::from_value(serde_json::Value::String(name.to_owned())).ok()
 }
 
 #[cfg(test)]
