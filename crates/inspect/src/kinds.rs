@@ -771,14 +771,14 @@ mod tests {
     }
 
     fn written_by(change: Result<ChangeNow, String>) -> Vec<RecordNow> {
-        let record = &validating_cert(false).status.unwrap().observation.validation_records[0];
+        let record = &validating_cert(false).status.expect("a status").observation.validation_records[0];
         vec![RecordNow { change: Some(change), ..RecordNow::of(record, Ok(Some("_y.acm-validations.aws".into()))) }]
     }
 
     #[test]
     fn an_insync_change_is_named_with_its_zone_and_age() {
         let change = ChangeNow { id: "/change/C1".into(), in_sync: true, submitted_at: Some(at(0)) };
-        let note = records_now_note(&written_by(Ok(change)), at(43 * 60)).unwrap();
+        let note = records_now_note(&written_by(Ok(change)), at(43 * 60)).expect("a note");
         assert!(
             note.contains("the CNAME _x.api-prod.k8s.example.com. is in zone Z123 with the value ACM asked for, and INSYNC (change C1, submitted 43m ago)"),
             "{note}"
@@ -788,18 +788,18 @@ mod tests {
     #[test]
     fn a_change_pending_for_minutes_says_where_to_look_and_a_fresh_one_does_not() {
         let change = ChangeNow { id: "/change/C1".into(), in_sync: false, submitted_at: Some(at(0)) };
-        let fresh = records_now_note(&written_by(Ok(change.clone())), at(30)).unwrap();
+        let fresh = records_now_note(&written_by(Ok(change.clone())), at(30)).expect("a note");
         assert!(
             fresh.contains("and PENDING (change C1, submitted 30s ago)") && fresh.contains("usually applies a change within a minute"),
             "{fresh}"
         );
-        let stuck = records_now_note(&written_by(Ok(change)), at(7 * 60)).unwrap();
+        let stuck = records_now_note(&written_by(Ok(change)), at(7 * 60)).expect("a note");
         assert!(stuck.contains("`aws route53 get-change --id C1`"), "{stuck}");
     }
 
     #[test]
     fn a_change_that_cannot_be_read_is_said_so_not_guessed() {
-        let note = records_now_note(&written_by(Err("AccessDenied: no".into())), at(60)).unwrap();
+        let note = records_now_note(&written_by(Err("AccessDenied: no".into())), at(60)).expect("a note");
         assert!(note.contains("whether its change is INSYNC could not be read: AccessDenied: no"), "{note}");
         assert!(!note.contains("and INSYNC") && !note.contains("and PENDING"), "{note}");
     }
