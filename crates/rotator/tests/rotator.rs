@@ -443,7 +443,6 @@ async fn a_crash_before_the_write_loses_nothing() {
     assert_eq!(text(&h.get("target").await.unwrap(), "next-tls.crt"), "cert");
 
     // The restarted rotator does it, once.
-    let mut h = h;
     h.start_controller();
     let target = h.wait_for_next("target", "cert-1").await;
     assert_eq!(slots(&target), ["", "cert", "cert-1"]);
@@ -550,6 +549,28 @@ async fn killing_the_rotator_at_random_points_never_loses_or_repeats_a_rotation(
         let [prev, current, next] = slots(version);
         assert!(next != current && (prev.is_empty() || prev != current), "no slot duplicated: {}", summary(version));
     }
+}
+
+#[tokio::test]
+async fn the_rotator_stops_at_shutdown_and_a_restart_rotates_what_changed_meanwhile() {
+    let mut h = Harness::new("shutdown").await;
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let run = blockwork_rotator::run(h.plane.client(), h.config.clone(), std::sync::Arc::clone(&h.metrics), async {
+        let _ = stopped.await;
+    });
+    let running = tokio::spawn(run);
+    h.create_source("source", "target", "cert-0", "key-0").await;
+    h.wait_for_next("target", "cert-0").await;
+    // A change the running rotator may or may not take before it stops, then the signal.
+    h.renew("source", "cert-1", "key-1").await;
+    stop.send(()).unwrap();
+    let ended = tokio::time::timeout(TIMEOUT, running).await;
+    assert!(matches!(ended, Ok(Ok(Ok(())))), "run returns once its workers have stopped: {ended:?}");
+
+    h.start_controller();
+    let target = h.wait_for_next("target", "cert-1").await;
+    assert_eq!(text(&target, "tls.crt"), "cert-0");
+    assert_eq!(annotation(&target, &h.keys.rotations), Some("1".to_owned()), "rotated once, by one of the two");
 }
 
 #[tokio::test]
