@@ -443,6 +443,7 @@ async fn a_crash_before_the_write_loses_nothing() {
     assert_eq!(text(&h.get("target").await.unwrap(), "next-tls.crt"), "cert");
 
     // The restarted rotator does it, once.
+    let mut h = h;
     h.start_controller();
     let target = h.wait_for_next("target", "cert-1").await;
     assert_eq!(slots(&target), ["", "cert", "cert-1"]);
