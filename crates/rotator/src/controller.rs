@@ -9,12 +9,14 @@
 //! its data) and is dropped once it has streamed past. A rotation is then one write with the
 //! cached target's resourceVersion as precondition, and no read; a 409 Conflict (the cache was
 //! behind) falls back to reading the source and the target. A source of another type is read
-//! each time.
+//! each time. A source's trigger goes to a waiting worker at once through the rotator's own
+//! work queue ([`crate::queue`], client-go's semantics), not kube-runtime's `Controller`, whose
+//! scheduler put a timer tick between the watch event and the reconcile (ADR 0010).
 
 use std::collections::{BTreeSet, HashMap, HashSet};
 use std::future::Future;
-use std::sync::{Arc, Mutex, PoisonError};
-use std::time::Duration;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::{Duration, Instant};
 
 use futures::channel::mpsc;
 use futures::{FutureExt as _, StreamExt as _};
@@ -24,12 +26,12 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use kube::core::PartialObjectMeta;
 use kube::runtime::WatchStreamExt as _;
-use kube::runtime::controller::{Action as Requeue, Config as ControllerConfig, Controller};
 use kube::runtime::events::EventType;
 use kube::runtime::reflector::{self, ObjectRef, store::Writer};
 use kube::runtime::watcher::{self, Event};
 use kube::{Client, Resource as _, ResourceExt as _};
 use serde_json::json;
+use tokio::sync::Notify;
 use tracing::{debug, info, warn};
 
 use blockwork_runtime::ErrorClass;
@@ -42,6 +44,7 @@ use crate::config::{Config, Keys};
 use crate::failure;
 use crate::metrics::Metrics;
 use crate::plan::{self, Action, Blocked, Input, Plan, TLS_TYPE};
+use crate::queue::Queue;
 
 type Meta = PartialObjectMeta<Secret>;
 
@@ -549,9 +552,9 @@ struct Listing {
 }
 
 /// Routes a scope's two watches, one event at a time: the TLS Secrets the rotator works with
-/// into the [`Cache`]; sources into the controller's store (stripped to their identity); a
-/// change of a source, or of a Secret that sources name, to a reconcile of those sources;
-/// deletions of sources to [`Rotator::source_deleted`] and to the other sources naming the same
+/// into the [`Cache`]; sources into the store of sources the workers reconcile (stripped to
+/// their identity); a change of a source, or of a Secret that sources name, to the work queue
+/// (a reconcile of those sources); deletions of sources to [`Rotator::source_deleted`] and to the other sources naming the same
 /// target (which may take it over). Reconciles wait while the TLS watch (re)lists, so that they
 /// never plan from a half-listed cache; the metadata watch's list does not hold them up (what it
 /// brings is read, never cached).
@@ -567,22 +570,12 @@ struct Router {
     /// Sources to reconcile once the TLS watch has listed.
     held: BTreeSet<Key>,
     store: Writer<Meta>,
-    triggers: mpsc::UnboundedSender<ObjectRef<Meta>>,
+    work: Arc<Work>,
     deleted: mpsc::UnboundedSender<Meta>,
 }
 
 impl Router {
-    fn new(
-        rotator: Arc<Rotator>,
-        scope: Scope,
-        mut store: Writer<Meta>,
-        triggers: mpsc::UnboundedSender<ObjectRef<Meta>>,
-        deleted: mpsc::UnboundedSender<Meta>,
-    ) -> Self {
-        // The store is filled source by source, not list by list; reconciles are held instead
-        // (see `held`).
-        store.apply_watcher_event(&Event::Init);
-        store.apply_watcher_event(&Event::InitDone);
+    fn new(rotator: Arc<Rotator>, scope: Scope, store: Writer<Meta>, work: Arc<Work>, deleted: mpsc::UnboundedSender<Meta>) -> Self {
         Self {
             rotator,
             scope,
@@ -592,7 +585,7 @@ impl Router {
             tls_listed: false,
             held: BTreeSet::new(),
             store,
-            triggers,
+            work,
             deleted,
         }
     }
@@ -691,7 +684,7 @@ impl Router {
         }
     }
 
-    /// Removes a source from the controller's store, unless the other watch has a source of
+    /// Removes a source from the store of sources, unless the other watch has a source of
     /// that name (deleted and created again with another type).
     fn forget_source(&mut self, kind: Kind, identity: Meta) {
         let other = Kind::BOTH[1 - kind.index()];
@@ -759,14 +752,14 @@ impl Router {
 
     fn trigger(&mut self, key: Key) {
         if self.reconciles_may_run() {
-            let _ = self.triggers.unbounded_send(ObjectRef::new(&key.1).within(&key.0));
+            self.work.add(key);
         } else {
             self.held.insert(key);
         }
     }
 }
 
-/// What the controller's store keeps of a source.
+/// What the store of sources keeps of a source.
 fn identity(metadata: &ObjectMeta) -> Meta {
     Meta {
         metadata: ObjectMeta {
@@ -792,35 +785,124 @@ fn with_metadata_only(event: Event<Meta>) -> Event<Secret> {
     }
 }
 
-async fn reconcile(meta: Arc<Meta>, rotator: Arc<Rotator>) -> Result<Requeue, Error> {
-    let namespace = meta.namespace().ok_or(Error::MissingMetadata("namespace"))?;
-    let name = meta.name_any();
-    match rotator.reconcile(&namespace, &name).await {
-        Ok(outcome) => {
-            rotator.succeeded(&(namespace, name));
-            let blocked = outcome.as_ref().and_then(|o| match &o.plan.action {
-                Action::Blocked(blocked) => Some(rotator.blocked_requeue(blocked)),
-                _ => None,
-            });
-            Ok(Requeue::requeue(blocked.unwrap_or(RESYNC)))
+/// One scope's [`Queue`] of sources, and the wakers of its workers and its clock. Triggers are
+/// handed to a waiting worker at once, without a timer in between (ADR 0010).
+#[derive(Debug, Default)]
+struct Work {
+    queue: Mutex<Queue<Key>>,
+    /// A key was queued: wakes a worker.
+    queued: Notify,
+    /// The earliest timer changed: wakes the clock.
+    rearmed: Notify,
+}
+
+impl Work {
+    fn queue(&self) -> MutexGuard<'_, Queue<Key>> {
+        self.queue.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn add(&self, key: Key) {
+        if self.queue().add(key) {
+            self.queued.notify_one();
         }
-        Err(error) => {
-            rotator.metrics.reconciled("failed");
-            rotator.metrics.error(error.metric_reason());
-            Err(error)
+    }
+
+    /// The next source to reconcile, once there is one.
+    async fn next(&self) -> Key {
+        loop {
+            let queued = self.queued.notified();
+            let mut queued = std::pin::pin!(queued);
+            queued.as_mut().enable();
+            if let Some(key) = self.queue().next() {
+                return key;
+            }
+            queued.await;
+        }
+    }
+
+    /// The reconcile of `key` ended; `requeue`: when to look at it again (`None`: it is no
+    /// source, forget it).
+    fn done(&self, key: &Key, requeue: Option<Duration>) {
+        let mut queue = self.queue();
+        let rearm = match requeue {
+            Some(delay) => queue.add_at(key.clone(), Instant::now() + delay),
+            None => {
+                queue.forget_timer(key);
+                false
+            }
+        };
+        let queued = queue.done(key);
+        drop(queue);
+        if rearm {
+            self.rearmed.notify_one();
+        }
+        if queued {
+            self.queued.notify_one();
+        }
+    }
+
+    /// Triggers each source when its timer is due; runs until dropped.
+    async fn clock(&self) {
+        loop {
+            let rearmed = self.rearmed.notified();
+            let mut rearmed = std::pin::pin!(rearmed);
+            rearmed.as_mut().enable();
+            let deadline = self.queue().next_deadline();
+            match deadline {
+                Some(deadline) => {
+                    let _ = futures::future::select(rearmed, std::pin::pin!(tokio::time::sleep_until(deadline.into()))).await;
+                }
+                None => rearmed.await,
+            }
+            let due = self.queue().fire(Instant::now());
+            for _ in 0..due {
+                self.queued.notify_one();
+            }
+        }
+    }
+
+    /// A worker: reconciles one source at a time until `shutdown`, which lets the reconcile in
+    /// progress finish and starts no other (what is queued is listed again at the next start).
+    async fn worker(&self, rotator: &Rotator, sources: &reflector::Store<Meta>, shutdown: impl Future<Output = ()>) {
+        let mut shutdown = std::pin::pin!(shutdown);
+        loop {
+            let key = tokio::select! {
+                biased;
+                () = &mut shutdown => return,
+                key = self.next() => key,
+            };
+            let is_source = sources.get(&ObjectRef::new(&key.1).within(&key.0)).is_some();
+            let requeue = if is_source { Some(reconcile(rotator, &key).await) } else { None };
+            self.done(&key, requeue);
         }
     }
 }
 
-fn error_policy(meta: Arc<Meta>, error: &Error, rotator: Arc<Rotator>) -> Requeue {
-    let key = (meta.namespace().unwrap_or_default(), meta.name_any());
-    let delay = rotator.backoff(key.clone(), matches!(error, Error::Conflict(_)));
-    if matches!(error, Error::Conflict(_)) {
-        debug!(namespace = %key.0, source = %key.1, ?delay, "{error}");
-    } else {
-        warn!(namespace = %key.0, source = %key.1, ?delay, error = %error, "reconcile failed");
+/// Reconciles a source; when to look at it again: the resync interval, or sooner after a
+/// conflict or a failure ([`Rotator::backoff`]).
+async fn reconcile(rotator: &Rotator, key: &Key) -> Duration {
+    let (namespace, name) = key;
+    match rotator.reconcile(namespace, name).await {
+        Ok(outcome) => {
+            rotator.succeeded(key);
+            let blocked = outcome.as_ref().and_then(|o| match &o.plan.action {
+                Action::Blocked(blocked) => Some(rotator.blocked_requeue(blocked)),
+                _ => None,
+            });
+            blocked.unwrap_or(RESYNC)
+        }
+        Err(error) => {
+            rotator.metrics.reconciled("failed");
+            rotator.metrics.error(error.metric_reason());
+            let delay = rotator.backoff(key.clone(), matches!(error, Error::Conflict(_)));
+            if matches!(error, Error::Conflict(_)) {
+                debug!(namespace, source = name, ?delay, "{error}");
+            } else {
+                warn!(namespace, source = name, ?delay, error = %error, "reconcile failed");
+            }
+            delay
+        }
     }
-    Requeue::requeue(delay)
 }
 
 /// Runs the rotator until `shutdown` completes, then lets running reconciles finish.
@@ -863,10 +945,10 @@ async fn watch(
     let other = watcher::watcher(other_api, watcher::Config::default().fields(&format!("type!={TLS_TYPE}")).page_size(LIST_PAGE_SIZE))
         .default_backoff()
         .map(|event| (Kind::Other, event.map(with_metadata_only)));
-    let (reader, writer) = reflector::store::<Meta>();
-    let (triggers, trigger_rx) = mpsc::unbounded();
+    let (sources, writer) = reflector::store::<Meta>();
+    let work = Arc::new(Work::default());
     let (deleted, mut deleted_rx) = mpsc::unbounded::<Meta>();
-    let mut router = Router::new(Arc::clone(&rotator), scope, writer, triggers, deleted);
+    let mut router = Router::new(Arc::clone(&rotator), scope, writer, Arc::clone(&work), deleted);
     // Ends at shutdown, dropping the router (which ends `releases`).
     let routing = futures::stream::select(tls, other).take_until(shutdown.clone()).for_each(move |(kind, event)| {
         match event {
@@ -875,25 +957,19 @@ async fn watch(
         }
         std::future::ready(())
     });
-    let controller = Controller::for_stream(futures::stream::pending(), reader)
-        .reconcile_on(trigger_rx)
-        .with_config(ControllerConfig::default().concurrency(concurrency))
-        .graceful_shutdown_on(shutdown)
-        .run(reconcile, error_policy, Arc::clone(&rotator))
-        .for_each(|result| {
-            match result {
-                Ok(_) => {}
-                Err(kube::runtime::controller::Error::ReconcilerFailed(..) | kube::runtime::controller::Error::ObjectNotFound(_)) => {}
-                Err(error) => warn!(error = %error, "rotator controller"),
-            }
-            std::future::ready(())
-        });
+    let workers = futures::future::join_all((0..concurrency).map(|_| work.worker(&rotator, &sources, shutdown.clone())));
+    let clock = async {
+        tokio::select! {
+            () = work.clock() => {}
+            () = shutdown => {}
+        }
+    };
     let releases = async {
         while let Some(meta) = deleted_rx.next().await {
             rotator.source_deleted(&meta).await;
         }
     };
-    futures::join!(routing, controller, releases);
+    futures::join!(routing, workers, clock, releases);
 }
 
 #[cfg(test)]
@@ -921,7 +997,7 @@ mod tests {
     struct Routed {
         router: Router,
         rotator: Arc<Rotator>,
-        triggered: mpsc::UnboundedReceiver<ObjectRef<Meta>>,
+        work: Arc<Work>,
         store: reflector::Store<Meta>,
     }
 
@@ -932,9 +1008,9 @@ mod tests {
             let mut registry = prometheus_client::registry::Registry::default();
             let rotator = Arc::new(Rotator::new(client, &config, Metrics::register(&mut registry)));
             let (store, writer) = reflector::store::<Meta>();
-            let (triggers, triggered) = mpsc::unbounded();
+            let work = Arc::new(Work::default());
             let (deleted, _) = mpsc::unbounded();
-            Self { router: Router::new(Arc::clone(&rotator), Some("ns".into()), writer, triggers, deleted), rotator, triggered, store }
+            Self { router: Router::new(Arc::clone(&rotator), Some("ns".into()), writer, Arc::clone(&work), deleted), rotator, work, store }
         }
 
         fn list(&mut self, kind: Kind, secrets: Vec<Secret>) {
@@ -945,12 +1021,16 @@ mod tests {
             self.router.route(kind, Event::InitDone);
         }
 
+        /// The sources queued, each then reconciled (so that the next trigger queues it again).
         fn triggered(&mut self) -> Vec<String> {
-            let mut names = Vec::new();
-            while let Ok(reference) = self.triggered.try_recv() {
-                names.push(reference.name);
-            }
-            names
+            let mut queue = self.work.queue();
+            let keys: Vec<Key> = std::iter::from_fn(|| queue.next()).collect();
+            keys.into_iter()
+                .map(|key| {
+                    queue.done(&key);
+                    key.1
+                })
+                .collect()
         }
 
         fn cached(&self, name: &str) -> bool {

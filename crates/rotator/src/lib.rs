@@ -22,6 +22,7 @@ pub mod jwks;
 pub mod kid;
 pub mod metrics;
 pub mod plan;
+mod queue;
 
 pub use config::{Config, ConfigError, DEFAULT_ANNOTATION_PREFIX, Keys, RotatorArgs, resolve_namespaces};
 pub use controller::{Error, Observation, Outcome, Rotator, run};

@@ -553,6 +553,28 @@ async fn killing_the_rotator_at_random_points_never_loses_or_repeats_a_rotation(
 }
 
 #[tokio::test]
+async fn the_rotator_stops_at_shutdown_and_a_restart_rotates_what_changed_meanwhile() {
+    let mut h = Harness::new("shutdown").await;
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let run = blockwork_rotator::run(h.plane.client(), h.config.clone(), std::sync::Arc::clone(&h.metrics), async {
+        let _ = stopped.await;
+    });
+    let running = tokio::spawn(run);
+    h.create_source("source", "target", "cert-0", "key-0").await;
+    h.wait_for_next("target", "cert-0").await;
+    // A change the running rotator may or may not take before it stops, then the signal.
+    h.renew("source", "cert-1", "key-1").await;
+    stop.send(()).unwrap();
+    let ended = tokio::time::timeout(TIMEOUT, running).await;
+    assert!(matches!(ended, Ok(Ok(Ok(())))), "run returns once its workers have stopped: {ended:?}");
+
+    h.start_controller();
+    let target = h.wait_for_next("target", "cert-1").await;
+    assert_eq!(text(&target, "tls.crt"), "cert-0");
+    assert_eq!(annotation(&target, &h.keys.rotations), Some("1".to_owned()), "rotated once, by one of the two");
+}
+
+#[tokio::test]
 async fn a_namespaced_rotator_touches_only_its_namespaces() {
     let plane = blockwork_testenv::control_plane::control_plane().await.unwrap();
     let watched = plane.namespace("watched").await.unwrap();
