@@ -10,7 +10,6 @@ mod support;
 
 use std::time::Duration;
 
-use blockwork_testenv::aws::cnames;
 use blockwork_testenv::fault_proxy::{Fault, Operation};
 use blockwork_testenv::harness::{TIMEOUT, eventually};
 use kube::api::{DeleteParams, Patch, PatchParams};
@@ -22,23 +21,10 @@ const HELD: Duration = Duration::from_secs(3);
 const FOREVER: Duration = Duration::from_secs(60);
 
 impl Harness {
-    /// Names of the CNAMEs in the test's zone, sorted.
-    async fn record_names(&self) -> Vec<String> {
-        cnames(&self.route53, &self.zone_id).await.into_iter().map(|r| r.0).collect()
-    }
-
     /// Waits until the tenant exists in MiniStack (a create held by the proxy has taken effect).
     async fn wait_for_tenant(&self, name: &str) {
         let created = async || self.aws_tenant(name).await.ok_or("not in MiniStack".to_owned());
         eventually(&format!("the tenant {name} to be created"), TIMEOUT, created).await;
-    }
-
-    async fn wait_for_records(&self, expected: &[String]) {
-        let written = async || {
-            let names = self.record_names().await;
-            if names == expected { Ok(()) } else { Err(format!("{names:?}")) }
-        };
-        eventually(&format!("records {expected:?}"), TIMEOUT, written).await;
     }
 }
 

@@ -10,7 +10,7 @@ use std::time::Duration;
 use k8s_openapi::NamespaceResourceScope;
 use k8s_openapi::api::core::v1::Namespace;
 use k8s_openapi::api::events::v1::Event;
-use kube::api::{Api, DeleteParams, PostParams};
+use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use kube::{Client, Resource};
 use prometheus_client::registry::Registry;
 use serde::Serialize;
@@ -90,6 +90,32 @@ where
 
     pub async fn create(&self, object: &K) -> K {
         expect("create", self.api().create(&PostParams::default(), object).await)
+    }
+
+    /// What the API server says refusing to create `object` (its schema, CEL rules or a
+    /// webhook); fails the test if it is admitted.
+    pub async fn refusal(&self, object: &K) -> String {
+        match self.api().create(&PostParams::default(), object).await {
+            Ok(admitted) => fail(format!("the API server admitted {}", status_of(&admitted))),
+            Err(kube::Error::Api(status)) => status.message,
+            Err(other) => fail(format!("create: {other}")),
+        }
+    }
+
+    /// Applies a JSON merge patch to `name` (`kubectl patch --type merge`).
+    pub async fn merge(&self, name: &str, patch: serde_json::Value) -> K {
+        expect(&format!("patch {name}"), self.api().patch(name, &PatchParams::default(), &Patch::Merge(patch)).await)
+    }
+
+    /// Sets the annotation `key` of `name` to `value`, or removes it (`None`).
+    pub async fn annotate(&self, name: &str, key: &str, value: Option<&str>) -> K {
+        self.merge(name, serde_json::json!({"metadata": {"annotations": {key: value}}})).await
+    }
+
+    /// Deletes `name` and waits until it is gone (its finalizers done).
+    pub async fn delete_and_wait(&self, name: &str) {
+        expect(&format!("delete {name}"), self.api().delete(name, &DeleteParams::default()).await);
+        self.wait_gone(name).await;
     }
 
     /// Waits until `name` exists and `check` holds for it; returns it. Fails the test with its

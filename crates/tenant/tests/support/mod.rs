@@ -16,10 +16,10 @@ use blockwork_tenant::api::{DnsConfig, DnsProvider};
 use blockwork_tenant::cloudfront::Sdk;
 use blockwork_tenant::dns::Route53;
 use blockwork_tenant::{CONTROLLER, DistributionTenant, DistributionTenantSpec, GROUP, TenantManager, TenantMetrics, Timing};
-use blockwork_testenv::aws::{hosted_zone, layer_config, request_certificate, sdk_config, tenant_only_distribution};
+use blockwork_testenv::aws::{cnames, hosted_zone, layer_config, request_certificate, sdk_config, tenant_only_distribution};
 use blockwork_testenv::emulators::{ministack, moto};
 use blockwork_testenv::fault_proxy::FaultProxy;
-use blockwork_testenv::harness::{ControllerTask, TestNamespace, metrics_text};
+use blockwork_testenv::harness::{ControllerTask, TIMEOUT, TestNamespace, eventually, metrics_text};
 use kube::CustomResourceExt;
 use prometheus_client::registry::Registry;
 
@@ -277,6 +277,20 @@ impl Harness {
             false => Some(self.certificate(&[format!("*.{}.example.com", self.namespace)]).await),
         };
         tenant_only_distribution(&self.aws, &format!("{}-{reference}", self.namespace), certificate.as_deref(), parameters).await
+    }
+
+    /// Names of the CNAMEs in the test's zone, sorted.
+    pub async fn record_names(&self) -> Vec<String> {
+        cnames(&self.route53, &self.zone_id).await.into_iter().map(|r| r.0).collect()
+    }
+
+    /// Waits until the CNAMEs in the test's zone are exactly those of `expected` (sorted).
+    pub async fn wait_for_records(&self, expected: &[String]) {
+        let written = async || {
+            let names = self.record_names().await;
+            if names == expected { Ok(()) } else { Err(format!("{names:?}")) }
+        };
+        eventually(&format!("records {expected:?}"), TIMEOUT, written).await;
     }
 
     pub fn metrics_text(&self) -> String {
