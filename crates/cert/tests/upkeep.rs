@@ -15,7 +15,6 @@ use blockwork_testenv::fault_proxy::{Fault, Operation};
 use blockwork_testenv::harness::{TIMEOUT, TestNamespace, eventually};
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::ResourceExt;
-use kube::api::Api;
 use support::*;
 
 /// The Cert `name` with `annotations`, created.
@@ -28,16 +27,6 @@ async fn create_annotated(h: &Harness, name: &str, spec: CertSpec, annotations: 
 /// (reason, message) of the Cert's Ready condition.
 fn ready(cert: &Cert) -> (String, String) {
     status(cert).condition("Ready").map(|c| (c.reason.clone(), c.message.clone())).unwrap_or_default()
-}
-
-/// Every validation record the status lists is in the zone, with its value.
-async fn records_in_zone(h: &Harness, cert: &Cert) -> bool {
-    let cnames = h.cnames(&h.zones[0]).await;
-    let listed = &status(cert).observation.validation_records;
-    !listed.is_empty()
-        && listed
-            .iter()
-            .all(|r| cnames.iter().any(|(name, value, _)| name == r.name.trim_end_matches('.') && value == r.value.trim_end_matches('.')))
 }
 
 #[tokio::test]
@@ -76,7 +65,7 @@ async fn a_read_only_cert_writes_none_of_the_validation_records_acm_waits_for_un
     // The same Cert with the create permission: the records ACM waits for are written.
     h.annotate("api", ACCESS_ANNOTATION, None).await;
     let validated = h.wait_for_state("api", CertState::Validated).await;
-    assert!(records_in_zone(&h, &validated).await, "{:?} in {:?}", status(&validated).observation, h.cnames(&h.zones[0]).await);
+    assert!(h.records_in_zone(&validated).await, "{:?} in {:?}", status(&validated).observation, h.cnames(&h.zones[0]).await);
     assert_eq!(h.proxy.calls("RequestCertificate"), 0, "the observed certificate is the Cert's: {:?}", h.proxy.all_calls());
 }
 
@@ -88,7 +77,7 @@ async fn a_cert_under_the_report_or_suspend_drift_policy_still_writes_the_record
     }
     for policy in ["report", "suspend"] {
         let ready = h.wait_for_records_written(policy).await;
-        assert!(records_in_zone(&h, &ready).await, "{policy}: {:?} in {:?}", status(&ready).observation, h.cnames(&h.zones[0]).await);
+        assert!(h.records_in_zone(&ready).await, "{policy}: {:?} in {:?}", status(&ready).observation, h.cnames(&h.zones[0]).await);
     }
 }
 
@@ -98,16 +87,11 @@ async fn a_cert_deleted_without_the_delete_permission_is_released_keeping_its_ce
     let delete_on_removal = |name: &str| CertSpec { delete_on_removal: true, ..spec(name, "dev") };
     create_annotated(&h, "kept", delete_on_removal("kept"), &[(ACCESS_ANNOTATION, "CU")]).await;
     h.create("gone", delete_on_removal("gone")).await;
-    let configmaps: Api<ConfigMap> = Api::namespaced(h.client.clone(), &h.namespace);
     let mut arns = Vec::new();
     for name in ["kept", "gone"] {
         let ready = h.wait_for_records_written(name).await;
         arns.push(status(&ready).observation.certificate_arn.clone().unwrap());
-        let configmap = format!("{name}-certificate");
-        eventually(&format!("the ConfigMap {configmap}"), TIMEOUT, async || {
-            configmaps.get_opt(&configmap).await.unwrap().map(|_| ()).ok_or_else(|| "not published yet".to_owned())
-        })
-        .await;
+        h.wait_for_configmap(&format!("{name}-certificate"), "published", |m| m.is_some()).await;
     }
 
     h.delete_and_wait("kept").await;
@@ -116,9 +100,9 @@ async fn a_cert_deleted_without_the_delete_permission_is_released_keeping_its_ce
     let orphaned = h.events("kept").await;
     assert!(orphaned.iter().any(|e| e.reason == "Orphaned"), "{orphaned:?}");
     assert!(h.certificate_exists(&arns[0]).await, "deleteOnRemoval deletes nothing without the D permission");
-    assert!(configmaps.get_opt("kept-certificate").await.unwrap().is_some(), "its owner reference is the garbage collector's");
+    assert!(h.api_of::<ConfigMap>().get_opt("kept-certificate").await.unwrap().is_some(), "its owner reference is the garbage collector's");
     let records = h.cnames(&h.zones[0]).await;
     assert!(records.len() == 1 && records[0].0.contains("kept-dev"), "only the released Cert's record stays: {records:?}");
     assert!(!h.certificate_exists(&arns[1]).await, "with the D permission deleteOnRemoval deletes the certificate");
-    assert!(configmaps.get_opt("gone-certificate").await.unwrap().is_none(), "and the published ConfigMap goes with the Cert");
+    assert!(h.api_of::<ConfigMap>().get_opt("gone-certificate").await.unwrap().is_none(), "and the published ConfigMap goes with the Cert");
 }

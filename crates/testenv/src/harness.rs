@@ -81,6 +81,11 @@ where
     }
 
     pub fn api(&self) -> Api<K> {
+        self.api_of()
+    }
+
+    /// The API of another kind in this namespace (the objects a controller makes, say).
+    pub fn api_of<O: Resource<Scope = NamespaceResourceScope, DynamicType = ()>>(&self) -> Api<O> {
         Api::namespaced(self.client.clone(), &self.namespace)
     }
 
@@ -230,4 +235,18 @@ pub fn metrics_text(registry: &Registry) -> String {
     let mut text = String::new();
     prometheus_client::encoding::text::encode(&mut text, registry).unwrap_or_else(|e| fail(format!("metrics encode: {e}")));
     text
+}
+
+/// The values of `name`'s samples in a text exposition that carry every label of `labels`.
+pub fn samples(text: &str, name: &str, labels: &[(&str, &str)]) -> Vec<f64> {
+    text.lines()
+        .filter(|line| line.strip_prefix(name).is_some_and(|rest| rest.starts_with(['{', ' '])))
+        .filter(|line| labels.iter().all(|(key, value)| line.contains(&format!("{key}=\"{value}\""))))
+        .filter_map(|line| line.rsplit(' ').next()?.parse().ok())
+        .collect()
+}
+
+/// The sum of [`samples`].
+pub fn sum(text: &str, name: &str, labels: &[(&str, &str)]) -> f64 {
+    samples(text, name, labels).iter().sum()
 }

@@ -10,9 +10,9 @@ use std::time::Duration;
 
 use blockwork_aws::{Aws, AwsConfig, AwsMetrics, Endpoint, RetryPolicy, Seed, Service};
 use blockwork_runtime::policy::DRIFT_POLICY_ANNOTATION;
-use blockwork_runtime::{Context, ControllerConfig, DriftPolicy, RuntimeMetrics};
+use blockwork_runtime::{Context, ControllerConfig, DriftPolicy, ReconcileState, RuntimeMetrics};
 use blockwork_tenant::api::DomainName;
-use blockwork_tenant::api::{DnsConfig, DnsProvider};
+use blockwork_tenant::api::{DnsConfig, DnsProvider, ManagedCertificateRequest, ValidationTokenHost};
 use blockwork_tenant::cloudfront::Sdk;
 use blockwork_tenant::dns::Route53;
 use blockwork_tenant::{CONTROLLER, DistributionTenant, DistributionTenantSpec, GROUP, TenantManager, TenantMetrics, Timing};
@@ -167,6 +167,12 @@ impl Harness {
         }
     }
 
+    /// `spec(labels)` with a certificate CloudFront manages, its validation token served by `host`.
+    pub fn managed_spec(&self, labels: &[&str], host: ValidationTokenHost) -> DistributionTenantSpec {
+        let request = ManagedCertificateRequest { validation_token_host: host, ..ManagedCertificateRequest::default() };
+        DistributionTenantSpec { managed_certificate_request: Some(request), ..self.spec(labels) }
+    }
+
     /// `spec(labels)` with its CNAMEs managed in `zone_id`.
     pub fn dns_spec(&self, labels: &[&str], zone_id: &str, ttl: i64) -> DistributionTenantSpec {
         let dns = DnsConfig { provider: DnsProvider::Route53, hosted_zone_id: zone_id.to_owned(), assume_role_arn: None, ttl };
@@ -296,6 +302,10 @@ impl Harness {
     pub fn metrics_text(&self) -> String {
         metrics_text(&self.registry)
     }
+}
+
+pub fn state(tenant: &DistributionTenant) -> Option<ReconcileState> {
+    tenant.status.as_ref().and_then(|s| s.reconcile_state)
 }
 
 /// (status, reason, message) of a condition in `status.conditions`.
