@@ -33,10 +33,10 @@ use blockwork_aws::route53::{Deletion, Record, Records, Written, Zone};
 use blockwork_aws::{AwsError, ErrorClass};
 
 use blockwork_runtime::{
-    DeleteOutcome, ExternalError, ExternalResource, MutateOutcome, Observed, Phase, Purpose, Report, Request, RequeuePolicy, Timing,
-    Upkeep, VerifyOutcome,
+    Conditions, DeleteOutcome, ExternalError, ExternalResource, MutateOutcome, Observed, Phase, Purpose, Report, Request, RequeuePolicy,
+    Timing, Upkeep, VerifyOutcome, WithConditions,
 };
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::{Client, ResourceExt};
 use tracing::warn;
 
@@ -62,7 +62,6 @@ pub struct CertManager {
     records: Arc<Records>,
     zones: ZoneRegistry,
     validation_timeout: Duration,
-    timing: Timing,
     metrics: Arc<CertMetrics>,
     /// Deletes the published ConfigMap when the Cert goes (see [`crate::publish`]).
     client: Client,
@@ -74,11 +73,10 @@ impl CertManager {
         records: Arc<Records>,
         zones: ZoneRegistry,
         validation_timeout: Duration,
-        timing: Timing,
         metrics: Arc<CertMetrics>,
         client: Client,
     ) -> Self {
-        Self { acm, records, zones, validation_timeout, timing, metrics, client }
+        Self { acm, records, zones, validation_timeout, metrics, client }
     }
 
     /// The ACM of this controller, whose listing [`crate::wake`] follows.
@@ -704,7 +702,7 @@ impl ExternalResource for CertManager {
             }
         };
         self.report(request, observation);
-        observed
+        Observed { conditions: renewal(request, observation), ..observed }
     }
 
     /// Writes the validation records (in the zone's next background batch), settles the
@@ -715,8 +713,8 @@ impl ExternalResource for CertManager {
         request: &Request<'_, Cert>,
         observation: &mut CertObservation,
         work: CertUpkeep,
-    ) -> Result<(), ExternalError> {
-        match work {
+    ) -> WithConditions<Result<(), ExternalError>> {
+        let done = match work {
             CertUpkeep::WriteRecords(by_zone) => {
                 for (zone_id, records) in by_zone {
                     self.records.upsert_in_background(crate::CONTROLLER, &Zone::new(&zone_id, None), records);
@@ -730,10 +728,11 @@ impl ExternalResource for CertManager {
             CertUpkeep::Unpublish => {
                 crate::publish::unpublish(&self.client, request.object).await.inspect_err(|error| settle_state(observation, error))
             }
-        }
+        };
+        WithConditions { outcome: done, conditions: renewal(request, observation) }
     }
 
-    async fn create(&self, request: &Request<'_, Cert>, observation: &mut CertObservation) -> MutateOutcome {
+    async fn create(&self, request: &Request<'_, Cert>, observation: &mut CertObservation) -> WithConditions<MutateOutcome> {
         let outcome = match self.request(request, observation).await {
             Ok(()) => MutateOutcome::AwaitingVerification,
             Err(error) => {
@@ -742,7 +741,7 @@ impl ExternalResource for CertManager {
             }
         };
         self.report(request, observation);
-        outcome
+        WithConditions { outcome, conditions: renewal(request, observation) }
     }
 
     /// Publishes the ARN in the ConfigMap `<name>-certificate` (see [`crate::publish`]).
@@ -752,13 +751,28 @@ impl ExternalResource for CertManager {
 
     /// ACM certificates cannot be changed; `verify` reports a different certificate as
     /// RecreateRequired, never UpdateRequired, so this only hands back to `verify`.
-    async fn update(&self, _request: &Request<'_, Cert>, _observation: &mut CertObservation) -> MutateOutcome {
-        MutateOutcome::AwaitingVerification
+    async fn update(&self, request: &Request<'_, Cert>, observation: &mut CertObservation) -> WithConditions<MutateOutcome> {
+        WithConditions { outcome: MutateOutcome::AwaitingVerification, conditions: renewal(request, observation) }
     }
 
     /// Deletion of the Cert ([`Self::remove`]), or, before a new certificate for changed names
     /// (the runtime's recreate), setting the old one aside ([`Self::replace`]).
-    async fn delete(&self, request: &Request<'_, Cert>, observation: &mut CertObservation) -> DeleteOutcome {
+    async fn delete(&self, request: &Request<'_, Cert>, observation: &mut CertObservation) -> WithConditions<DeleteOutcome> {
+        let outcome = self.delete_or_replace(request, observation).await;
+        WithConditions { outcome, conditions: renewal(request, observation) }
+    }
+
+    /// `reconcile_duration_seconds{state, success}`: the Cert's state when the reconcile began,
+    /// and whether every call (AWS and Kubernetes) succeeded.
+    fn reconciled(&self, report: &Report<'_, Cert>) {
+        let state = report.object.status.as_ref().and_then(|s| s.observation.state).unwrap_or_default();
+        self.metrics.reconciled(state, report.succeeded(), report.duration);
+    }
+}
+
+impl CertManager {
+    /// See [`ExternalResource::delete`] above.
+    async fn delete_or_replace(&self, request: &Request<'_, Cert>, observation: &mut CertObservation) -> DeleteOutcome {
         if request.phase == Phase::Live {
             self.replace(request, observation);
             self.report(request, observation);
@@ -774,26 +788,24 @@ impl ExternalResource for CertManager {
             Err(error) => DeleteOutcome::Error(error),
         }
     }
+}
 
-    /// `reconcile_duration_seconds{state, success}`: the Cert's state when the reconcile began,
-    /// and whether every call (AWS and Kubernetes) succeeded.
-    fn reconciled(&self, report: &Report<'_, Cert>) {
-        let state = report.object.status.as_ref().and_then(|s| s.observation.state).unwrap_or_default();
-        self.metrics.reconciled(state, report.succeeded(), report.duration);
+/// `Renewed=False` while ACM reports the managed renewal `FAILED`: the certificate still serves
+/// (the Cert stays Ready) but will expire, and a person must act before it does. Removed
+/// otherwise. Every call returns it, from the observation it leaves.
+fn renewal(request: &Request<'_, Cert>, observation: &CertObservation) -> Conditions {
+    let mut conditions = Conditions::default();
+    match decisions::renewal_failed(observation.renewal_status.as_deref()) {
+        Some(message) => conditions.set(blockwork_runtime::status::condition(
+            RENEWED,
+            false,
+            RENEWAL_FAILED,
+            &message,
+            request.object.metadata.generation,
+        )),
+        None => conditions.remove(RENEWED),
     }
-
-    fn timing(&self) -> Timing {
-        self.timing
-    }
-
-    /// `Renewed=False` while ACM reports the managed renewal `FAILED`: the certificate still
-    /// serves (the Cert stays Ready) but will expire, and a person must act before it does.
-    fn conditions(&self, object: &Cert, observation: &CertObservation) -> Vec<Condition> {
-        decisions::renewal_failed(observation.renewal_status.as_deref())
-            .map(|message| blockwork_runtime::status::condition(RENEWED, false, RENEWAL_FAILED, &message, object.metadata.generation))
-            .into_iter()
-            .collect()
-    }
+    conditions
 }
 
 const RENEWED: &str = "Renewed";

@@ -70,11 +70,11 @@ pub async fn run(
         Arc::clone(&records),
         config.zones.clone(),
         config.validation_timeout,
-        config.timing,
         Arc::clone(&metrics),
         client.clone(),
     );
-    let context = Context::new(client.clone(), manager, ControllerConfig::new(CONTROLLER, GROUP), runtime_metrics);
+    let context =
+        Context::new(client.clone(), manager, ControllerConfig::new(CONTROLLER, GROUP).with_timing(config.timing), runtime_metrics);
     let _wakes = Background(tokio::spawn(wake::follow(Arc::clone(&context), acm, records)));
     info!(zones = ?config.zones.zones().iter().map(|z| z.name.as_str()).collect::<Vec<_>>(), ?namespaces, "starting the cert controller");
     let shutdown = shutdown.boxed().shared();

@@ -8,7 +8,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use kube::runtime::events::EventType;
 
 use crate::machine::AfterCall;
-use crate::outcome::{ErrorClass, ExternalError};
+use crate::outcome::{Conditions, ErrorClass, ExternalError};
 use crate::policy::DriftPolicy;
 use crate::status::{CreatePending, LastError, ManagedStatus, READY, ReconcileState, SYNCED, condition, set_condition};
 use crate::timing::Requeue;
@@ -31,6 +31,8 @@ pub(crate) struct Conclusion {
     /// Set when the reconcile failed: the warning is then the error, recorded in
     /// `status.lastError` with this class.
     pub(crate) error_class: Option<ErrorClass>,
+    /// The operator's own conditions, as the reconcile's calls returned them.
+    pub(crate) operator_conditions: Conditions,
 }
 
 /// What becomes of the create-pending marker (`status.createPending`).
@@ -57,6 +59,7 @@ impl Conclusion {
             requeue: Requeue::InState,
             warning: None,
             error_class: None,
+            operator_conditions: Conditions::default(),
         }
     }
 
@@ -183,8 +186,7 @@ impl Conclusion {
 
     /// `next` — the status read, with what the reconcile changed (observation, last applied spec,
     /// handled retry request) — with this conclusion applied. `delay` is when the object is looked
-    /// at again (`None`: only on a change), `operator_conditions` the operator's own conditions
-    /// for the observation about to be written.
+    /// at again (`None`: only on a change).
     pub(crate) fn status<O>(
         &self,
         current: &ManagedStatus<O>,
@@ -192,7 +194,6 @@ impl Conclusion {
         generation: Option<i64>,
         now: jiff::Timestamp,
         delay: Option<Duration>,
-        operator_conditions: impl FnOnce(&O) -> Vec<Condition>,
     ) -> ManagedStatus<O> {
         if current.reconcile_state != Some(self.state) {
             next.reconcile_state_since = Some(Time(now));
@@ -217,17 +218,29 @@ impl Conclusion {
         if let Some(drift) = self.drift_detected {
             next.drift_detected = drift.then_some(true);
         }
-        if let Some((status, reason, message)) = &self.ready {
-            set_condition(&mut next.conditions, condition(READY, *status, reason, message, generation));
-        } else if next.condition(READY).is_none() {
-            set_condition(&mut next.conditions, condition(READY, false, self.state.as_str(), "", generation));
-        }
-        let (synced, reason, message) = &self.synced;
-        set_condition(&mut next.conditions, condition(SYNCED, *synced, reason, message, generation));
-        let operator = operator_conditions(&next.observation);
-        merge_operator_conditions(&mut next.conditions, operator);
+        next.conditions = self.conditions(std::mem::take(&mut next.conditions), generation);
         keep_marker_time(current, &mut next);
         next
+    }
+
+    /// The status's conditions after this reconcile, computed in one pass over the current ones:
+    /// the runtime's `Ready` (kept when the conclusion does not decide it) and `Synced`, then the
+    /// operator's, as its calls returned them (see [`Conditions`]).
+    fn conditions(&self, mut conditions: Vec<Condition>, generation: Option<i64>) -> Vec<Condition> {
+        if let Some((status, reason, message)) = &self.ready {
+            set_condition(&mut conditions, condition(READY, *status, reason, message, generation));
+        } else if !conditions.iter().any(|c| c.type_ == READY) {
+            set_condition(&mut conditions, condition(READY, false, self.state.as_str(), "", generation));
+        }
+        let (synced, reason, message) = &self.synced;
+        set_condition(&mut conditions, condition(SYNCED, *synced, reason, message, generation));
+        for (type_, operator) in self.operator_conditions.iter().filter(|(type_, _)| *type_ != READY && *type_ != SYNCED) {
+            match operator {
+                Some(operator) => set_condition(&mut conditions, operator.clone()),
+                None => conditions.retain(|c| c.type_ != type_),
+            }
+        }
+        conditions
     }
 
     /// The events this conclusion publishes, given the state before it: the new state's when it
@@ -251,17 +264,6 @@ impl Conclusion {
     }
 }
 
-/// The operator's conditions replace the previous ones (see
-/// [`crate::ExternalResource::conditions`]); `Ready` and `Synced` stay the runtime's.
-fn merge_operator_conditions(conditions: &mut Vec<Condition>, operator: Vec<Condition>) {
-    let runtime_owned = |type_: &str| type_ == READY || type_ == SYNCED;
-    let operator: Vec<Condition> = operator.into_iter().filter(|c| !runtime_owned(&c.type_)).collect();
-    conditions.retain(|c| runtime_owned(&c.type_) || operator.iter().any(|o| o.type_ == c.type_));
-    for condition in operator {
-        set_condition(conditions, condition);
-    }
-}
-
 /// The marker's timestamp is when it was first written for this spec, not when it was last
 /// re-set: operators may tie a create to it (one create, however often it is retried).
 fn keep_marker_time<O>(current: &ManagedStatus<O>, next: &mut ManagedStatus<O>) {
@@ -278,20 +280,31 @@ mod tests {
     use super::*;
 
     #[test]
-    fn operator_conditions_replace_the_previous_ones_and_leave_ready_and_synced() {
-        let mut conditions = vec![
+    fn operator_conditions_are_set_or_removed_as_the_calls_said_others_kept_and_ready_and_synced_stay_the_runtimes() {
+        let current = vec![
             condition(READY, true, "Available", "", Some(1)),
             condition(SYNCED, true, "ReconcileSuccess", "", Some(1)),
             condition("DNSReady", false, "DNSPropagating", "", Some(1)),
             condition("CertificateReady", true, "CertificateAttached", "", Some(1)),
+            condition("Renewed", false, "RenewalFailed", "", Some(1)),
         ];
-        let dns_since = conditions[2].last_transition_time.clone();
-        merge_operator_conditions(
-            &mut conditions,
-            vec![condition("DNSReady", false, "DNSRecordCreating", "", Some(2)), condition(READY, false, "Hijacked", "", Some(2))],
-        );
+        let dns_since = current[2].last_transition_time.clone();
+        let mut verified = Conditions::default();
+        verified.set(condition("DNSReady", true, "DNSReady", "", Some(2)));
+        verified.set(condition(READY, false, "Hijacked", "", Some(2)));
+        verified.remove("CertificateReady");
+        let mut updated = Conditions::default();
+        updated.set(condition("DNSReady", false, "DNSRecordCreating", "", Some(2)));
+        verified.then(updated);
+        let mut conclusion = Conclusion::ready();
+        conclusion.operator_conditions = verified;
+        let conditions = conclusion.conditions(current, Some(2));
         let seen: Vec<(&str, &str)> = conditions.iter().map(|c| (c.type_.as_str(), c.reason.as_str())).collect();
-        assert_eq!(seen, [(READY, "Available"), (SYNCED, "ReconcileSuccess"), ("DNSReady", "DNSRecordCreating")]);
+        assert_eq!(
+            seen,
+            [(READY, "Available"), (SYNCED, "ReconcileSuccess"), ("DNSReady", "DNSRecordCreating"), ("Renewed", "RenewalFailed")],
+            "the later call wins, a removed type goes, one not named stays"
+        );
         assert_eq!(conditions[2].last_transition_time, dns_since, "same status: the transition time stays");
     }
 

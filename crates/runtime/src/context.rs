@@ -12,10 +12,13 @@ use kube::runtime::reflector::{self, ObjectRef};
 use crate::dependencies::Dependencies;
 use crate::events::Publisher;
 use crate::metrics::RuntimeMetrics;
+use crate::policy::{DeletionPolicy, DriftPolicy};
 use crate::resource::ExternalResource;
-use crate::timing::Attempts;
+use crate::timing::{Attempts, Timing};
 
-/// Names one controller: metric label, event reporter, finalizer and field manager.
+/// One controller as it registers: its names (metric label, event reporter, finalizer, field
+/// manager) and the operator's constants, given as data once rather than asked of the operator
+/// on every reconcile (they are the same for every object).
 #[derive(Clone, Debug)]
 pub struct ControllerConfig {
     /// Short name, e.g. `cert`.
@@ -24,11 +27,39 @@ pub struct ControllerConfig {
     pub finalizer: String,
     /// The server-side-apply field manager for status.
     pub field_manager: String,
+    /// How long to wait in each state, after errors and after throttling (seed 000's by default).
+    pub timing: Timing,
+    /// The deletion policy of an object without the `blockwork.dev/deletion-policy` annotation
+    /// (`Delete` by default; operators of resources whose deletion is dangerous choose `Orphan`).
+    pub default_deletion: DeletionPolicy,
+    /// The drift policy of an object without the `blockwork.dev/drift-policy` annotation and
+    /// without one of its own ([`crate::resource::Asks::drift_policy`]): typically the operator's
+    /// flag (`Enforce` by default).
+    pub default_drift: DriftPolicy,
 }
 
 impl ControllerConfig {
     pub fn new(name: &'static str, group: &str) -> Self {
-        Self { name, finalizer: format!("{group}/finalizer"), field_manager: format!("blockwork-{name}") }
+        Self {
+            name,
+            finalizer: format!("{group}/finalizer"),
+            field_manager: format!("blockwork-{name}"),
+            timing: Timing::default(),
+            default_deletion: DeletionPolicy::Delete,
+            default_drift: DriftPolicy::Enforce,
+        }
+    }
+
+    pub fn with_timing(self, timing: Timing) -> Self {
+        Self { timing, ..self }
+    }
+
+    pub fn with_default_deletion(self, default_deletion: DeletionPolicy) -> Self {
+        Self { default_deletion, ..self }
+    }
+
+    pub fn with_default_drift(self, default_drift: DriftPolicy) -> Self {
+        Self { default_drift, ..self }
     }
 }
 

@@ -78,5 +78,5 @@ fn error_policy<M: ExternalResource>(object: Arc<M::Object>, error: &Error, cont
     let attempt = context.attempts.next(&uid, state);
     // A failed Kubernetes request (a 409 on a stale copy, an unreachable API server) is
     // transient: the operator's error backoff applies, like any retryable external error.
-    Action::requeue(requeue_delay(&context.manager.timing(), Requeue::AfterError(ErrorClass::Retryable), state, attempt))
+    Action::requeue(requeue_delay(&context.config.timing, Requeue::AfterError(ErrorClass::Retryable), state, attempt))
 }

@@ -41,9 +41,11 @@ pub use events::Publisher;
 pub use labels::{MANAGED_BY, MANAGED_BY_LABEL};
 pub use metrics::RuntimeMetrics;
 pub use namespaces::{Namespaces, run_in};
-pub use outcome::{DeleteOutcome, ErrorClass, ExternalError, MutateOutcome, Observed, Purpose, Upkeep, VerifyOutcome};
+pub use outcome::{
+    Conditions, DeleteOutcome, ErrorClass, ExternalError, MutateOutcome, Observed, Purpose, Upkeep, VerifyOutcome, WithConditions,
+};
 pub use policy::{DeletionPolicy, DriftPolicy};
 pub use reconcile::{idempotency_token, reconcile};
-pub use resource::{DependencyRef, ExternalResource, Phase, Report, Request, SpecChange};
+pub use resource::{Asks, DependencyRef, ExternalResource, Phase, Report, Request, SpecChange};
 pub use status::{ManagedStatus, ReconcileState};
 pub use timing::Timing;

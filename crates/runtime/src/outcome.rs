@@ -2,6 +2,7 @@
 
 use std::fmt;
 
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
@@ -83,11 +84,12 @@ pub enum VerifyOutcome {
 /// What `verify` returns: data, never a write. Besides the outcome, the writes the operator
 /// needs that are not a create, update or delete of the resource itself ([`Upkeep`]), which the
 /// runtime runs through `ExternalResource::maintain` only where `machine::upkeep_runs` allows
-/// them, and a merge patch of the spec.
-#[derive(Clone, Debug, PartialEq, Eq)]
+/// them, the operator's conditions it decided, and a merge patch of the spec.
+#[derive(Clone, Debug, PartialEq)]
 pub struct Observed<U> {
     pub outcome: VerifyOutcome,
     pub upkeep: Vec<Upkeep<U>>,
+    pub conditions: Conditions,
     /// A JSON merge patch (RFC 7386) of the object's spec (e.g. to record a value the external
     /// system assigned, such as an issued certificate's ARN). When it changes the spec, it is that
     /// reconcile's single write, instead of the status write: nothing else of the reconcile is
@@ -100,7 +102,7 @@ pub struct Observed<U> {
 
 impl<U> From<VerifyOutcome> for Observed<U> {
     fn from(outcome: VerifyOutcome) -> Self {
-        Self { outcome, upkeep: Vec::new(), spec_patch: None }
+        Self { outcome, upkeep: Vec::new(), conditions: Conditions::default(), spec_patch: None }
     }
 }
 
@@ -108,6 +110,69 @@ impl<U> Observed<U> {
     pub fn with_upkeep(mut self, upkeep: impl IntoIterator<Item = Upkeep<U>>) -> Self {
         self.upkeep.extend(upkeep);
         self
+    }
+}
+
+/// What `create`, `update`, `delete` or `maintain` did (`outcome`), and the operator's
+/// conditions it decided.
+#[derive(Clone, Debug, PartialEq)]
+pub struct WithConditions<T> {
+    pub outcome: T,
+    pub conditions: Conditions,
+}
+
+impl<T> From<T> for WithConditions<T> {
+    fn from(outcome: T) -> Self {
+        Self { outcome, conditions: Conditions::default() }
+    }
+}
+
+/// The operator's own conditions (a tenant's `DNSReady`, a Cert's `Renewed`) as one call decided
+/// them: data each call returns, beside its outcome. Each type a call names is set or removed; a
+/// type that no call of the reconcile names keeps what the status has (a reconcile that calls
+/// nothing, paused or waiting, keeps them all). The runtime folds the calls' conditions in the
+/// order it made the calls (a later call's word on a type wins) and writes them with `Ready` and
+/// `Synced`, in one pass, in the reconcile's single status write, on every path that writes status
+/// (deletion, pause and invalid annotations included). `Ready` and `Synced` stay the runtime's:
+/// entries of those types are ignored. A condition whose status did not change keeps its
+/// `lastTransitionTime`.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Conditions(Vec<(String, Option<Condition>)>);
+
+impl Conditions {
+    /// Sets `condition` (its type's earlier word in this call is replaced).
+    pub fn set(&mut self, condition: Condition) {
+        let type_ = condition.type_.clone();
+        self.say(type_, Some(condition));
+    }
+
+    /// Removes the condition of `type_` from the status (one that no longer applies).
+    pub fn remove(&mut self, type_: &str) {
+        self.say(type_.to_owned(), None);
+    }
+
+    /// These conditions, then a later call's.
+    pub fn then(&mut self, later: Self) {
+        for (type_, condition) in later.0 {
+            self.say(type_, condition);
+        }
+    }
+
+    /// Takes a later call's conditions (see [`Self::then`]) and hands back its outcome.
+    pub(crate) fn after<T>(&mut self, done: WithConditions<T>) -> T {
+        self.then(done.conditions);
+        done.outcome
+    }
+
+    fn say(&mut self, type_: String, condition: Option<Condition>) {
+        match self.0.iter_mut().find(|(t, _)| *t == type_) {
+            Some(entry) => entry.1 = condition,
+            None => self.0.push((type_, condition)),
+        }
+    }
+
+    pub(crate) fn iter(&self) -> impl Iterator<Item = (&str, Option<&Condition>)> {
+        self.0.iter().map(|(type_, condition)| (type_.as_str(), condition.as_ref()))
     }
 }
 

@@ -22,8 +22,10 @@ use crate::conclusion::Conclusion;
 use crate::context::Context;
 use crate::error::Error;
 use crate::machine::{self, AfterCall, DeletePlan, Plan};
-use crate::outcome::{DeleteOutcome, ErrorClass, ExternalError, MutateOutcome, Observed, Operation, Upkeep, VerifyOutcome};
-use crate::policy::{self, AccessPermissions, AnnotationError, DeletionPolicy, Policies};
+use crate::outcome::{
+    Conditions, DeleteOutcome, ErrorClass, ExternalError, MutateOutcome, Observed, Operation, Upkeep, VerifyOutcome, WithConditions,
+};
+use crate::policy::{self, AccessPermissions, AnnotationError, DeletionPolicy, DriftPolicy, Policies};
 use crate::resource::{ExternalResource, Phase, Report, Request, SpecChange};
 use crate::status::{ManagedStatus, ReconcileState};
 use crate::timing::Requeue;
@@ -87,12 +89,13 @@ async fn reconcile_object<M: ExternalResource>(object: &M::Object, context: &Con
             return Ok(Action::await_change());
         }
     }
+    let asks = manager.asks(object);
+    let default_drift = asks.drift_policy.unwrap_or(context.config.default_drift);
     if object.meta().deletion_timestamp.is_some() {
-        let deletes = policy::deletes_on_delete(object.annotations(), manager.default_deletion_policy());
-        return reconcile_deleting(object, &api, context, calls, &current, deletes, &uid).await;
+        let deletes = policy::deletes_on_delete(object.annotations(), context.config.default_deletion);
+        return reconcile_deleting(object, &api, context, calls, &current, deletes, default_drift, &uid).await;
     }
-    let default_drift = manager.drift_policy(object);
-    let policies = match Policies::from_annotations(object.annotations(), manager.default_deletion_policy(), default_drift) {
+    let policies = match Policies::from_annotations(object.annotations(), context.config.default_deletion, default_drift) {
         Ok(policies) => policies,
         Err(invalid) => {
             // Acting on a misspelt policy could delete what the user meant to keep: stop, say why.
@@ -110,7 +113,7 @@ async fn reconcile_object<M: ExternalResource>(object: &M::Object, context: &Con
     let next = handle_retry_request(object, context, &current, &uid);
 
     let dependencies =
-        match context.dependencies.resolve(&context.client, context.config.name, object, manager.dependencies(object), &namespace).await? {
+        match context.dependencies.resolve(&context.client, context.config.name, object, asks.dependencies, &namespace).await? {
             Ok(dependencies) => dependencies,
             Err(waiting_for) => {
                 let conclusion = Conclusion::waiting(ReconcileState::Pending, "DependenciesNotReady", waiting_for);
@@ -150,6 +153,7 @@ async fn reconcile_live<M: ExternalResource>(
     let state = current.state();
 
     let observed = calls.timed(context, Operation::Verify, manager.verify(&request, &mut observation), verify_error).await;
+    let mut conditions = observed.conditions;
     if let Some(patch) = &observed.spec_patch
         && patch_spec(object, api, context, patch).await?
     {
@@ -159,7 +163,7 @@ async fn reconcile_live<M: ExternalResource>(
     let mut plan = machine::plan(state, observed.outcome, policies, spec_change.changed, marked);
     debug!(controller = context.config.name, object = %ObjectRef::from_obj(object), ?state, ?plan, "planned");
     let upkeep = observed.upkeep.into_iter().filter(|u| machine::upkeep_runs(&plan, u.purpose, &policies.access));
-    if let Err(error) = maintain(context, calls, &request, &mut observation, upkeep).await {
+    if let Err(error) = maintain(context, calls, &request, &mut observation, &mut conditions, upkeep).await {
         plan = Plan::Error(error);
     }
 
@@ -168,16 +172,16 @@ async fn reconcile_live<M: ExternalResource>(
         Plan::Ready => Conclusion::ready_with(&spec),
         Plan::MarkCreating => Conclusion::mark_creating(&token, &spec),
         Plan::Create => {
-            let outcome = calls.timed(context, Operation::Create, manager.create(&request, &mut observation), mutate_error).await;
-            Conclusion::after_call(machine::after_create(outcome), &token, &spec, true)
+            let done = calls.timed(context, Operation::Create, manager.create(&request, &mut observation), mutate_error).await;
+            Conclusion::after_call(machine::after_create(conditions.after(done)), &token, &spec, true)
         }
         Plan::Update { .. } => {
-            let outcome = calls.timed(context, Operation::Update, manager.update(&request, &mut observation), mutate_error).await;
-            Conclusion::after_call(machine::after_update(outcome), &token, &spec, false)
+            let done = calls.timed(context, Operation::Update, manager.update(&request, &mut observation), mutate_error).await;
+            Conclusion::after_call(machine::after_update(conditions.after(done)), &token, &spec, false)
         }
         Plan::Recreate { .. } => {
-            let outcome = calls.timed(context, Operation::Delete, manager.delete(&request, &mut observation), delete_error).await;
-            match machine::after_recreate_delete(outcome) {
+            let done = calls.timed(context, Operation::Delete, manager.delete(&request, &mut observation), delete_error).await;
+            match machine::after_recreate_delete(conditions.after(done)) {
                 AfterCall::MoveTo(state) => {
                     Conclusion::waiting(state, "Recreating", "waiting for the old external resource to be deleted".to_owned())
                 }
@@ -199,6 +203,7 @@ async fn reconcile_live<M: ExternalResource>(
         }
     }
 
+    conclusion.operator_conditions = conditions;
     next.observation = observation;
     if let Some(last_applied) = conclusion.last_applied.take() {
         next.last_applied_spec = Some(last_applied);
@@ -209,6 +214,7 @@ async fn reconcile_live<M: ExternalResource>(
 /// The deleting path. Deletion comes before everything else, and ends with the finalizer removed
 /// in every case but an external delete that failed (the status then says how to release the
 /// object).
+#[allow(clippy::too_many_arguments)]
 async fn reconcile_deleting<M: ExternalResource>(
     object: &M::Object,
     api: &Api<M::Object>,
@@ -216,6 +222,7 @@ async fn reconcile_deleting<M: ExternalResource>(
     calls: &Calls,
     current: &ManagedStatus<M::Observation>,
     deletes: Result<bool, AnnotationError>,
+    default_drift: DriftPolicy,
     uid: &str,
 ) -> Result<Action, Error> {
     let finalizer = &context.config.finalizer;
@@ -240,7 +247,6 @@ async fn reconcile_deleting<M: ExternalResource>(
     let token = idempotency_token(uid);
     let (_, spec_change) = spec_change::<M>(object, current)?;
     let manager = &context.manager;
-    let default_drift = manager.drift_policy(object);
     // The deletion policy and the access permissions read (they delete); only the drift policy
     // can be invalid here, and drift does not matter to a deletion.
     let policies = Policies::from_annotations(object.annotations(), DeletionPolicy::Delete, default_drift).unwrap_or(Policies {
@@ -260,25 +266,26 @@ async fn reconcile_deleting<M: ExternalResource>(
     };
     let mut observation = current.observation.clone();
     let observed = calls.timed(context, Operation::Verify, manager.verify(&request, &mut observation), verify_error).await;
+    let mut conditions = observed.conditions;
     // Terminating: an earlier reconcile of this deletion called delete (or saw it under way).
     let mut deleted = current.state() == ReconcileState::Terminating;
     let plan = match machine::plan_delete(observed.outcome) {
         DeletePlan::Release => {
             let upkeep =
                 observed.upkeep.into_iter().filter(|u| machine::upkeep_runs_deleting(&DeletePlan::Release, u.purpose, &policies.access));
-            match maintain(context, calls, &request, &mut observation, upkeep).await {
+            match maintain(context, calls, &request, &mut observation, &mut conditions, upkeep).await {
                 Ok(()) => DeletePlan::Release,
                 Err(error) => DeletePlan::Error(error),
             }
         }
         DeletePlan::Delete => {
-            let outcome = calls.timed(context, Operation::Delete, manager.delete(&request, &mut observation), delete_error).await;
+            let done = calls.timed(context, Operation::Delete, manager.delete(&request, &mut observation), delete_error).await;
             deleted = true;
-            machine::after_delete(outcome)
+            machine::after_delete(conditions.after(done))
         }
         other => other,
     };
-    let conclusion = match plan {
+    let mut conclusion = match plan {
         // Only a delete call deletes: when verify finds nothing at once (gone already, or
         // nothing the operator deletes, like a Cert without deleteOnRemoval), the event must not
         // say so.
@@ -306,6 +313,7 @@ async fn reconcile_deleting<M: ExternalResource>(
             conclusion
         }
     };
+    conclusion.operator_conditions = conditions;
     let mut next = handle_retry_request(object, context, current, uid);
     next.observation = observation;
     write_status(object, api, context, current, next, conclusion, Some(uid)).await
@@ -318,11 +326,13 @@ async fn maintain<M: ExternalResource>(
     calls: &Calls,
     request: &Request<'_, M::Object>,
     observation: &mut M::Observation,
+    conditions: &mut Conditions,
     upkeep: impl Iterator<Item = Upkeep<M::Upkeep>>,
 ) -> Result<(), ExternalError> {
     for Upkeep { work, .. } in upkeep {
         let done = context.manager.maintain(request, observation, work);
-        calls.timed(context, Operation::Upkeep, done, |r| r.as_ref().err().map(|e| e.class)).await?;
+        let done = calls.timed(context, Operation::Upkeep, done, |done| done.outcome.as_ref().err().map(|e| e.class)).await;
+        conditions.after(done)?;
     }
     Ok(())
 }
@@ -397,15 +407,15 @@ fn verify_error<U>(observed: &Observed<U>) -> Option<ErrorClass> {
     }
 }
 
-fn mutate_error(outcome: &MutateOutcome) -> Option<ErrorClass> {
-    match outcome {
+fn mutate_error(done: &WithConditions<MutateOutcome>) -> Option<ErrorClass> {
+    match &done.outcome {
         MutateOutcome::Error(e) => Some(e.class),
         _ => None,
     }
 }
 
-fn delete_error(outcome: &DeleteOutcome) -> Option<ErrorClass> {
-    match outcome {
+fn delete_error(done: &WithConditions<DeleteOutcome>) -> Option<ErrorClass> {
+    match &done.outcome {
         DeleteOutcome::Error(e) => Some(e.class),
         _ => None,
     }

@@ -5,7 +5,6 @@ use std::fmt;
 use std::future::Future;
 use std::time::Duration;
 
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use kube::api::DynamicObject;
 use kube::core::NamespaceResourceScope;
 use kube::core::object::{HasSpec, HasStatus};
@@ -13,10 +12,9 @@ use kube::{Client, Resource};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
-use crate::outcome::{DeleteOutcome, ErrorClass, ExternalError, MutateOutcome, Observed, Operation};
-use crate::policy::{DeletionPolicy, DriftPolicy, Policies};
+use crate::outcome::{DeleteOutcome, ErrorClass, ExternalError, MutateOutcome, Observed, Operation, WithConditions};
+use crate::policy::{DriftPolicy, Policies};
 use crate::status::{CreatePending, ManagedStatus};
-use crate::timing::Timing;
 
 /// What each call is given: the object and what the runtime decided about it before the call.
 #[derive(Debug)]
@@ -83,6 +81,18 @@ impl<K> Report<'_, K> {
     }
 }
 
+/// What one object asks of the runtime beyond its annotations, read from the object (typically
+/// spec fields the user set): asked once per reconcile, before the policies are settled.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Asks {
+    /// The object's own drift policy, if it has one; else the operator's default
+    /// ([`crate::ControllerConfig::default_drift`]). The `blockwork.dev/drift-policy`
+    /// annotation beats both: it stays the one override that works the same for every kind.
+    pub drift_policy: Option<DriftPolicy>,
+    /// Custom resources that must be Ready before this object is reconciled.
+    pub dependencies: Vec<DependencyRef>,
+}
+
 /// A custom resource this object waits for: it is reconciled only while each is Ready.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct DependencyRef {
@@ -110,9 +120,16 @@ impl fmt::Display for DependencyRef {
 /// create-pending marker written for the object's current spec ([`Request::create_pending`]):
 /// if its result is lost, what it may have made is for the marker's spec, and `verify` must find
 /// it (or the next `create` must return it) before the marker is replaced. `delete` of a missing
-/// resource succeeds (or returns an error of class `NotFound`). `verify` only reads: every write
-/// it finds needed it returns as an [`crate::outcome::Upkeep`], which the runtime gates by the
-/// phase, the plan and the access permissions and then hands to `maintain`.
+/// resource succeeds (or returns an error of class `NotFound`). `create`, `update` and `delete`
+/// are called only after `verify` in the same reconcile, for the same object and with the
+/// observation it left, so what `verify` checked (a valid spec) they need not check again.
+/// `verify` only reads: every write it finds needed it returns as an
+/// [`crate::outcome::Upkeep`], which the runtime gates by the phase, the plan and the access
+/// permissions and then hands to `maintain`. Every call returns
+/// the operator's own conditions it decided as data beside its outcome
+/// ([`crate::outcome::Conditions`]); the runtime writes them with `Ready` and `Synced`.
+/// The operator's constants (timing, default deletion and drift policies) are not asked of it:
+/// they are given at registration ([`crate::ControllerConfig`]).
 pub trait ExternalResource: Send + Sync + 'static {
     type Object: Resource<DynamicType = (), Scope = NamespaceResourceScope>
         + HasSpec<Spec: Serialize + DeserializeOwned + fmt::Debug + Send + Sync>
@@ -140,17 +157,17 @@ pub trait ExternalResource: Send + Sync + 'static {
         &self,
         request: &Request<'_, Self::Object>,
         observation: &mut Self::Observation,
-    ) -> impl Future<Output = MutateOutcome> + Send;
+    ) -> impl Future<Output = WithConditions<MutateOutcome>> + Send;
     fn update(
         &self,
         request: &Request<'_, Self::Object>,
         observation: &mut Self::Observation,
-    ) -> impl Future<Output = MutateOutcome> + Send;
+    ) -> impl Future<Output = WithConditions<MutateOutcome>> + Send;
     fn delete(
         &self,
         request: &Request<'_, Self::Object>,
         observation: &mut Self::Observation,
-    ) -> impl Future<Output = DeleteOutcome> + Send;
+    ) -> impl Future<Output = WithConditions<DeleteOutcome>> + Send;
 
     /// Does an upkeep `verify` asked for, once the runtime allowed it (`machine::upkeep_runs`).
     /// Called after `verify` in the same reconcile, with the observation it left; an error is
@@ -160,8 +177,8 @@ pub trait ExternalResource: Send + Sync + 'static {
         _request: &Request<'_, Self::Object>,
         _observation: &mut Self::Observation,
         _work: Self::Upkeep,
-    ) -> impl Future<Output = Result<(), ExternalError>> + Send {
-        async { Ok(()) }
+    ) -> impl Future<Output = WithConditions<Result<(), ExternalError>>> + Send {
+        async { Ok(()).into() }
     }
 
     /// Follow-up Kubernetes work once the resource is ready (e.g. publish a Secret). Runs on
@@ -178,38 +195,8 @@ pub trait ExternalResource: Send + Sync + 'static {
     /// Called after every reconcile with what it did: for operator-specific metrics.
     fn reconciled(&self, _report: &Report<'_, Self::Object>) {}
 
-    /// Custom resources that must be Ready before this object is reconciled.
-    fn dependencies(&self, _object: &Self::Object) -> Vec<DependencyRef> {
-        Vec::new()
-    }
-
-    /// How long to wait in each state, after errors and after throttling.
-    fn timing(&self) -> Timing {
-        Timing::default()
-    }
-
-    /// Used when the object has no deletion-policy annotation. Operators of resources whose
-    /// deletion is dangerous return `Orphan`.
-    fn default_deletion_policy(&self) -> DeletionPolicy {
-        DeletionPolicy::Delete
-    }
-
-    /// The drift policy of an object without the `blockwork.dev/drift-policy` annotation: the
-    /// object's own choice if it has one (typically a spec field the user set), else the
-    /// operator's default (its flag). The annotation beats both: it stays the one override that
-    /// works the same for every kind.
-    fn drift_policy(&self, _object: &Self::Object) -> DriftPolicy {
-        DriftPolicy::Enforce
-    }
-
-    /// The operator's own conditions, merged into `status.conditions` by the reconcile's single
-    /// status write, beside the runtime's `Ready` and `Synced` (entries of those two types are
-    /// ignored: they stay the runtime's). The list is the complete set of the operator's
-    /// conditions: a type written before and no longer returned is removed. A condition whose
-    /// status did not change keeps its `lastTransitionTime`. Called with the object as the
-    /// reconcile read it (its `status.conditions` are the current ones) and the observation about
-    /// to be written, on every status write (deletion, pause and invalid annotations included).
-    fn conditions(&self, _object: &Self::Object, _observation: &Self::Observation) -> Vec<Condition> {
-        Vec::new()
+    /// What `object` asks of the runtime: its own drift policy and the objects it waits for.
+    fn asks(&self, _object: &Self::Object) -> Asks {
+        Asks::default()
     }
 }

@@ -20,7 +20,7 @@ pub(crate) enum Requeue {
 }
 
 /// How long an operator waits: in each state, after a failed call, after throttling. One table
-/// per operator ([`crate::ExternalResource::timing`]); seed 000's intervals by default.
+/// per operator, given at registration ([`crate::ControllerConfig::timing`]); seed 000's intervals by default.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Timing {
     /// Waiting for dependencies.

@@ -34,11 +34,9 @@ pub(crate) async fn write_status<M: ExternalResource>(
     // When to look again, decided before the write so that a failure's retry time is in it.
     let delay = uid.map(|uid| {
         let attempt = context.attempts.next(uid, conclusion.state);
-        requeue_delay(&context.manager.timing(), conclusion.requeue, conclusion.state, attempt)
+        requeue_delay(&context.config.timing, conclusion.requeue, conclusion.state, attempt)
     });
-    let next = conclusion.status(current, next, object.meta().generation, jiff::Timestamp::now(), delay, |observation| {
-        context.manager.conditions(object, observation)
-    });
+    let next = conclusion.status(current, next, object.meta().generation, jiff::Timestamp::now(), delay);
 
     // Compared as written: fields an observation does not serialize never cause a write.
     if serde_json::to_value(&next)? != serde_json::to_value(current)? {

@@ -23,7 +23,7 @@ use std::time::{Duration, Instant};
 
 use blockwork_aws::quota::{Quotas, Service};
 use blockwork_aws::{Aws, AwsArgs, AwsMetrics, Endpoint, Seed};
-use blockwork_runtime::{Context, ControllerConfig, DriftPolicy, RuntimeMetrics};
+use blockwork_runtime::{Context, ControllerConfig, RuntimeMetrics};
 use blockwork_tenant::api::{DnsConfig, DnsProvider, DomainName};
 use blockwork_tenant::cloudfront::Sdk;
 use blockwork_tenant::dns::Route53;
@@ -103,15 +103,9 @@ async fn bench() {
     let runtime_metrics = RuntimeMetrics::register(&mut registry);
     let aws_metrics = Arc::new(AwsMetrics::register(&mut registry, &[Seed::Tenant]));
     let aws = Aws::with_sdk_config(config, sdk_config(&proxy.endpoint()).await, Arc::clone(&aws_metrics));
-    let manager = TenantManager::new(
-        Sdk::new(&aws),
-        Some(Route53::new(aws.records())),
-        DriftPolicy::Enforce,
-        blockwork_tenant::default_timing(),
-        Arc::clone(&metrics),
-        aws.metrics(),
-    );
-    let context = Context::new(plane.client(), manager, ControllerConfig::new(CONTROLLER, GROUP), runtime_metrics);
+    let manager = TenantManager::new(Sdk::new(&aws), Some(Route53::new(aws.records())), Arc::clone(&metrics), aws.metrics());
+    let config = ControllerConfig::new(CONTROLLER, GROUP).with_timing(blockwork_tenant::default_timing());
+    let context = Context::new(plane.client(), manager, config, runtime_metrics);
     let api: Api<DistributionTenant> = Api::namespaced(plane.client(), &namespace);
     let controller = tokio::spawn(blockwork_runtime::run(api.clone(), context, CONCURRENCY, std::future::pending()));
 

@@ -3,7 +3,6 @@
 //! enums) is rejected by the API server before anything reaches the controller or AWS.
 
 use blockwork_runtime::ManagedStatus;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use kube::{CustomResource, CustomResourceExt, KubeSchema};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
@@ -319,11 +318,6 @@ pub struct TenantObservation {
     /// it may delete, once a domain leaves the spec or the object is deleted.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub dns_records: Vec<String>,
-    /// `CertificateReady` and `DNSReady` as set by this reconcile's calls; not stored here but
-    /// handed to the runtime, which writes them into `status.conditions`.
-    #[serde(skip)]
-    #[schemars(skip)]
-    pub condition_updates: Vec<Condition>,
 }
 
 /// The CustomResourceDefinition, for `blockwork crds`.

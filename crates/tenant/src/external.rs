@@ -19,8 +19,8 @@
 //! - `create` writes DNS first when `spec.dns` is set, then creates the tenant.
 //! - `update` upserts the records of the current domains, then pushes the spec with the last
 //!   ETag; a stale ETag is re-read and retried at once.
-//! - The runtime's hooks: `drift_policy` (`spec.driftPolicy`) and `conditions` (`DNSReady`,
-//!   `CertificateReady`).
+//! - Every call returns the conditions it decides (`DNSReady`, `CertificateReady`) beside its
+//!   outcome; `asks` gives the object's `spec.driftPolicy`.
 //! - `delete` takes one step per reconcile: disable, wait for Deployed, delete with the ETag,
 //!   delete the DNS records. A tenant already gone is not an error.
 
@@ -29,12 +29,11 @@ use std::time::Duration;
 
 use blockwork_aws::cache::Cached;
 use blockwork_aws::{AwsError, AwsMetrics};
-use blockwork_runtime::status::{condition, set_condition};
+use blockwork_runtime::status::condition;
 use blockwork_runtime::{
-    DeleteOutcome, DriftPolicy, ExternalError, ExternalResource, MutateOutcome, Observed, Phase, Purpose, Request, Timing, Upkeep,
-    VerifyOutcome,
+    Asks, Conditions, DeleteOutcome, DriftPolicy, ExternalError, ExternalResource, MutateOutcome, Observed, Phase, Purpose, Request,
+    Upkeep, VerifyOutcome, WithConditions,
 };
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use kube::{Resource, ResourceExt};
 use tracing::warn;
 
@@ -74,8 +73,6 @@ pub struct TenantManager<C, D> {
     /// The DNS implementation for tenants with `spec.dns`; `None`: such tenants fail with
     /// `DNSError` (DNS management is not available in this build).
     dns: Option<D>,
-    default_drift: DriftPolicy,
-    timing: Timing,
     metrics: Arc<TenantMetrics>,
     /// By distribution id; a distribution that does not exist is not remembered.
     distributions: Cached<String, DistributionRules>,
@@ -87,19 +84,10 @@ pub struct TenantManager<C, D> {
 
 impl<C: CloudFront + Acm, D: DnsRecords> TenantManager<C, D> {
     /// `aws_metrics`: where the caches count their hits and misses.
-    pub fn new(
-        cloudfront: C,
-        dns: Option<D>,
-        default_drift: DriftPolicy,
-        timing: Timing,
-        metrics: Arc<TenantMetrics>,
-        aws_metrics: &Arc<AwsMetrics>,
-    ) -> Self {
+    pub fn new(cloudfront: C, dns: Option<D>, metrics: Arc<TenantMetrics>, aws_metrics: &Arc<AwsMetrics>) -> Self {
         Self {
             cloudfront,
             dns,
-            default_drift,
-            timing,
             metrics,
             distributions: Cached::new(aws_metrics, crate::CONTROLLER, "cloudfront-distribution", DISTRIBUTION_TTL, CACHE_ENTRIES),
             certificate_names: Cached::new(aws_metrics, crate::CONTROLLER, "acm-certificate-names", CERTIFICATE_NAMES_TTL, CACHE_ENTRIES),
@@ -113,10 +101,12 @@ impl<C: CloudFront + Acm, D: DnsRecords> TenantManager<C, D> {
         }
     }
 
-    /// Everything checked before a write: the spec alone, against its distribution (which must
-    /// exist), and the certificate's coverage of the domains.
-    async fn check_before_writing(&self, name: &str, spec: &DistributionTenantSpec) -> Result<(), ExternalError> {
-        validate(name, spec).map_err(|invalid| validation(&invalid).error)?;
+    /// Everything checked before a write beyond the spec alone: the spec against its
+    /// distribution (which must exist), and the certificate's coverage of the domains. The spec
+    /// alone is validated once per reconcile, by `verify`: the runtime calls `create` and `update`
+    /// only after `verify` of the same reconcile, and it returns `Missing` or `UpdateRequired`
+    /// only for a valid spec.
+    async fn check_before_writing(&self, spec: &DistributionTenantSpec) -> Result<(), ExternalError> {
         let distribution = self.distribution(&spec.distribution_id).await?;
         validate_against(spec, &distribution).map_err(|invalid| validation(&invalid).error)?;
         self.check_coverage(spec).await
@@ -148,13 +138,13 @@ impl<C: CloudFront + Acm, D: DnsRecords> TenantManager<C, D> {
         classified
     }
 
-    fn dns_error(&self, error: &AwsError, observation: &mut TenantObservation, generation: Option<i64>) -> ExternalError {
+    fn dns_error(&self, error: &AwsError, conditions: &mut Conditions, generation: Option<i64>) -> ExternalError {
         let classified = classify_dns(error);
         if let Some(error_type) = classified.error_type {
             self.metrics.error(error_type);
         }
         if classified.category == Category::TerminalDns {
-            dns_condition(observation, false, "DNSError", &classified.error.message, generation);
+            dns_condition(conditions, false, "DNSError", &classified.error.message, generation);
         }
         classified.error
     }
@@ -270,6 +260,7 @@ impl<C: CloudFront + Acm, D: DnsRecords> TenantManager<C, D> {
         spec: &DistributionTenantSpec,
         tenant: &ObservedTenant,
         observation: &mut TenantObservation,
+        conditions: &mut Conditions,
         generation: Option<i64>,
     ) -> Result<CertificateStep, ExternalError> {
         if spec.managed_certificate_request.is_none() {
@@ -280,7 +271,7 @@ impl<C: CloudFront + Acm, D: DnsRecords> TenantManager<C, D> {
             self.cloudfront.managed_certificate(&tenant.id).await.map_err(|e| self.cloudfront_error(&e, CallContext::default()).error)?;
         observation.managed_certificate_status = details.as_ref().map(|d| d.status.clone());
         observation.certificate_arn = details.and_then(|d| d.arn);
-        let step = certificate_progress(spec, observation, tenant.config.certificate_arn.as_deref(), generation);
+        let step = certificate_progress(spec, observation, conditions, tenant.config.certificate_arn.as_deref(), generation);
         if let CertificateStep::Failed { status } = step {
             return Err(ExternalError::terminal("CertificateFailed", format!("the managed certificate is {status}")));
         }
@@ -330,7 +321,13 @@ impl<C: CloudFront + Acm, D: DnsRecords> TenantManager<C, D> {
 
     /// DNS-first (seed 001): the records must be in sync before the tenant exists. `Ok(true)`
     /// when the tenant may be created now.
-    async fn dns_first(&self, dns: &D, object: &DistributionTenant, observation: &mut TenantObservation) -> Result<bool, ExternalError> {
+    async fn dns_first(
+        &self,
+        dns: &D,
+        object: &DistributionTenant,
+        observation: &mut TenantObservation,
+        conditions: &mut Conditions,
+    ) -> Result<bool, ExternalError> {
         let spec = &object.spec;
         let generation = object.meta().generation;
         let Some(config) = &spec.dns else { return Ok(true) };
@@ -341,7 +338,7 @@ impl<C: CloudFront + Acm, D: DnsRecords> TenantManager<C, D> {
             Err(error) => {
                 let classified = self.cloudfront_error(&error, context);
                 if classified.category == Category::TerminalDns {
-                    dns_condition(observation, false, "DNSError", &classified.error.message, generation);
+                    dns_condition(conditions, false, "DNSError", &classified.error.message, generation);
                 }
                 return Err(classified.error);
             }
@@ -355,36 +352,42 @@ impl<C: CloudFront + Acm, D: DnsRecords> TenantManager<C, D> {
         let change_id = match observation.dns_change_id.clone() {
             Some(change_id) if written => change_id,
             _ => {
-                let change = dns.upsert(config, &domains, &target).await.map_err(|e| self.dns_error(&e, observation, generation))?;
+                let change = dns.upsert(config, &domains, &target).await.map_err(|e| self.dns_error(&e, conditions, generation))?;
                 upserted(observation, change, &domains);
-                dns_condition(observation, false, "DNSRecordCreating", "the CNAME records were submitted", generation);
+                dns_condition(conditions, false, "DNSRecordCreating", "the CNAME records were submitted", generation);
                 return Ok(false);
             }
         };
-        match dns.status(config, &change_id).await.map_err(|e| self.dns_error(&e, observation, generation))? {
+        match dns.status(config, &change_id).await.map_err(|e| self.dns_error(&e, conditions, generation))? {
             DnsStatus::InSync => {
-                dns_condition(observation, true, "DNSReady", "the CNAME records are propagated", generation);
+                dns_condition(conditions, true, "DNSReady", "the CNAME records are propagated", generation);
                 Ok(true)
             }
             DnsStatus::Pending => {
-                dns_condition(observation, false, "DNSPropagating", "waiting for the record change to be in sync", generation);
+                dns_condition(conditions, false, "DNSPropagating", "waiting for the record change to be in sync", generation);
                 Ok(false)
             }
         }
     }
 
     /// Steady state of the records: follows the last change until it is in sync.
-    async fn follow_dns(&self, dns: &D, object: &DistributionTenant, observation: &mut TenantObservation) -> Result<(), ExternalError> {
+    async fn follow_dns(
+        &self,
+        dns: &D,
+        object: &DistributionTenant,
+        observation: &mut TenantObservation,
+        conditions: &mut Conditions,
+    ) -> Result<(), ExternalError> {
         let spec = &object.spec;
         let generation = object.meta().generation;
         let Some(config) = &spec.dns else { return Ok(()) };
         if let Some(change_id) = observation.dns_change_id.clone()
             && !dns_in_sync(object)
         {
-            match dns.status(config, &change_id).await.map_err(|e| self.dns_error(&e, observation, generation))? {
-                DnsStatus::InSync => dns_condition(observation, true, "DNSReady", "the CNAME records are propagated", generation),
+            match dns.status(config, &change_id).await.map_err(|e| self.dns_error(&e, conditions, generation))? {
+                DnsStatus::InSync => dns_condition(conditions, true, "DNSReady", "the CNAME records are propagated", generation),
                 DnsStatus::Pending => {
-                    dns_condition(observation, false, "DNSPropagating", "waiting for the record change to be in sync", generation);
+                    dns_condition(conditions, false, "DNSPropagating", "waiting for the record change to be in sync", generation);
                 }
             }
         }
@@ -428,12 +431,15 @@ impl<C: CloudFront + Acm, D: DnsRecords> TenantManager<C, D> {
     }
 }
 
-impl<C: CloudFront + Acm, D: DnsRecords> ExternalResource for TenantManager<C, D> {
-    type Object = DistributionTenant;
-    type Observation = TenantObservation;
-    type Upkeep = TenantUpkeep;
-
-    async fn verify(&self, request: &Request<'_, DistributionTenant>, observation: &mut TenantObservation) -> Observed<TenantUpkeep> {
+/// The calls, each noting the conditions it decides in `conditions` (the implementation of
+/// [`ExternalResource`] below returns them).
+impl<C: CloudFront + Acm, D: DnsRecords> TenantManager<C, D> {
+    async fn verifying(
+        &self,
+        request: &Request<'_, DistributionTenant>,
+        observation: &mut TenantObservation,
+        conditions: &mut Conditions,
+    ) -> Observed<TenantUpkeep> {
         let object = request.object;
         if object.spec.dns.is_some() {
             own_records(observation, &marked_dns_domains(request));
@@ -449,12 +455,12 @@ impl<C: CloudFront + Acm, D: DnsRecords> ExternalResource for TenantManager<C, D
         let dns = match self.dns_for(spec) {
             Ok(dns) => dns,
             Err(error) => {
-                dns_condition(observation, false, "DNSError", &error.message, generation);
+                dns_condition(conditions, false, "DNSError", &error.message, generation);
                 return VerifyOutcome::Error(error).into();
             }
         };
         if spec.dns.is_none() {
-            dns_condition(observation, true, "DNSNotConfigured", "spec.dns is not set; DNS is not managed", generation);
+            dns_condition(conditions, true, "DNSNotConfigured", "spec.dns is not set; DNS is not managed", generation);
             // Records written while spec.dns was set are no longer managed (see docs/tenant.md).
             observation.dns_records.clear();
             observation.dns_change_id = None;
@@ -470,7 +476,7 @@ impl<C: CloudFront + Acm, D: DnsRecords> ExternalResource for TenantManager<C, D
         };
         record(observation, &tenant);
         self.resolve_dns_target(tenant.config.connection_group_id.as_deref(), observation).await;
-        let certificate = match self.follow_certificate(spec, &tenant, observation, generation).await {
+        let certificate = match self.follow_certificate(spec, &tenant, observation, conditions, generation).await {
             Ok(step) => step,
             Err(error) => return VerifyOutcome::Error(error).into(),
         };
@@ -484,7 +490,7 @@ impl<C: CloudFront + Acm, D: DnsRecords> ExternalResource for TenantManager<C, D
         let change = change(desired.differences(&tenant.config), request.spec_change.changed);
         let mut upkeep = Vec::new();
         if let Some(dns) = dns {
-            if let Err(error) = self.follow_dns(dns, object, observation).await {
+            if let Err(error) = self.follow_dns(dns, object, observation, conditions).await {
                 return Observed { spec_patch, ..VerifyOutcome::Error(error).into() };
             }
             // Once the tenant matches the spec (CloudFront no longer serves a removed domain),
@@ -498,35 +504,39 @@ impl<C: CloudFront + Acm, D: DnsRecords> ExternalResource for TenantManager<C, D
                 upkeep.push(Upkeep { purpose: Purpose::FinishUpdate, work: TenantUpkeep::DeleteRecords { domains: removed, target } });
             }
         }
-        Observed { outcome: self.outcome(&tenant, &certificate, change), upkeep, spec_patch }
+        Observed { outcome: self.outcome(&tenant, &certificate, change), upkeep, spec_patch, conditions: Conditions::default() }
     }
 
-    /// Deletes the DNS records of domains that left the spec, once the runtime allows it (see
-    /// [`TenantUpkeep`]).
-    async fn maintain(
+    async fn maintaining(
         &self,
         request: &Request<'_, DistributionTenant>,
         observation: &mut TenantObservation,
+        conditions: &mut Conditions,
         work: TenantUpkeep,
     ) -> Result<(), ExternalError> {
         let TenantUpkeep::DeleteRecords { domains, target } = work;
         let spec = &request.object.spec;
         let (Some(config), Ok(Some(dns))) = (&spec.dns, self.dns_for(spec)) else { return Ok(()) };
-        dns.delete(config, &domains, &target).await.map_err(|e| self.dns_error(&e, observation, request.object.meta().generation))?;
+        dns.delete(config, &domains, &target).await.map_err(|e| self.dns_error(&e, conditions, request.object.meta().generation))?;
         observation.dns_records.retain(|d| !domains.contains(d));
         Ok(())
     }
 
-    async fn create(&self, request: &Request<'_, DistributionTenant>, observation: &mut TenantObservation) -> MutateOutcome {
+    async fn creating(
+        &self,
+        request: &Request<'_, DistributionTenant>,
+        observation: &mut TenantObservation,
+        conditions: &mut Conditions,
+    ) -> MutateOutcome {
         let object = request.object;
         let spec = &object.spec;
         let name = object.name_any();
-        if let Err(error) = self.check_before_writing(&name, spec).await {
+        if let Err(error) = self.check_before_writing(spec).await {
             return MutateOutcome::Error(error);
         }
         match self.dns_for(spec) {
             Err(error) => return MutateOutcome::Error(error),
-            Ok(Some(dns)) => match self.dns_first(dns, object, observation).await {
+            Ok(Some(dns)) => match self.dns_first(dns, object, observation, conditions).await {
                 Ok(true) => {}
                 Ok(false) => return MutateOutcome::AwaitingVerification,
                 Err(error) => return MutateOutcome::Error(error),
@@ -539,7 +549,7 @@ impl<C: CloudFront + Acm, D: DnsRecords> ExternalResource for TenantManager<C, D
         match self.cloudfront.create_tenant(&name, request.idempotency_token, write).await {
             Ok(tenant) => {
                 record(observation, &tenant);
-                certificate_progress(spec, observation, tenant.config.certificate_arn.as_deref(), object.meta().generation);
+                certificate_progress(spec, observation, conditions, tenant.config.certificate_arn.as_deref(), object.meta().generation);
                 // A Deployed tenant is Ready at once: the target must be in this status write.
                 self.resolve_dns_target(tenant.config.connection_group_id.as_deref(), observation).await;
                 settled(&tenant, spec, observation)
@@ -559,10 +569,15 @@ impl<C: CloudFront + Acm, D: DnsRecords> ExternalResource for TenantManager<C, D
         }
     }
 
-    async fn update(&self, request: &Request<'_, DistributionTenant>, observation: &mut TenantObservation) -> MutateOutcome {
+    async fn updating(
+        &self,
+        request: &Request<'_, DistributionTenant>,
+        observation: &mut TenantObservation,
+        conditions: &mut Conditions,
+    ) -> MutateOutcome {
         let object = request.object;
         let spec = &object.spec;
-        if let Err(error) = self.check_before_writing(&object.name_any(), spec).await {
+        if let Err(error) = self.check_before_writing(spec).await {
             return MutateOutcome::Error(error);
         }
         let Some(id) = observation.id.clone() else {
@@ -586,9 +601,9 @@ impl<C: CloudFront + Acm, D: DnsRecords> ExternalResource for TenantManager<C, D
             match dns.upsert(config, &domains, &target).await {
                 Ok(change) => {
                     upserted(observation, change, &domains);
-                    dns_condition(observation, false, "DNSRecordCreating", "the CNAME records were submitted", generation);
+                    dns_condition(conditions, false, "DNSRecordCreating", "the CNAME records were submitted", generation);
                 }
-                Err(error) => return MutateOutcome::Error(self.dns_error(&error, observation, generation)),
+                Err(error) => return MutateOutcome::Error(self.dns_error(&error, conditions, generation)),
             }
         }
         // Each request makes CloudFront request a new certificate: send it only when it is new.
@@ -602,14 +617,19 @@ impl<C: CloudFront + Acm, D: DnsRecords> ExternalResource for TenantManager<C, D
                     observation.dns_target = None;
                 }
                 record(observation, &tenant);
-                certificate_progress(spec, observation, tenant.config.certificate_arn.as_deref(), object.meta().generation);
+                certificate_progress(spec, observation, conditions, tenant.config.certificate_arn.as_deref(), object.meta().generation);
                 settled(&tenant, spec, observation)
             }
             Err(error) => MutateOutcome::Error(error),
         }
     }
 
-    async fn delete(&self, request: &Request<'_, DistributionTenant>, observation: &mut TenantObservation) -> DeleteOutcome {
+    async fn deleting(
+        &self,
+        request: &Request<'_, DistributionTenant>,
+        observation: &mut TenantObservation,
+        conditions: &mut Conditions,
+    ) -> DeleteOutcome {
         let object = request.object;
         let tenant = match self.observe(request, observation).await {
             Ok(tenant) => tenant,
@@ -655,39 +675,76 @@ impl<C: CloudFront + Acm, D: DnsRecords> ExternalResource for TenantManager<C, D
                         observation.dns_change_domains.clear();
                         DeleteOutcome::Succeeded
                     }
-                    Err(error) => DeleteOutcome::Error(self.dns_error(&error, observation, object.meta().generation)),
+                    Err(error) => DeleteOutcome::Error(self.dns_error(&error, conditions, object.meta().generation)),
                 }
             }
             (DeletionStep::WaitForDeployed, _) => DeleteOutcome::AwaitingVerification,
             (DeletionStep::Done, _) | (DeletionStep::Disable | DeletionStep::DeleteTenant, None) => DeleteOutcome::Succeeded,
         }
     }
+}
 
-    /// Seed 001's intervals (see [`crate::config::timing`]).
-    fn timing(&self) -> Timing {
-        self.timing
+impl<C: CloudFront + Acm, D: DnsRecords> ExternalResource for TenantManager<C, D> {
+    type Object = DistributionTenant;
+    type Observation = TenantObservation;
+    type Upkeep = TenantUpkeep;
+
+    /// Also removes `CertificateReady` when the spec no longer asks for a managed certificate.
+    async fn verify(&self, request: &Request<'_, DistributionTenant>, observation: &mut TenantObservation) -> Observed<TenantUpkeep> {
+        let mut conditions = Conditions::default();
+        if request.object.spec.managed_certificate_request.is_none() {
+            conditions.remove(CERTIFICATE_READY);
+        }
+        let observed = self.verifying(request, observation, &mut conditions).await;
+        Observed { conditions, ..observed }
+    }
+
+    /// Deletes the DNS records of domains that left the spec, once the runtime allows it (see
+    /// [`TenantUpkeep`]).
+    async fn maintain(
+        &self,
+        request: &Request<'_, DistributionTenant>,
+        observation: &mut TenantObservation,
+        work: TenantUpkeep,
+    ) -> WithConditions<Result<(), ExternalError>> {
+        let mut conditions = Conditions::default();
+        let outcome = self.maintaining(request, observation, &mut conditions, work).await;
+        WithConditions { outcome, conditions }
+    }
+
+    async fn create(
+        &self,
+        request: &Request<'_, DistributionTenant>,
+        observation: &mut TenantObservation,
+    ) -> WithConditions<MutateOutcome> {
+        let mut conditions = Conditions::default();
+        let outcome = self.creating(request, observation, &mut conditions).await;
+        WithConditions { outcome, conditions }
+    }
+
+    async fn update(
+        &self,
+        request: &Request<'_, DistributionTenant>,
+        observation: &mut TenantObservation,
+    ) -> WithConditions<MutateOutcome> {
+        let mut conditions = Conditions::default();
+        let outcome = self.updating(request, observation, &mut conditions).await;
+        WithConditions { outcome, conditions }
+    }
+
+    async fn delete(
+        &self,
+        request: &Request<'_, DistributionTenant>,
+        observation: &mut TenantObservation,
+    ) -> WithConditions<DeleteOutcome> {
+        let mut conditions = Conditions::default();
+        let outcome = self.deleting(request, observation, &mut conditions).await;
+        WithConditions { outcome, conditions }
     }
 
     /// `spec.driftPolicy`, over the operator's `--drift-policy` (the annotation beats both).
-    fn drift_policy(&self, object: &DistributionTenant) -> DriftPolicy {
-        object.spec.drift_policy.map_or(self.default_drift, DriftPolicy::from)
-    }
-
-    /// `DNSReady` and `CertificateReady`: as this reconcile set them, else as they were.
-    /// `CertificateReady` goes when the spec no longer asks for a managed certificate.
-    fn conditions(&self, object: &DistributionTenant, observation: &TenantObservation) -> Vec<Condition> {
-        let current = object.status.as_ref().map(|s| s.conditions.as_slice()).unwrap_or_default();
-        let mut types = vec![DNS_READY];
-        if object.spec.managed_certificate_request.is_some() {
-            types.push(CERTIFICATE_READY);
-        }
-        types
-            .into_iter()
-            .filter_map(|type_| {
-                observation.condition_updates.iter().find(|c| c.type_ == type_).or_else(|| current.iter().find(|c| c.type_ == type_))
-            })
-            .cloned()
-            .collect()
+    fn asks(&self, object: &DistributionTenant) -> Asks {
+        Asks { drift_policy: object.spec.drift_policy.map(DriftPolicy::from), dependencies: Vec::new() }
     }
 }
 
@@ -742,6 +799,7 @@ fn observed(tenant: &ObservedTenant) -> lifecycle::Observed<'_> {
 fn certificate_progress(
     spec: &DistributionTenantSpec,
     observation: &mut TenantObservation,
+    conditions: &mut Conditions,
     attached: Option<&str>,
     generation: Option<i64>,
 ) -> CertificateStep {
@@ -749,7 +807,7 @@ fn certificate_progress(
     let details = observation.managed_certificate_status.as_deref().map(|status| (status, observation.certificate_arn.as_deref()));
     let step = certificate_step(spec.managed_certificate_request.is_some(), details, spec_arn, attached);
     if let Some((ready, reason, message)) = step.condition() {
-        set_condition(&mut observation.condition_updates, condition(CERTIFICATE_READY, ready, reason, &message, generation));
+        conditions.set(condition(CERTIFICATE_READY, ready, reason, &message, generation));
     }
     step
 }
@@ -792,8 +850,8 @@ fn cloudfront_validates(spec: &DistributionTenantSpec) -> bool {
     spec.managed_certificate_request.as_ref().is_some_and(|r| r.validation_token_host == ValidationTokenHost::Cloudfront)
 }
 
-fn dns_condition(observation: &mut TenantObservation, ready: bool, reason: &str, message: &str, generation: Option<i64>) {
-    set_condition(&mut observation.condition_updates, condition(DNS_READY, ready, reason, message, generation));
+fn dns_condition(conditions: &mut Conditions, ready: bool, reason: &str, message: &str, generation: Option<i64>) {
+    conditions.set(condition(DNS_READY, ready, reason, message, generation));
 }
 
 /// Whether the object's status says its records are in sync (then the change is not polled again).

@@ -68,8 +68,9 @@ pub async fn run(
 ) {
     let cloudfront = cloudfront::Sdk::new(&aws);
     let route53 = dns::Route53::new(aws.records());
-    let manager = TenantManager::new(cloudfront, Some(route53), args.drift_policy, default_timing(), Arc::clone(&metrics), aws.metrics());
-    let context = Context::new(client.clone(), manager, ControllerConfig::new(CONTROLLER, GROUP), runtime_metrics);
+    let manager = TenantManager::new(cloudfront, Some(route53), Arc::clone(&metrics), aws.metrics());
+    let config = ControllerConfig::new(CONTROLLER, GROUP).with_timing(default_timing()).with_default_drift(args.drift_policy);
+    let context = Context::new(client.clone(), manager, config, runtime_metrics);
     info!(?namespaces, drift_policy = %args.drift_policy, "starting the tenant controller");
     let counted = Arc::clone(&context);
     metrics.count_from(move || counted.cached());

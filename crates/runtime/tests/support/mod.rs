@@ -9,16 +9,15 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use blockwork_runtime::policy::{DeletionPolicy, DriftPolicy};
+use blockwork_runtime::policy::DeletionPolicy;
 use blockwork_runtime::status::condition as new_condition;
 use blockwork_runtime::{
-    Context, ControllerConfig, DeleteOutcome, DependencyRef, ExternalError, ExternalResource, ManagedStatus, MutateOutcome, Observed,
-    ReconcileState, Request, RequeuePolicy, RuntimeMetrics, Timing, VerifyOutcome,
+    Asks, Conditions, Context, ControllerConfig, DeleteOutcome, DependencyRef, ExternalError, ExternalResource, ManagedStatus,
+    MutateOutcome, Observed, ReconcileState, Request, RequeuePolicy, RuntimeMetrics, Timing, VerifyOutcome, WithConditions,
 };
 use blockwork_testenv::harness::{ControllerTask, TIMEOUT, TestNamespace, eventually};
 use futures::StreamExt;
 use futures::stream::BoxStream;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use kube::api::Api;
 use kube::runtime::watcher;
 use kube::{Client, CustomResource, CustomResourceExt, ResourceExt};
@@ -181,10 +180,40 @@ impl Backend {
 
 pub struct WidgetManager {
     pub backend: Backend,
-    pub default_deletion: DeletionPolicy,
-    /// States requeued only after an hour: a test that uses them passes only if something other
-    /// than the requeue (a watch) triggers the reconcile.
-    pub slow_states: Vec<ReconcileState>,
+}
+
+/// Quick, except `slow_states` (requeued only after an hour: a test that uses them passes only if
+/// something other than the requeue, a watch, triggers the reconcile); the throttle floor well
+/// above the error backoff's cap, so a test can tell a throttled retry from another.
+pub fn widget_timing(slow_states: &[ReconcileState]) -> Timing {
+    let quick = RequeuePolicy::exponential(Duration::from_millis(100), Duration::from_millis(400));
+    let settled = RequeuePolicy::fixed(Duration::from_millis(500));
+    let slow = |state: ReconcileState, policy: RequeuePolicy| {
+        if slow_states.contains(&state) { RequeuePolicy::fixed(Duration::from_secs(3600)) } else { policy }
+    };
+    Timing {
+        pending: slow(ReconcileState::Pending, quick),
+        creating: slow(ReconcileState::Creating, quick),
+        verifying: slow(ReconcileState::Verifying, quick),
+        ready: slow(ReconcileState::Succeeded, settled),
+        failed: slow(ReconcileState::Failed, settled),
+        terminating: slow(ReconcileState::Terminating, quick),
+        error_backoff: quick,
+        throttle_floor: Duration::from_secs(1),
+    }
+}
+
+/// `Large` while the size is above 10, removed otherwise; also tries to take over `Ready`.
+fn widget_conditions(object: &Widget) -> Conditions {
+    let mut conditions = Conditions::default();
+    if object.spec.size <= 10 {
+        conditions.remove("Large");
+        return conditions;
+    }
+    let generation = object.metadata.generation;
+    conditions.set(new_condition("Large", true, "SizeAboveTen", &format!("size {}", object.spec.size), generation));
+    conditions.set(new_condition("Ready", false, "NotTheOperatorsToSet", "", generation));
+    conditions
 }
 
 impl WidgetManager {
@@ -215,13 +244,17 @@ impl ExternalResource for WidgetManager {
     async fn verify(&self, request: &Request<'_, Widget>, observation: &mut WidgetObservation) -> Observed<Self::Upkeep> {
         let spec = &request.object.spec;
         let unrecorded = observation.external_id.as_ref().filter(|id| spec.record_id && spec.recorded_id.as_ref() != Some(*id));
-        Observed { spec_patch: unrecorded.map(|id| serde_json::json!({ "recordedId": id })), ..self.observe(request).into() }
+        Observed {
+            spec_patch: unrecorded.map(|id| serde_json::json!({ "recordedId": id })),
+            conditions: widget_conditions(request.object),
+            ..self.observe(request).into()
+        }
     }
 
-    async fn create(&self, request: &Request<'_, Widget>, observation: &mut WidgetObservation) -> MutateOutcome {
+    async fn create(&self, request: &Request<'_, Widget>, observation: &mut WidgetObservation) -> WithConditions<MutateOutcome> {
         let script = self.backend.next("create", request.object);
         if let Some(Script::Fail(error)) = script {
-            return MutateOutcome::Error(error);
+            return MutateOutcome::Error(error).into();
         }
         let ready = !matches!(script, Some(Script::Async));
         let id = {
@@ -242,13 +275,13 @@ impl ExternalResource for WidgetManager {
             std::future::pending::<()>().await;
         }
         observation.external_id = Some(id);
-        if ready { MutateOutcome::Succeeded } else { MutateOutcome::AwaitingVerification }
+        if ready { MutateOutcome::Succeeded } else { MutateOutcome::AwaitingVerification }.into()
     }
 
-    async fn update(&self, request: &Request<'_, Widget>, _observation: &mut WidgetObservation) -> MutateOutcome {
+    async fn update(&self, request: &Request<'_, Widget>, _observation: &mut WidgetObservation) -> WithConditions<MutateOutcome> {
         let script = self.backend.next("update", request.object);
         if let Some(Script::Fail(error)) = script {
-            return MutateOutcome::Error(error);
+            return MutateOutcome::Error(error).into();
         }
         let ready = !matches!(script, Some(Script::Async));
         let mut cloud = self.backend.0.lock().unwrap();
@@ -260,12 +293,13 @@ impl ExternalResource for WidgetManager {
             }
             None => MutateOutcome::Error(ExternalError::not_found("NotFound", "no such widget")),
         }
+        .into()
     }
 
-    async fn delete(&self, request: &Request<'_, Widget>, _observation: &mut WidgetObservation) -> DeleteOutcome {
+    async fn delete(&self, request: &Request<'_, Widget>, _observation: &mut WidgetObservation) -> WithConditions<DeleteOutcome> {
         let script = self.backend.next("delete", request.object);
         if let Some(Script::Fail(error)) = script {
-            return DeleteOutcome::Error(error);
+            return DeleteOutcome::Error(error).into();
         }
         let mut cloud = self.backend.0.lock().unwrap();
         if matches!(script, Some(Script::Async)) {
@@ -275,12 +309,14 @@ impl ExternalResource for WidgetManager {
                     DeleteOutcome::AwaitingVerification
                 }
                 None => DeleteOutcome::Error(ExternalError::not_found("NotFound", "no such widget")),
-            };
+            }
+            .into();
         }
         match cloud.widgets.remove(request.idempotency_token) {
             Some(_) => DeleteOutcome::Succeeded,
             None => DeleteOutcome::Error(ExternalError::not_found("NotFound", "no such widget")),
         }
+        .into()
     }
 
     async fn on_success(
@@ -295,7 +331,7 @@ impl ExternalResource for WidgetManager {
         }
     }
 
-    fn dependencies(&self, object: &Widget) -> Vec<DependencyRef> {
+    fn asks(&self, object: &Widget) -> Asks {
         let widgets = object.spec.depends_on.iter().map(|name| DependencyRef {
             api_version: format!("{GROUP}/v1alpha1"),
             kind: "Widget".into(),
@@ -308,47 +344,10 @@ impl ExternalResource for WidgetManager {
             name: name.clone(),
             namespace: None,
         });
-        widgets.chain(nodes).collect()
-    }
-
-    /// Quick, except the states a test slows to an hour; the throttle floor well above the error
-    /// backoff's cap, so a test can tell a throttled retry from another.
-    fn timing(&self) -> Timing {
-        let quick = RequeuePolicy::exponential(Duration::from_millis(100), Duration::from_millis(400));
-        let settled = RequeuePolicy::fixed(Duration::from_millis(500));
-        let slow = |state: ReconcileState, policy: RequeuePolicy| {
-            if self.slow_states.contains(&state) { RequeuePolicy::fixed(Duration::from_secs(3600)) } else { policy }
-        };
-        Timing {
-            pending: slow(ReconcileState::Pending, quick),
-            creating: slow(ReconcileState::Creating, quick),
-            verifying: slow(ReconcileState::Verifying, quick),
-            ready: slow(ReconcileState::Succeeded, settled),
-            failed: slow(ReconcileState::Failed, settled),
-            terminating: slow(ReconcileState::Terminating, quick),
-            error_backoff: quick,
-            throttle_floor: Duration::from_secs(1),
+        Asks {
+            drift_policy: object.spec.drift_policy.as_deref().and_then(|p| p.parse().ok()),
+            dependencies: widgets.chain(nodes).collect(),
         }
-    }
-
-    fn default_deletion_policy(&self) -> DeletionPolicy {
-        self.default_deletion
-    }
-
-    fn drift_policy(&self, object: &Widget) -> DriftPolicy {
-        object.spec.drift_policy.as_deref().and_then(|p| p.parse().ok()).unwrap_or(DriftPolicy::Enforce)
-    }
-
-    /// `Large` while the size is above 10, and none otherwise; also tries to take over `Ready`.
-    fn conditions(&self, object: &Widget, _observation: &WidgetObservation) -> Vec<Condition> {
-        if object.spec.size <= 10 {
-            return Vec::new();
-        }
-        let generation = object.metadata.generation;
-        vec![
-            new_condition("Large", true, "SizeAboveTen", &format!("size {}", object.spec.size), generation),
-            new_condition("Ready", false, "NotTheOperatorsToSet", "", generation),
-        ]
     }
 }
 
@@ -419,9 +418,11 @@ impl Harness {
     /// Starts a controller (again): a new process, as far as the object is concerned.
     pub fn start_controller(&mut self, default_deletion: DeletionPolicy) {
         let metrics = RuntimeMetrics::register(&mut self.registry);
-        let manager = WidgetManager { backend: self.backend.clone(), default_deletion, slow_states: self.slow_states.clone() };
+        let manager = WidgetManager { backend: self.backend.clone() };
         let client = self.controller_client.clone();
-        let context = Context::new(client.clone(), manager, ControllerConfig::new("widget", GROUP), metrics);
+        let config =
+            ControllerConfig::new("widget", GROUP).with_timing(widget_timing(&self.slow_states)).with_default_deletion(default_deletion);
+        let context = Context::new(client.clone(), manager, config, metrics);
         self.context = Some(Arc::clone(&context));
         let api: Api<Widget> = Api::namespaced(client, &self.namespace);
         self.controller.start(blockwork_runtime::run(api, context, 4, std::future::pending()));

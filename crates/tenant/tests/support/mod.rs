@@ -130,9 +130,9 @@ impl Harness {
         let aws = Aws::with_sdk_config(self.aws_config(), sdk_config(&self.proxy.endpoint()).await, Arc::clone(&self.aws_metrics));
         let cloudfront = Sdk::new(&aws);
         let route53 = Route53::new(aws.records());
-        let manager =
-            TenantManager::new(cloudfront, Some(route53), self.default_drift, self.timing, Arc::clone(&self.metrics), aws.metrics());
-        let context = Context::new(client.clone(), manager, ControllerConfig::new(CONTROLLER, GROUP), runtime_metrics);
+        let manager = TenantManager::new(cloudfront, Some(route53), Arc::clone(&self.metrics), aws.metrics());
+        let config = ControllerConfig::new(CONTROLLER, GROUP).with_timing(self.timing).with_default_drift(self.default_drift);
+        let context = Context::new(client.clone(), manager, config, runtime_metrics);
         let api = kube::Api::namespaced(client, &self.namespace);
         self.controller.start(blockwork_runtime::run(api, context, 4, std::future::pending()));
     }
