@@ -1,4 +1,4 @@
-.PHONY: dev test e2e crds chart install install-test-tools
+.PHONY: dev test e2e fuzz crds chart install install-test-tools
 
 # Local control plane + AWS emulators + `blockwork run` + examples, until Ctrl-C.
 dev:
@@ -11,6 +11,10 @@ test:
 # The end-to-end suite on a real node (root): Blockwork's image, its chart, every scenario.
 e2e:
 	scripts/e2e
+
+# Coverage-guided fuzzing (cargo-fuzz, nightly), every target: `make fuzz FUZZ_SECONDS=300` for longer.
+fuzz:
+	scripts/fuzz $(or $(FUZZ_SECONDS),30)
 
 # Regenerate config/crd/ from the Rust types.
 crds:

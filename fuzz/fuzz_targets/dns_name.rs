@@ -1,0 +1,15 @@
+//! DNS names: normalization is idempotent and agrees with `parse`, and `parse` agrees with the
+//! CRD schema's pattern, for any UTF-8 string.
+#![no_main]
+
+use blockwork_properties::dns;
+use libfuzzer_sys::fuzz_target;
+
+fuzz_target!(|name: &str| {
+    if let Err(violation) = dns::normalization_is_idempotent_and_agrees_with_parse(name) {
+        panic!("{violation}");
+    }
+    if let Err(violation) = dns::parse_and_the_crd_schema_agree(name) {
+        panic!("{violation}");
+    }
+});
