@@ -60,6 +60,14 @@ impl Zone {
     }
 }
 
+/// A Route 53 change as GetChange reports it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ChangeState {
+    /// INSYNC: every Route 53 name server answers with it; else PENDING.
+    pub in_sync: bool,
+    pub submitted_at: Option<std::time::SystemTime>,
+}
+
 /// Whether a change's caller waits for it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Urgency {
@@ -265,17 +273,26 @@ impl Records {
     /// Whether the change `change_id` (made in `zone`'s account) has reached every Route 53
     /// name server. Every object waiting on one batch shares one GetChange per second.
     pub async fn in_sync(&self, caller: &'static str, zone: &Zone, change_id: &str) -> Result<bool, AwsError> {
-        let read = async {
-            const OP: &str = "GetChange";
-            let (client, account) = self.aws.route53(caller, zone.role.as_deref()).await?;
-            let call = Call { callers: &[caller], scope: Scope::new(account, Service::Route53, None), operation: OP, changes: 0 };
-            let output = self
-                .aws
-                .call(call, || async { client.get_change().id(change_id).send().await.map_err(|e| classify_sdk_error(OP, &e)) })
-                .await?;
-            Ok::<bool, AwsError>(output.change_info().is_some_and(|c| *c.status() == ChangeStatus::Insync))
-        };
+        let read = async { Ok::<bool, AwsError>(self.change(caller, zone, change_id).await?.in_sync) };
         self.statuses.try_get_with_by_ref(change_id, Box::pin(read)).await.map_err(|e| (*e).clone())
+    }
+
+    /// The change `change_id` (made in `zone`'s account) as Route 53 reports it now: one
+    /// GetChange, not shared (for a reader such as `blockwork explain`; a controller waiting for
+    /// the change asks [`Records::in_sync`]).
+    pub async fn change(&self, caller: &'static str, zone: &Zone, change_id: &str) -> Result<ChangeState, AwsError> {
+        const OP: &str = "GetChange";
+        let (client, account) = self.aws.route53(caller, zone.role.as_deref()).await?;
+        let call = Call { callers: &[caller], scope: Scope::new(account, Service::Route53, None), operation: OP, changes: 0 };
+        let output = self
+            .aws
+            .call(call, || async { client.get_change().id(change_id).send().await.map_err(|e| classify_sdk_error(OP, &e)) })
+            .await?;
+        let info = output.change_info();
+        Ok(ChangeState {
+            in_sync: info.is_some_and(|c| *c.status() == ChangeStatus::Insync),
+            submitted_at: info.and_then(|c| std::time::SystemTime::try_from(*c.submitted_at()).ok()),
+        })
     }
 
     async fn submit(&self, caller: &'static str, zone: &Zone, changes: Vec<Change>, urgency: Urgency) -> Result<Applied, AwsError> {

@@ -150,6 +150,11 @@ pub struct ValidationRecordStatus {
     /// writes it).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub pending: bool,
+    /// The Route 53 change id of the batch that wrote the record (records of several Certs may
+    /// share one batch), e.g. `/change/C0123456789ABC`: `blockwork explain` asks Route 53 whether
+    /// it is PENDING or INSYNC. Absent for a record this operator did not write.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub change_id: Option<String>,
 }
 
 /// The Cert operator's status fields, beside the runtime's (`reconcileState`, `message`,

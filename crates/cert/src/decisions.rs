@@ -590,6 +590,7 @@ mod tests {
             value: "v".into(),
             owned: true,
             pending: false,
+            change_id: None,
         };
         let primary = record("Z1", "_a.api-prod.example.com.");
         assert!(!records_known(&d, std::slice::from_ref(&primary)));
@@ -607,6 +608,7 @@ mod tests {
             value: "v".into(),
             owned: true,
             pending: false,
+            change_id: None,
         };
         let tracked = [record("_a.api-prod.example.com"), record("_b.www.example.com")];
         let unneeded = unneeded_records(&tracked, &record_names(&cert));

@@ -242,7 +242,10 @@ impl CertManager {
         let mut failure = None;
         for record in observation.validation_records.iter_mut().filter(|r| r.pending) {
             match self.records.written(&record.zone_id, &record.name) {
-                Some(Written::Done(_)) => record.pending = false,
+                Some(Written::Done(change_id)) => {
+                    record.pending = false;
+                    record.change_id = Some(change_id).filter(|id| !id.is_empty());
+                }
                 Some(Written::Queued) => {}
                 Some(Written::Failed(error)) => {
                     unwritten.entry(record.zone_id.clone()).or_default().push(cname(record));
@@ -296,6 +299,7 @@ impl CertManager {
                     value: planned.record.value,
                     owned,
                     pending: owned,
+                    change_id: None,
                 });
             }
         }

@@ -152,6 +152,7 @@ mod tests {
             value: "v".into(),
             owned: true,
             pending,
+            change_id: None,
         };
         let written = HashSet::from([("Z1".to_owned(), "_a.example.com".to_owned())]);
         assert!(waits_for_records(
@@ -172,6 +173,7 @@ mod tests {
             value: "v".into(),
             owned: true,
             pending,
+            change_id: None,
         };
         let listing = |records| cert(CertObservation { validation_records: records, ..CertObservation::default() });
         let (nothing_queued, all_queued) = (|_: &str, _: &str| false, |_: &str, _: &str| true);

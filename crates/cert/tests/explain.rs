@@ -55,6 +55,55 @@ async fn a_cert_pending_validation_names_its_record_zone_and_how_long_it_waited(
     assert!(text.contains("InProgress (Ready)"), "the Ready reason is explained: {text}");
 }
 
+/// What `blockwork explain` adds for a Cert waiting for ACM: Route 53 read now, through the AWS
+/// layer it builds (here at the harness's fault proxy in front of moto).
+async fn explain_with_route53(h: &Harness, name: &str) -> String {
+    let endpoint = h.proxy.endpoint();
+    let layer = blockwork_aws::Aws::with_sdk_config(
+        blockwork_aws::AwsConfig { endpoint_url: Some(endpoint.clone()), ..blockwork_testenv::aws::layer_config() },
+        blockwork_testenv::aws::sdk_config(&endpoint).await,
+        std::sync::Arc::new(blockwork_aws::AwsMetrics::register(&mut Default::default(), &[])),
+    );
+    let cert = h.api().get(name).await.unwrap();
+    let now = Timestamp::now();
+    let mut report = read_report(h, name).await;
+    report.notes.extend(blockwork_inspect::kinds::records_now_note(&read::records_in_route53(&layer, &cert).await, now));
+    render::explain(&Explanation::of(report, now), now)
+}
+
+#[tokio::test]
+async fn a_cert_pending_validation_says_whether_the_change_that_wrote_its_record_is_pending_or_insync() {
+    let h = Harness::start("explain-insync", &["main"]).await;
+    h.proxy.inject(Operation::named("DescribeCertificate"), Fault::PendingValidation, 100_000);
+    h.create("api", spec("api", "prod")).await;
+    let cert = h.wait_for_state("api", CertState::Validated).await;
+    let record = status(&cert).observation.validation_records.first().cloned().expect("a validation record");
+    let change = record.change_id.clone().expect("the Cert records the change of the batch that wrote its record");
+    let change = change.trim_start_matches("/change/");
+    let zone = &h.zones[0].id;
+
+    // moto applies a change at once: INSYNC.
+    let text = explain_with_route53(&h, "api").await;
+    eprintln!("{text}");
+    assert!(
+        text.contains(&format!(
+            "the CNAME {} is in zone {zone} with the value ACM asked for, and INSYNC (change {change}, submitted ",
+            record.name
+        )),
+        "{text}"
+    );
+
+    // Route 53 still applying it (moto never does; the proxy answers PENDING as Route 53 would).
+    h.proxy.inject(Operation::named("GetChange"), Fault::PendingChange, 100_000);
+    let text = explain_with_route53(&h, "api").await;
+    eprintln!("{text}");
+    assert!(
+        text.contains(&format!("the CNAME {} is in zone {zone} with the value ACM asked for, and PENDING (change {change}, ", record.name)),
+        "{text}"
+    );
+    assert!(text.contains("not yet on every Route 53 name server"), "{text}");
+}
+
 #[tokio::test]
 async fn a_throttled_cert_shows_the_class_the_attempts_and_the_next_retry() {
     let h = Harness::start("explain-throttled", &["main"]).await;

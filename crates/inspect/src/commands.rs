@@ -189,7 +189,7 @@ pub async fn explain(args: &ExplainArgs) -> anyhow::Result<String> {
     let mut report = read::report(&client, &namespace, kind, &name, &args.rotator.keys()?, now).await?;
     if kind == KindArg::Cert {
         let records = read::records_now(&client, &namespace, &name, &args.aws).await?;
-        report.notes.extend(crate::kinds::records_now_note(&records));
+        report.notes.extend(crate::kinds::records_now_note(&records, now));
     }
     let explanation = Explanation::of(report, now);
     Ok(match args.output {

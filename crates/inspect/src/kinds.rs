@@ -164,43 +164,82 @@ pub struct RecordNow {
     /// The CNAME's value in the zone now (`None`: no CNAME of that name); the error when Route 53
     /// could not be read.
     pub found: Result<Option<String>, String>,
+    /// The change that wrote it, as Route 53 reports it now (`None`: the Cert records no change
+    /// id for it — a record it did not write); the error when it could not be read.
+    pub change: Option<Result<ChangeNow, String>>,
+}
+
+/// A Route 53 change as GetChange answers at explain time.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ChangeNow {
+    pub id: String,
+    /// INSYNC (every Route 53 name server answers with the change), else PENDING.
+    pub in_sync: bool,
+    pub submitted_at: Option<Timestamp>,
 }
 
 impl RecordNow {
     pub fn of(record: &blockwork_cert::ValidationRecordStatus, found: Result<Option<String>, String>) -> Self {
-        Self { zone_id: record.zone_id.clone(), name: record.name.clone(), want: record.value.clone(), found }
+        Self { zone_id: record.zone_id.clone(), name: record.name.clone(), want: record.value.clone(), found, change: None }
     }
 }
 
+/// Route 53 applies a change on every name server within about a minute; a change PENDING
+/// longer than this is unusual.
+const ROUTE53_USUAL_MINUTES: i64 = 5;
+
 /// What `explain` says of the validation records as Route 53 has them now: present with ACM's
-/// value, missing, or with another value — never more than was read (the Cert records no
-/// Route 53 change id, so whether the change is INSYNC everywhere is not known; Route 53 usually
-/// takes under a minute).
-pub fn records_now_note(records: &[RecordNow]) -> Option<String> {
+/// value, missing, or with another value, and whether the change that wrote each is PENDING or
+/// INSYNC (with its age) — never more than was read.
+pub fn records_now_note(records: &[RecordNow], now: Timestamp) -> Option<String> {
     if records.is_empty() {
         return None;
     }
     let said: Vec<String> = records
         .iter()
-        .map(|record| match &record.found {
-            Ok(Some(value)) if same_name(value, &record.want) => {
-                format!("the CNAME {} is in zone {} with the value ACM asked for", record.name, record.zone_id)
-            }
-            Ok(Some(value)) => format!(
-                "the CNAME {} is in zone {} with the value {value}, not ACM's {}: someone else's record stands in the way (change it, or delete it and let the controller write it)",
-                record.name, record.zone_id, record.want
-            ),
-            Ok(None) => format!(
-                "the CNAME {} is NOT in zone {}: the controller writes it on its next look; if it stays missing, read the Cert's events and the operator's log for its Route 53 writes",
-                record.name, record.zone_id
-            ),
-            Err(error) => format!("the CNAME {} in zone {} could not be read: {error}", record.name, record.zone_id),
+        .map(|record| {
+            let found = match &record.found {
+                Ok(Some(value)) if same_name(value, &record.want) => {
+                    format!("the CNAME {} is in zone {} with the value ACM asked for", record.name, record.zone_id)
+                }
+                Ok(Some(value)) => format!(
+                    "the CNAME {} is in zone {} with the value {value}, not ACM's {}: someone else's record stands in the way (change it, or delete it and let the controller write it)",
+                    record.name, record.zone_id, record.want
+                ),
+                Ok(None) => format!(
+                    "the CNAME {} is NOT in zone {}: the controller writes it on its next look; if it stays missing, read the Cert's events and the operator's log for its Route 53 writes",
+                    record.name, record.zone_id
+                ),
+                Err(error) => format!("the CNAME {} in zone {} could not be read: {error}", record.name, record.zone_id),
+            };
+            format!("{found}{}", change_said(record.change.as_ref(), now))
         })
         .collect();
-    Some(format!(
-        "Route 53 now (read by explain): {}. Route 53 usually has a written record INSYNC within a minute; the Cert records no change id, so that is not checked.",
-        said.join("; ")
-    ))
+    Some(format!("Route 53 now (read by explain): {}.", said.join("; ")))
+}
+
+/// ", and INSYNC (change C1, submitted 43m ago)" and the like, for [`records_now_note`].
+fn change_said(change: Option<&Result<ChangeNow, String>>, now: Timestamp) -> String {
+    let Some(change) = change else {
+        return " (the Cert records no Route 53 change for it — a record it did not write, or wrote before Blockwork recorded change ids — so whether it is INSYNC is not checked)"
+            .to_owned();
+    };
+    let change = match change {
+        Ok(change) => change,
+        Err(error) => return format!(" (whether its change is INSYNC could not be read: {error})"),
+    };
+    let id = change.id.trim_start_matches("/change/");
+    let submitted = change.submitted_at.map(|at| format!(", submitted {} ago", age(at, now))).unwrap_or_default();
+    if change.in_sync {
+        return format!(", and INSYNC (change {id}{submitted}): every Route 53 name server answers with it");
+    }
+    let overdue = change.submitted_at.is_some_and(|at| now.duration_since(at).as_secs() > ROUTE53_USUAL_MINUTES * 60);
+    let advice = if overdue {
+        format!("; longer than the usual minute or so: check the AWS Health Dashboard for Route 53 and `aws route53 get-change --id {id}`")
+    } else {
+        "; Route 53 usually applies a change within a minute".to_owned()
+    };
+    format!(", and PENDING (change {id}{submitted}): not yet on every Route 53 name server{advice}")
 }
 
 fn same_name(a: &str, b: &str) -> bool {
@@ -560,14 +599,20 @@ pub fn rotator_source(source: &Secret, keys: &Keys, objects: &RotatorObjects, no
     report.ready = Some(in_sync);
     report.state_since = if in_sync { last_rotation } else { blocked.as_ref().and_then(|e| e.last_seen) };
     if let Some(event) = blocked.filter(|_| !in_sync) {
-        report.message = Some(event.note.clone());
+        // The rotator's note starts with the class and the retry delay (blockwork_rotator::failure);
+        // an older rotator's has neither.
+        let (retry, message) = match blockwork_rotator::failure::parse(&event.note) {
+            Some((retry, message)) => (Some(retry), message.to_owned()),
+            None => (None, event.note.clone()),
+        };
+        report.message = Some(message.clone());
         report.last_error = Some(ErrorView {
             reason: event.reason.clone(),
-            message: event.note.clone(),
-            class: None,
+            message,
+            class: retry.map(|r| format!("{:?}", r.class)),
             since: event.last_seen,
             attempts: Some(u32::try_from(event.count).unwrap_or(1)),
-            retry_at: None,
+            retry_at: retry.zip(event.last_seen).and_then(|(r, seen)| seen.checked_add(r.after).ok()),
         });
     }
     report.policies.push(Policy {
@@ -705,6 +750,7 @@ mod tests {
             value: "_y.acm-validations.aws.".into(),
             owned: true,
             pending,
+            change_id: None,
         }];
         cert.status = Some(status);
         cert
@@ -722,6 +768,40 @@ mod tests {
         );
         assert!(note.contains("longer than the usual 30 min") && note.contains("`dig CNAME _x.api-prod.k8s.example.com.`"), "{note}");
         assert!(!cert(&validating_cert(false), &[], at(10 * 60)).notes[0].contains("longer than the usual"), "10 minutes is usual");
+    }
+
+    fn written_by(change: Result<ChangeNow, String>) -> Vec<RecordNow> {
+        let record = &validating_cert(false).status.expect("a status").observation.validation_records[0];
+        vec![RecordNow { change: Some(change), ..RecordNow::of(record, Ok(Some("_y.acm-validations.aws".into()))) }]
+    }
+
+    #[test]
+    fn an_insync_change_is_named_with_its_zone_and_age() {
+        let change = ChangeNow { id: "/change/C1".into(), in_sync: true, submitted_at: Some(at(0)) };
+        let note = records_now_note(&written_by(Ok(change)), at(43 * 60)).expect("a note");
+        assert!(
+            note.contains("the CNAME _x.api-prod.k8s.example.com. is in zone Z123 with the value ACM asked for, and INSYNC (change C1, submitted 43m ago)"),
+            "{note}"
+        );
+    }
+
+    #[test]
+    fn a_change_pending_for_minutes_says_where_to_look_and_a_fresh_one_does_not() {
+        let change = ChangeNow { id: "/change/C1".into(), in_sync: false, submitted_at: Some(at(0)) };
+        let fresh = records_now_note(&written_by(Ok(change.clone())), at(30)).expect("a note");
+        assert!(
+            fresh.contains("and PENDING (change C1, submitted 30s ago)") && fresh.contains("usually applies a change within a minute"),
+            "{fresh}"
+        );
+        let stuck = records_now_note(&written_by(Ok(change)), at(7 * 60)).expect("a note");
+        assert!(stuck.contains("`aws route53 get-change --id C1`"), "{stuck}");
+    }
+
+    #[test]
+    fn a_change_that_cannot_be_read_is_said_so_not_guessed() {
+        let note = records_now_note(&written_by(Err("AccessDenied: no".into())), at(60)).expect("a note");
+        assert!(note.contains("whether its change is INSYNC could not be read: AccessDenied: no"), "{note}");
+        assert!(!note.contains("and INSYNC") && !note.contains("and PENDING"), "{note}");
     }
 
     #[test]

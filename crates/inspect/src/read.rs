@@ -276,8 +276,9 @@ pub async fn report(client: &Client, namespace: &str, kind: KindArg, name: &str,
 }
 
 /// Route 53's answer now for the validation records a Cert waiting for ACM has written: one
-/// listing of each zone (`route53:ListResourceRecordSets`, read-only) through the AWS layer
-/// `blockwork run` builds from the same flags. Nothing for a Cert that waits for no record.
+/// listing of each zone (`route53:ListResourceRecordSets`) and one `route53:GetChange` of each
+/// change the Cert records (both read-only) through the AWS layer `blockwork run` builds from
+/// the same flags. Nothing for a Cert that waits for no record.
 pub async fn records_now(
     client: &Client,
     namespace: &str,
@@ -296,14 +297,25 @@ pub async fn records_now(
         Ok(records) => Ok(records),
         Err(_) => {
             let silent = format!("no answer from Route 53 within {}s (check the AWS credentials and --aws-* flags)", READ_FOR.as_secs());
-            Ok(kinds::records_to_read(&cert).into_iter().map(|record| kinds::RecordNow::of(record, Err(silent.clone()))).collect())
+            Ok(kinds::records_to_read(&cert)
+                .into_iter()
+                .map(|record| kinds::RecordNow {
+                    change: record.change_id.as_ref().map(|_| Err(silent.clone())),
+                    ..kinds::RecordNow::of(record, Err(silent.clone()))
+                })
+                .collect())
         }
     }
 }
 
-/// [`records_now`] through a given AWS layer.
+/// [`records_now`] through a given AWS layer: each record's zone listed, and each change read
+/// once however many records it wrote.
 pub async fn records_in_route53(layer: &std::sync::Arc<blockwork_aws::Aws>, cert: &Cert) -> Vec<kinds::RecordNow> {
+    let said = |e: blockwork_aws::AwsError| {
+        blockwork_aws::mask_accounts(&format!("{}: {}", e.code.as_deref().unwrap_or("no error code"), e.message))
+    };
     let records = kinds::records_to_read(cert);
+    let mut changes: std::collections::HashMap<(String, String), Result<kinds::ChangeNow, String>> = std::collections::HashMap::new();
     let mut now = Vec::new();
     for record in records {
         let zone = blockwork_aws::route53::Zone::new(&record.zone_id, None);
@@ -312,8 +324,22 @@ pub async fn records_in_route53(layer: &std::sync::Arc<blockwork_aws::Aws>, cert
             .lookup(blockwork_cert::CONTROLLER, &zone, std::slice::from_ref(&record.name))
             .await
             .map(|found| found.into_iter().flatten().next().map(|r| r.value))
-            .map_err(|e| blockwork_aws::mask_accounts(&format!("{}: {}", e.code.as_deref().unwrap_or("no error code"), e.message)));
-        now.push(kinds::RecordNow::of(record, found));
+            .map_err(said);
+        let mut record_now = kinds::RecordNow::of(record, found);
+        if let Some(id) = &record.change_id {
+            let key = (zone.id.clone(), id.clone());
+            if !changes.contains_key(&key) {
+                let change =
+                    layer.records().change(blockwork_cert::CONTROLLER, &zone, id).await.map_err(said).map(|state| kinds::ChangeNow {
+                        id: id.clone(),
+                        in_sync: state.in_sync,
+                        submitted_at: state.submitted_at.and_then(|at| Timestamp::try_from(at).ok()),
+                    });
+                changes.insert(key.clone(), change);
+            }
+            record_now.change = changes.get(&key).cloned();
+        }
+        now.push(record_now);
     }
     now
 }

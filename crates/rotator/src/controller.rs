@@ -32,12 +32,14 @@ use kube::{Client, Resource as _, ResourceExt as _};
 use serde_json::json;
 use tracing::{debug, info, warn};
 
+use blockwork_runtime::ErrorClass;
 use blockwork_runtime::events::Publisher;
 use blockwork_runtime::namespaces::{self, Namespaces};
 use blockwork_runtime::policy::AnnotationError;
 
 use crate::cache::{Cache, Key, Scope};
 use crate::config::{Config, Keys};
+use crate::failure;
 use crate::metrics::Metrics;
 use crate::plan::{self, Action, Blocked, Input, Plan, TLS_TYPE};
 
@@ -67,6 +69,16 @@ pub enum Error {
 }
 
 impl Error {
+    /// The class of the failure, for its event (see [`failure`]).
+    pub fn class(&self) -> ErrorClass {
+        match self {
+            Self::Conflict(_) => ErrorClass::Retryable,
+            Self::Kube(kube::Error::Api(status)) => failure::class_of_status(Some(status.code)),
+            Self::Kube(_) => failure::class_of_status(None),
+            Self::MissingMetadata(_) => ErrorClass::Terminal,
+        }
+    }
+
     /// The `reason` label of `errors_total`.
     pub fn metric_reason(&self) -> &'static str {
         match self {
@@ -309,7 +321,10 @@ impl Rotator {
             Action::Blocked(blocked) => {
                 warn!(namespace, source = %source_name, target = %target_name, reason = blocked.event_reason(), "{blocked}");
                 self.metrics.error(blocked.metric_reason());
-                self.event(&source_ref, EventType::Warning, blocked.event_reason(), "Rotate", blocked.to_string());
+                // Needs a person; looked at again when the source or the target changes, else then.
+                let retry = failure::Retry { class: ErrorClass::Terminal, after: self.blocked_requeue(blocked) };
+                let note = failure::note(retry, &blocked.to_string());
+                self.event(&source_ref, EventType::Warning, blocked.event_reason(), "Rotate", note);
             }
         }
         if !plan.warnings.is_empty() {
@@ -381,8 +396,12 @@ impl Rotator {
             Ok(written) => Ok((observation, plan, written)),
             Err(error) => {
                 if !matches!(error, Error::Conflict(_)) {
-                    let note = format!("Could not write target {}: {error}", plan.target_name.as_deref().unwrap_or("?"));
-                    self.event(&observation.source.object_ref(&()), EventType::Warning, "WriteFailed", "Rotate", note);
+                    let source = &observation.source;
+                    // The delay the error policy's `backoff` decides for this failure.
+                    let after = self.next_backoff(&(source.namespace().unwrap_or_default(), source.name_any()), false);
+                    let retry = failure::Retry { class: error.class(), after };
+                    let message = format!("Could not write target {}: {error}", plan.target_name.as_deref().unwrap_or("?"));
+                    self.event(&source.object_ref(&()), EventType::Warning, "WriteFailed", "Rotate", failure::note(retry, &message));
                 }
                 Err(error)
             }
@@ -411,12 +430,31 @@ impl Rotator {
         }
     }
 
+    /// The retry delay after one more failure of the source `key`, counted.
     fn backoff(&self, key: (String, String), conflict: bool) -> Duration {
         let mut failures = self.failures.lock().unwrap_or_else(PoisonError::into_inner);
         let count = failures.entry(key).or_insert(0);
         *count = count.saturating_add(1);
+        self.backoff_after(*count, conflict)
+    }
+
+    /// What [`Rotator::backoff`] will decide at the source's next failure, not counted: for the
+    /// failure's event, written before the error policy counts it.
+    fn next_backoff(&self, key: &(String, String), conflict: bool) -> Duration {
+        let count = self.failures.lock().unwrap_or_else(PoisonError::into_inner).get(key).copied().unwrap_or(0);
+        self.backoff_after(count.saturating_add(1), conflict)
+    }
+
+    /// `failures` in a row: the base delay doubled for each after the first, at most [`MAX_BACKOFF`].
+    fn backoff_after(&self, failures: u32, conflict: bool) -> Duration {
         let base = if conflict { Duration::from_millis(100) } else { self.error_requeue };
-        base.saturating_mul(2_u32.saturating_pow(count.saturating_sub(1).min(12))).min(MAX_BACKOFF)
+        base.saturating_mul(2_u32.saturating_pow(failures.saturating_sub(1).min(12))).min(MAX_BACKOFF)
+    }
+
+    /// When a blocked source is looked at again without a change of it or its target: a
+    /// conflict on the conflict requeue (the other source may go), the rest at the resync.
+    fn blocked_requeue(&self, blocked: &Blocked) -> Duration {
+        if matches!(blocked, Blocked::Conflict { .. }) { self.conflict_requeue } else { RESYNC }
     }
 
     fn succeeded(&self, key: &(String, String)) {
@@ -760,8 +798,11 @@ async fn reconcile(meta: Arc<Meta>, rotator: Arc<Rotator>) -> Result<Requeue, Er
     match rotator.reconcile(&namespace, &name).await {
         Ok(outcome) => {
             rotator.succeeded(&(namespace, name));
-            let conflict = outcome.as_ref().is_some_and(|o| matches!(o.plan.action, Action::Blocked(Blocked::Conflict { .. })));
-            Ok(if conflict { Requeue::requeue(rotator.conflict_requeue) } else { Requeue::requeue(RESYNC) })
+            let blocked = outcome.as_ref().and_then(|o| match &o.plan.action {
+                Action::Blocked(blocked) => Some(rotator.blocked_requeue(blocked)),
+                _ => None,
+            });
+            Ok(Requeue::requeue(blocked.unwrap_or(RESYNC)))
         }
         Err(error) => {
             rotator.metrics.reconciled("failed");

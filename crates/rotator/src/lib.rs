@@ -17,6 +17,7 @@
 mod cache;
 pub mod config;
 pub mod controller;
+pub mod failure;
 pub mod jwks;
 pub mod kid;
 pub mod metrics;

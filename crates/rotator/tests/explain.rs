@@ -8,9 +8,12 @@ mod support;
 
 use std::time::Duration;
 
+use k8s_openapi::api::core::v1::{ResourceQuota, ResourceQuotaSpec};
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+
 use blockwork_inspect::actions::Retried;
 use blockwork_inspect::read::{self, KindArg};
-use blockwork_inspect::render::{self, Explanation};
+use blockwork_inspect::render::{self, Explanation, Row};
 use blockwork_inspect::report::Report;
 use jiff::Timestamp;
 use support::*;
@@ -49,8 +52,16 @@ async fn a_source_blocked_by_a_foreign_target_says_how_to_hand_it_over_and_the_t
     let first = &explanation.diagnosis.hints[0];
     assert_eq!(first.reason, "TargetNotManaged");
     assert!(first.fix.contains("<prefix>/adopt=true"), "{first:?}");
+    // Needs a person; looked at again when the source or target changes, else at the resync.
+    let error = blocked.last_error.clone().expect("the blocking warning is the last error");
+    assert_eq!((error.reason.as_str(), error.class.as_deref()), ("TargetNotManaged", Some("Terminal")));
+    assert_eq!(error.retry_at, error.since.map(|seen| seen + Duration::from_secs(3600)), "{error:?}");
+    assert!(!error.message.starts_with('['), "the retry is read off the message: {}", error.message);
+    let row = Row::of(&blocked, Timestamp::now());
+    assert!(row.next_retry.is_some() && row.last_error.as_deref().is_some_and(|e| e.starts_with("TargetNotManaged")), "{row:?}");
     let blocked_text = text(blocked);
     eprintln!("{blocked_text}");
+    assert!(blocked_text.contains("  class     Terminal") && blocked_text.contains("  retry     in 59m"), "{blocked_text}");
     assert!(blocked_text.contains("target            target  [NOT OK] exists and is not managed by a rotator"), "{blocked_text}");
     assert!(blocked_text.contains(&h.keys.adopt), "the event names the annotation: {blocked_text}");
 
@@ -99,4 +110,39 @@ async fn retry_of_a_target_reconciles_its_source_which_the_request_does_not_bloc
     h.wait_for_sample(unchanged, unchanged_before).await;
     assert_eq!(h.sample(blocked), blocked_before, "the request annotation is not one the rotator refuses");
     assert_eq!(report(&h, "source").await.state, "InSync");
+}
+
+#[tokio::test]
+async fn a_write_the_api_server_refuses_shows_its_class_and_the_backoff_s_next_retry() {
+    let mut h = Harness::new("explain-refused").await;
+    h.config.error_requeue = Duration::from_secs(40);
+    // A quota of one Secret, the source: the API server refuses the target (403, exceeded quota).
+    let quotas: kube::Api<ResourceQuota> = kube::Api::namespaced(h.client.clone(), &h.namespace);
+    let hard = std::collections::BTreeMap::from([("count/secrets".to_owned(), Quantity("1".into()))]);
+    let quota = ResourceQuota {
+        metadata: kube::api::ObjectMeta { name: Some("secrets".into()), ..Default::default() },
+        spec: Some(ResourceQuotaSpec { hard: Some(hard.clone()), ..Default::default() }),
+        ..Default::default()
+    };
+    quotas.create(&kube::api::PostParams::default(), &quota).await.unwrap();
+    // No quota controller runs beside this API server: the status it would write, so admission counts.
+    let used = std::collections::BTreeMap::from([("count/secrets".to_owned(), Quantity("0".into()))]);
+    let status = serde_json::json!({ "status": { "hard": hard, "used": used } });
+    quotas.patch_status("secrets", &kube::api::PatchParams::default(), &kube::api::Patch::Merge(&status)).await.unwrap();
+    h.create_source("source", "target", &certificate("stargate.example"), "key").await;
+    h.start_controller();
+    let note = h.wait_for_event("source", "WriteFailed").await;
+    assert!(note.starts_with("[Terminal, retry in 40s] Could not write target target: "), "{note}");
+
+    let report = report(&h, "source").await;
+    let error = report.last_error.clone().expect("the write failure is the last error");
+    assert_eq!((error.reason.as_str(), error.class.as_deref()), ("WriteFailed", Some("Terminal")));
+    assert!(error.message.contains("exceeded quota"), "{}", error.message);
+    assert_eq!(error.retry_at, error.since.map(|seen| seen + Duration::from_secs(40)), "the first failure: the backoff's base");
+    let rendered = text(report.clone());
+    eprintln!("{rendered}");
+    assert!(rendered.contains("  class     Terminal") && rendered.contains("  retry     in "), "{rendered}");
+    let row = Row::of(&report, Timestamp::now());
+    assert_eq!((row.state.as_str(), row.ready), ("Blocked", Some(false)));
+    assert!(row.next_retry.is_some(), "{row:?}");
 }
