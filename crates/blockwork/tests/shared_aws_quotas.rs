@@ -28,6 +28,7 @@ use blockwork_tenant::api::{DnsConfig, DnsProvider, DomainName};
 use blockwork_testenv::aws;
 use blockwork_testenv::emulators::{ministack, moto};
 use blockwork_testenv::fault_proxy::FaultProxy;
+use blockwork_testenv::harness::{samples, sum};
 use blockwork_testenv::operator::Operator;
 use futures::{StreamExt as _, TryStreamExt as _};
 use kube::Api;
@@ -89,7 +90,7 @@ async fn one_process_under_aws_s_buckets(size: Size) {
     wait_ready(&certs, &tenants, size.first_certs + size.then_certs, size.then_tenants, &operator).await;
     let then_ready = started.elapsed();
 
-    let metrics = Metrics(operator.get(operator.metrics, "/metrics").await.unwrap().body);
+    let metrics = operator.get(operator.metrics, "/metrics").await.unwrap().body;
     let moto_calls: BTreeMap<String, usize> = moto_proxy.all_calls().into_iter().collect();
     let ministack_calls: BTreeMap<String, usize> = ministack_proxy.all_calls().into_iter().collect();
     let throttled: usize = moto_proxy.all_throttled().values().chain(ministack_proxy.all_throttled().values()).sum();
@@ -102,19 +103,22 @@ async fn one_process_under_aws_s_buckets(size: Size) {
         moto_proxy.all_throttled(),
         ministack_proxy.all_throttled()
     );
-    assert_eq!(metrics.sum("blockwork_aws_throttling_events_total", &[]), 0.0, "the operator saw throttling");
+    assert_eq!(sum(&metrics, "blockwork_aws_throttling_events_total", &[]), 0.0, "the operator saw throttling");
     // Both controllers wrote records through the layer: the Certs' validation records and the
     // tenants' CNAMEs, each counted under its seed's name.
-    let cert_changes = metrics.sum("cert_operator_aws_api_calls_total", &[("operation", "ChangeResourceRecordSets")]);
-    let tenant_changes =
-        metrics.sum("cloudfront_tenant_operator_aws_api_call_duration_seconds_count", &[("operation", "Route53ChangeResourceRecordSets")]);
+    let cert_changes = sum(&metrics, "cert_operator_aws_api_calls_total", &[("operation", "ChangeResourceRecordSets")]);
+    let tenant_changes = sum(
+        &metrics,
+        "cloudfront_tenant_operator_aws_api_call_duration_seconds_count",
+        &[("operation", "Route53ChangeResourceRecordSets")],
+    );
     assert!(cert_changes > 0.0 && tenant_changes > 0.0, "Route 53 changes: cert {cert_changes}, tenant {tenant_changes}");
     // Every Route 53 request AWS (the proxy) saw went through the layer and its one account
     // bucket: the layer counted them all, and holds one account-level Route 53 bucket.
     let route53_seen: usize = moto_calls.iter().filter(|(operation, _)| is_route53(operation)).map(|(_, count)| count).sum();
-    let route53_counted = metrics.sum("blockwork_aws_calls_total", &[("service", "route53")]);
+    let route53_counted = sum(&metrics, "blockwork_aws_calls_total", &[("service", "route53")]);
     assert_eq!(route53_counted, route53_seen as f64, "Route 53 calls the layer counted against those the proxy saw: {moto_calls:?}");
-    let account_buckets = metrics.samples("blockwork_aws_limiter_tokens", &[("service", "route53"), ("bucket", "account")]);
+    let account_buckets = samples(&metrics, "blockwork_aws_limiter_tokens", &[("service", "route53"), ("bucket", "account")]);
     assert_eq!(account_buckets.len(), 1, "one Route 53 account bucket for the process: {account_buckets:?}");
 }
 
@@ -131,7 +135,7 @@ fn report(
     first_calls: &BTreeMap<String, usize>,
     moto_calls: &BTreeMap<String, usize>,
     ministack_calls: &BTreeMap<String, usize>,
-    metrics: &Metrics,
+    metrics: &str,
 ) {
     let Size { first_certs, then_certs, then_tenants } = *size;
     eprintln!("| {first_certs} Certs over {ZONES} zones, then {then_certs} Certs + {then_tenants} tenants, one `blockwork run` | |");
@@ -154,26 +158,7 @@ fn report(
         ("blockwork_aws_calls_total", [("service", "route53")]),
         ("blockwork_aws_limiter_wait_seconds_sum", [("service", "route53")]),
     ] {
-        eprintln!("| {name}{labels:?} | {} |", metrics.sum(name, &labels));
-    }
-}
-
-/// The operator's `/metrics`, as text.
-struct Metrics(String);
-
-impl Metrics {
-    /// The values of `name`'s samples that carry every label of `labels`.
-    fn samples(&self, name: &str, labels: &[(&str, &str)]) -> Vec<f64> {
-        self.0
-            .lines()
-            .filter(|line| line.strip_prefix(name).is_some_and(|rest| rest.starts_with(['{', ' '])))
-            .filter(|line| labels.iter().all(|(key, value)| line.contains(&format!("{key}=\"{value}\""))))
-            .filter_map(|line| line.rsplit(' ').next()?.parse().ok())
-            .collect()
-    }
-
-    fn sum(&self, name: &str, labels: &[(&str, &str)]) -> f64 {
-        self.samples(name, labels).iter().sum()
+        eprintln!("| {name}{labels:?} | {} |", sum(metrics, name, &labels));
     }
 }
 

@@ -84,20 +84,6 @@ impl Harness {
         Self { test: namespace, _controller: controller }
     }
 
-    fn caches(&self) -> Api<Cache> {
-        self.test.api()
-    }
-
-    fn api<K>(&self) -> Api<K>
-    where
-        K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>
-            + Clone
-            + serde::de::DeserializeOwned
-            + std::fmt::Debug,
-    {
-        Api::namespaced(self.client.clone(), &self.namespace)
-    }
-
     async fn eventually<T>(&self, what: &str, mut check: impl AsyncFnMut() -> Option<T>) -> T {
         eventually(what, TIMEOUT, async || check().await.ok_or_else(|| "not yet".to_owned())).await
     }
@@ -120,31 +106,31 @@ fn cache(name: &str, engine: Engine, memory: &str, replicas: i32) -> Cache {
 #[tokio::test]
 async fn creates_its_objects_and_reports_pending_until_pods_exist() {
     let h = Harness::start("cache-create").await;
-    h.caches().create(&PostParams::default(), &cache("c", Engine::Redis, "256Mi", 1)).await.unwrap();
-    let sts = h.eventually("the StatefulSet", async || h.api::<StatefulSet>().get_opt("c-cache").await.unwrap()).await;
+    h.api().create(&PostParams::default(), &cache("c", Engine::Redis, "256Mi", 1)).await.unwrap();
+    let sts = h.eventually("the StatefulSet", async || h.api_of::<StatefulSet>().get_opt("c-cache").await.unwrap()).await;
     assert_eq!(sts.spec.as_ref().unwrap().replicas, Some(1));
-    let config = h.eventually("the ConfigMap", async || h.api::<ConfigMap>().get_opt("c-cache-config").await.unwrap()).await;
+    let config = h.eventually("the ConfigMap", async || h.api_of::<ConfigMap>().get_opt("c-cache-config").await.unwrap()).await;
     assert!(config.data.unwrap()["redis.conf"].contains("maxmemory-policy allkeys-lru"));
-    h.api::<Service>().get("c-cache").await.unwrap();
-    let status = h.eventually("status", async || h.caches().get("c").await.unwrap().status.filter(|s| s.phase.is_some())).await;
+    h.api_of::<Service>().get("c-cache").await.unwrap();
+    let status = h.eventually("status", async || h.api().get("c").await.unwrap().status.filter(|s| s.phase.is_some())).await;
     assert_eq!(status.endpoint.as_deref(), Some(format!("c-cache.{}.svc.cluster.local:6379", h.namespace).as_str()));
     let ready = status.conditions.iter().find(|c| c.type_ == "Ready").unwrap();
     assert_eq!((ready.status.as_str(), ready.reason.as_str()), ("False", "ReplicasNotReady"));
     assert_eq!(status.phase, Some(Phase::Pending), "no kubelet here: the StatefulSet never has pods");
-    assert!(h.caches().get("c").await.unwrap().finalizers().contains(&controller::finalizer_name()));
+    assert!(h.api().get("c").await.unwrap().finalizers().contains(&controller::finalizer_name()));
 }
 
 #[tokio::test]
 async fn ready_when_the_statefulset_reports_ready_replicas() {
     let h = Harness::start("cache-ready").await;
-    h.caches().create(&PostParams::default(), &cache("c", Engine::Memcached, "64Mi", 1)).await.unwrap();
-    h.eventually("the StatefulSet", async || h.api::<StatefulSet>().get_opt("c-cache").await.unwrap()).await;
+    h.api().create(&PostParams::default(), &cache("c", Engine::Memcached, "64Mi", 1)).await.unwrap();
+    h.eventually("the StatefulSet", async || h.api_of::<StatefulSet>().get_opt("c-cache").await.unwrap()).await;
     // No kubelet here: set the StatefulSet's status as a kubelet would.
     let status = json!({"status": {"replicas": 1, "readyReplicas": 1, "availableReplicas": 1}});
-    h.api::<StatefulSet>().patch_status("c-cache", &PatchParams::default(), &Patch::Merge(&status)).await.unwrap();
+    h.api_of::<StatefulSet>().patch_status("c-cache", &PatchParams::default(), &Patch::Merge(&status)).await.unwrap();
     let status = h
         .eventually("Ready", async || {
-            h.caches().get("c").await.unwrap().status.filter(|s| s.conditions.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+            h.api().get("c").await.unwrap().status.filter(|s| s.conditions.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
         })
         .await;
     assert_eq!(status.ready_replicas, 1);
@@ -154,15 +140,12 @@ async fn ready_when_the_statefulset_reports_ready_replicas() {
 #[tokio::test]
 async fn spec_update_rewrites_the_configuration() {
     let h = Harness::start("cache-update").await;
-    h.caches().create(&PostParams::default(), &cache("c", Engine::Redis, "100Mi", 1)).await.unwrap();
-    h.eventually("the ConfigMap", async || h.api::<ConfigMap>().get_opt("c-cache-config").await.unwrap()).await;
-    h.caches()
-        .patch("c", &PatchParams::default(), &Patch::Merge(json!({"spec": {"memory": "200Mi", "evictionPolicy": "noeviction"}})))
-        .await
-        .unwrap();
+    h.api().create(&PostParams::default(), &cache("c", Engine::Redis, "100Mi", 1)).await.unwrap();
+    h.eventually("the ConfigMap", async || h.api_of::<ConfigMap>().get_opt("c-cache-config").await.unwrap()).await;
+    h.merge("c", json!({"spec": {"memory": "200Mi", "evictionPolicy": "noeviction"}})).await;
     let expected = format!("maxmemory {}\n", (200u64 << 20) / 5 * 4);
     h.eventually("the new configuration", async || {
-        let data = h.api::<ConfigMap>().get("c-cache-config").await.unwrap().data.unwrap();
+        let data = h.api_of::<ConfigMap>().get("c-cache-config").await.unwrap().data.unwrap();
         (data["redis.conf"].contains(&expected) && data["redis.conf"].contains("maxmemory-policy noeviction")).then_some(())
     })
     .await;
@@ -171,23 +154,23 @@ async fn spec_update_rewrites_the_configuration() {
 #[tokio::test]
 async fn scale_subresource_scales_the_statefulset_and_adds_a_disruption_budget() {
     let h = Harness::start("cache-scale").await;
-    h.caches().create(&PostParams::default(), &cache("c", Engine::Valkey, "64Mi", 1)).await.unwrap();
-    h.eventually("the StatefulSet", async || h.api::<StatefulSet>().get_opt("c-cache").await.unwrap()).await;
+    h.api().create(&PostParams::default(), &cache("c", Engine::Valkey, "64Mi", 1)).await.unwrap();
+    h.eventually("the StatefulSet", async || h.api_of::<StatefulSet>().get_opt("c-cache").await.unwrap()).await;
     // What `kubectl scale cache c --replicas=3` sends.
-    h.caches().patch_scale("c", &PatchParams::default(), &Patch::Merge(json!({"spec": {"replicas": 3}}))).await.unwrap();
+    h.api().patch_scale("c", &PatchParams::default(), &Patch::Merge(json!({"spec": {"replicas": 3}}))).await.unwrap();
     h.eventually("3 replicas", async || {
-        (h.api::<StatefulSet>().get("c-cache").await.unwrap().spec.unwrap().replicas == Some(3)).then_some(())
+        (h.api_of::<StatefulSet>().get("c-cache").await.unwrap().spec.unwrap().replicas == Some(3)).then_some(())
     })
     .await;
-    h.eventually("the PodDisruptionBudget", async || h.api::<PodDisruptionBudget>().get_opt("c-cache").await.unwrap()).await;
+    h.eventually("the PodDisruptionBudget", async || h.api_of::<PodDisruptionBudget>().get_opt("c-cache").await.unwrap()).await;
 }
 
 #[tokio::test]
 async fn drift_in_the_statefulset_is_repaired() {
     let h = Harness::start("cache-drift").await;
-    h.caches().create(&PostParams::default(), &cache("c", Engine::Redis, "64Mi", 2)).await.unwrap();
-    h.eventually("the StatefulSet", async || h.api::<StatefulSet>().get_opt("c-cache").await.unwrap()).await;
-    h.api::<StatefulSet>()
+    h.api().create(&PostParams::default(), &cache("c", Engine::Redis, "64Mi", 2)).await.unwrap();
+    h.eventually("the StatefulSet", async || h.api_of::<StatefulSet>().get_opt("c-cache").await.unwrap()).await;
+    h.api_of::<StatefulSet>()
         .patch(
             "c-cache",
             &PatchParams::apply("someone-else").force(),
@@ -196,7 +179,7 @@ async fn drift_in_the_statefulset_is_repaired() {
         .await
         .unwrap();
     h.eventually("the repair", async || {
-        (h.api::<StatefulSet>().get("c-cache").await.unwrap().spec.unwrap().replicas == Some(2)).then_some(())
+        (h.api_of::<StatefulSet>().get("c-cache").await.unwrap().spec.unwrap().replicas == Some(2)).then_some(())
     })
     .await;
 }
@@ -204,20 +187,19 @@ async fn drift_in_the_statefulset_is_repaired() {
 #[tokio::test]
 async fn deletion_removes_the_children_and_the_object() {
     let h = Harness::start("cache-delete").await;
-    h.caches().create(&PostParams::default(), &cache("c", Engine::Redis, "64Mi", 2)).await.unwrap();
-    h.eventually("the PodDisruptionBudget", async || h.api::<PodDisruptionBudget>().get_opt("c-cache").await.unwrap()).await;
-    h.caches().delete("c", &DeleteParams::default()).await.unwrap();
-    h.eventually("the Cache to go", async || h.caches().get_opt("c").await.unwrap().is_none().then_some(())).await;
-    assert!(h.api::<StatefulSet>().get_opt("c-cache").await.unwrap().is_none());
-    assert!(h.api::<Service>().get_opt("c-cache").await.unwrap().is_none());
-    assert!(h.api::<ConfigMap>().get_opt("c-cache-config").await.unwrap().is_none());
-    assert!(h.api::<PodDisruptionBudget>().get_opt("c-cache").await.unwrap().is_none());
+    h.api().create(&PostParams::default(), &cache("c", Engine::Redis, "64Mi", 2)).await.unwrap();
+    h.eventually("the PodDisruptionBudget", async || h.api_of::<PodDisruptionBudget>().get_opt("c-cache").await.unwrap()).await;
+    h.delete_and_wait("c").await;
+    assert!(h.api_of::<StatefulSet>().get_opt("c-cache").await.unwrap().is_none());
+    assert!(h.api_of::<Service>().get_opt("c-cache").await.unwrap().is_none());
+    assert!(h.api_of::<ConfigMap>().get_opt("c-cache-config").await.unwrap().is_none());
+    assert!(h.api_of::<PodDisruptionBudget>().get_opt("c-cache").await.unwrap().is_none());
 }
 
 #[tokio::test]
 async fn v1alpha1_objects_read_back_as_v1beta1() {
     let h = Harness::start("cache-alpha").await;
-    let alpha: Api<v1alpha1::Cache> = h.api();
+    let alpha: Api<v1alpha1::Cache> = h.api_of();
     let spec = v1alpha1::CacheSpec {
         engine: Engine::Memcached,
         memory: "64Mi".into(),
@@ -226,7 +208,7 @@ async fn v1alpha1_objects_read_back_as_v1beta1() {
         tls: None,
     };
     alpha.create(&PostParams::default(), &v1alpha1::Cache::new("old", spec)).await.unwrap();
-    let beta = h.caches().get("old").await.unwrap();
+    let beta = h.api().get("old").await.unwrap();
     assert_eq!((beta.spec.engine, beta.spec.replicas, beta.spec.high_availability.clone()), (Engine::Memcached, 2, None));
 }
 
@@ -235,50 +217,41 @@ async fn v1beta1_objects_read_as_v1alpha1_and_back_keep_high_availability() {
     let h = Harness::start("cache-beta").await;
     let mut c = cache("ha", Engine::Redis, "64Mi", 3);
     c.spec.high_availability = Some(HighAvailability { enabled: true, auto_failover: false });
-    h.caches().create(&PostParams::default(), &c).await.unwrap();
-    let alpha: Api<v1alpha1::Cache> = h.api();
+    h.api().create(&PostParams::default(), &c).await.unwrap();
+    let alpha: Api<v1alpha1::Cache> = h.api_of();
     let old = alpha.get("ha").await.unwrap();
     assert_eq!(old.spec.replicas, 3);
     assert!(old.annotations().contains_key(blockwork_cache::api::HIGH_AVAILABILITY_ANNOTATION));
     // Writing through the old version keeps what only the new one can express.
     alpha.patch("ha", &PatchParams::default(), &Patch::Merge(json!({"spec": {"memory": "128Mi"}}))).await.unwrap();
-    let back = h.caches().get("ha").await.unwrap();
+    let back = h.api().get("ha").await.unwrap();
     assert_eq!(back.spec.memory, "128Mi");
     assert_eq!(back.spec.high_availability, Some(HighAvailability { enabled: true, auto_failover: false }));
-}
-
-async fn rejection(h: &Harness, spec: serde_json::Value) -> String {
-    let object = json!({"apiVersion": "cache.blockwork.dev/v1beta1", "kind": "Cache", "metadata": {"name": "bad"}, "spec": spec});
-    let cache: Cache = serde_json::from_value(object).unwrap_or_else(|_| panic!("test spec must deserialize"));
-    match h.caches().create(&PostParams::default(), &cache).await {
-        Ok(_) => panic!("the API server accepted {spec}"),
-        Err(kube::Error::Api(status)) => status.message.clone(),
-        Err(other) => panic!("{other}"),
-    }
 }
 
 #[tokio::test]
 async fn schema_and_cel_reject_invalid_specs_with_their_messages() {
     let h = Harness::start("cache-invalid").await;
     let secret_without_tls =
-        rejection(&h, json!({"engine": "redis", "memory": "64Mi", "tls": {"enabled": false, "secretName": "s"}})).await;
+        rejection(&h, "bad", json!({"engine": "redis", "memory": "64Mi", "tls": {"enabled": false, "secretName": "s"}})).await;
     assert!(secret_without_tls.contains("tls.secretName requires tls.enabled to be true"), "{secret_without_tls}");
-    let small_ha = rejection(&h, json!({"engine": "redis", "memory": "64Mi", "replicas": 2, "highAvailability": {"enabled": true}})).await;
+    let small_ha =
+        rejection(&h, "bad", json!({"engine": "redis", "memory": "64Mi", "replicas": 2, "highAvailability": {"enabled": true}})).await;
     assert!(small_ha.contains("highAvailability.enabled needs at least 3 replicas"), "{small_ha}");
     let memcached_ha =
-        rejection(&h, json!({"engine": "memcached", "memory": "64Mi", "replicas": 3, "highAvailability": {"enabled": true}})).await;
+        rejection(&h, "bad", json!({"engine": "memcached", "memory": "64Mi", "replicas": 3, "highAvailability": {"enabled": true}})).await;
     assert!(memcached_ha.contains("memcached does not replicate"), "{memcached_ha}");
-    let memcached_ttl = rejection(&h, json!({"engine": "memcached", "memory": "64Mi", "evictionPolicy": "volatile-lru"})).await;
+    let memcached_ttl = rejection(&h, "bad", json!({"engine": "memcached", "memory": "64Mi", "evictionPolicy": "volatile-lru"})).await;
     assert!(memcached_ttl.contains("memcached cannot evict only keys with a TTL"), "{memcached_ttl}");
-    let memory = rejection(&h, json!({"engine": "redis", "memory": "1G"})).await;
+    let memory = rejection(&h, "bad", json!({"engine": "redis", "memory": "1G"})).await;
     assert!(memory.contains("spec.memory") && memory.contains("should match"), "{memory}");
-    let replicas = rejection(&h, json!({"engine": "redis", "memory": "64Mi", "replicas": 11})).await;
+    let replicas = rejection(&h, "bad", json!({"engine": "redis", "memory": "64Mi", "replicas": 11})).await;
     assert!(replicas.contains("spec.replicas") && replicas.contains("less than or equal to 10"), "{replicas}");
-    let engine = rejection_named(&h, "bad", json!({"engine": "mongodb", "memory": "64Mi"})).await;
+    let engine = rejection(&h, "bad", json!({"engine": "mongodb", "memory": "64Mi"})).await;
     assert!(engine.contains("spec.engine") && engine.contains("Unsupported value"), "{engine}");
 }
 
-async fn rejection_named(h: &Harness, name: &str, spec: serde_json::Value) -> String {
+async fn rejection(h: &Harness, name: &str, spec: serde_json::Value) -> String {
     let object = json!({"apiVersion": "cache.blockwork.dev/v1beta1", "kind": "Cache", "metadata": {"name": name}, "spec": spec});
     let api: Api<kube::api::DynamicObject> =
         Api::namespaced_with(h.client.clone(), &h.namespace, &kube::api::ApiResource::erase::<Cache>(&()));
@@ -293,24 +266,24 @@ async fn rejection_named(h: &Harness, name: &str, spec: serde_json::Value) -> St
 async fn memory_outside_64mi_to_1024gi_is_rejected_naming_the_field() {
     let h = Harness::start("cache-memory-range").await;
     for memory in ["0Mi", "63Mi", "0Gi", "1025Gi", "1048577Mi"] {
-        let message = rejection_named(&h, "bad", json!({"engine": "redis", "memory": memory})).await;
+        let message = rejection(&h, "bad", json!({"engine": "redis", "memory": memory})).await;
         assert!(message.contains("spec.memory") && message.contains("memory must be from 64Mi to 1024Gi"), "{memory}: {message}");
     }
-    let long = rejection_named(&h, "bad", json!({"engine": "redis", "memory": "99999999999Gi"})).await;
+    let long = rejection(&h, "bad", json!({"engine": "redis", "memory": "99999999999Gi"})).await;
     assert!(long.contains("spec.memory") && long.contains("may not be more than 10"), "{long}");
     for memory in ["64Mi", "1024Gi"] {
         let c = cache(&format!("edge-{}", memory.to_lowercase()), Engine::Memcached, memory, 1);
-        h.caches().create(&PostParams::default(), &c).await.unwrap_or_else(|e| panic!("{memory} is in range: {e}"));
+        h.api().create(&PostParams::default(), &c).await.unwrap_or_else(|e| panic!("{memory} is in range: {e}"));
     }
 }
 
 #[tokio::test]
 async fn tls_without_a_usable_secret_name_is_rejected() {
     let h = Harness::start("cache-tls-name").await;
-    let no_name = rejection(&h, json!({"engine": "redis", "memory": "64Mi", "tls": {"enabled": true}})).await;
+    let no_name = rejection(&h, "bad", json!({"engine": "redis", "memory": "64Mi", "tls": {"enabled": true}})).await;
     assert!(no_name.contains("spec.tls") && no_name.contains("tls.enabled requires tls.secretName"), "{no_name}");
     for bad in ["", "Upper", "under_score", "-leading", "a..b"] {
-        let message = rejection(&h, json!({"engine": "redis", "memory": "64Mi", "tls": {"enabled": true, "secretName": bad}})).await;
+        let message = rejection(&h, "bad", json!({"engine": "redis", "memory": "64Mi", "tls": {"enabled": true, "secretName": bad}})).await;
         assert!(message.contains("spec.tls.secretName"), "{bad:?}: {message}");
     }
 }
@@ -320,13 +293,13 @@ async fn names_that_cannot_name_the_derived_objects_are_rejected() {
     let h = Harness::start("cache-names").await;
     let spec = json!({"engine": "redis", "memory": "64Mi"});
     for name in ["a.b", "1cache", &"a".repeat(47)] {
-        let message = rejection_named(&h, name, spec.clone()).await;
+        let message = rejection(&h, name, spec.clone()).await;
         assert!(message.contains("metadata.name must be a DNS-1035 label of at most 46 characters"), "{name}: {message}");
     }
     let longest = "a".repeat(46);
-    h.caches().create(&PostParams::default(), &cache(&longest, Engine::Redis, "64Mi", 1)).await.unwrap();
+    h.api().create(&PostParams::default(), &cache(&longest, Engine::Redis, "64Mi", 1)).await.unwrap();
     let service = h
-        .eventually("the headless Service", async || h.api::<Service>().get_opt(&format!("{longest}-cache-headless")).await.unwrap())
+        .eventually("the headless Service", async || h.api_of::<Service>().get_opt(&format!("{longest}-cache-headless")).await.unwrap())
         .await;
     assert_eq!(service.name_any().len(), 61);
 }
@@ -334,7 +307,7 @@ async fn names_that_cannot_name_the_derived_objects_are_rejected() {
 #[tokio::test]
 async fn high_availability_through_the_v1alpha1_annotation_must_hold_the_v1beta1_rules() {
     let h = Harness::start("cache-alpha-ha").await;
-    let alpha: Api<v1alpha1::Cache> = h.api();
+    let alpha: Api<v1alpha1::Cache> = h.api_of();
     let smuggle = |name: &str, engine: Engine, replicas: i32, annotation: &str| {
         let mut old = v1alpha1::Cache::new(
             name,
@@ -352,11 +325,11 @@ async fn high_availability_through_the_v1alpha1_annotation_must_hold_the_v1beta1
             Err(other) => panic!("{other}"),
         };
         assert!(message.contains(expected) && message.contains(blockwork_cache::api::HIGH_AVAILABILITY_ANNOTATION), "{name}: {message}");
-        assert!(h.caches().get_opt(name).await.unwrap().is_none());
+        assert!(h.api().get_opt(name).await.unwrap().is_none());
     }
     // What v1beta1 allows still round-trips.
     alpha.create(&PostParams::default(), &smuggle("three", Engine::Valkey, 3, r#"{"enabled":true}"#)).await.unwrap();
-    let stored = h.caches().get("three").await.unwrap();
+    let stored = h.api().get("three").await.unwrap();
     assert_eq!(stored.spec.high_availability, Some(HighAvailability { enabled: true, auto_failover: true }));
     assert!(!stored.annotations().contains_key(blockwork_cache::api::HIGH_AVAILABILITY_ANNOTATION));
     // And a write through v1alpha1 that breaks a v1beta1 rule of the stored object is refused.
@@ -370,7 +343,7 @@ fn condition(cache: &Cache, type_: &str) -> Option<(String, String, String)> {
 }
 
 async fn warnings(h: &Harness, name: &str, reason: &str) -> Vec<String> {
-    let events: Api<k8s_openapi::api::events::v1::Event> = h.api();
+    let events: Api<k8s_openapi::api::events::v1::Event> = h.api_of();
     let list = events.list(&Default::default()).await.unwrap();
     list.items
         .into_iter()
@@ -387,12 +360,12 @@ async fn explain_names_the_missing_tls_secret_the_cache_waits_for_and_its_object
     let h = Harness::start("cache-explain").await;
     let mut c = cache("sessions", Engine::Redis, "64Mi", 2);
     c.spec.tls = Some(Tls { enabled: true, secret_name: Some("sessions-tls".into()) });
-    h.caches().create(&PostParams::default(), &c).await.unwrap();
+    h.api().create(&PostParams::default(), &c).await.unwrap();
     h.eventually("ResolvedRefs=False", async || {
-        condition(&h.caches().get("sessions").await.unwrap(), "ResolvedRefs").filter(|c| c.0 == "False")
+        condition(&h.api().get("sessions").await.unwrap(), "ResolvedRefs").filter(|c| c.0 == "False")
     })
     .await;
-    h.eventually("the StatefulSet", async || h.api::<StatefulSet>().get_opt("sessions-cache").await.unwrap()).await;
+    h.eventually("the StatefulSet", async || h.api_of::<StatefulSet>().get_opt("sessions-cache").await.unwrap()).await;
 
     let now = jiff::Timestamp::now();
     let report = read::report(&h.client, &h.namespace, KindArg::Cache, "sessions", &read::default_keys(), now).await.unwrap();
@@ -417,8 +390,8 @@ async fn status_and_explain_show_the_class_and_the_next_retry_of_what_a_cache_wa
     let mut c = cache("orders", Engine::Redis, "64Mi", 1);
     c.spec.tls = Some(Tls { enabled: true, secret_name: Some("orders-tls".into()) });
     let before = jiff::Timestamp::now();
-    h.caches().create(&PostParams::default(), &c).await.unwrap();
-    let error = h.eventually("status.lastError", async || h.caches().get("orders").await.unwrap().status?.last_error).await;
+    h.api().create(&PostParams::default(), &c).await.unwrap();
+    let error = h.eventually("status.lastError", async || h.api().get("orders").await.unwrap().status?.last_error).await;
     assert_eq!((format!("{:?}", error.class), error.reason.as_str()), ("NotFound".to_owned(), "TLSSecretNotFound"));
     let wait = error.retry_at.0.duration_since(before).as_secs();
     // The status keeps whole seconds.
@@ -441,8 +414,8 @@ async fn status_and_explain_show_the_class_and_the_next_retry_of_what_a_cache_wa
         data: Some(["tls.crt", "tls.key"].iter().map(|k| ((*k).to_owned(), ByteString(b"pem".to_vec()))).collect()),
         ..Default::default()
     };
-    h.api::<k8s_openapi::api::core::v1::Secret>().create(&PostParams::default(), &secret).await.unwrap();
-    h.eventually("no lastError", async || h.caches().get("orders").await.unwrap().status.filter(|s| s.last_error.is_none())).await;
+    h.api_of::<k8s_openapi::api::core::v1::Secret>().create(&PostParams::default(), &secret).await.unwrap();
+    h.eventually("no lastError", async || h.api().get("orders").await.unwrap().status.filter(|s| s.last_error.is_none())).await;
 }
 
 #[tokio::test]
@@ -450,20 +423,18 @@ async fn a_missing_tls_secret_is_a_condition_that_clears_when_the_secret_appears
     let h = Harness::start("cache-tls-secret").await;
     let mut c = cache("c", Engine::Redis, "64Mi", 1);
     c.spec.tls = Some(Tls { enabled: true, secret_name: Some("c-tls".into()) });
-    h.caches().create(&PostParams::default(), &c).await.unwrap();
+    h.api().create(&PostParams::default(), &c).await.unwrap();
     let (status, reason, message) = h
-        .eventually("ResolvedRefs=False", async || {
-            condition(&h.caches().get("c").await.unwrap(), "ResolvedRefs").filter(|c| c.0 == "False")
-        })
+        .eventually("ResolvedRefs=False", async || condition(&h.api().get("c").await.unwrap(), "ResolvedRefs").filter(|c| c.0 == "False"))
         .await;
     assert_eq!((status.as_str(), reason.as_str()), ("False", "TLSSecretNotFound"));
     assert!(message.contains("c-tls"), "{message}");
-    let ready = condition(&h.caches().get("c").await.unwrap(), "Ready").unwrap();
+    let ready = condition(&h.api().get("c").await.unwrap(), "Ready").unwrap();
     assert_eq!(ready.1, "TLSSecretNotFound", "Ready says why the replicas do not start: {ready:?}");
     h.eventually("a Warning event", async || (!warnings(&h, "c", "TLSSecretNotFound").await.is_empty()).then_some(())).await;
 
     // A Secret without its key is named for what it lacks.
-    let secrets: Api<k8s_openapi::api::core::v1::Secret> = h.api();
+    let secrets: Api<k8s_openapi::api::core::v1::Secret> = h.api_of();
     let secret = |keys: &[&str]| k8s_openapi::api::core::v1::Secret {
         metadata: kube::api::ObjectMeta { name: Some("c-tls".into()), ..Default::default() },
         data: Some(keys.iter().map(|k| ((*k).to_owned(), ByteString(b"pem".to_vec()))).collect()),
@@ -471,16 +442,16 @@ async fn a_missing_tls_secret_is_a_condition_that_clears_when_the_secret_appears
     };
     secrets.create(&PostParams::default(), &secret(&["tls.crt"])).await.unwrap();
     h.eventually("TLSSecretIncomplete", async || {
-        condition(&h.caches().get("c").await.unwrap(), "ResolvedRefs").filter(|c| c.1 == "TLSSecretIncomplete" && c.2.contains("tls.key"))
+        condition(&h.api().get("c").await.unwrap(), "ResolvedRefs").filter(|c| c.1 == "TLSSecretIncomplete" && c.2.contains("tls.key"))
     })
     .await;
     // The Secret is watched: completing it clears the condition without touching the Cache.
     secrets.replace("c-tls", &PostParams::default(), &secret(&["tls.crt", "tls.key"])).await.unwrap();
     let resolved = h
-        .eventually("ResolvedRefs=True", async || condition(&h.caches().get("c").await.unwrap(), "ResolvedRefs").filter(|c| c.0 == "True"))
+        .eventually("ResolvedRefs=True", async || condition(&h.api().get("c").await.unwrap(), "ResolvedRefs").filter(|c| c.0 == "True"))
         .await;
     assert_eq!(resolved.1, "ResolvedRefs");
-    assert_eq!(condition(&h.caches().get("c").await.unwrap(), "Ready").unwrap().1, "ReplicasNotReady");
+    assert_eq!(condition(&h.api().get("c").await.unwrap(), "Ready").unwrap().1, "ReplicasNotReady");
 }
 
 /// A ValidatingAdmissionPolicy that refuses every Service in the harness's namespace, until
@@ -513,10 +484,10 @@ impl NoServices {
         Api::<ValidatingAdmissionPolicyBinding>::all(h.client.clone()).create(&PostParams::default(), &binding).await.unwrap();
         // The policy takes effect once the API server's informers have it.
         let probe: Service = serde_json::from_value(json!({"metadata": {"name": "probe"}, "spec": {"ports": [{"port": 80}]}})).unwrap();
-        h.eventually("the policy to refuse Services", async || match h.api::<Service>().create(&PostParams::default(), &probe).await {
+        h.eventually("the policy to refuse Services", async || match h.api_of::<Service>().create(&PostParams::default(), &probe).await {
             Err(kube::Error::Api(status)) if status.message.contains("denied request") => Some(()),
             Ok(_) => {
-                h.api::<Service>().delete("probe", &DeleteParams::default()).await.unwrap();
+                h.api_of::<Service>().delete("probe", &DeleteParams::default()).await.unwrap();
                 None
             }
             Err(other) => panic!("{other}"),
@@ -530,7 +501,7 @@ impl NoServices {
         Api::<ValidatingAdmissionPolicyBinding>::all(self.client.clone()).delete(&self.name, &DeleteParams::default()).await.unwrap();
         Api::<ValidatingAdmissionPolicy>::all(self.client.clone()).delete(&self.name, &DeleteParams::default()).await.unwrap();
         let probe: Service = serde_json::from_value(json!({"metadata": {"name": "probe"}, "spec": {"ports": [{"port": 80}]}})).unwrap();
-        h.eventually("the policy to be gone", async || h.api::<Service>().create(&PostParams::default(), &probe).await.ok()).await;
+        h.eventually("the policy to be gone", async || h.api_of::<Service>().create(&PostParams::default(), &probe).await.ok()).await;
     }
 }
 
@@ -538,9 +509,9 @@ impl NoServices {
 async fn an_owned_object_the_api_server_refuses_is_a_condition_and_a_warning_event() {
     let h = Harness::start("cache-apply-fails").await;
     let policy = NoServices::install(&h).await;
-    h.caches().create(&PostParams::default(), &cache("c", Engine::Redis, "64Mi", 1)).await.unwrap();
+    h.api().create(&PostParams::default(), &cache("c", Engine::Redis, "64Mi", 1)).await.unwrap();
     let (status, reason, message) =
-        h.eventually("Synced=False", async || condition(&h.caches().get("c").await.unwrap(), "Synced").filter(|c| c.0 == "False")).await;
+        h.eventually("Synced=False", async || condition(&h.api().get("c").await.unwrap(), "Synced").filter(|c| c.0 == "False")).await;
     assert_eq!((status.as_str(), reason.as_str()), ("False", "ApplyFailed"));
     assert!(message.contains("applying Service c-cache") && message.contains("Services are not allowed"), "{message}");
     let notes = h.eventually("a Warning event", async || Some(warnings(&h, "c", "ApplyFailed").await).filter(|n| !n.is_empty())).await;
@@ -548,9 +519,9 @@ async fn an_owned_object_the_api_server_refuses_is_a_condition_and_a_warning_eve
 
     policy.remove(&h).await;
     // A refusal is retried when the Cache changes.
-    h.caches().patch("c", &PatchParams::default(), &Patch::Merge(json!({"spec": {"memory": "128Mi"}}))).await.unwrap();
-    h.eventually("Synced=True", async || condition(&h.caches().get("c").await.unwrap(), "Synced").filter(|c| c.0 == "True")).await;
-    h.api::<Service>().get("c-cache").await.unwrap();
+    h.merge("c", json!({"spec": {"memory": "128Mi"}})).await;
+    h.eventually("Synced=True", async || condition(&h.api().get("c").await.unwrap(), "Synced").filter(|c| c.0 == "True")).await;
+    h.api_of::<Service>().get("c-cache").await.unwrap();
 }
 
 /// Found by the reliability campaign's API server suite (issue 15): a 500 from the API server
@@ -560,15 +531,15 @@ async fn an_owned_object_the_api_server_refuses_is_a_condition_and_a_warning_eve
 async fn a_passing_api_server_error_while_applying_is_retried_without_touching_the_status() {
     let proxy = KubeProxy::start(control_plane().await.unwrap()).await.unwrap();
     let h = Harness::start_with_controller_client("cache-api-500", proxy.client().await.unwrap()).await;
-    h.caches().create(&PostParams::default(), &cache("c", Engine::Redis, "64Mi", 1)).await.unwrap();
-    h.eventually("Synced=True", async || condition(&h.caches().get("c").await.unwrap(), "Synced").filter(|c| c.0 == "True")).await;
+    h.api().create(&PostParams::default(), &cache("c", Engine::Redis, "64Mi", 1)).await.unwrap();
+    h.eventually("Synced=True", async || condition(&h.api().get("c").await.unwrap(), "Synced").filter(|c| c.0 == "True")).await;
 
     let writes = proxy.writes().len();
     proxy.inject(Requests::Writes, ApiFault::ServerError(500), 1);
     // A change the controller repairs with a write to a child (and nothing in the Cache's status).
-    let touched = h.caches().get("c").await.unwrap();
+    let touched = h.api().get("c").await.unwrap();
     let drift = json!({"data": {"redis.conf": "# drifted"}});
-    h.api::<ConfigMap>().patch("c-cache-config", &PatchParams::default(), &Patch::Merge(drift)).await.unwrap();
+    h.api_of::<ConfigMap>().patch("c-cache-config", &PatchParams::default(), &Patch::Merge(drift)).await.unwrap();
     // The retry comes after the error backoff (10 s): wait for the write that follows the fault.
     eventually("a retry after the injected 500", Duration::from_secs(90), async || {
         let since = proxy.writes()[writes..].to_vec();
@@ -578,7 +549,7 @@ async fn a_passing_api_server_error_while_applying_is_retried_without_touching_t
         }
     })
     .await;
-    let after = h.caches().get("c").await.unwrap();
+    let after = h.api().get("c").await.unwrap();
     assert_eq!(condition(&after, "Synced").map(|c| c.0), Some("True".to_owned()));
     assert_eq!(after.resource_version(), touched.resource_version(), "the Cache was rewritten: {:?}", after.status);
     assert!(warnings(&h, "c", "ApplyFailed").await.is_empty(), "a passing fault is not a warning");
@@ -591,12 +562,11 @@ async fn a_passing_api_server_error_while_applying_is_retried_without_touching_t
 async fn a_gone_answer_while_applying_is_retried_without_touching_the_status() {
     let proxy = KubeProxy::start(control_plane().await.unwrap()).await.unwrap();
     let h = Harness::start_with_controller_client("cache-api-410", proxy.client().await.unwrap()).await;
-    h.caches().create(&PostParams::default(), &cache("c", Engine::Redis, "64Mi", 1)).await.unwrap();
-    h.eventually("Synced=True", async || condition(&h.caches().get("c").await.unwrap(), "Synced").filter(|c| c.0 == "True")).await;
+    h.api().create(&PostParams::default(), &cache("c", Engine::Redis, "64Mi", 1)).await.unwrap();
+    h.eventually("Synced=True", async || condition(&h.api().get("c").await.unwrap(), "Synced").filter(|c| c.0 == "True")).await;
 
     proxy.inject_on_path(Requests::Reads, "/configmaps/c-cache-config", ApiFault::Gone, 1);
-    let touched =
-        h.caches().patch("c", &PatchParams::default(), &Patch::Merge(json!({"metadata": {"labels": {"touched": "yes"}}}))).await.unwrap();
+    let touched = h.merge("c", json!({"metadata": {"labels": {"touched": "yes"}}})).await;
     // The retry comes after the error backoff (10 s): wait until the ConfigMap is read again.
     let reads = || proxy.counts().get("read").copied().unwrap_or(0);
     let injected = async || if proxy.injected().contains_key("Gone") { Ok(()) } else { Err("the ConfigMap was not read".to_owned()) };
@@ -605,7 +575,7 @@ async fn a_gone_answer_while_applying_is_retried_without_touching_the_status() {
     // The retry reads the four owned objects (the ConfigMap, the two Services, the StatefulSet).
     let retried = async || if reads() >= after_fault + 4 { Ok(()) } else { Err(format!("{} reads since the 410", reads() - after_fault)) };
     eventually("a retry after the 410", Duration::from_secs(90), retried).await;
-    let after = h.caches().get("c").await.unwrap();
+    let after = h.api().get("c").await.unwrap();
     assert_eq!(condition(&after, "Synced").map(|c| c.0), Some("True".to_owned()));
     assert_eq!(after.resource_version(), touched.resource_version(), "the Cache was rewritten: {:?}", after.status);
 }
@@ -617,13 +587,13 @@ async fn a_gone_answer_while_applying_is_retried_without_touching_the_status() {
 async fn a_single_replica_cache_deletes_a_disruption_budget_only_when_it_has_one() {
     let proxy = KubeProxy::start(control_plane().await.unwrap()).await.unwrap();
     let h = Harness::start_with_controller_client("cache-budget-delete", proxy.client().await.unwrap()).await;
-    h.caches().create(&PostParams::default(), &cache("c", Engine::Redis, "64Mi", 1)).await.unwrap();
-    h.eventually("Synced=True", async || condition(&h.caches().get("c").await.unwrap(), "Synced").filter(|c| c.0 == "True")).await;
+    h.api().create(&PostParams::default(), &cache("c", Engine::Redis, "64Mi", 1)).await.unwrap();
+    h.eventually("Synced=True", async || condition(&h.api().get("c").await.unwrap(), "Synced").filter(|c| c.0 == "True")).await;
 
     let writes = proxy.writes().len();
     let reads = || proxy.counts().get("read").copied().unwrap_or(0);
     let before = reads();
-    h.caches().patch("c", &PatchParams::default(), &Patch::Merge(json!({"metadata": {"labels": {"touched": "yes"}}}))).await.unwrap();
+    h.merge("c", json!({"metadata": {"labels": {"touched": "yes"}}})).await;
     // A reconcile reads the four owned objects (the ConfigMap, the two Services, the StatefulSet).
     let reconciled = async || if reads() >= before + 4 { Ok(()) } else { Err(format!("{} reads since the change", reads() - before)) };
     eventually("a reconcile of the changed Cache", Duration::from_secs(90), reconciled).await;
@@ -631,11 +601,11 @@ async fn a_single_replica_cache_deletes_a_disruption_budget_only_when_it_has_one
     assert!(deletes.is_empty(), "deleted while nothing changed: {deletes:?}");
 
     // Scaled up it gets a budget; scaled down again the budget goes.
-    h.caches().patch_scale("c", &PatchParams::default(), &Patch::Merge(json!({"spec": {"replicas": 3}}))).await.unwrap();
-    h.eventually("the PodDisruptionBudget", async || h.api::<PodDisruptionBudget>().get_opt("c-cache").await.unwrap()).await;
-    h.caches().patch_scale("c", &PatchParams::default(), &Patch::Merge(json!({"spec": {"replicas": 1}}))).await.unwrap();
+    h.api().patch_scale("c", &PatchParams::default(), &Patch::Merge(json!({"spec": {"replicas": 3}}))).await.unwrap();
+    h.eventually("the PodDisruptionBudget", async || h.api_of::<PodDisruptionBudget>().get_opt("c-cache").await.unwrap()).await;
+    h.api().patch_scale("c", &PatchParams::default(), &Patch::Merge(json!({"spec": {"replicas": 1}}))).await.unwrap();
     h.eventually("no PodDisruptionBudget", async || {
-        h.api::<PodDisruptionBudget>().get_opt("c-cache").await.unwrap().is_none().then_some(())
+        h.api_of::<PodDisruptionBudget>().get_opt("c-cache").await.unwrap().is_none().then_some(())
     })
     .await;
 }
@@ -649,8 +619,8 @@ async fn a_single_replica_cache_deletes_a_disruption_budget_only_when_it_has_one
 async fn a_failing_watch_of_one_kind_does_not_hold_back_the_changes_of_the_caches() {
     let proxy = KubeProxy::start(control_plane().await.unwrap()).await.unwrap();
     let h = Harness::start_with_controller_client("cache-one-watch-failing", proxy.client().await.unwrap()).await;
-    h.caches().create(&PostParams::default(), &cache("c", Engine::Redis, "64Mi", 1)).await.unwrap();
-    h.eventually("Synced=True", async || condition(&h.caches().get("c").await.unwrap(), "Synced").filter(|c| c.0 == "True")).await;
+    h.api().create(&PostParams::default(), &cache("c", Engine::Redis, "64Mi", 1)).await.unwrap();
+    h.eventually("Synced=True", async || condition(&h.api().get("c").await.unwrap(), "Synced").filter(|c| c.0 == "True")).await;
 
     proxy.inject_on_path(Requests::Watches, "/poddisruptionbudgets", ApiFault::ServerError(500), usize::MAX);
     proxy.cut_watches();
@@ -659,9 +629,9 @@ async fn a_failing_watch_of_one_kind_does_not_hold_back_the_changes_of_the_cache
         async || if failed() >= 6 { Ok(()) } else { Err(format!("the PodDisruptionBudget watch was retried {} times", failed())) };
     eventually("six failed watches of PodDisruptionBudgets", Duration::from_secs(120), retried).await;
 
-    h.caches().patch("c", &PatchParams::default(), &Patch::Merge(json!({"spec": {"memory": "128Mi"}}))).await.unwrap();
+    h.merge("c", json!({"spec": {"memory": "128Mi"}})).await;
     h.eventually("the new generation observed", async || {
-        h.caches().get("c").await.unwrap().status.filter(|s| s.observed_generation == Some(2))
+        h.api().get("c").await.unwrap().status.filter(|s| s.observed_generation == Some(2))
     })
     .await;
 }
@@ -673,25 +643,23 @@ async fn an_unreachable_sentinel_is_a_condition_not_a_failed_reconcile() {
     let h = Harness::start("cache-sentinel-unreachable").await;
     let mut c = cache("ha", Engine::Redis, "64Mi", 3);
     c.spec.high_availability = Some(HighAvailability { enabled: true, auto_failover: true });
-    h.caches().create(&PostParams::default(), &c).await.unwrap();
+    h.api().create(&PostParams::default(), &c).await.unwrap();
     let (_, reason, _) = h
-        .eventually("PrimaryKnown=False", async || {
-            condition(&h.caches().get("ha").await.unwrap(), "PrimaryKnown").filter(|c| c.0 == "False")
-        })
+        .eventually("PrimaryKnown=False", async || condition(&h.api().get("ha").await.unwrap(), "PrimaryKnown").filter(|c| c.0 == "False"))
         .await;
     assert_eq!(reason, "NoSentinelReady", "no pod is ready yet");
 
     // No kubelet here: the test says the pods are ready, as the StatefulSet controller would.
-    h.eventually("the StatefulSet", async || h.api::<StatefulSet>().get_opt("ha-cache").await.unwrap()).await;
+    h.eventually("the StatefulSet", async || h.api_of::<StatefulSet>().get_opt("ha-cache").await.unwrap()).await;
     let ready = json!({"status": {"replicas": 3, "readyReplicas": 3, "availableReplicas": 3}});
-    h.api::<StatefulSet>().patch_status("ha-cache", &PatchParams::default(), &Patch::Merge(ready)).await.unwrap();
+    h.api_of::<StatefulSet>().patch_status("ha-cache", &PatchParams::default(), &Patch::Merge(ready)).await.unwrap();
     let (_, _, message) = h
         .eventually("SentinelUnreachable", async || {
-            condition(&h.caches().get("ha").await.unwrap(), "PrimaryKnown").filter(|c| c.1 == "SentinelUnreachable")
+            condition(&h.api().get("ha").await.unwrap(), "PrimaryKnown").filter(|c| c.1 == "SentinelUnreachable")
         })
         .await;
     assert!(message.contains(&format!("ha-cache-0.ha-cache-headless.{}.svc.cluster.local", h.namespace)), "{message}");
-    let cache = h.caches().get("ha").await.unwrap();
+    let cache = h.api().get("ha").await.unwrap();
     assert_eq!(condition(&cache, "Synced").map(|c| c.0), Some("True".to_owned()), "the reconcile itself succeeded");
     assert_eq!(cache.status.as_ref().and_then(|s| s.phase), Some(Phase::Ready));
     assert_eq!(cache.status.as_ref().and_then(|s| s.primary.clone()), None, "no primary was ever known");
@@ -703,9 +671,9 @@ async fn an_unreachable_sentinel_is_a_condition_not_a_failed_reconcile() {
 #[tokio::test]
 async fn an_older_copy_of_a_cache_from_the_watch_is_not_written_back() {
     let h = Harness::start("cache-older-copy").await;
-    h.caches().create(&PostParams::default(), &cache("c", Engine::Redis, "64Mi", 1)).await.unwrap();
-    h.eventually("Synced=True", async || condition(&h.caches().get("c").await.unwrap(), "Synced").filter(|c| c.0 == "True")).await;
-    let settled = h.caches().get("c").await.unwrap();
+    h.api().create(&PostParams::default(), &cache("c", Engine::Redis, "64Mi", 1)).await.unwrap();
+    h.eventually("Synced=True", async || condition(&h.api().get("c").await.unwrap(), "Synced").filter(|c| c.0 == "True")).await;
+    let settled = h.api().get("c").await.unwrap();
 
     // The copy a watch delivered before the first status write; reconciled in a later second than
     // the status was written (conditions' times have whole seconds), so writing it back shows.
@@ -713,7 +681,7 @@ async fn an_older_copy_of_a_cache_from_the_watch_is_not_written_back() {
     older.status = None;
     tokio::time::sleep(Duration::from_millis(1100)).await;
     controller::reconcile(std::sync::Arc::new(older), controller::Context::new(h.client.clone())).await.unwrap();
-    let after = h.caches().get("c").await.unwrap();
+    let after = h.api().get("c").await.unwrap();
     assert_eq!(after.resource_version(), settled.resource_version(), "written back: {:?}", after.status);
 }
 
@@ -722,21 +690,20 @@ async fn a_paused_cache_is_left_alone_and_an_invalid_pause_value_holds_it_with_a
     let h = Harness::start("cache-paused").await;
     let mut c = cache("c", Engine::Redis, "64Mi", 1);
     c.metadata.annotations = Some([("blockwork.dev/paused".to_owned(), "yes".to_owned())].into());
-    h.caches().create(&PostParams::default(), &c).await.unwrap();
+    h.api().create(&PostParams::default(), &c).await.unwrap();
     let (_, reason, message) =
-        h.eventually("Synced=False", async || condition(&h.caches().get("c").await.unwrap(), "Synced").filter(|c| c.0 == "False")).await;
+        h.eventually("Synced=False", async || condition(&h.api().get("c").await.unwrap(), "Synced").filter(|c| c.0 == "False")).await;
     assert_eq!(reason, "InvalidAnnotation");
     assert!(message.contains("blockwork.dev/paused") && message.contains("true or false"), "{message}");
     h.eventually("a Warning event", async || (!warnings(&h, "c", "InvalidAnnotation").await.is_empty()).then_some(())).await;
-    assert!(h.api::<StatefulSet>().get_opt("c-cache").await.unwrap().is_none(), "held: nothing applied");
+    assert!(h.api_of::<StatefulSet>().get_opt("c-cache").await.unwrap().is_none(), "held: nothing applied");
 
-    let annotate = |value: &str| json!({"metadata": {"annotations": {"blockwork.dev/paused": value}}});
-    h.caches().patch("c", &PatchParams::default(), &Patch::Merge(annotate("TRUE"))).await.unwrap();
-    h.eventually("ReconcilePaused", async || condition(&h.caches().get("c").await.unwrap(), "Synced").filter(|c| c.1 == "ReconcilePaused"))
+    h.annotate("c", "blockwork.dev/paused", Some("TRUE")).await;
+    h.eventually("ReconcilePaused", async || condition(&h.api().get("c").await.unwrap(), "Synced").filter(|c| c.1 == "ReconcilePaused"))
         .await;
-    assert!(h.api::<StatefulSet>().get_opt("c-cache").await.unwrap().is_none());
-    h.caches().patch("c", &PatchParams::default(), &Patch::Merge(annotate("false"))).await.unwrap();
-    h.eventually("the StatefulSet", async || h.api::<StatefulSet>().get_opt("c-cache").await.unwrap()).await;
+    assert!(h.api_of::<StatefulSet>().get_opt("c-cache").await.unwrap().is_none());
+    h.annotate("c", "blockwork.dev/paused", Some("false")).await;
+    h.eventually("the StatefulSet", async || h.api_of::<StatefulSet>().get_opt("c-cache").await.unwrap()).await;
 }
 
 #[tokio::test]
@@ -747,7 +714,7 @@ async fn defaults_are_applied_by_the_api_server() {
     let object = json!({"apiVersion": "cache.blockwork.dev/v1beta1", "kind": "Cache", "metadata": {"name": "d"},
                         "spec": {"engine": "redis", "memory": "64Mi", "tls": {}, "highAvailability": {"enabled": false}}});
     api.create(&PostParams::default(), &serde_json::from_value(object).unwrap()).await.unwrap();
-    let created = h.caches().get("d").await.unwrap();
+    let created = h.api().get("d").await.unwrap();
     assert_eq!((created.spec.replicas, created.spec.eviction_policy), (1, EvictionPolicy::AllkeysLru));
     assert_eq!(created.spec.tls, Some(Tls { enabled: false, secret_name: None }));
     assert!(created.spec.high_availability.unwrap().auto_failover);

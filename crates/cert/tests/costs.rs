@@ -15,7 +15,6 @@ use blockwork_runtime::policy::RECONCILE_REQUESTED_ANNOTATION;
 use blockwork_testenv::control_plane::control_plane;
 use blockwork_testenv::costs::{Costs, Table};
 use blockwork_testenv::kube_proxy::KubeProxy;
-use kube::api::{DeleteParams, Patch, PatchParams};
 use serde_json::json;
 use support::*;
 
@@ -42,8 +41,7 @@ async fn a_cert_costs_what_its_design_says_from_create_to_deletion() {
     let requested = "2026-11-24T00:00:00Z";
     let resync = table
         .measure("steady-state resync (Ready, retry requested)", async {
-            let annotation = json!({"metadata": {"annotations": {RECONCILE_REQUESTED_ANNOTATION: requested}}});
-            h.api().patch("api", &PatchParams::default(), &Patch::Merge(annotation)).await.unwrap();
+            h.annotate("api", RECONCILE_REQUESTED_ANNOTATION, Some(requested)).await;
             h.wait_for("api", "resynced", |c| c.status.as_ref().and_then(|s| s.last_handled_reconcile_at.as_deref()) == Some(requested))
                 .await;
         })
@@ -52,7 +50,7 @@ async fn a_cert_costs_what_its_design_says_from_create_to_deletion() {
     let domain = format!("api-qa.{}", h.zones[0].name);
     let updated = table
         .measure("spec update (new domain → new certificate)", async {
-            h.api().patch("api", &PatchParams::default(), &Patch::Merge(json!({"spec": {"environment": "qa"}}))).await.unwrap();
+            h.merge("api", json!({"spec": {"environment": "qa"}})).await;
             h.wait_for("api", "Ready for the new domain", |c| {
                 c.status.as_ref().is_some_and(|s| {
                     s.observation.state == Some(CertState::Ready)
@@ -66,8 +64,7 @@ async fn a_cert_costs_what_its_design_says_from_create_to_deletion() {
 
     let deleted = table
         .measure("deletion (deleteOnRemoval)", async {
-            h.api().delete("api", &DeleteParams::default()).await.unwrap();
-            h.wait_gone("api").await;
+            h.delete_and_wait("api").await;
         })
         .await;
 

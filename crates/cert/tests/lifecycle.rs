@@ -12,7 +12,7 @@ use blockwork_cert::{CertSpec, CertState};
 use blockwork_runtime::ReconcileState;
 use blockwork_testenv::fault_proxy::{Fault, Operation};
 use kube::ResourceExt;
-use kube::api::{DeleteParams, Patch, PatchParams};
+use kube::api::DeleteParams;
 use serde_json::json;
 use support::*;
 
@@ -206,8 +206,7 @@ async fn ready_certificates_are_read_from_the_listing_not_described_per_reconcil
     let (hits, _) = h.aws_metrics.cache_counts(blockwork_aws::acm::LISTING_CACHE);
     // Each annotation change triggers a reconcile, which verifies the certificate.
     for i in 0..5 {
-        let patch = json!({"metadata": {"annotations": {"test/touch": i.to_string()}}});
-        h.api().patch("api", &PatchParams::default(), &Patch::Merge(patch)).await.unwrap();
+        h.annotate("api", "test/touch", Some(&i.to_string())).await;
         tokio::time::sleep(Duration::from_millis(300)).await;
     }
     assert_eq!(h.proxy.calls("DescribeCertificate"), describes, "no description: {:?}", h.proxy.all_calls());
@@ -257,15 +256,9 @@ async fn a_changed_domain_gets_a_new_certificate_and_keeps_the_old_one() {
     h.create("api", spec("api", "dev")).await;
     let first = h.wait_for_state("api", CertState::Ready).await;
     let old_arn = status(&first).observation.certificate_arn.clone().unwrap();
-    h.api().patch("api", &PatchParams::default(), &Patch::Merge(json!({"spec": {"environment": "qa"}}))).await.unwrap();
+    h.merge("api", json!({"spec": {"environment": "qa"}})).await;
     let domain = format!("api-qa.{}", h.zones[0].name);
-    let renamed = h
-        .wait_for("api", "Ready for the new domain", |c| {
-            c.status.as_ref().is_some_and(|s| {
-                s.observation.state == Some(CertState::Ready) && s.observation.domain_name.as_deref() == Some(domain.as_str())
-            })
-        })
-        .await;
+    let renamed = h.wait_ready_for("api", &domain).await;
     let new_arn = status(&renamed).observation.certificate_arn.clone().unwrap();
     assert_ne!(new_arn, old_arn);
     assert_eq!(h.certificates_for(&domain).await, [new_arn]);
@@ -286,11 +279,7 @@ async fn a_certificate_issued_before_its_records_are_written_still_gets_them() {
     let ready = h.wait_for_records_written("api").await;
     let records = &status(&ready).observation.validation_records;
     assert!(!records.is_empty() && records.iter().all(|r| !r.pending), "every listed record is written: {records:?}");
-    let cnames = h.cnames(&h.zones[0]).await;
-    let written = |r: &&blockwork_cert::ValidationRecordStatus| {
-        cnames.iter().any(|(name, value, _)| name == r.name.trim_end_matches('.') && value == r.value.trim_end_matches('.'))
-    };
-    assert!(records.iter().all(|r| written(&r)), "every record in Route53: {records:?} in {cnames:?}");
+    assert!(h.records_in_zone(&ready).await, "every record in Route53: {records:?} in {:?}", h.cnames(&h.zones[0]).await);
 }
 
 /// Found by the reliability campaign's fault soak (issue 15, seed 12447780977098908883): faults
@@ -311,11 +300,7 @@ async fn the_validation_records_a_slow_create_lists_are_written_without_waiting_
     let ready = h.wait_for_records_written("api").await;
     assert_eq!(h.proxy.injected().get("Latency"), Some(&1), "the create's description came late");
     let records = &status(&ready).observation.validation_records;
-    let cnames = h.cnames(&h.zones[0]).await;
-    let written = |r: &blockwork_cert::ValidationRecordStatus| {
-        cnames.iter().any(|(name, value, _)| name == r.name.trim_end_matches('.') && value == r.value.trim_end_matches('.'))
-    };
-    assert!(records.iter().all(written), "every record in Route53: {records:?} in {cnames:?}");
+    assert!(h.records_in_zone(&ready).await, "every record in Route53: {records:?} in {:?}", h.cnames(&h.zones[0]).await);
 }
 
 #[tokio::test]
@@ -347,8 +332,7 @@ async fn a_certificate_attached_to_a_load_balancer_is_kept_until_orphaned() {
     assert_eq!(status(&blocked).condition("Synced").map(|c| c.reason.clone()), Some("CertificateInUse".into()));
     assert_eq!(h.proxy.calls("DeleteCertificate"), 0, "the in-use check comes before any delete");
 
-    let orphan = json!({"metadata": {"annotations": {"blockwork.dev/deletion-policy": "Orphan"}}});
-    h.api().patch("web", &PatchParams::default(), &Patch::Merge(orphan)).await.unwrap();
+    h.annotate("web", "blockwork.dev/deletion-policy", Some("Orphan")).await;
     h.wait_gone("web").await;
     assert!(h.certificate_exists(&arn).await);
 }

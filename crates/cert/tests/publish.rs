@@ -6,27 +6,11 @@
 mod support;
 
 use blockwork_cert::CertState;
-use blockwork_testenv::harness::{TIMEOUT, eventually};
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::ResourceExt;
-use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
+use kube::api::PostParams;
 use serde_json::json;
 use support::*;
-
-impl Harness {
-    fn configmaps(&self) -> Api<ConfigMap> {
-        Api::namespaced(self.client.clone(), &self.namespace)
-    }
-
-    /// Polls until the ConfigMap `name` satisfies `check` (`None`: absent).
-    async fn wait_for_configmap(&self, name: &str, what: &str, check: impl Fn(Option<&ConfigMap>) -> bool) -> Option<ConfigMap> {
-        let found = async || {
-            let map = self.configmaps().get_opt(name).await.unwrap();
-            if check(map.as_ref()) { Ok(map) } else { Err(format!("{map:#?}")) }
-        };
-        eventually(&format!("ConfigMap {name} to be {what}"), TIMEOUT, found).await
-    }
-}
 
 fn value<'a>(map: &'a ConfigMap, key: &str) -> Option<&'a str> {
     map.data.as_ref()?.get(key).map(String::as_str)
@@ -49,7 +33,7 @@ async fn a_ready_cert_publishes_its_arn_updates_it_on_change_and_removes_it_with
     assert_eq!(Some(owner.uid.clone()), created.uid(), "owned by the Cert: garbage-collected with it");
 
     // A new domain means a new certificate: the ConfigMap follows it.
-    h.api().patch("api", &PatchParams::default(), &Patch::Merge(json!({"spec": {"environment": "qa"}}))).await.unwrap();
+    h.merge("api", json!({"spec": {"environment": "qa"}})).await;
     let domain = format!("api-qa.{}", h.zones[0].name);
     let map = h
         .wait_for_configmap("api-certificate", "updated", |m| m.and_then(|m| value(m, "domainName")) == Some(domain.as_str()))
@@ -61,8 +45,7 @@ async fn a_ready_cert_publishes_its_arn_updates_it_on_change_and_removes_it_with
     assert_eq!(value(&map, "certificateArn"), Some(new_arn.as_str()));
 
     // This control plane runs no garbage collector: the finalizer removes it.
-    h.api().delete("api", &DeleteParams::default()).await.unwrap();
-    h.wait_gone("api").await;
+    h.delete_and_wait("api").await;
     h.wait_for_configmap("api-certificate", "deleted", |m| m.is_none()).await;
 }
 
@@ -74,7 +57,7 @@ async fn a_configmap_of_the_same_name_that_is_not_the_cert_s_is_left_alone_and_t
         data: Some([("certificateArn".to_owned(), "someone-else".to_owned())].into()),
         ..ConfigMap::default()
     };
-    h.configmaps().create(&PostParams::default(), &theirs).await.unwrap();
+    h.api_of::<ConfigMap>().create(&PostParams::default(), &theirs).await.unwrap();
     h.create("api", spec("api", "dev")).await;
     let cert = h
         .wait_for("api", "reporting the conflict", |c| {
@@ -85,11 +68,10 @@ async fn a_configmap_of_the_same_name_that_is_not_the_cert_s_is_left_alone_and_t
         })
         .await;
     assert_eq!(status(&cert).observation.state, Some(CertState::Ready), "the certificate itself is fine");
-    let map = h.configmaps().get("api-certificate").await.unwrap();
+    let map = h.api_of::<ConfigMap>().get("api-certificate").await.unwrap();
     assert_eq!(value(&map, "certificateArn"), Some("someone-else"));
 
     // Deleting the Cert leaves the other ConfigMap too.
-    h.api().delete("api", &DeleteParams::default()).await.unwrap();
-    h.wait_gone("api").await;
-    assert!(h.configmaps().get_opt("api-certificate").await.unwrap().is_some());
+    h.delete_and_wait("api").await;
+    assert!(h.api_of::<ConfigMap>().get_opt("api-certificate").await.unwrap().is_some());
 }

@@ -15,7 +15,7 @@ use blockwork_cert::{CertSpec, CertState};
 use blockwork_testenv::fault_proxy::{Fault, Operation};
 use blockwork_testenv::harness::{TIMEOUT, eventually};
 use kube::ResourceExt;
-use kube::api::{DeleteParams, Patch, PatchParams};
+use kube::api::DeleteParams;
 use serde_json::json;
 use support::*;
 
@@ -37,14 +37,7 @@ impl Harness {
     }
 
     async fn set_sans(&self, name: &str, sans: &[String]) {
-        let patch = json!({"spec": {"subjectAlternativeNames": sans}});
-        self.api().patch(name, &PatchParams::default(), &Patch::Merge(patch)).await.unwrap();
-    }
-
-    /// A metadata change: enough to make a status write computed before it fail with a 409.
-    async fn touch(&self, name: &str, value: &str) {
-        let patch = json!({"metadata": {"annotations": {"test/touch": value}}});
-        self.api().patch(name, &PatchParams::default(), &Patch::Merge(patch)).await.unwrap();
+        self.merge(name, json!({"spec": {"subjectAlternativeNames": sans}})).await;
     }
 
     /// Waits until the Cert is Ready for the spec of `generation`.
@@ -85,8 +78,7 @@ async fn a_cert_deleted_while_its_certificate_is_requested_deletes_that_certific
     h.proxy.inject(Operation::named("RequestCertificate"), Fault::Latency(HELD), 1);
     let created = h.create("api", deleted_on_removal(spec("api", "dev"))).await;
     h.proxy.wait_for_calls("RequestCertificate", 1).await;
-    h.api().delete("api", &DeleteParams::default()).await.unwrap();
-    h.wait_gone("api").await;
+    h.delete_and_wait("api").await;
 
     assert!(h.conflicts() >= 1, "the status write that carried the ARN was refused");
     assert_eq!(h.proxy.calls("RequestCertificate"), 1, "{:?}", h.proxy.all_calls());
@@ -102,15 +94,14 @@ async fn a_conflict_on_the_status_write_after_the_request_loses_no_certificate()
     let created = h.create("api", deleted_on_removal(spec("api", "dev"))).await;
     let uid = created.uid().unwrap();
     h.proxy.wait_for_calls("RequestCertificate", 1).await;
-    h.touch("api", "during-the-request").await;
+    h.annotate("api", "test/touch", Some("during-the-request")).await;
     h.wait_for_state("api", CertState::Ready).await;
 
     assert!(h.conflicts() >= 1, "the status write that carried the ARN was refused");
     let arn = h.current_arn("api").await;
     assert_eq!(h.owned_certificates(&uid).await, std::slice::from_ref(&arn), "exactly the one certificate, recorded");
 
-    h.api().delete("api", &DeleteParams::default()).await.unwrap();
-    h.wait_gone("api").await;
+    h.delete_and_wait("api").await;
     assert!(!h.certificate_exists(&arn).await);
     assert!(h.owned_certificates(&uid).await.is_empty());
     assert!(h.cname_names().await.is_empty(), "no validation record is left");
@@ -136,8 +127,7 @@ async fn a_san_change_during_the_request_replaces_the_first_certificate_with_del
     h.wait_for_owned(&uid, std::slice::from_ref(&arn)).await;
     assert_eq!(h.proxy.calls("RequestCertificate"), 2, "one certificate per name set: {:?}", h.proxy.all_calls());
 
-    h.api().delete("api", &DeleteParams::default()).await.unwrap();
-    h.wait_gone("api").await;
+    h.delete_and_wait("api").await;
     assert!(h.owned_certificates(&uid).await.is_empty());
     assert!(h.cname_names().await.is_empty(), "no validation record is left");
 }
@@ -160,8 +150,7 @@ async fn a_san_change_during_the_request_keeps_the_first_certificate_without_del
     let replaced = owned.iter().find(|a| **a != arn).unwrap().clone();
     assert!(h.names_of(&replaced).await.contains(&first));
 
-    h.api().delete("api", &DeleteParams::default()).await.unwrap();
-    h.wait_gone("api").await;
+    h.delete_and_wait("api").await;
     assert_eq!(h.owned_certificates(&uid).await, owned, "deleting the Cert keeps both");
 }
 
@@ -215,25 +204,19 @@ async fn a_replaced_certificate_is_deleted_once_the_new_one_is_issued_and_nothin
     h.proxy.inject(Operation::named("RequestCertificate"), Fault::Latency(HELD), 1);
     // AWS refuses to delete a certificate a load balancer uses.
     h.proxy.inject(Operation::named("DeleteCertificate"), Fault::ResourceInUse, 1000);
-    h.api().patch("api", &PatchParams::default(), &Patch::Merge(json!({"spec": {"environment": "qa"}}))).await.unwrap();
+    h.merge("api", json!({"spec": {"environment": "qa"}})).await;
     h.proxy.wait_for_calls("RequestCertificate", 2).await;
     assert_eq!(h.proxy.calls("DeleteCertificate"), 0, "the new certificate is requested before the old one is touched");
 
     let domain = h.name_in_zone("api-qa");
-    let replaced = h
-        .wait_for("api", "Ready for the new domain", |c| {
-            c.status.as_ref().is_some_and(|s| {
-                s.observation.state == Some(CertState::Ready) && s.observation.domain_name.as_deref() == Some(domain.as_str())
-            })
-        })
-        .await;
+    let replaced = h.wait_ready_for("api", &domain).await;
     let new = status(&replaced).observation.certificate_arn.clone().unwrap();
     assert!(h.proxy.calls("DeleteCertificate") >= 1, "the old one's deletion was tried once the new one was issued");
     assert!(h.certificate_exists(&old).await, "in use: kept");
     assert_eq!(status(&replaced).observation.previous_certificate_arns, std::slice::from_ref(&old), "and still held");
 
     h.proxy.clear();
-    h.touch("api", "detached").await;
+    h.annotate("api", "test/touch", Some("detached")).await;
     h.wait_for_owned(&uid, std::slice::from_ref(&new)).await;
     let settled = h.wait_for("api", "holding no previous certificate", |c| {
         c.status.as_ref().is_some_and(|s| s.observation.previous_certificate_arns.is_empty())
@@ -253,8 +236,7 @@ async fn names_changed_and_changed_back_get_a_new_certificate() {
     h.wait_for_state("api", CertState::Ready).await;
     let first = h.current_arn("api").await;
     for (environment, generation) in [("qa", 2), ("dev", 3)] {
-        let patch = json!({"spec": {"environment": environment}});
-        h.api().patch("api", &PatchParams::default(), &Patch::Merge(patch)).await.unwrap();
+        h.merge("api", json!({"spec": {"environment": environment}})).await;
         h.wait_ready_at("api", generation).await;
         let arn = h.current_arn("api").await;
         h.wait_for_owned(&uid, std::slice::from_ref(&arn)).await;

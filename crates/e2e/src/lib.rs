@@ -22,15 +22,6 @@ pub fn workspace() -> PathBuf {
     manifest_dir.join("../..")
 }
 
-/// `$BLOCKWORK_TOOLS_DIR/bin` (default `~/.cache/blockwork-tools/bin`).
-pub fn tools_bin() -> PathBuf {
-    let dir = std::env::var_os("BLOCKWORK_TOOLS_DIR").map(PathBuf::from).unwrap_or_else(|| {
-        let home = std::env::var_os("HOME").map(PathBuf::from).unwrap_or_else(|| PathBuf::from("/root"));
-        home.join(".cache/blockwork-tools")
-    });
-    dir.join("bin")
-}
-
 /// A node brought up by `scripts/node up`.
 #[derive(Clone, Debug)]
 pub struct Node {
@@ -109,12 +100,12 @@ impl Node {
 
     /// `kubectl ARGS...` against the node as cluster admin; its stdout.
     pub fn kubectl(&self, args: &[&str]) -> Result<String> {
-        run(self.command("kubectl").args(args), None)
+        run(self.command("kubectl")?.args(args), None)
     }
 
     /// `kubectl ARGS...` with `stdin` (for `apply -f -`).
     pub fn kubectl_with_input(&self, args: &[&str], stdin: &str) -> Result<String> {
-        run(self.command("kubectl").args(args), Some(stdin))
+        run(self.command("kubectl")?.args(args), Some(stdin))
     }
 
     /// `kubectl get ARGS... -o json`, parsed.
@@ -128,13 +119,13 @@ impl Node {
 
     /// `helm ARGS...` against the node.
     pub fn helm(&self, args: &[&str]) -> Result<String> {
-        run(self.command("helm").args(args), None)
+        run(self.command("helm")?.args(args), None)
     }
 
-    fn command(&self, tool: &str) -> Command {
-        let mut command = Command::new(tools_bin().join(tool));
+    fn command(&self, tool: &str) -> Result<Command> {
+        let mut command = Command::new(blockwork_testenv::commands::tool(tool)?);
         command.env("KUBECONFIG", &self.kubeconfig).current_dir(workspace());
-        command
+        Ok(command)
     }
 }
 

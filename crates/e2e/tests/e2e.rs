@@ -852,7 +852,7 @@ fn rotator_rotates_in_its_namespaces_only(suite: &Suite) -> Result<()> {
 /// Creates the hosted zone, the tenant-only distribution and the connection group of the
 /// examples in the emulators, as `make dev` does; (zone id, distribution id, connection group id).
 fn aws_fixtures(suite: &Suite) -> Result<(String, String, String)> {
-    let python = blockwork_e2e::tools_bin().join("../venv/bin/python");
+    let python = blockwork_testenv::commands::tool("../venv/bin/python")?;
     let output = std::process::Command::new(python)
         .args(["-c", AWS_FIXTURES, &suite.moto.endpoint(), &suite.ministack.endpoint()])
         .env("AWS_ACCESS_KEY_ID", "test")

@@ -60,7 +60,7 @@ async fn each_transition_is_recorded_as_an_event() {
     h.wait_for_state("a", ReconcileState::Succeeded).await;
     // Updating: an update that fails once and is retried.
     h.backend.script("update", Script::Fail(ExternalError::retryable("ServiceUnavailable", "try again")));
-    h.api().patch("a", &PatchParams::default(), &Patch::Merge(json!({"spec": {"size": 2}}))).await.unwrap();
+    h.merge("a", json!({"spec": {"size": 2}})).await;
     h.wait_for("a", "updated", |w| {
         w.status.as_ref().is_some_and(|s| s.last_applied_spec.as_deref() == Some(r#"{"size":2,"dependsOn":["parent"]}"#))
     })
@@ -134,11 +134,11 @@ async fn a_spec_change_after_the_create_marker_marks_again_before_creating() {
         w.status.as_ref().and_then(|s| s.create_pending.as_ref()).and_then(|m| m.spec.clone()) == Some(format!(r#"{{"size":{size}}}"#))
     };
     h.wait_for("a", "marked for size 1", |w| marked(w, 1)).await;
-    h.api().patch("a", &PatchParams::default(), &Patch::Merge(json!({"spec": {"size": 2}}))).await.unwrap();
+    h.merge("a", json!({"spec": {"size": 2}})).await;
     h.wait_for("a", "marked for size 2", |w| marked(w, 2)).await;
     assert_eq!(h.backend.calls("create"), 0, "nothing is created under a marker written for another spec");
 
-    h.api().patch("a", &PatchParams::default(), &Patch::Merge(json!({"metadata": {"annotations": {"test/touch": "1"}}}))).await.unwrap();
+    h.annotate("a", "test/touch", Some("1")).await;
     h.wait_for_state("a", ReconcileState::Succeeded).await;
     let creates = h.backend.call_log("create");
     assert_eq!(creates.len(), 1, "{creates:?}");
@@ -151,7 +151,7 @@ async fn spec_change_updates_the_external_resource() {
     let h = Harness::start("update").await;
     let created = h.create(widget("a", 1)).await;
     h.wait_for_state("a", ReconcileState::Succeeded).await;
-    h.api().patch("a", &PatchParams::default(), &Patch::Merge(json!({"spec": {"size": 5}}))).await.unwrap();
+    h.merge("a", json!({"spec": {"size": 5}})).await;
     let w =
         h.wait_for("a", "updated", |w| w.status.as_ref().is_some_and(|s| s.last_applied_spec.as_deref() == Some(r#"{"size":5}"#))).await;
     assert_eq!(h.backend.widget(&token(&created)).unwrap().size, 5);
@@ -165,7 +165,7 @@ async fn asynchronous_update_goes_through_verifying() {
     h.create(widget("a", 1)).await;
     h.wait_for_state("a", ReconcileState::Succeeded).await;
     h.backend.script("update", Script::Async);
-    h.api().patch("a", &PatchParams::default(), &Patch::Merge(json!({"spec": {"size": 2}}))).await.unwrap();
+    h.merge("a", json!({"spec": {"size": 2}})).await;
     h.wait_for_state("a", ReconcileState::Verifying).await;
     h.backend.complete();
     h.wait_for("a", "Succeeded at generation 2", |w| {
@@ -343,8 +343,7 @@ async fn a_retry_request_reconciles_a_failed_object_at_once_and_is_recorded_as_h
     assert!(error.retry_at.0.duration_since(jiff::Timestamp::now()) > jiff::SignedDuration::from_secs(3000), "{error:?}");
 
     let requested = "2026-01-01T00:00:00Z";
-    let patch = json!({"metadata": {"annotations": {RECONCILE_REQUESTED_ANNOTATION: requested}}});
-    h.api().patch("a", &PatchParams::default(), &Patch::Merge(patch)).await.unwrap();
+    h.annotate("a", RECONCILE_REQUESTED_ANNOTATION, Some(requested)).await;
     let w = h.wait_for_state("a", ReconcileState::Succeeded).await;
     let status = w.status.as_ref().unwrap();
     assert_eq!(status.last_handled_reconcile_at.as_deref(), Some(requested));
@@ -359,10 +358,9 @@ async fn each_reconcile_writes_the_object_at_most_once() {
     let versions = h.count_versions("a").await;
     h.create(widget("a", 1)).await;
     h.wait_for_state("a", ReconcileState::Succeeded).await;
-    h.api().patch("a", &PatchParams::default(), &Patch::Merge(json!({"spec": {"size": 2}}))).await.unwrap();
+    h.merge("a", json!({"spec": {"size": 2}})).await;
     h.wait_for("a", "updated", |w| w.status.as_ref().is_some_and(|s| s.last_applied_spec.as_deref() == Some(r#"{"size":2}"#))).await;
-    h.api().delete("a", &DeleteParams::default()).await.unwrap();
-    h.wait_gone("a").await;
+    h.delete_and_wait("a").await;
     tokio::time::sleep(Duration::from_millis(300)).await;
 
     // The test wrote three versions (create, spec patch, delete). The controller's reconciles
@@ -433,7 +431,7 @@ async fn dependency_that_stops_being_ready_sends_the_object_back_to_pending() {
     // The parent's widget is being rebuilt: the parent leaves Ready, so must the child.
     h.backend.script("delete", Script::Async);
     h.backend.break_widget(&token(&parent));
-    h.api().patch("parent", &PatchParams::default(), &Patch::Merge(json!({"spec": {"size": 2}}))).await.unwrap();
+    h.merge("parent", json!({"spec": {"size": 2}})).await;
     h.wait_for_state("child", ReconcileState::Pending).await;
     h.backend.complete();
     h.wait_for_state("parent", ReconcileState::Succeeded).await;
@@ -483,7 +481,7 @@ async fn update_without_permission_fails_instead_of_updating() {
     let h = Harness::start("no-update").await;
     h.create(with_annotation(widget("a", 1), ACCESS_ANNOTATION, "CD")).await;
     h.wait_for_state("a", ReconcileState::Succeeded).await;
-    h.api().patch("a", &PatchParams::default(), &Patch::Merge(json!({"spec": {"size": 4}}))).await.unwrap();
+    h.merge("a", json!({"spec": {"size": 4}})).await;
     let w = h.wait_for_state("a", ReconcileState::Failed).await;
     assert_eq!(condition(&w, "Ready").map(|c| c.1), Some("UpdateNotPermitted".into()));
     assert_eq!(h.backend.calls("update"), 0);
@@ -494,8 +492,7 @@ async fn deleting_the_object_deletes_the_resource_under_delete_policy() {
     let h = Harness::start("delete").await;
     h.create(widget("a", 1)).await;
     h.wait_for_state("a", ReconcileState::Succeeded).await;
-    h.api().delete("a", &DeleteParams::default()).await.unwrap();
-    h.wait_gone("a").await;
+    h.delete_and_wait("a").await;
     assert!(h.backend.widgets().is_empty());
 }
 
@@ -504,8 +501,7 @@ async fn orphan_policy_keeps_the_resource() {
     let h = Harness::start("orphan").await;
     h.create(with_annotation(widget("a", 1), DELETION_POLICY_ANNOTATION, "Orphan")).await;
     h.wait_for_state("a", ReconcileState::Succeeded).await;
-    h.api().delete("a", &DeleteParams::default()).await.unwrap();
-    h.wait_gone("a").await;
+    h.delete_and_wait("a").await;
     assert_eq!(h.backend.widgets().len(), 1);
     assert_eq!(h.backend.calls("delete"), 0);
 }
@@ -515,8 +511,7 @@ async fn operator_default_orphan_applies_without_annotation() {
     let h = Harness::start_with("orphan-default", DeletionPolicy::Orphan).await;
     h.create(widget("a", 1)).await;
     h.wait_for_state("a", ReconcileState::Succeeded).await;
-    h.api().delete("a", &DeleteParams::default()).await.unwrap();
-    h.wait_gone("a").await;
+    h.delete_and_wait("a").await;
     assert_eq!(h.backend.widgets().len(), 1);
 }
 
@@ -545,8 +540,7 @@ async fn resource_already_gone_on_delete_is_not_an_error() {
         h.backend.script("verify", Script::Observe(VerifyOutcome::Ready));
     }
     h.backend.remove(&token(&created));
-    h.api().delete("a", &DeleteParams::default()).await.unwrap();
-    h.wait_gone("a").await;
+    h.delete_and_wait("a").await;
     assert_eq!(h.backend.calls("delete"), 1, "delete was called once and its 404 released the object");
     assert_eq!(h.backend.calls("create"), 1);
     h.wait_for_event("a", "Deleted").await;
@@ -559,8 +553,7 @@ async fn nothing_to_delete_releases_without_claiming_a_deletion() {
     let created = h.create(widget("a", 1)).await;
     h.wait_for_state("a", ReconcileState::Succeeded).await;
     h.backend.remove(&token(&created));
-    h.api().delete("a", &DeleteParams::default()).await.unwrap();
-    h.wait_gone("a").await;
+    h.delete_and_wait("a").await;
     assert_eq!(h.backend.calls("delete"), 0, "verify found nothing, so nothing was deleted");
     let events = h.wait_for_event("a", "Released").await;
     assert!(events.iter().all(|e| e.note.contains("nothing to delete")), "{events:?}");
@@ -573,8 +566,7 @@ async fn retryable_delete_error_stays_terminating_then_releases() {
     h.create(widget("a", 1)).await;
     h.wait_for_state("a", ReconcileState::Succeeded).await;
     h.backend.script("delete", Script::Fail(ExternalError::retryable("ServiceUnavailable", "try again")));
-    h.api().delete("a", &DeleteParams::default()).await.unwrap();
-    h.wait_gone("a").await;
+    h.delete_and_wait("a").await;
     let deletes = h.backend.call_log("delete");
     assert_eq!(deletes.len(), 2, "{deletes:?}");
     assert_eq!(deletes[1].state, Some(ReconcileState::Terminating), "the retry starts from Terminating");
@@ -586,13 +578,9 @@ async fn invalid_deletion_annotation_on_delete_orphans_with_a_warning() {
     let h = Harness::start("delete-invalid").await;
     h.create(widget("a", 1)).await;
     h.wait_for_state("a", ReconcileState::Succeeded).await;
-    h.api()
-        .patch("a", &PatchParams::default(), &Patch::Merge(json!({"metadata": {"annotations": {DELETION_POLICY_ANNOTATION: "Delte"}}})))
-        .await
-        .unwrap();
+    h.annotate("a", DELETION_POLICY_ANNOTATION, Some("Delte")).await;
     h.wait_for("a", "InvalidAnnotation", |w| condition(w, "Synced").map(|c| c.1) == Some("InvalidAnnotation".into())).await;
-    h.api().delete("a", &DeleteParams::default()).await.unwrap();
-    h.wait_gone("a").await;
+    h.delete_and_wait("a").await;
     assert_eq!(h.backend.calls("delete"), 0, "not sure we may delete: we do not");
     assert_eq!(h.backend.widgets().len(), 1);
     let events = h.wait_for_event("a", "InvalidAnnotation").await;
@@ -604,13 +592,9 @@ async fn invalid_access_annotation_on_delete_orphans() {
     let h = Harness::start("delete-invalid-access").await;
     h.create(widget("a", 1)).await;
     h.wait_for_state("a", ReconcileState::Succeeded).await;
-    h.api()
-        .patch("a", &PatchParams::default(), &Patch::Merge(json!({"metadata": {"annotations": {ACCESS_ANNOTATION: "CUDX"}}})))
-        .await
-        .unwrap();
+    h.annotate("a", ACCESS_ANNOTATION, Some("CUDX")).await;
     h.wait_for("a", "InvalidAnnotation", |w| condition(w, "Synced").map(|c| c.1) == Some("InvalidAnnotation".into())).await;
-    h.api().delete("a", &DeleteParams::default()).await.unwrap();
-    h.wait_gone("a").await;
+    h.delete_and_wait("a").await;
     assert_eq!(h.backend.calls("delete"), 0);
     assert_eq!(h.backend.widgets().len(), 1);
 }
@@ -620,10 +604,7 @@ async fn paused_object_being_deleted_waits_until_unpaused() {
     let h = Harness::start("pause-delete").await;
     h.create(widget("a", 1)).await;
     h.wait_for_state("a", ReconcileState::Succeeded).await;
-    h.api()
-        .patch("a", &PatchParams::default(), &Patch::Merge(json!({"metadata": {"annotations": {PAUSED_ANNOTATION: "true"}}})))
-        .await
-        .unwrap();
+    h.annotate("a", PAUSED_ANNOTATION, Some("true")).await;
     h.wait_for("a", "paused", |w| condition(w, "Synced").map(|c| c.1) == Some("ReconcilePaused".into())).await;
     h.api().delete("a", &DeleteParams::default()).await.unwrap();
     tokio::time::sleep(Duration::from_secs(1)).await;
@@ -631,10 +612,7 @@ async fn paused_object_being_deleted_waits_until_unpaused() {
     assert!(w.finalizers().contains(&format!("{GROUP}/finalizer")));
     assert_eq!(h.backend.calls("delete"), 0);
 
-    h.api()
-        .patch("a", &PatchParams::default(), &Patch::Merge(json!({"metadata": {"annotations": {PAUSED_ANNOTATION: "false"}}})))
-        .await
-        .unwrap();
+    h.annotate("a", PAUSED_ANNOTATION, Some("false")).await;
     h.wait_gone("a").await;
     assert!(h.backend.widgets().is_empty(), "once unpaused, the deletion proceeds");
 }
@@ -652,10 +630,7 @@ async fn failing_delete_keeps_the_object_and_says_how_to_release_it() {
     let message = w.status.as_ref().unwrap().message.clone().unwrap();
     assert!(message.contains("the widget is in use") && message.contains(DELETION_POLICY_ANNOTATION), "{message}");
 
-    h.api()
-        .patch("a", &PatchParams::default(), &Patch::Merge(json!({"metadata": {"annotations": {DELETION_POLICY_ANNOTATION: "Orphan"}}})))
-        .await
-        .unwrap();
+    h.annotate("a", DELETION_POLICY_ANNOTATION, Some("Orphan")).await;
     h.wait_gone("a").await;
     assert_eq!(h.backend.widgets().len(), 1, "the orphaned widget stays");
 }
@@ -670,10 +645,7 @@ async fn paused_object_is_left_alone_until_unpaused() {
     assert_eq!(h.backend.calls("verify"), 0);
     assert_eq!(h.backend.calls("create"), 0);
 
-    h.api()
-        .patch("a", &PatchParams::default(), &Patch::Merge(json!({"metadata": {"annotations": {PAUSED_ANNOTATION: "false"}}})))
-        .await
-        .unwrap();
+    h.annotate("a", PAUSED_ANNOTATION, Some("false")).await;
     h.wait_for_state("a", ReconcileState::Succeeded).await;
 }
 
@@ -709,10 +681,7 @@ async fn a_pause_value_other_than_true_or_false_holds_the_object_and_says_so() {
     assert!(events.iter().any(|e| e.type_ == "Warning"), "{events:?}");
     assert_eq!(h.backend.calls("create"), 0, "held, as a pause would");
 
-    h.api()
-        .patch("a", &PatchParams::default(), &Patch::Merge(json!({"metadata": {"annotations": {PAUSED_ANNOTATION: "False"}}})))
-        .await
-        .unwrap();
+    h.annotate("a", PAUSED_ANNOTATION, Some("False")).await;
     h.wait_for_state("a", ReconcileState::Succeeded).await;
 }
 
@@ -806,7 +775,7 @@ async fn failed_update_waits_in_updating_then_succeeds() {
     let created = h.create(widget("a", 1)).await;
     h.wait_for_state("a", ReconcileState::Succeeded).await;
     h.backend.script("update", Script::Fail(ExternalError::retryable("ServiceUnavailable", "try again")));
-    h.api().patch("a", &PatchParams::default(), &Patch::Merge(json!({"spec": {"size": 3}}))).await.unwrap();
+    h.merge("a", json!({"spec": {"size": 3}})).await;
     h.wait_for("a", "Succeeded with size 3", |w| {
         w.status.as_ref().is_some_and(|s| s.state() == ReconcileState::Succeeded && s.last_applied_spec.as_deref() == Some(r#"{"size":3}"#))
     })
@@ -887,7 +856,7 @@ async fn failed_object_is_retried_when_its_spec_changes() {
     h.wait_for_state("a", ReconcileState::Failed).await;
     tokio::time::sleep(Duration::from_millis(500)).await;
     assert_eq!(h.backend.calls("create"), 1, "no retry without a change");
-    h.api().patch("a", &PatchParams::default(), &Patch::Merge(json!({"spec": {"size": 2}}))).await.unwrap();
+    h.merge("a", json!({"spec": {"size": 2}})).await;
     let w = h.wait_for_state("a", ReconcileState::Succeeded).await;
     assert_eq!(w.status.as_ref().unwrap().observed_generation, Some(2));
     assert_eq!(h.backend.calls("create"), 2);
@@ -901,8 +870,7 @@ async fn read_only_object_whose_resource_exists_reaches_succeeded() {
     let w = h.wait_for_state("a", ReconcileState::Succeeded).await;
     assert_eq!(condition(&w, "Ready"), Some(("True".into(), "Available".into())));
     assert_eq!(h.backend.calls("create"), 0);
-    h.api().delete("a", &DeleteParams::default()).await.unwrap();
-    h.wait_gone("a").await;
+    h.delete_and_wait("a").await;
     assert_eq!(h.backend.calls("delete"), 0, "a read-only object never deletes its resource");
     assert_eq!(h.backend.widgets().len(), 1);
 }
@@ -941,7 +909,7 @@ async fn operator_conditions_are_merged_beside_ready_and_synced_and_removed_when
     assert_eq!(condition(&w, "Ready"), Some(("True".into(), "Available".into())), "Ready stays the runtime's");
     let types: Vec<&str> = w.status.as_ref().unwrap().conditions.iter().map(|c| c.type_.as_str()).collect();
     assert_eq!(types.len(), 3, "one of each type: {types:?}");
-    h.api().patch("a", &PatchParams::default(), &Patch::Merge(json!({"spec": {"size": 5}}))).await.unwrap();
+    h.merge("a", json!({"spec": {"size": 5}})).await;
     let w = h.wait_for("a", "without Large", |w| condition(w, "Large").is_none()).await;
     assert!(condition(&w, "Synced").is_some() && condition(&w, "Ready").is_some());
 }

@@ -17,7 +17,6 @@ use blockwork_tenant::{CONTROLLER, Timing};
 use blockwork_testenv::control_plane::control_plane;
 use blockwork_testenv::costs::{Costs, Table};
 use blockwork_testenv::kube_proxy::KubeProxy;
-use kube::api::{DeleteParams, Patch, PatchParams};
 use prometheus_client::registry::Registry;
 use serde_json::json;
 use support::*;
@@ -48,8 +47,7 @@ async fn a_tenant_with_dns_costs_what_its_design_says_from_create_to_deletion() 
     let requested = "2026-11-24T00:00:00Z";
     let resync = table
         .measure("steady-state resync (Ready, retry requested)", async {
-            let annotation = json!({"metadata": {"annotations": {RECONCILE_REQUESTED_ANNOTATION: requested}}});
-            h.api().patch("shop", &PatchParams::default(), &Patch::Merge(annotation)).await.unwrap();
+            h.annotate("shop", RECONCILE_REQUESTED_ANNOTATION, Some(requested)).await;
             h.wait_for("shop", "resynced", |t| t.status.as_ref().and_then(|s| s.last_handled_reconcile_at.as_deref()) == Some(requested))
                 .await;
         })
@@ -57,16 +55,14 @@ async fn a_tenant_with_dns_costs_what_its_design_says_from_create_to_deletion() 
 
     let added = table
         .measure("spec update: a domain added", async {
-            let domains = json!({"spec": {"domains": [{"domain": h.domain("www")}, {"domain": h.domain("api")}]}});
-            h.api().patch("shop", &PatchParams::default(), &Patch::Merge(domains)).await.unwrap();
+            h.merge("shop", json!({"spec": {"domains": [{"domain": h.domain("www")}, {"domain": h.domain("api")}]}})).await;
             h.wait_ready_at("shop", 2).await;
         })
         .await;
 
     let removed = table
         .measure("spec update: a domain removed (its CNAME deleted)", async {
-            let domains = json!({"spec": {"domains": [{"domain": h.domain("www")}]}});
-            h.api().patch("shop", &PatchParams::default(), &Patch::Merge(domains)).await.unwrap();
+            h.merge("shop", json!({"spec": {"domains": [{"domain": h.domain("www")}]}})).await;
             h.wait_ready_at("shop", 3).await;
         })
         .await;
@@ -75,8 +71,7 @@ async fn a_tenant_with_dns_costs_what_its_design_says_from_create_to_deletion() 
 
     let deleted = table
         .measure("deletion", async {
-            h.api().delete("shop", &DeleteParams::default()).await.unwrap();
-            h.wait_gone("shop").await;
+            h.delete_and_wait("shop").await;
         })
         .await;
 

@@ -8,18 +8,14 @@ mod support;
 use std::time::Duration;
 
 use blockwork_runtime::{DriftPolicy, ReconcileState};
-use blockwork_tenant::api::{CertificateRef, Customizations, DriftPolicyName, ManagedCertificateRequest, ValidationTokenHost};
+use blockwork_tenant::api::{CertificateRef, Customizations, DriftPolicyName, ValidationTokenHost};
 use blockwork_tenant::{DistributionTenant, DistributionTenantSpec, Timing};
 use blockwork_testenv::aws::{cnames, upsert_cname};
 use blockwork_testenv::emulators::Emulator;
 use blockwork_testenv::fault_proxy::{Fault, Operation};
 use blockwork_testenv::harness::{TIMEOUT, eventually};
-use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
-use support::{DNS_ACCOUNT, DNS_ROLE, Harness, RETRIES, condition, quick_timing};
-
-fn state(tenant: &DistributionTenant) -> Option<ReconcileState> {
-    tenant.status.as_ref().and_then(|s| s.reconcile_state)
-}
+use kube::api::{DeleteParams, PostParams};
+use support::{DNS_ACCOUNT, DNS_ROLE, Harness, RETRIES, condition, quick_timing, state};
 
 fn aws_domains(tenant: &aws_sdk_cloudfront::types::DistributionTenant) -> Vec<String> {
     let mut domains: Vec<String> = tenant.domains().iter().map(|d| d.domain().to_owned()).collect();
@@ -67,8 +63,7 @@ async fn spec_change_is_pushed_to_cloudfront() {
     let h = Harness::start("dt-update").await;
     h.create("shop-two", h.spec(&["www"])).await;
     h.wait_ready("shop-two").await;
-    let patch = serde_json::json!({"spec": {"domains": [{"domain": h.domain("www")}, {"domain": h.domain("api")}]}});
-    h.api().patch("shop-two", &PatchParams::default(), &Patch::Merge(patch)).await.unwrap();
+    h.merge("shop-two", serde_json::json!({"spec": {"domains": [{"domain": h.domain("www")}, {"domain": h.domain("api")}]}})).await;
     h.wait_ready_at("shop-two", 2).await;
     let (aws, _) = h.aws_tenant("shop-two").await.unwrap();
     let mut want = vec![h.domain("api"), h.domain("www")];
@@ -135,8 +130,7 @@ async fn deleting_the_object_disables_then_deletes_the_tenant() {
     let h = Harness::start("dt-delete").await;
     h.create("shop-seven", h.spec(&["www"])).await;
     h.wait_ready("shop-seven").await;
-    h.api().delete("shop-seven", &DeleteParams::default()).await.unwrap();
-    h.wait_gone("shop-seven").await;
+    h.delete_and_wait("shop-seven").await;
     assert!(h.aws_tenant("shop-seven").await.is_none(), "the tenant is deleted in MiniStack");
     assert_eq!(h.proxy.calls("UpdateDistributionTenant"), 1, "disabled once before the delete");
     assert_eq!(h.proxy.calls("DeleteDistributionTenant"), 1, "CloudFront never saw a delete of an enabled tenant");
@@ -148,8 +142,7 @@ async fn object_whose_tenant_is_already_gone_is_released() {
     h.create("shop-eight", h.spec(&["www"])).await;
     h.wait_ready("shop-eight").await;
     h.delete_outside("shop-eight").await;
-    h.api().delete("shop-eight", &DeleteParams::default()).await.unwrap();
-    h.wait_gone("shop-eight").await;
+    h.delete_and_wait("shop-eight").await;
     assert_eq!(h.proxy.calls("DeleteDistributionTenant"), 0);
 }
 
@@ -185,8 +178,7 @@ async fn stale_etag_is_refetched_and_the_update_retried_at_once() {
     };
     h.proxy.inject(Operation::named("UpdateDistributionTenant"), stale, 1);
     let gets_before = h.proxy.calls("GetDistributionTenant");
-    let patch = serde_json::json!({"spec": {"enabled": false}});
-    h.api().patch("shop-ten", &PatchParams::default(), &Patch::Merge(patch)).await.unwrap();
+    h.merge("shop-ten", serde_json::json!({"spec": {"enabled": false}})).await;
     h.wait_ready_at("shop-ten", 2).await;
     assert_eq!(h.aws_tenant("shop-ten").await.unwrap().0.enabled(), Some(false));
     assert_eq!(h.proxy.calls("UpdateDistributionTenant"), 2, "the rejected update and its immediate retry");
@@ -314,13 +306,7 @@ async fn invalid_argument_with_cloudfront_validation_is_domain_validation_pendin
         message: "The domain could not be validated: CNAME not resolvable".to_owned(),
     };
     h.proxy.inject(Operation::named("CreateDistributionTenant"), pending, 1);
-    let spec = DistributionTenantSpec {
-        managed_certificate_request: Some(ManagedCertificateRequest {
-            validation_token_host: ValidationTokenHost::Cloudfront,
-            ..ManagedCertificateRequest::default()
-        }),
-        ..h.spec(&["www"])
-    };
+    let spec = h.managed_spec(&["www"], ValidationTokenHost::Cloudfront);
     h.create("shop-dvp", spec).await;
     let tenant = h
         .wait_for("shop-dvp", "DomainValidationPending", |t| condition(t, "Ready").is_some_and(|c| c.1 == "DomainValidationPending"))
@@ -401,8 +387,7 @@ async fn tenant_of_the_same_name_made_by_someone_else_is_neither_adopted_nor_del
     h.create("shop-taken", h.spec(&["www"])).await;
     let tenant = h.wait_for("shop-taken", "Failed", |t| state(t) == Some(ReconcileState::Failed)).await;
     assert_eq!(condition(&tenant, "Ready").map(|c| c.1), Some("TenantNameTaken".to_owned()));
-    h.api().delete("shop-taken", &DeleteParams::default()).await.unwrap();
-    h.wait_gone("shop-taken").await;
+    h.delete_and_wait("shop-taken").await;
     let (theirs, _) = h.aws_tenant("shop-taken").await.expect("their tenant is still there");
     assert_eq!(aws_domains(&theirs), [h.domain("theirs")]);
     assert_eq!(h.proxy.calls("UpdateDistributionTenant") + h.proxy.calls("DeleteDistributionTenant"), 0);
@@ -464,13 +449,7 @@ async fn spec_drift_policy_enforce_beats_the_report_default() {
 #[tokio::test]
 async fn issued_managed_certificate_is_written_into_the_spec_once_and_pushed_to_cloudfront() {
     let h = Harness::start("dt-managed").await;
-    let spec = DistributionTenantSpec {
-        managed_certificate_request: Some(ManagedCertificateRequest {
-            validation_token_host: ValidationTokenHost::SelfHosted,
-            ..ManagedCertificateRequest::default()
-        }),
-        ..h.spec(&["www"])
-    };
+    let spec = h.managed_spec(&["www"], ValidationTokenHost::SelfHosted);
     h.create("shop-managed", spec).await;
     let tenant =
         h.wait_for("shop-managed", "certificate attached", |t| condition(t, "CertificateReady").is_some_and(|c| c.0 == "True")).await;
@@ -540,8 +519,7 @@ async fn record_of_a_domain_removed_from_the_spec_is_deleted() {
     let h = Harness::start("dt-dns-orphan").await;
     h.create("shop-orphan", h.dns_spec(&["www", "api"], &h.zone_id, 300)).await;
     h.wait_ready("shop-orphan").await;
-    let patch = serde_json::json!({"spec": {"domains": [{"domain": h.domain("www")}]}});
-    h.api().patch("shop-orphan", &PatchParams::default(), &Patch::Merge(patch)).await.unwrap();
+    h.merge("shop-orphan", serde_json::json!({"spec": {"domains": [{"domain": h.domain("www")}]}})).await;
     let orphan_gone = async || {
         let names: Vec<String> = cnames(&h.route53, &h.zone_id).await.into_iter().map(|r| r.0).collect();
         if names == [h.domain("www")] { Ok(()) } else { Err(format!("{names:?}")) }
@@ -565,8 +543,7 @@ async fn deleting_the_object_deletes_only_the_records_it_created() {
     h.wait_ready("shop-dns-delete").await;
     // Someone repoints one of the tenant's records: it is theirs now.
     upsert_cname(&h.route53, &h.zone_id, &h.domain("api"), "elsewhere.example.net").await;
-    h.api().delete("shop-dns-delete", &DeleteParams::default()).await.unwrap();
-    h.wait_gone("shop-dns-delete").await;
+    h.delete_and_wait("shop-dns-delete").await;
     assert!(h.aws_tenant("shop-dns-delete").await.is_none());
     let left: Vec<(String, String)> = cnames(&h.route53, &h.zone_id).await.into_iter().map(|r| (r.0, r.1)).collect();
     assert_eq!(

@@ -10,10 +10,9 @@ mod support;
 
 use std::time::Duration;
 
-use blockwork_testenv::aws::cnames;
 use blockwork_testenv::fault_proxy::{Fault, Operation};
 use blockwork_testenv::harness::{TIMEOUT, eventually};
-use kube::api::{DeleteParams, Patch, PatchParams};
+use kube::api::DeleteParams;
 use support::Harness;
 
 /// How long a call's answer is held while the test changes the object.
@@ -22,23 +21,10 @@ const HELD: Duration = Duration::from_secs(3);
 const FOREVER: Duration = Duration::from_secs(60);
 
 impl Harness {
-    /// Names of the CNAMEs in the test's zone, sorted.
-    async fn record_names(&self) -> Vec<String> {
-        cnames(&self.route53, &self.zone_id).await.into_iter().map(|r| r.0).collect()
-    }
-
     /// Waits until the tenant exists in MiniStack (a create held by the proxy has taken effect).
     async fn wait_for_tenant(&self, name: &str) {
         let created = async || self.aws_tenant(name).await.ok_or("not in MiniStack".to_owned());
         eventually(&format!("the tenant {name} to be created"), TIMEOUT, created).await;
-    }
-
-    async fn wait_for_records(&self, expected: &[String]) {
-        let written = async || {
-            let names = self.record_names().await;
-            if names == expected { Ok(()) } else { Err(format!("{names:?}")) }
-        };
-        eventually(&format!("records {expected:?}"), TIMEOUT, written).await;
     }
 }
 
@@ -48,8 +34,7 @@ async fn a_tenant_deleted_while_its_records_are_written_leaves_no_record() {
     h.dns_proxy.inject(Operation::named("ChangeResourceRecordSets"), Fault::SlowResponse(HELD), 1);
     h.create("trk-delete-dns", h.dns_spec(&["www", "api"], &h.zone_id, 300)).await;
     h.wait_for_records(&[h.domain("api"), h.domain("www")]).await;
-    h.api().delete("trk-delete-dns", &DeleteParams::default()).await.unwrap();
-    h.wait_gone("trk-delete-dns").await;
+    h.delete_and_wait("trk-delete-dns").await;
 
     assert!(h.aws_tenant("trk-delete-dns").await.is_none());
     assert!(h.record_names().await.is_empty(), "no record is left");
@@ -61,8 +46,7 @@ async fn a_tenant_deleted_while_it_is_created_is_deleted_with_its_records() {
     h.proxy.inject(Operation::named("CreateDistributionTenant"), Fault::SlowResponse(HELD), 1);
     h.create("trk-delete-tenant", h.dns_spec(&["www"], &h.zone_id, 300)).await;
     h.wait_for_tenant("trk-delete-tenant").await;
-    h.api().delete("trk-delete-tenant", &DeleteParams::default()).await.unwrap();
-    h.wait_gone("trk-delete-tenant").await;
+    h.delete_and_wait("trk-delete-tenant").await;
 
     assert!(h.aws_tenant("trk-delete-tenant").await.is_none(), "the tenant was found by name and deleted");
     assert!(h.record_names().await.is_empty(), "no record is left");
@@ -74,8 +58,7 @@ async fn a_domain_change_while_the_records_are_written_leaves_no_record_of_the_r
     h.dns_proxy.inject(Operation::named("ChangeResourceRecordSets"), Fault::SlowResponse(HELD), 1);
     h.create("trk-domains", h.dns_spec(&["www", "api"], &h.zone_id, 300)).await;
     h.wait_for_records(&[h.domain("api"), h.domain("www")]).await;
-    let patch = serde_json::json!({"spec": {"domains": [{"domain": h.domain("www")}]}});
-    h.api().patch("trk-domains", &PatchParams::default(), &Patch::Merge(patch)).await.unwrap();
+    h.merge("trk-domains", serde_json::json!({"spec": {"domains": [{"domain": h.domain("www")}]}})).await;
     h.wait_ready_at("trk-domains", 2).await;
 
     h.wait_for_records(&[h.domain("www")]).await;
@@ -89,8 +72,7 @@ async fn a_domain_change_while_the_tenant_is_created_ends_with_one_tenant_for_th
     h.proxy.inject(Operation::named("CreateDistributionTenant"), Fault::SlowResponse(HELD), 1);
     h.create("trk-domains-tenant", h.dns_spec(&["www", "api"], &h.zone_id, 300)).await;
     h.wait_for_tenant("trk-domains-tenant").await;
-    let patch = serde_json::json!({"spec": {"domains": [{"domain": h.domain("www")}]}});
-    h.api().patch("trk-domains-tenant", &PatchParams::default(), &Patch::Merge(patch)).await.unwrap();
+    h.merge("trk-domains-tenant", serde_json::json!({"spec": {"domains": [{"domain": h.domain("www")}]}})).await;
     let ready = h.wait_ready_at("trk-domains-tenant", 2).await;
 
     let (tenant, _) = h.aws_tenant("trk-domains-tenant").await.unwrap();
@@ -135,8 +117,7 @@ async fn a_domain_added_to_a_ready_tenant_gets_its_record() {
     let h = Harness::start("trk-add-ready").await;
     h.create("trk-add-ready", h.dns_spec(&["www"], &h.zone_id, 300)).await;
     h.wait_ready_at("trk-add-ready", 1).await;
-    let patch = serde_json::json!({"spec": {"domains": [{"domain": h.domain("www")}, {"domain": h.domain("api")}]}});
-    h.api().patch("trk-add-ready", &PatchParams::default(), &Patch::Merge(patch)).await.unwrap();
+    h.merge("trk-add-ready", serde_json::json!({"spec": {"domains": [{"domain": h.domain("www")}, {"domain": h.domain("api")}]}})).await;
     h.wait_ready_at("trk-add-ready", 2).await;
     h.wait_for_records(&[h.domain("api"), h.domain("www")]).await;
 }
@@ -147,8 +128,7 @@ async fn a_domain_added_while_the_tenant_is_created_gets_its_record() {
     h.proxy.inject(Operation::named("CreateDistributionTenant"), Fault::SlowResponse(HELD), 1);
     h.create("trk-add-creating", h.dns_spec(&["www"], &h.zone_id, 300)).await;
     h.wait_for_tenant("trk-add-creating").await;
-    let patch = serde_json::json!({"spec": {"domains": [{"domain": h.domain("www")}, {"domain": h.domain("api")}]}});
-    h.api().patch("trk-add-creating", &PatchParams::default(), &Patch::Merge(patch)).await.unwrap();
+    h.merge("trk-add-creating", serde_json::json!({"spec": {"domains": [{"domain": h.domain("www")}, {"domain": h.domain("api")}]}})).await;
     h.wait_ready_at("trk-add-creating", 2).await;
     h.wait_for_records(&[h.domain("api"), h.domain("www")]).await;
 }
@@ -162,8 +142,8 @@ async fn a_domain_added_while_the_first_records_propagate_gets_its_record() {
     h.dns_proxy.inject(Operation::named("GetChange"), Fault::PendingChange, 2);
     h.create("trk-add-propagating", h.dns_spec(&["www"], &h.zone_id, 300)).await;
     h.wait_for_records(&[h.domain("www")]).await;
-    let patch = serde_json::json!({"spec": {"domains": [{"domain": h.domain("www")}, {"domain": h.domain("api")}]}});
-    h.api().patch("trk-add-propagating", &PatchParams::default(), &Patch::Merge(patch)).await.unwrap();
+    h.merge("trk-add-propagating", serde_json::json!({"spec": {"domains": [{"domain": h.domain("www")}, {"domain": h.domain("api")}]}}))
+        .await;
     h.wait_ready_at("trk-add-propagating", 2).await;
     h.wait_for_records(&[h.domain("api"), h.domain("www")]).await;
 }

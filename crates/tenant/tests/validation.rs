@@ -9,16 +9,11 @@ mod support;
 use std::time::Duration;
 
 use blockwork_runtime::{DriftPolicy, ReconcileState, RequeuePolicy};
-use blockwork_tenant::api::{CertificateRef, Customizations, DomainName, ManagedCertificateRequest, Parameter, ValidationTokenHost};
+use blockwork_tenant::api::{CertificateRef, Customizations, DomainName, Parameter, ValidationTokenHost};
 use blockwork_tenant::{DistributionTenant, DistributionTenantSpec, Timing};
 use blockwork_testenv::aws::cnames;
 use blockwork_testenv::fault_proxy::{Fault, Operation};
-use kube::api::{Patch, PatchParams, PostParams};
-use support::{Harness, condition, quick_timing};
-
-fn state(tenant: &DistributionTenant) -> Option<ReconcileState> {
-    tenant.status.as_ref().and_then(|s| s.reconcile_state)
-}
+use support::{Harness, condition, quick_timing, state};
 
 fn failed(tenant: &DistributionTenant) -> bool {
     state(tenant) == Some(ReconcileState::Failed)
@@ -48,14 +43,7 @@ async fn tenant_without_a_certificate_on_a_default_certificate_distribution_is_r
 async fn tenant_with_a_managed_certificate_request_on_a_default_certificate_distribution_is_created() {
     let h = Harness::start("dt-v-default-managed").await;
     let distribution = h.distribution("default-managed", true, &[]).await;
-    let spec = DistributionTenantSpec {
-        distribution_id: distribution,
-        managed_certificate_request: Some(ManagedCertificateRequest {
-            validation_token_host: ValidationTokenHost::SelfHosted,
-            ..ManagedCertificateRequest::default()
-        }),
-        ..h.spec(&["www"])
-    };
+    let spec = DistributionTenantSpec { distribution_id: distribution, ..h.managed_spec(&["www"], ValidationTokenHost::SelfHosted) };
     h.create("shop-default-managed", spec).await;
     h.wait_for("shop-default-managed", "certificate attached", |t| condition(t, "CertificateReady").is_some_and(|c| c.0 == "True")).await;
     assert_eq!(h.proxy.calls("CreateDistributionTenant"), 1);
@@ -73,8 +61,7 @@ async fn missing_required_parameter_is_refused_naming_it_and_a_parameter_with_a_
     assert_eq!(h.proxy.calls("CreateDistributionTenant"), 0);
 
     // Given `origin` (and not `path`, which has a default), the tenant is created with it.
-    let patch = serde_json::json!({"spec": {"parameters": [{"name": "origin", "value": "shop.example.net"}]}});
-    h.api().patch("shop-params", &PatchParams::default(), &Patch::Merge(patch)).await.unwrap();
+    h.merge("shop-params", serde_json::json!({"spec": {"parameters": [{"name": "origin", "value": "shop.example.net"}]}})).await;
     h.wait_ready("shop-params").await;
     let (aws, _) = h.aws_tenant("shop-params").await.unwrap();
     let sent: Vec<(&str, &str)> = aws.parameters().iter().map(|p| (p.name(), p.value())).collect();
@@ -143,13 +130,7 @@ async fn pending_managed_certificate_is_looked_at_again_at_the_short_interval_th
     let timing = Timing { ready: RequeuePolicy::fixed(Duration::from_secs(120)), ..quick_timing() };
     let h = Harness::start_configured("dt-v-pending-cert", DriftPolicy::Enforce, timing).await;
     h.proxy.inject(Operation::named("GetManagedCertificateDetails"), Fault::PendingCertificate, 3);
-    let spec = DistributionTenantSpec {
-        managed_certificate_request: Some(ManagedCertificateRequest {
-            validation_token_host: ValidationTokenHost::SelfHosted,
-            ..ManagedCertificateRequest::default()
-        }),
-        ..h.spec(&["www"])
-    };
+    let spec = h.managed_spec(&["www"], ValidationTokenHost::SelfHosted);
     h.create("shop-pending-cert", spec).await;
     let pending = h
         .wait_for("shop-pending-cert", "waiting for its certificate", |t| {
@@ -203,12 +184,7 @@ async fn undecodable_a_label_is_refused_before_anything_is_written() {
 async fn refused(h: &Harness, name: &str, spec: serde_json::Value) -> String {
     let mut object = serde_json::to_value(DistributionTenant::new(name, h.spec(&["www"]))).unwrap();
     object["spec"] = spec;
-    let tenant: DistributionTenant = serde_json::from_value(object).unwrap();
-    match h.api().create(&PostParams::default(), &tenant).await {
-        Ok(_) => panic!("{name} was admitted"),
-        Err(kube::Error::Api(status)) => status.message,
-        Err(other) => panic!("{other}"),
-    }
+    h.refusal(&serde_json::from_value(object).unwrap()).await
 }
 
 #[tokio::test]

@@ -161,15 +161,8 @@ fn write_class(path: &str) -> String {
 }
 
 fn reconciles(registry: &Registry, controller: &str) -> u64 {
-    let mut text = String::new();
-    if prometheus_client::encoding::text::encode(&mut text, registry).is_err() {
-        return 0;
-    }
-    let label = format!(r#"controller="{controller}""#);
-    text.lines()
-        .filter(|line| line.starts_with("blockwork_reconciles_total{") && line.contains(&label))
-        .filter_map(|line| line.rsplit(' ').next()?.parse::<u64>().ok())
-        .sum()
+    let text = crate::harness::metrics_text(registry);
+    crate::harness::sum(&text, "blockwork_reconciles_total", &[("controller", controller)]) as u64
 }
 
 #[cfg(test)]

@@ -10,7 +10,7 @@ use std::time::Duration;
 use k8s_openapi::NamespaceResourceScope;
 use k8s_openapi::api::core::v1::Namespace;
 use k8s_openapi::api::events::v1::Event;
-use kube::api::{Api, DeleteParams, PostParams};
+use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use kube::{Client, Resource};
 use prometheus_client::registry::Registry;
 use serde::Serialize;
@@ -81,6 +81,11 @@ where
     }
 
     pub fn api(&self) -> Api<K> {
+        self.api_of()
+    }
+
+    /// The API of another kind in this namespace (the objects a controller makes, say).
+    pub fn api_of<O: Resource<Scope = NamespaceResourceScope, DynamicType = ()>>(&self) -> Api<O> {
         Api::namespaced(self.client.clone(), &self.namespace)
     }
 
@@ -90,6 +95,32 @@ where
 
     pub async fn create(&self, object: &K) -> K {
         expect("create", self.api().create(&PostParams::default(), object).await)
+    }
+
+    /// What the API server says refusing to create `object` (its schema, CEL rules or a
+    /// webhook); fails the test if it is admitted.
+    pub async fn refusal(&self, object: &K) -> String {
+        match self.api().create(&PostParams::default(), object).await {
+            Ok(admitted) => fail(format!("the API server admitted {}", status_of(&admitted))),
+            Err(kube::Error::Api(status)) => status.message,
+            Err(other) => fail(format!("create: {other}")),
+        }
+    }
+
+    /// Applies a JSON merge patch to `name` (`kubectl patch --type merge`).
+    pub async fn merge(&self, name: &str, patch: serde_json::Value) -> K {
+        expect(&format!("patch {name}"), self.api().patch(name, &PatchParams::default(), &Patch::Merge(patch)).await)
+    }
+
+    /// Sets the annotation `key` of `name` to `value`, or removes it (`None`).
+    pub async fn annotate(&self, name: &str, key: &str, value: Option<&str>) -> K {
+        self.merge(name, serde_json::json!({"metadata": {"annotations": {key: value}}})).await
+    }
+
+    /// Deletes `name` and waits until it is gone (its finalizers done).
+    pub async fn delete_and_wait(&self, name: &str) {
+        expect(&format!("delete {name}"), self.api().delete(name, &DeleteParams::default()).await);
+        self.wait_gone(name).await;
     }
 
     /// Waits until `name` exists and `check` holds for it; returns it. Fails the test with its
@@ -204,4 +235,18 @@ pub fn metrics_text(registry: &Registry) -> String {
     let mut text = String::new();
     prometheus_client::encoding::text::encode(&mut text, registry).unwrap_or_else(|e| fail(format!("metrics encode: {e}")));
     text
+}
+
+/// The values of `name`'s samples in a text exposition that carry every label of `labels`.
+pub fn samples(text: &str, name: &str, labels: &[(&str, &str)]) -> Vec<f64> {
+    text.lines()
+        .filter(|line| line.strip_prefix(name).is_some_and(|rest| rest.starts_with(['{', ' '])))
+        .filter(|line| labels.iter().all(|(key, value)| line.contains(&format!("{key}=\"{value}\""))))
+        .filter_map(|line| line.rsplit(' ').next()?.parse().ok())
+        .collect()
+}
+
+/// The sum of [`samples`].
+pub fn sum(text: &str, name: &str, labels: &[(&str, &str)]) -> f64 {
+    samples(text, name, labels).iter().sum()
 }

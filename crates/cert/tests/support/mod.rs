@@ -11,12 +11,13 @@ use std::time::Duration;
 use blockwork_aws::acm::AcmConfig;
 use blockwork_aws::{Aws, AwsConfig, AwsMetrics, Seed};
 use blockwork_cert::zones::{Zone, ZoneRegistry};
-use blockwork_cert::{Cert, CertConfig, CertMetrics, CertSpec, CertState, Timing};
+use blockwork_cert::{Cert, CertConfig, CertMetrics, CertSpec, CertState, Timing, ValidationRecordStatus};
 use blockwork_runtime::{RequeuePolicy, RuntimeMetrics};
 use blockwork_testenv::aws::{hosted_zone, layer_config, sdk_config};
 use blockwork_testenv::emulators::moto;
 use blockwork_testenv::fault_proxy::FaultProxy;
-use blockwork_testenv::harness::{ControllerTask, TestNamespace, metrics_text};
+use blockwork_testenv::harness::{ControllerTask, TIMEOUT, TestNamespace, eventually, metrics_text, sum};
+use k8s_openapi::api::core::v1::ConfigMap;
 use kube::CustomResourceExt;
 use prometheus_client::registry::Registry;
 
@@ -146,11 +147,7 @@ impl Harness {
 
     /// Reconciles that ended in a 409 from the API server (a status written from a stale copy).
     pub fn conflicts(&self) -> u64 {
-        metrics_text(&self.runtime_registry)
-            .lines()
-            .filter(|line| line.starts_with("blockwork_reconciles_total{") && line.contains(r#"result="conflict""#))
-            .filter_map(|line| line.rsplit(' ').next()?.parse::<u64>().ok())
-            .sum()
+        sum(&metrics_text(&self.runtime_registry), "blockwork_reconciles_total", &[("result", "conflict")]) as u64
     }
 
     pub async fn create(&self, name: &str, spec: CertSpec) -> Cert {
@@ -170,8 +167,37 @@ impl Harness {
         .await
     }
 
+    /// Waits until the Cert is Ready for `domain` (a changed spec's new certificate).
+    pub async fn wait_ready_for(&self, name: &str, domain: &str) -> Cert {
+        self.wait_for(name, &format!("Ready for {domain}"), |c| {
+            c.status
+                .as_ref()
+                .is_some_and(|s| s.observation.state == Some(CertState::Ready) && s.observation.domain_name.as_deref() == Some(domain))
+        })
+        .await
+    }
+
+    /// Every validation record the Cert's status lists is in its zone, with its value.
+    pub async fn records_in_zone(&self, cert: &Cert) -> bool {
+        let cnames = self.cnames(&self.zones[0]).await;
+        let listed = &status(cert).observation.validation_records;
+        let written = |r: &ValidationRecordStatus| {
+            cnames.iter().any(|(n, v, _)| n == r.name.trim_end_matches('.') && v == r.value.trim_end_matches('.'))
+        };
+        !listed.is_empty() && listed.iter().all(written)
+    }
+
     pub async fn wait_for_state(&self, name: &str, state: CertState) -> Cert {
         self.wait_for(name, state.as_str(), |c| c.status.as_ref().and_then(|s| s.observation.state) == Some(state)).await
+    }
+
+    /// Polls until the ConfigMap `name` satisfies `check` (`None`: absent).
+    pub async fn wait_for_configmap(&self, name: &str, what: &str, check: impl Fn(Option<&ConfigMap>) -> bool) -> Option<ConfigMap> {
+        let found = async || {
+            let map = self.api_of::<ConfigMap>().get_opt(name).await.unwrap();
+            if check(map.as_ref()) { Ok(map) } else { Err(format!("{map:#?}")) }
+        };
+        eventually(&format!("ConfigMap {name} to be {what}"), TIMEOUT, found).await
     }
 
     /// The CNAME records (name, value, TTL) in a zone.

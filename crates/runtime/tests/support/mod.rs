@@ -485,8 +485,7 @@ impl Harness {
 
     /// Triggers a reconcile of `name` by changing an annotation (`value` must differ each time).
     pub async fn poke(&self, name: &str, value: &str) {
-        let patch = serde_json::json!({"metadata": {"annotations": {"testing.blockwork.dev/poke": value}}});
-        self.api().patch(name, &kube::api::PatchParams::default(), &kube::api::Patch::Merge(patch)).await.expect("poke");
+        self.annotate(name, "testing.blockwork.dev/poke", Some(value)).await;
     }
 }
 

@@ -10,16 +10,16 @@ use std::time::Duration;
 
 use blockwork_aws::{Aws, AwsConfig, AwsMetrics, Endpoint, RetryPolicy, Seed, Service};
 use blockwork_runtime::policy::DRIFT_POLICY_ANNOTATION;
-use blockwork_runtime::{Context, ControllerConfig, DriftPolicy, RuntimeMetrics};
+use blockwork_runtime::{Context, ControllerConfig, DriftPolicy, ReconcileState, RuntimeMetrics};
 use blockwork_tenant::api::DomainName;
-use blockwork_tenant::api::{DnsConfig, DnsProvider};
+use blockwork_tenant::api::{DnsConfig, DnsProvider, ManagedCertificateRequest, ValidationTokenHost};
 use blockwork_tenant::cloudfront::Sdk;
 use blockwork_tenant::dns::Route53;
 use blockwork_tenant::{CONTROLLER, DistributionTenant, DistributionTenantSpec, GROUP, TenantManager, TenantMetrics, Timing};
-use blockwork_testenv::aws::{hosted_zone, layer_config, request_certificate, sdk_config, tenant_only_distribution};
+use blockwork_testenv::aws::{cnames, hosted_zone, layer_config, request_certificate, sdk_config, tenant_only_distribution};
 use blockwork_testenv::emulators::{ministack, moto};
 use blockwork_testenv::fault_proxy::FaultProxy;
-use blockwork_testenv::harness::{ControllerTask, TestNamespace, metrics_text};
+use blockwork_testenv::harness::{ControllerTask, TIMEOUT, TestNamespace, eventually, metrics_text};
 use kube::CustomResourceExt;
 use prometheus_client::registry::Registry;
 
@@ -167,6 +167,12 @@ impl Harness {
         }
     }
 
+    /// `spec(labels)` with a certificate CloudFront manages, its validation token served by `host`.
+    pub fn managed_spec(&self, labels: &[&str], host: ValidationTokenHost) -> DistributionTenantSpec {
+        let request = ManagedCertificateRequest { validation_token_host: host, ..ManagedCertificateRequest::default() };
+        DistributionTenantSpec { managed_certificate_request: Some(request), ..self.spec(labels) }
+    }
+
     /// `spec(labels)` with its CNAMEs managed in `zone_id`.
     pub fn dns_spec(&self, labels: &[&str], zone_id: &str, ttl: i64) -> DistributionTenantSpec {
         let dns = DnsConfig { provider: DnsProvider::Route53, hosted_zone_id: zone_id.to_owned(), assume_role_arn: None, ttl };
@@ -279,9 +285,27 @@ impl Harness {
         tenant_only_distribution(&self.aws, &format!("{}-{reference}", self.namespace), certificate.as_deref(), parameters).await
     }
 
+    /// Names of the CNAMEs in the test's zone, sorted.
+    pub async fn record_names(&self) -> Vec<String> {
+        cnames(&self.route53, &self.zone_id).await.into_iter().map(|r| r.0).collect()
+    }
+
+    /// Waits until the CNAMEs in the test's zone are exactly those of `expected` (sorted).
+    pub async fn wait_for_records(&self, expected: &[String]) {
+        let written = async || {
+            let names = self.record_names().await;
+            if names == expected { Ok(()) } else { Err(format!("{names:?}")) }
+        };
+        eventually(&format!("records {expected:?}"), TIMEOUT, written).await;
+    }
+
     pub fn metrics_text(&self) -> String {
         metrics_text(&self.registry)
     }
+}
+
+pub fn state(tenant: &DistributionTenant) -> Option<ReconcileState> {
+    tenant.status.as_ref().and_then(|s| s.reconcile_state)
 }
 
 /// (status, reason, message) of a condition in `status.conditions`.
