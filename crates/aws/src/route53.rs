@@ -210,6 +210,19 @@ impl Records {
         self.written.lock().unwrap_or_else(PoisonError::into_inner).get(&key).cloned()
     }
 
+    /// Forgets a failed background write of `name` in zone `zone_id`, so that [`Records::written`]
+    /// says `None` and whoever needs the record queues it again. A caller that reports a failure
+    /// needing the user's fix (a denied write) forgets it as it reports it: the failure is told
+    /// once, and the retry after it writes again instead of telling the same failure for the life
+    /// of the process.
+    pub fn forget_failure(&self, zone_id: &str, name: &str) {
+        let key = (zone_id.trim_start_matches("/hostedzone/").to_owned(), dns_name::from_route53(name));
+        let mut written = self.written.lock().unwrap_or_else(PoisonError::into_inner);
+        if matches!(written.get(&key), Some(Written::Failed(_))) {
+            written.remove(&key);
+        }
+    }
+
     /// Background writes as they complete: (zone id, normalized name) of each record.
     pub fn completions(&self) -> tokio::sync::broadcast::Receiver<Vec<(String, String)>> {
         self.completions.subscribe()

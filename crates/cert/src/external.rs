@@ -249,6 +249,11 @@ impl CertManager {
                 Some(Written::Queued) => {}
                 Some(Written::Failed(error)) => {
                     unwritten.entry(record.zone_id.clone()).or_default().push(cname(record));
+                    if error.class == ErrorClass::Terminal {
+                        // Reported below, once: the retry after it finds nothing written and writes
+                        // again, so a fixed permission heals the Cert without a restart.
+                        self.records.forget_failure(&record.zone_id, &record.name);
+                    }
                     failure.get_or_insert(error);
                 }
                 None => unwritten.entry(record.zone_id.clone()).or_default().push(cname(record)),

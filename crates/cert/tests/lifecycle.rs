@@ -132,6 +132,24 @@ async fn access_denied_fails_the_cert_with_a_sanitized_message() {
 }
 
 #[tokio::test]
+async fn a_validation_record_write_denied_fails_the_cert_and_is_written_again_once_allowed() {
+    let h = Harness::start("denied-dns", &["main"]).await;
+    h.proxy.inject(Operation::named("ChangeResourceRecordSets"), Fault::AccessDenied, 1000);
+    h.create("api", spec("api", "dns")).await;
+    let cert = h.wait_for_state("api", CertState::Failed).await;
+    let message = status(&cert).message.clone().unwrap();
+    assert!(message.contains("not authorized"), "{message}");
+    assert!(h.proxy.calls("ChangeResourceRecordSets") >= 1, "the record write was tried and refused");
+    assert!(h.cnames(&h.zones[0]).await.is_empty(), "nothing was written");
+
+    // The permission is fixed: the retry after the failure writes the record again.
+    h.proxy.clear();
+    let cert = h.wait_for_records_written("api").await;
+    assert_eq!(h.cnames(&h.zones[0]).await.len(), 1, "the record is in the zone");
+    assert!(status(&cert).observation.validation_records.iter().all(|r| !r.pending));
+}
+
+#[tokio::test]
 async fn an_undecodable_a_label_stored_without_the_webhook_fails_the_cert_before_acm_is_asked() {
     let h = Harness::start("a-label", &["main"]).await;
     let san = format!("xn--zz.{}", h.zones[0].name);
