@@ -125,6 +125,15 @@ pub struct WithConditions<T> {
     pub conditions: Conditions,
 }
 
+impl<T> WithConditions<T> {
+    /// Runs a call that decides its conditions as it goes, and returns them beside its outcome.
+    pub async fn gathered(call: impl AsyncFnOnce(&mut Conditions) -> T) -> Self {
+        let mut conditions = Conditions::default();
+        let outcome = call(&mut conditions).await;
+        Self { outcome, conditions }
+    }
+}
+
 impl<T> From<T> for WithConditions<T> {
     fn from(outcome: T) -> Self {
         Self { outcome, conditions: Conditions::default() }

@@ -710,9 +710,7 @@ impl<C: CloudFront + Acm, D: DnsRecords> ExternalResource for TenantManager<C, D
         observation: &mut TenantObservation,
         work: TenantUpkeep,
     ) -> WithConditions<Result<(), ExternalError>> {
-        let mut conditions = Conditions::default();
-        let outcome = self.maintaining(request, observation, &mut conditions, work).await;
-        WithConditions { outcome, conditions }
+        WithConditions::gathered(async |conditions| self.maintaining(request, observation, conditions, work).await).await
     }
 
     async fn create(
@@ -720,9 +718,7 @@ impl<C: CloudFront + Acm, D: DnsRecords> ExternalResource for TenantManager<C, D
         request: &Request<'_, DistributionTenant, Desired<D>>,
         observation: &mut TenantObservation,
     ) -> WithConditions<MutateOutcome> {
-        let mut conditions = Conditions::default();
-        let outcome = self.creating(request, observation, &mut conditions).await;
-        WithConditions { outcome, conditions }
+        WithConditions::gathered(async |conditions| self.creating(request, observation, conditions).await).await
     }
 
     async fn update(
@@ -730,9 +726,7 @@ impl<C: CloudFront + Acm, D: DnsRecords> ExternalResource for TenantManager<C, D
         request: &Request<'_, DistributionTenant, Desired<D>>,
         observation: &mut TenantObservation,
     ) -> WithConditions<MutateOutcome> {
-        let mut conditions = Conditions::default();
-        let outcome = self.updating(request, observation, &mut conditions).await;
-        WithConditions { outcome, conditions }
+        WithConditions::gathered(async |conditions| self.updating(request, observation, conditions).await).await
     }
 
     async fn delete(
@@ -740,9 +734,7 @@ impl<C: CloudFront + Acm, D: DnsRecords> ExternalResource for TenantManager<C, D
         request: &Request<'_, DistributionTenant, Desired<D>>,
         observation: &mut TenantObservation,
     ) -> WithConditions<DeleteOutcome> {
-        let mut conditions = Conditions::default();
-        let outcome = self.deleting(request, observation, &mut conditions).await;
-        WithConditions { outcome, conditions }
+        WithConditions::gathered(async |conditions| self.deleting(request, observation, conditions).await).await
     }
 
     /// `spec.driftPolicy`, over the operator's `--drift-policy` (the annotation beats both).
