@@ -93,7 +93,7 @@ pub fn identity() -> String {
     format!("{host}_{}", uuid::Uuid::new_v4())
 }
 
-/// A client for the elector: like `Client::try_default()`, with every request bounded by
+/// A client for the elector: like the process's ([`blockwork_runtime::client`]), with every request bounded by
 /// [`REQUEST_TIMEOUT`].
 pub async fn client() -> anyhow::Result<Client> {
     let mut config = kube::Config::infer().await.context("loading the Kubernetes client configuration")?;
@@ -101,7 +101,7 @@ pub async fn client() -> anyhow::Result<Client> {
     config.read_timeout = Some(REQUEST_TIMEOUT);
     config.write_timeout = Some(REQUEST_TIMEOUT);
     config.reset_reader_on_write = true;
-    Client::try_from(config).context("building the Kubernetes client for leader election")
+    blockwork_runtime::client::client(config).context("building the Kubernetes client for leader election")
 }
 
 /// How [`Elector::compete`] ended.

@@ -67,7 +67,7 @@ fn main() -> ExitCode {
                 Err(message) => usage_error("remove-finalizers", format!("invalid value for '--controllers': {message}")),
             };
             let released = async {
-                let client = kube::Client::try_default().await.context("building the Kubernetes client")?;
+                let client = blockwork_runtime::client::infer().await.context("building the Kubernetes client")?;
                 finalizers::remove_all(&client, &selected).await
             };
             let result = tokio::runtime::Builder::new_current_thread()

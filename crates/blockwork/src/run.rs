@@ -61,7 +61,7 @@ pub async fn run(args: RunArgs, controllers: Vec<Controller>) -> anyhow::Result<
     let aws = aws_layer(&args, aws_metrics)?;
 
     // Before the servers: webhooks check requests against the cluster. Builds no connection yet.
-    let client = Client::try_default().await.context("building the Kubernetes client")?;
+    let client = blockwork_runtime::client::infer().await.context("building the Kubernetes client")?;
     let (servers_trigger, servers_stop) = shutdown::channel();
     let webhook_context = WebhookContext { client: client.clone(), fail_closed: args.webhook_fail_closed, args: Arc::new(args.clone()) };
     let servers = Servers::start(

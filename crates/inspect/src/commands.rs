@@ -50,7 +50,7 @@ impl KubeArgs {
             None => kube::Config::infer().await.context("finding a kubeconfig (or the in-cluster configuration)")?,
         };
         let namespace = self.namespace.clone().unwrap_or_else(|| config.default_namespace.clone());
-        let client = Client::try_from(config).context("building the Kubernetes client")?;
+        let client = blockwork_runtime::client::client(config).context("building the Kubernetes client")?;
         Ok((client, namespace))
     }
 }

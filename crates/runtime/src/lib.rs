@@ -13,6 +13,7 @@
 //! ([`watches`]).
 
 pub mod backoff;
+pub mod client;
 mod conclusion;
 pub mod context;
 pub mod controller;
