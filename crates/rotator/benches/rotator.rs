@@ -35,7 +35,7 @@ use k8s_openapi::api::core::v1::Secret;
 use kube::api::{Api, ObjectMeta, Patch, PatchParams, PostParams};
 use kube::core::PartialObjectMeta;
 use kube::runtime::{WatchStreamExt as _, reflector, watcher};
-use kube::{Client, ResourceExt as _};
+use kube::ResourceExt as _;
 use prometheus_client::registry::Registry;
 use serde_json::json;
 
@@ -60,7 +60,7 @@ fn main() {
 
 /// The child: one of the three modes, until killed.
 async fn child(mode: &str) {
-    let client = Client::try_default().await.unwrap();
+    let client = blockwork_runtime::client::infer().await.unwrap();
     match mode {
         "rotator" => {
             let mut registry = Registry::default();
@@ -337,9 +337,19 @@ impl Rotations {
                 }
             }
         }
-        // Let the work that follows the last write (events) finish before reading the CPU.
+        // Count the work that follows the last write (the events, which wait until the rotator
+        // is idle): at least 1 s, then until a quarter second passes without any CPU.
         tokio::time::sleep(Duration::from_secs(1)).await;
-        let cpu_seconds = child.cpu_seconds().unwrap() - cpu_before;
+        let mut cpu = child.cpu_seconds().unwrap();
+        for _ in 0..40 {
+            tokio::time::sleep(Duration::from_millis(250)).await;
+            let now = child.cpu_seconds().unwrap();
+            if now == cpu {
+                break;
+            }
+            cpu = now;
+        }
+        let cpu_seconds = cpu - cpu_before;
         watch.abort();
         latencies.sort();
         Self { latencies, cpu_seconds }

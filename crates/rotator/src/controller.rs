@@ -1,7 +1,7 @@
 //! The Kubernetes side: two watches of Secrets per scope, routed to one reconcile per source;
 //! each reconcile takes the source and its target from the [`Cache`] (or reads them when the
 //! cache cannot tell), [`plan`]s, writes at most once (the commit point), then reports through
-//! events and metrics.
+//! events and metrics; the events wait in the [`Outbox`] until the rotator is idle.
 //!
 //! Memory and speed: `kubernetes.io/tls` Secrets — every source cert-manager writes, every
 //! target — come in full through one watch, and the cache keeps the few the rotator works
@@ -43,6 +43,7 @@ use crate::cache::{Cache, Key, Scope};
 use crate::config::{Config, Keys};
 use crate::failure;
 use crate::metrics::Metrics;
+use crate::outbox::{LONGEST_WAIT, Next, Outbox};
 use crate::plan::{self, Action, Blocked, Input, Plan, TLS_TYPE};
 use crate::queue::Queue;
 
@@ -120,6 +121,10 @@ pub struct Rotator {
     client: Client,
     keys: Keys,
     events: Publisher,
+    /// Events waiting for the rotator to be idle, and the reconciles running.
+    outbox: Mutex<Outbox<Pending>>,
+    /// Wakes the publisher: an event came, a reconcile ended, or the outbox closed.
+    outbox_changed: Notify,
     metrics: Arc<Metrics>,
     conflict_requeue: Duration,
     error_requeue: Duration,
@@ -142,6 +147,8 @@ impl Rotator {
     pub fn new(client: Client, config: &Config, metrics: Arc<Metrics>) -> Self {
         Self {
             events: Publisher::new(client.clone(), config.reporter.clone()),
+            outbox: Mutex::default(),
+            outbox_changed: Notify::new(),
             client,
             keys: config.keys.clone(),
             metrics,
@@ -271,8 +278,8 @@ impl Rotator {
     }
 
     /// Logs, metrics and events for an outcome: what was written is told on the target (one
-    /// event per write, the source named in it), what blocks on the source. Events are published
-    /// in the background, best effort: a lost event is logged, never retried.
+    /// event per write, the source named in it), what blocks on the source. Events go to the
+    /// outbox, best effort: a lost event is logged, never retried.
     pub fn report(&self, observation: &Observation, outcome: &Outcome) {
         let plan = &outcome.plan;
         let source = &observation.source;
@@ -345,12 +352,54 @@ impl Rotator {
         }
     }
 
-    /// Publishes an event in a task of its own: events are best effort and come after the
-    /// write, so neither the reconcile nor the next change of the source waits for the API
-    /// server to take them.
+    /// Puts an event in the outbox, which [`Rotator::publish_events`] publishes once the rotator
+    /// is idle: neither this reconcile nor the next rotation waits for the API server to take it.
     fn event(&self, reference: &ObjectReference, type_: EventType, reason: &str, action: &str, note: String) {
-        let (events, reference, reason, action) = (self.events.clone(), reference.clone(), reason.to_owned(), action.to_owned());
-        tokio::spawn(async move { events.publish(&reference, type_, &reason, &action, &note).await });
+        let pending = Pending { reference: reference.clone(), type_, reason: reason.to_owned(), action: action.to_owned(), note };
+        self.outbox().push(Instant::now(), pending);
+        self.outbox_changed.notify_one();
+    }
+
+    /// Publishes the outbox's events when it says so, until it is closed
+    /// ([`Rotator::close_events`]) and done.
+    pub async fn publish_events(&self) {
+        loop {
+            let changed = self.outbox_changed.notified();
+            let next = self.outbox().next(Instant::now());
+            match next {
+                Next::Publish(events) => {
+                    // Bounded: an API server that does not answer must not hold the rest (or
+                    // the shutdown) for ever.
+                    let publish = futures::future::join_all(
+                        events.iter().map(|e| self.events.publish(&e.reference, e.type_, &e.reason, &e.action, &e.note)),
+                    );
+                    if tokio::time::timeout(LONGEST_WAIT, publish).await.is_err() {
+                        warn!(events = events.len(), "events not published within {LONGEST_WAIT:?}; given up");
+                    }
+                }
+                Next::WaitUntil(deadline) => {
+                    let _ =
+                        futures::future::select(std::pin::pin!(changed), std::pin::pin!(tokio::time::sleep_until(deadline.into()))).await;
+                }
+                Next::Wait => changed.await,
+                Next::Done { given_up } => {
+                    if given_up > 0 {
+                        warn!(events = given_up, "shutting down: events not published");
+                    }
+                    return;
+                }
+            }
+        }
+    }
+
+    /// Shutdown: the outbox publishes what waits at once, then [`Rotator::publish_events`] ends.
+    pub fn close_events(&self) {
+        self.outbox().close(Instant::now());
+        self.outbox_changed.notify_one();
+    }
+
+    fn outbox(&self) -> MutexGuard<'_, Outbox<Pending>> {
+        self.outbox.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
     /// One reconcile of a source: observe (from the cache if it can tell, else by reading),
@@ -358,6 +407,7 @@ impl Rotator {
     /// more). A plan from the cache whose write is refused with 409 (the cache was behind) is
     /// made again from a fresh read; nothing was written, so there is still at most one write.
     pub async fn reconcile(&self, namespace: &str, source_name: &str) -> Result<Option<Outcome>, Error> {
+        let _running = Running::new(self);
         let cached = self.observe_cached(namespace, source_name);
         let from_cache = cached.is_some();
         let observation = match cached {
@@ -476,6 +526,34 @@ impl Rotator {
 
     fn forget_written(&self, namespace: &str, name: &str) {
         self.written.lock().unwrap_or_else(PoisonError::into_inner).remove(&(namespace.to_owned(), name.to_owned()));
+    }
+}
+
+/// An event waiting in the outbox.
+#[derive(Debug)]
+struct Pending {
+    reference: ObjectReference,
+    type_: EventType,
+    reason: String,
+    action: String,
+    note: String,
+}
+
+/// A reconcile running, for the outbox: events wait while any runs. Ends when dropped, however
+/// the reconcile ends (returned, failed, or cancelled at shutdown).
+struct Running<'a>(&'a Rotator);
+
+impl<'a> Running<'a> {
+    fn new(rotator: &'a Rotator) -> Self {
+        rotator.outbox().started();
+        Self(rotator)
+    }
+}
+
+impl Drop for Running<'_> {
+    fn drop(&mut self) {
+        self.0.outbox().ended(Instant::now());
+        self.0.outbox_changed.notify_one();
     }
 }
 
@@ -925,7 +1003,11 @@ pub async fn run(
         concurrency = config.concurrency,
         "starting the rotator"
     );
-    namespaces::run_in(&namespaces, |scope| watch(&client, scope, Arc::clone(&rotator), config.concurrency, shutdown.clone())).await;
+    let rotating = async {
+        namespaces::run_in(&namespaces, |scope| watch(&client, scope, Arc::clone(&rotator), config.concurrency, shutdown.clone())).await;
+        rotator.close_events();
+    };
+    futures::join!(rotating, rotator.publish_events());
     info!("rotator stopped");
     Ok(())
 }

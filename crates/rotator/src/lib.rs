@@ -8,7 +8,7 @@
 //!
 //! Pipeline per source: [`Rotator::observe_cached`] (source and target from the cache) or
 //! [`Rotator::observe`] (read them) → [`plan::plan`] (pure) → [`Rotator::apply`] (one write, the
-//! commit point) → [`Rotator::report`] (logs, metrics, events in the background).
+//! commit point) → [`Rotator::report`] (logs, metrics, and events that wait until the rotator is idle).
 //! See `docs/rotator.md`.
 //!
 //! It runs as the `rotator` controller of `blockwork run`, with [`RotatorArgs`] flattened into
@@ -21,6 +21,7 @@ pub mod failure;
 pub mod jwks;
 pub mod kid;
 pub mod metrics;
+mod outbox;
 pub mod plan;
 mod queue;
 

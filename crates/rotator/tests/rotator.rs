@@ -793,3 +793,20 @@ async fn hand_edits_of_the_history_are_kept_and_rotated_from() {
     let target = h.wait_for_next("target", "cert-3").await;
     assert_eq!(slots(&target), ["cert-1", "cert-2", "cert-3"]);
 }
+
+#[tokio::test]
+async fn events_still_waiting_at_shutdown_are_published_before_the_rotator_stops() {
+    let h = Harness::new("shutdown-events").await;
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let shutdown = async {
+        let _ = stopped.await;
+    };
+    let rotator = tokio::spawn(blockwork_rotator::run(h.client.clone(), h.config.clone(), std::sync::Arc::clone(&h.metrics), shutdown));
+    h.create_source("source", "target", "cert", "key").await;
+    h.wait_for_next("target", "cert").await;
+    // At once: the event waits for 50 ms without a reconcile before it goes on its own.
+    stop.send(()).expect("the rotator runs");
+    rotator.await.expect("the rotator's task").expect("the rotator stops cleanly");
+    let told = h.events("target").await;
+    assert!(told.iter().any(|e| e.reason == "Created"), "published before `run` returned: {told:?}");
+}
