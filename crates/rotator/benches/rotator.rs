@@ -32,10 +32,10 @@ use blockwork_testenv::measure::{MeasuredChild, mib};
 use futures::{StreamExt as _, TryStreamExt as _};
 use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::Secret;
+use kube::ResourceExt as _;
 use kube::api::{Api, ObjectMeta, Patch, PatchParams, PostParams};
 use kube::core::PartialObjectMeta;
 use kube::runtime::{WatchStreamExt as _, reflector, watcher};
-use kube::ResourceExt as _;
 use prometheus_client::registry::Registry;
 use serde_json::json;
 
