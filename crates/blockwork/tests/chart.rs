@@ -473,15 +473,15 @@ fn exported() -> BTreeMap<String, BTreeSet<String>> {
     metrics.runtime.external_call("cert", "verify", "success", Duration::from_millis(5));
     metrics.runtime.object_state("cache", "u1", Some(blockwork_runtime::ReconcileState::Succeeded));
     {
-        use blockwork_aws::{ErrorClass, Seed, Service, acm};
+        use blockwork_aws::{ErrorClass, Seed, Service};
         let aws = &metrics.aws;
-        aws.call(&[Seed::Cert], Service::Acm, "DescribeCertificate", Ok(()), Duration::from_millis(5));
-        aws.call(&[Seed::Cert], Service::Acm, "RequestCertificate", Err(ErrorClass::Throttled), Duration::from_millis(5));
-        aws.call(&[Seed::Tenant], Service::CloudFront, "GetDistributionTenant", Ok(()), Duration::from_millis(5));
+        aws.call(&[Seed::Cert], "operator", Service::Acm, "DescribeCertificate", Ok(()), Duration::from_millis(5));
+        aws.call(&[Seed::Cert], "operator", Service::Acm, "RequestCertificate", Err(ErrorClass::Throttled), Duration::from_millis(5));
+        aws.call(&[Seed::Tenant], "operator", Service::CloudFront, "GetDistributionTenant", Ok(()), Duration::from_millis(5));
         aws.limiter_wait(&[Seed::Cert], Service::Acm, Duration::from_millis(1));
         aws.limiter_tokens(Service::Acm, "DescribeCertificate", 8.0);
-        aws.cache_lookup(&[Seed::Cert], acm::DESCRIBE_CACHE, true);
-        aws.cache_lookup(&[Seed::Cert], acm::DESCRIBE_CACHE, false);
+        aws.cache_lookup(&[Seed::Cert], blockwork_aws::metrics::DESCRIBE_CACHE, true);
+        aws.cache_lookup(&[Seed::Cert], blockwork_aws::metrics::DESCRIBE_CACHE, false);
     }
     // Each controller's own metrics, registered as its `start` registers them (unprefixed, in
     // the sub-registry of its `metrics_prefix`) and touched; the binary's registry must declare

@@ -294,8 +294,11 @@ impl CertManager {
         }
         for (zone_id, planned) in unlisted {
             let names: Vec<String> = planned.iter().map(|p| p.record.name.clone()).collect();
-            let existing =
-                self.records.lookup(crate::CONTROLLER, &Zone::new(&zone_id, None), &names).await.map_err(|e| ExternalError::from(&e))?;
+            let existing = self
+                .records
+                .lookup(crate::CONTROLLER, &Zone::new(&zone_id, blockwork_aws::Principal::operator()), &names)
+                .await
+                .map_err(|e| ExternalError::from(&e))?;
             for (planned, existing) in planned.into_iter().zip(existing) {
                 let owned = existing.map(|record| normalize(&record.value)) != Some(normalize(&planned.record.value));
                 observation.validation_records.push(ValidationRecordStatus {
@@ -601,7 +604,7 @@ impl CertManager {
         let mut failure = None;
         for (zone_id, records) in by_zone {
             let cnames = records.iter().map(|r| cname(r)).collect();
-            match self.records.delete(crate::CONTROLLER, &Zone::new(zone_id, None), cnames).await {
+            match self.records.delete(crate::CONTROLLER, &Zone::new(zone_id, blockwork_aws::Principal::operator()), cnames).await {
                 Ok(deletions) => {
                     for (record, deletion) in records.into_iter().zip(deletions) {
                         if deletion == Deletion::NotFound {
@@ -727,7 +730,11 @@ impl ExternalResource for CertManager {
         let done = match work {
             CertUpkeep::WriteRecords(by_zone) => {
                 for (zone_id, records) in by_zone {
-                    self.records.upsert_in_background(crate::CONTROLLER, &Zone::new(&zone_id, None), records);
+                    self.records.upsert_in_background(
+                        crate::CONTROLLER,
+                        &Zone::new(&zone_id, blockwork_aws::Principal::operator()),
+                        records,
+                    );
                 }
                 Ok(())
             }

@@ -62,7 +62,7 @@ pub async fn run(
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) {
     metrics.set_tracking_limits(config.expiry_threshold_days, config.max_tracked_certificates);
-    let acm = Acm::new(&aws, CONTROLLER, None, config.acm);
+    let acm = Acm::new(&aws, CONTROLLER, None, blockwork_aws::Principal::operator(), config.acm);
     let records = aws.records();
     let _sweeps = Background(tokio::spawn(Arc::clone(&acm).keep_swept()));
     let manager = CertManager::new(

@@ -6,7 +6,7 @@
 use std::collections::BTreeSet;
 use std::sync::Arc;
 
-use blockwork_aws::{Aws, AwsError, AwsMetrics, ErrorClass, classify_sdk_error, mask_accounts};
+use blockwork_aws::{Aws, AwsError, AwsMetrics, ErrorClass, Principal, classify_sdk_error, mask_accounts};
 use blockwork_tenant::DistributionTenant;
 use kube::api::ListParams;
 use kube::{Api, Client};
@@ -181,18 +181,19 @@ async fn cert(args: &CheckArgs, aws: &Aws, iam: &aws_sdk_iam::Client) -> Vec<Fin
     if findings[0].verdict == Verdict::Fail {
         return findings;
     }
-    let listed = aws
-        .acm("cert", None)
-        .await
-        .list_certificates()
-        .max_items(1)
-        .send()
-        .await
-        .map(|_| "allowed (acm:ListCertificates)".to_owned())
-        .map_err(|e| classify_sdk_error("ListCertificates", &e));
+    let listed = match aws.acm("cert", None, &Principal::operator()).await {
+        Ok(acm) => acm
+            .list_certificates()
+            .max_items(1)
+            .send()
+            .await
+            .map(|_| "allowed (acm:ListCertificates)".to_owned())
+            .map_err(|e| classify_sdk_error("ListCertificates", &e)),
+        Err(error) => Err(error),
+    };
     findings.push(call_finding("cert: ACM read access".into(), listed, CERT_POLICY));
-    match aws.route53("cert", None).await {
-        Ok((route53, _)) => {
+    match aws.route53("cert", &Principal::operator()).await {
+        Ok(route53) => {
             for zone in config.zones.zones() {
                 findings.push(zone_finding(&route53, &zone.id, Some(&zone.name), "cert", CERT_POLICY).await);
             }
@@ -243,7 +244,13 @@ async fn tenant(args: &CheckArgs, aws: &Aws, iam: &aws_sdk_iam::Client, client: 
     if findings[0].verdict == Verdict::Fail {
         return findings;
     }
-    let cloudfront = aws.cloudfront("tenant").await;
+    let cloudfront = match aws.cloudfront("tenant", &Principal::operator()).await {
+        Ok(cloudfront) => cloudfront,
+        Err(error) => {
+            findings.push(call_finding("tenant: CloudFront read access".into(), Err(error), TENANT_POLICY));
+            return findings;
+        }
+    };
     let groups = cloudfront
         .list_connection_groups()
         .send()
@@ -268,8 +275,8 @@ async fn tenant(args: &CheckArgs, aws: &Aws, iam: &aws_sdk_iam::Client, client: 
             .map_err(|e| classify_sdk_error(OP, &e));
         findings.push(call_finding(format!("tenant: distribution {id}"), result, TENANT_POLICY));
     }
-    let route53 = match aws.route53("tenant", None).await {
-        Ok((route53, _)) => route53,
+    let route53 = match aws.route53("tenant", &Principal::operator()).await {
+        Ok(route53) => route53,
         Err(error) => {
             findings.push(call_finding("tenant: Route 53".into(), Err(error), TENANT_POLICY));
             return findings;

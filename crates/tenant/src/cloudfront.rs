@@ -13,7 +13,7 @@ use aws_sdk_cloudfront::types::{
     ValidationTokenHost as SdkTokenHost, WebAclCustomization,
 };
 use blockwork_aws::acm::AcmConfig;
-use blockwork_aws::{Account, Aws, AwsError, Call, ErrorClass as AwsClass, Scope, Service, classify_sdk_error};
+use blockwork_aws::{Aws, AwsError, Call, ErrorClass as AwsClass, Principal, Scope, Service, classify_sdk_error};
 
 use crate::api::{GeoRestrictionType, ManagedCertificateRequest, TransparencyPreference, ValidationTokenHost, WebAclAction};
 use crate::diff::{TenantConfig, WebAcl, normal_geo};
@@ -83,22 +83,24 @@ pub trait Acm: Send + Sync + 'static {
     fn certificate_names(&self, arn: &str) -> impl Future<Output = Result<Vec<String>, AwsError>> + Send;
 }
 
-/// aws-sdk-cloudfront and ACM, on the process's AWS layer.
+/// aws-sdk-cloudfront and ACM, on the process's AWS layer, acting as one principal.
 pub struct Sdk {
     aws: Arc<Aws>,
-    client: tokio::sync::OnceCell<aws_sdk_cloudfront::Client>,
+    principal: Principal,
     acm: Arc<blockwork_aws::acm::Acm>,
 }
 
 impl Sdk {
-    pub fn new(aws: &Arc<Aws>) -> Self {
+    pub fn new(aws: &Arc<Aws>, principal: Principal) -> Self {
         // CloudFront only takes certificates from us-east-1, whatever the operator's region.
-        let acm = blockwork_aws::acm::Acm::new(aws, crate::CONTROLLER, Some(crate::validate::CERTIFICATE_REGION), AcmConfig::default());
-        Self { aws: Arc::clone(aws), client: tokio::sync::OnceCell::new(), acm }
+        let region = Some(crate::validate::CERTIFICATE_REGION);
+        let acm = blockwork_aws::acm::Acm::new(aws, crate::CONTROLLER, region, principal.clone(), AcmConfig::default());
+        Self { aws: Arc::clone(aws), principal, acm }
     }
 
-    async fn client(&self) -> &aws_sdk_cloudfront::Client {
-        self.client.get_or_init(|| self.aws.cloudfront(crate::CONTROLLER)).await
+    /// A client with the principal's current credentials.
+    async fn client(&self) -> Result<aws_sdk_cloudfront::Client, AwsError> {
+        self.aws.cloudfront(crate::CONTROLLER, &self.principal).await
     }
 
     /// One CloudFront call through the layer: CloudFront's quota is the account's, global.
@@ -107,8 +109,13 @@ impl Sdk {
         F: Fn() -> Fut,
         Fut: Future<Output = Result<T, AwsError>>,
     {
-        let call =
-            Call { callers: &[crate::CONTROLLER], scope: Scope::new(Account::Own, Service::CloudFront, None), operation, changes: 0 };
+        let call = Call {
+            callers: &[crate::CONTROLLER],
+            identity: self.principal.identity(),
+            scope: Scope::new(self.principal.account(), Service::CloudFront, None),
+            operation,
+            changes: 0,
+        };
         self.aws.call(call, attempt).await
     }
 }
@@ -233,7 +240,7 @@ fn missing_tenant(operation: &'static str) -> AwsError {
 impl CloudFront for Sdk {
     async fn get_tenant(&self, identifier: &str) -> Result<Option<ObservedTenant>, AwsError> {
         const OP: &str = "GetDistributionTenant";
-        let client = self.client().await;
+        let client = &self.client().await?;
         let result = self
             .call(OP, || async {
                 client.get_distribution_tenant().identifier(identifier).send().await.map_err(|e| classify_sdk_error(OP, &e))
@@ -252,7 +259,7 @@ impl CloudFront for Sdk {
         let tag = Tag::builder().key(OWNER_TAG).value(owner).build().map_err(|e| build_error(OP, &e))?;
         let request = self
             .client()
-            .await
+            .await?
             .create_distribution_tenant()
             .name(name)
             .distribution_id(&write.config.distribution_id)
@@ -277,7 +284,7 @@ impl CloudFront for Sdk {
         let SdkWrite { domains, parameters, customizations, managed } = sdk_write(OP, write)?;
         let request = self
             .client()
-            .await
+            .await?
             .update_distribution_tenant()
             .id(id)
             .if_match(if_match)
@@ -299,7 +306,7 @@ impl CloudFront for Sdk {
 
     async fn delete_tenant(&self, id: &str, if_match: &str) -> Result<(), AwsError> {
         const OP: &str = "DeleteDistributionTenant";
-        let client = self.client().await;
+        let client = &self.client().await?;
         self.call(OP, || async move {
             client.delete_distribution_tenant().id(id).if_match(if_match).send().await.map_err(|e| classify_sdk_error(OP, &e))
         })
@@ -310,7 +317,7 @@ impl CloudFront for Sdk {
     async fn routing_endpoint(&self, connection_group_id: Option<&str>) -> Result<String, AwsError> {
         if let Some(id) = connection_group_id {
             const OP: &str = "GetConnectionGroup";
-            let client = self.client().await;
+            let client = &self.client().await?;
             let output =
                 self.call(OP, || async move {
                     client.get_connection_group().identifier(id).send().await.map_err(|e| classify_sdk_error(OP, &e))
@@ -325,7 +332,7 @@ impl CloudFront for Sdk {
         }
         const OP: &str = "ListConnectionGroups";
         let mut marker: Option<String> = None;
-        let client = self.client().await;
+        let client = &self.client().await?;
         loop {
             let request = client.list_connection_groups().set_marker(marker.take());
             let output = self
@@ -354,7 +361,7 @@ impl CloudFront for Sdk {
 
     async fn distribution(&self, id: &str) -> Result<Option<DistributionRules>, AwsError> {
         const OP: &str = "GetDistribution";
-        let client = self.client().await;
+        let client = &self.client().await?;
         match self.call(OP, || async move { client.get_distribution().id(id).send().await.map_err(|e| classify_sdk_error(OP, &e)) }).await {
             Ok(output) => Ok(output.distribution().map(distribution_rules)),
             Err(error) if error.class == AwsClass::NotFound => Ok(None),
@@ -364,7 +371,7 @@ impl CloudFront for Sdk {
 
     async fn managed_certificate(&self, tenant: &str) -> Result<Option<ManagedCertificate>, AwsError> {
         const OP: &str = "GetManagedCertificateDetails";
-        let client = self.client().await;
+        let client = &self.client().await?;
         let output = self
             .call(OP, || async move {
                 client.get_managed_certificate_details().identifier(tenant).send().await.map_err(|e| classify_sdk_error(OP, &e))

@@ -16,7 +16,7 @@ use std::future::Future;
 use std::sync::Arc;
 
 use blockwork_aws::route53::{Record, Records, Zone};
-use blockwork_aws::{AwsError, dns_name};
+use blockwork_aws::{AssumedRole, AwsError, Principal, dns_name};
 
 use tracing::info;
 
@@ -76,7 +76,13 @@ impl Route53 {
 }
 
 fn zone(config: &DnsConfig) -> Zone {
-    Zone::new(&config.hosted_zone_id, config.assume_role_arn.as_deref())
+    let role = config.assume_role_arn.as_ref().map(|arn| AssumedRole {
+        arn: arn.clone(),
+        external_id: None,
+        session_name: blockwork_aws::principal::session_name("tenant", "dns"),
+    });
+    let principal = role.map_or_else(Principal::operator, |role| Principal::new(blockwork_aws::OPERATOR, Some(role)));
+    Zone::new(&config.hosted_zone_id, principal)
 }
 
 impl DnsRecords for Route53 {

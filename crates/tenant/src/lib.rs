@@ -66,7 +66,7 @@ pub async fn run(
     concurrency: u16,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) {
-    let cloudfront = cloudfront::Sdk::new(&aws);
+    let cloudfront = cloudfront::Sdk::new(&aws, blockwork_aws::Principal::operator());
     let route53 = dns::Route53::new(aws.records());
     let manager = TenantManager::new(cloudfront, Some(route53), Arc::clone(&metrics), aws.metrics());
     let config = ControllerConfig::new(CONTROLLER, GROUP).with_timing(default_timing()).with_default_drift(args.drift_policy);

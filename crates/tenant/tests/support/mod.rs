@@ -128,7 +128,7 @@ impl Harness {
     /// count its writes), counting its reconciles in `runtime_metrics`.
     pub async fn start_controller_with(&mut self, client: kube::Client, runtime_metrics: Arc<RuntimeMetrics>) {
         let aws = Aws::with_sdk_config(self.aws_config(), sdk_config(&self.proxy.endpoint()).await, Arc::clone(&self.aws_metrics));
-        let cloudfront = Sdk::new(&aws);
+        let cloudfront = Sdk::new(&aws, blockwork_aws::Principal::operator());
         let route53 = Route53::new(aws.records());
         let manager = TenantManager::new(cloudfront, Some(route53), Arc::clone(&self.metrics), aws.metrics());
         let config = ControllerConfig::new(CONTROLLER, GROUP).with_timing(self.timing).with_default_drift(self.default_drift);
