@@ -28,8 +28,8 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use blockwork_aws::acm::{Acm, Certificate, CertificateRequest, Freshness};
-use blockwork_aws::route53::{Deletion, Record, Records, Written, Zone};
+use blockwork_aws::acm::{Certificate, CertificateRequest, Freshness};
+use blockwork_aws::route53::{Deletion, Record, Records, Written};
 use blockwork_aws::{AwsError, ErrorClass};
 
 use blockwork_runtime::{
@@ -40,10 +40,11 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::{Client, ResourceExt};
 use tracing::warn;
 
+use crate::account::{Accounts, CertAccount};
 use crate::api::{Cert, CertObservation, CertState, ValidationRecordStatus};
 use crate::decisions::{self, Assessment, Desired};
 use crate::metrics::CertMetrics;
-use crate::zones::{ZoneRegistry, normalize};
+use crate::zones::normalize;
 
 /// The Cert's intervals: seed 000's, but a minute between looks while ACM validates (a Cert
 /// waiting for issuance is woken by the listing's sweeps anyway, see `crate::wake`), and hourly
@@ -56,11 +57,11 @@ pub fn default_timing() -> Timing {
 /// TTL of the validation records: ACM only reads them at validation and renewal.
 pub const VALIDATION_RECORD_TTL: i64 = 300;
 
-/// The Cert operator's manager, over the process's AWS layer.
+/// The Cert operator's manager, over the process's AWS layer: each Cert acts in its namespace's
+/// account ([`crate::account`]).
 pub struct CertManager {
-    acm: Arc<Acm>,
+    accounts: Arc<Accounts>,
     records: Arc<Records>,
-    zones: ZoneRegistry,
     validation_timeout: Duration,
     metrics: Arc<CertMetrics>,
     /// Deletes the published ConfigMap when the Cert goes (see [`crate::publish`]).
@@ -69,40 +70,57 @@ pub struct CertManager {
 
 impl CertManager {
     pub fn new(
-        acm: Arc<Acm>,
+        accounts: Arc<Accounts>,
         records: Arc<Records>,
-        zones: ZoneRegistry,
         validation_timeout: Duration,
         metrics: Arc<CertMetrics>,
         client: Client,
     ) -> Self {
-        Self { acm, records, zones, validation_timeout, metrics, client }
+        Self { accounts, records, validation_timeout, metrics, client }
     }
 
-    /// The ACM of this controller, whose listing [`crate::wake`] follows.
-    pub fn acm(&self) -> &Arc<Acm> {
-        &self.acm
+    /// The accounts of this controller's Certs, whose listings [`crate::wake`] follows.
+    pub fn accounts(&self) -> &Arc<Accounts> {
+        &self.accounts
+    }
+
+    /// The Cert's account, resolved before any AWS call; the status names its identity.
+    async fn account(&self, object: &Cert, observation: &mut CertObservation) -> Result<CertAccount, ExternalError> {
+        let account = self.accounts.of(&object.namespace().unwrap_or_default()).await?;
+        observation.aws_identity = Some(account.grant.identity.to_string());
+        Ok(account)
+    }
+
+    /// Queues the validation records with their zones' next background batches.
+    async fn write_records(&self, request: &Request<'_, Cert>, by_zone: BTreeMap<String, Vec<Record>>) -> Result<(), ExternalError> {
+        let account = self.accounts.of(&request.object.namespace().unwrap_or_default()).await?;
+        for (zone_id, records) in by_zone {
+            let zone = account.zone(&zone_id).map_err(ExternalError::from)?;
+            self.records.upsert_in_background(crate::CONTROLLER, &zone, records);
+        }
+        Ok(())
     }
 
     /// The certificate of the ARN in status, list-first: its listed summary when that tells all
     /// this look needs, else its description too. `None` when ACM no longer has it.
     async fn read(
         &self,
+        account: &CertAccount,
         arn: &str,
         request: &Request<'_, Cert>,
         desired: &Desired,
         observation: &CertObservation,
     ) -> Result<Option<Found>, AwsError> {
-        let described = match self.acm.summary(arn, Freshness::Listed).await? {
+        let described = match account.acm.summary(arn, Freshness::Listed).await? {
             Some(summary) => {
                 let known = decisions::records_known(desired, &observation.validation_records);
                 match decisions::description_needed(&summary, request.spec_change.changed, known, jiff::Timestamp::now()) {
                     None => return Ok(Some(Found { certificate: decisions::listed(&summary), described: false })),
-                    Some(_) => self.acm.describe_recent(arn).await,
+                    Some(_) => account.acm.describe_recent(account.principal(), arn).await,
                 }
             }
             // Not listed yet (requested since the last sweep) or gone: ask.
-            None => self.acm.describe(arn).await,
+            None => account.acm.describe(account.principal(), arn).await,
         };
         match described {
             Ok(certificate) => Ok(Some(Found::described(certificate))),
@@ -130,13 +148,14 @@ impl CertManager {
         );
     }
 
-    fn desired(&self, object: &Cert, observation: &mut CertObservation) -> Result<Desired, ExternalError> {
+    fn desired(&self, account: &CertAccount, object: &Cert, observation: &mut CertObservation) -> Result<Desired, ExternalError> {
         // The webhook refuses these names at admission; this holds for objects stored without
         // it (webhook off or failing open), before ACM is asked.
         for name in object.spec.domain_name.iter().chain(&object.spec.subject_alternative_names) {
             blockwork_aws::dns_name::parse(name).map_err(|e| ExternalError::terminal("InvalidSpec", e.to_string()))?;
         }
-        let desired = decisions::desired(&object.spec, &self.zones).map_err(|e| ExternalError::terminal("InvalidSpec", e.to_string()))?;
+        let desired =
+            decisions::desired(&object.spec, &account.zones).map_err(|e| ExternalError::terminal("InvalidSpec", e.to_string()))?;
         observation.domain_name = Some(desired.domain.clone());
         observation.resolved_zone = Some(desired.zone.to_ref());
         Ok(desired)
@@ -146,9 +165,9 @@ impl CertManager {
     /// a certificate whose ARN never reached the status (the status write after it was refused,
     /// or the process died). The runtime calls `create` only under a marker written for the
     /// current spec, so the marker's spec and time identify that request exactly.
-    fn marked(&self, request: &Request<'_, Cert>) -> Option<Marked> {
+    fn marked(&self, account: &CertAccount, request: &Request<'_, Cert>) -> Option<Marked> {
         let marker = request.create_pending?;
-        let Some(desired) = decisions::marked_desired(marker.spec.as_deref(), &request.object.spec, &self.zones) else {
+        let Some(desired) = decisions::marked_desired(marker.spec.as_deref(), &request.object.spec, &account.zones) else {
             warn!(cert = %request.object.name_any(), "the create-pending marker's spec no longer resolves to a configured zone; its request is not looked for");
             return None;
         };
@@ -159,24 +178,30 @@ impl CertManager {
     /// The certificate of this object: by the ARN in status; else the one the create-pending
     /// marker's request made, if any; else, without a marker, one of ours for exactly these names
     /// (an adoption after the status was lost, e.g. by a restore).
-    async fn find(&self, request: &Request<'_, Cert>, desired: &Desired, observation: &CertObservation) -> Result<Option<Found>, AwsError> {
+    async fn find(
+        &self,
+        account: &CertAccount,
+        request: &Request<'_, Cert>,
+        desired: &Desired,
+        observation: &CertObservation,
+    ) -> Result<Option<Found>, AwsError> {
         if let Some(arn) = &observation.certificate_arn
-            && let Some(found) = self.read(arn, request, desired, observation).await?
+            && let Some(found) = self.read(account, arn, request, desired, observation).await?
         {
             return Ok(Some(found));
         }
         let uid = request.object.uid().unwrap_or_default();
-        if let Some(marked) = self.marked(request) {
+        if let Some(marked) = self.marked(account, request) {
             let freshness = decisions::marked_lookup(false, marked.desired != *desired, marked.at, jiff::Timestamp::now());
-            let listing = self.acm.list_certificates(freshness).await?;
-            return Ok(self.find_requested(&listing, &marked, &uid).await?.map(Found::described));
+            let listing = account.acm.list_certificates(freshness).await?;
+            return Ok(self.find_requested(account, &listing, &marked, &uid).await?.map(Found::described));
         }
-        let listing = self.acm.list_certificates(Freshness::Recent).await?;
-        for (arn, _) in self.owned_candidates(&listing, &desired.domain, &uid).await? {
+        let listing = account.acm.list_certificates(Freshness::Recent).await?;
+        for (arn, _) in self.owned_candidates(account, &listing, &desired.domain, &uid).await? {
             if observation.previous_certificate_arns.contains(&arn) {
                 continue;
             }
-            match self.acm.describe(&arn).await {
+            match account.acm.describe(account.principal(), &arn).await {
                 Ok(certificate) if decisions::names_differ(&certificate, desired).is_none() => {
                     return Ok(Some(Found::described(certificate)));
                 }
@@ -189,12 +214,18 @@ impl CertManager {
     }
 
     /// The certificate of the marker's request: ours (owner UID) and requested with its token.
-    async fn find_requested(&self, listing: &[(String, String)], marked: &Marked, uid: &str) -> Result<Option<Certificate>, AwsError> {
-        for (arn, tags) in self.owned_candidates(listing, &marked.desired.domain, uid).await? {
+    async fn find_requested(
+        &self,
+        account: &CertAccount,
+        listing: &[(String, String)],
+        marked: &Marked,
+        uid: &str,
+    ) -> Result<Option<Certificate>, AwsError> {
+        for (arn, tags) in self.owned_candidates(account, listing, &marked.desired.domain, uid).await? {
             if decisions::tag(&tags, decisions::TAG_TOKEN) != Some(marked.token.as_str()) {
                 continue;
             }
-            match self.acm.describe(&arn).await {
+            match account.acm.describe(account.principal(), &arn).await {
                 Ok(certificate) => return Ok(Some(certificate)),
                 Err(error) if error.class == ErrorClass::NotFound => {}
                 Err(error) => return Err(error),
@@ -206,13 +237,14 @@ impl CertManager {
     /// The listed certificates for `domain` whose tags name this object as owner, with the tags.
     async fn owned_candidates(
         &self,
+        account: &CertAccount,
         listing: &[(String, String)],
         domain: &str,
         uid: &str,
     ) -> Result<Vec<(String, Vec<(String, String)>)>, AwsError> {
         let mut owned = Vec::new();
         for (_, arn) in listing.iter().filter(|(d, _)| normalize(d) == domain) {
-            match self.acm.list_tags(arn).await {
+            match account.acm.list_tags(account.principal(), arn).await {
                 Ok(tags) if decisions::owned_by(&tags, uid) => owned.push((arn.clone(), tags)),
                 Ok(_) => {}
                 // Deleted since the listing.
@@ -234,6 +266,7 @@ impl CertManager {
     /// like someone else's (and never deleted). `complete`: every record ACM asks for is written.
     async fn record_progress(
         &self,
+        account: &CertAccount,
         described: Option<&Certificate>,
         desired: &Desired,
         observation: &mut CertObservation,
@@ -263,7 +296,7 @@ impl CertManager {
             return Err(ExternalError::from(&error));
         }
         let complete = match described {
-            Some(certificate) => self.list_records(certificate, desired, observation).await?,
+            Some(certificate) => self.list_records(account, certificate, desired, observation).await?,
             None => decisions::records_known(desired, &observation.validation_records),
         };
         let complete = complete && observation.validation_records.iter().all(|r| !r.pending);
@@ -276,6 +309,7 @@ impl CertManager {
     /// them: used, never deleted). True when ACM has published every record.
     async fn list_records(
         &self,
+        account: &CertAccount,
         certificate: &Certificate,
         desired: &Desired,
         observation: &mut CertObservation,
@@ -294,11 +328,8 @@ impl CertManager {
         }
         for (zone_id, planned) in unlisted {
             let names: Vec<String> = planned.iter().map(|p| p.record.name.clone()).collect();
-            let existing = self
-                .records
-                .lookup(crate::CONTROLLER, &Zone::new(&zone_id, blockwork_aws::Principal::operator()), &names)
-                .await
-                .map_err(|e| ExternalError::from(&e))?;
+            let zone = account.zone(&zone_id).map_err(ExternalError::from)?;
+            let existing = self.records.lookup(crate::CONTROLLER, &zone, &names).await.map_err(ExternalError::from)?;
             for (planned, existing) in planned.into_iter().zip(existing) {
                 let owned = existing.map(|record| normalize(&record.value)) != Some(normalize(&planned.record.value));
                 observation.validation_records.push(ValidationRecordStatus {
@@ -320,7 +351,10 @@ impl CertManager {
             let outcome = match object.spec.delete_on_removal {
                 // The certificates (and their records) stay whatever AWS says: nothing to look up.
                 false => VerifyOutcome::Missing,
-                true => self.observe_held(request, observation).await.map_err(|e| ExternalError::from(&e))?,
+                true => {
+                    let account = self.account(object, observation).await?;
+                    self.observe_held(&account, request, observation).await.map_err(|e| ExternalError::from(&e))?
+                }
             };
             // Nothing left to delete in AWS: the runtime releases the object next, and with it
             // the published ConfigMap goes (the owner reference covers clusters with a garbage
@@ -329,8 +363,9 @@ impl CertManager {
                 (outcome == VerifyOutcome::Missing).then_some(Upkeep { purpose: Purpose::Release, work: CertUpkeep::Unpublish });
             return Ok(Observed::from(outcome).with_upkeep(unpublish));
         }
-        let desired = self.desired(object, observation)?;
-        let Some(found) = self.find(request, &desired, observation).await.map_err(|e| ExternalError::from(&e))? else {
+        let account = &self.account(object, observation).await?;
+        let desired = self.desired(account, object, observation)?;
+        let Some(found) = self.find(account, request, &desired, observation).await.map_err(|e| ExternalError::from(&e))? else {
             observation.certificate_arn = None;
             observation.cert_ready = false;
             observation.expiration_date = None;
@@ -363,7 +398,7 @@ impl CertManager {
                 let renewing = certificate.renewal_status.as_deref() == Some("PENDING_VALIDATION");
                 let unwritten = observation.validation_records.iter().any(|r| r.pending);
                 if (renewing || unwritten) && request.policies.access.create {
-                    upkeep.extend(self.record_progress(described.filter(|_| renewing), &desired, observation).await?.write);
+                    upkeep.extend(self.record_progress(account, described.filter(|_| renewing), &desired, observation).await?.write);
                 }
                 if let Some(message) = decisions::renewal_message(certificate.renewal_status.as_deref()) {
                     warn!(cert = %object.name_any(), namespace = ?object.namespace(), "{message}");
@@ -372,7 +407,7 @@ impl CertManager {
                     // Which records the current certificate still needs is only described.
                     let current = match described {
                         Some(certificate) => Ok(certificate.clone()),
-                        None => self.acm.describe_recent(&certificate.arn).await,
+                        None => account.acm.describe_recent(account.principal(), &certificate.arn).await,
                     };
                     match current {
                         Ok(current) => {
@@ -395,8 +430,8 @@ impl CertManager {
                     )
                     .into());
                 }
-                self.acm.await_issue(&certificate.arn);
-                let progress = self.record_progress(described, &desired, observation).await?;
+                account.acm.await_issue(&certificate.arn);
+                let progress = self.record_progress(account, described, &desired, observation).await?;
                 let outcome = if progress.complete {
                     observation.state = Some(CertState::Validated);
                     VerifyOutcome::InProgress(format!("the validation records are in place; waiting for ACM to issue {}", desired.domain))
@@ -416,11 +451,16 @@ impl CertManager {
     /// released — its certificate, the ones it replaced, and the one the create-pending marker's
     /// request may have made, looked for in a current listing (a cached one could miss a
     /// certificate requested seconds ago, and the Cert would be released with it).
-    async fn observe_held(&self, request: &Request<'_, Cert>, observation: &mut CertObservation) -> Result<VerifyOutcome, AwsError> {
-        if let Some(marked) = self.marked(request) {
+    async fn observe_held(
+        &self,
+        account: &CertAccount,
+        request: &Request<'_, Cert>,
+        observation: &mut CertObservation,
+    ) -> Result<VerifyOutcome, AwsError> {
+        if let Some(marked) = self.marked(account, request) {
             let uid = request.object.uid().unwrap_or_default();
-            let listing = self.acm.list_certificates(Freshness::Current).await?;
-            if let Some(found) = self.find_requested(&listing, &marked, &uid).await? {
+            let listing = account.acm.list_certificates(Freshness::Current).await?;
+            if let Some(found) = self.find_requested(account, &listing, &marked, &uid).await? {
                 hold(observation, found.arn);
             }
         }
@@ -433,7 +473,8 @@ impl CertManager {
 
     async fn request(&self, request: &Request<'_, Cert>, observation: &mut CertObservation) -> Result<(), ExternalError> {
         let object = request.object;
-        let desired = self.desired(object, observation)?;
+        let account = &self.account(object, observation).await?;
+        let desired = self.desired(account, object, observation)?;
         // The runtime creates only under a marker written for this spec; its time is part of
         // the token, so every attempt of this create returns the same certificate.
         let Some(marker) = request.create_pending else {
@@ -442,21 +483,18 @@ impl CertManager {
         let token = decisions::acm_token(request.idempotency_token, marker.since.0.as_second(), &desired);
         let uid = object.uid().unwrap_or_default();
         let tags = decisions::owner_tags(&object.namespace().unwrap_or_default(), &object.name_any(), &uid, &token);
-        let arn = self
-            .acm
-            .request(&CertificateRequest { domain: desired.domain.clone(), sans: desired.sans.clone(), token, tags })
-            .await
-            .map_err(|e| ExternalError::from(&e))?;
+        let certificate = CertificateRequest { domain: desired.domain.clone(), sans: desired.sans.clone(), token, tags };
+        let arn = account.acm.request(account.principal(), &certificate).await.map_err(|e| ExternalError::from(&e))?;
         observation.certificate_arn = Some(arn.clone());
         observation.state = Some(CertState::Created);
         observation.cert_ready = false;
         // ACM usually publishes the validation records within seconds: list them now (with
         // whether each is ours), so that the next look writes them. If it has not yet, a later
         // look lists them.
-        self.acm.await_issue(&arn);
-        match self.acm.describe(&arn).await {
+        account.acm.await_issue(&arn);
+        match account.acm.describe(account.principal(), &arn).await {
             Ok(certificate) => {
-                if let Err(error) = self.list_records(&certificate, &desired, observation).await {
+                if let Err(error) = self.list_records(account, &certificate, &desired, observation).await {
                     warn!(cert = %object.name_any(), %error, "listing the validation records failed; verify retries");
                 }
             }
@@ -492,7 +530,13 @@ impl CertManager {
     /// or forgets them (without: e.g. after the field was switched off), and with them the
     /// validation records only they used. One that is in use, or whose deletion fails, stays
     /// listed with its records for the next look; the Cert is Ready meanwhile.
-    async fn settle_previous(&self, request: &Request<'_, Cert>, current: &Certificate, observation: &mut CertObservation) {
+    async fn settle_previous(
+        &self,
+        account: &CertAccount,
+        request: &Request<'_, Cert>,
+        current: &Certificate,
+        observation: &mut CertObservation,
+    ) {
         let object = request.object;
         let uid = object.uid().unwrap_or_default();
         let mut needed = decisions::record_names(current);
@@ -503,9 +547,9 @@ impl CertManager {
             if !object.spec.delete_on_removal {
                 continue;
             }
-            if let Err(error) = self.delete_owned(&arn, &uid).await {
+            if let Err(error) = self.delete_owned(account, &arn, &uid).await {
                 warn!(cert = %object.name_any(), %error, "a replaced certificate is not deleted yet; the next look tries again");
-                match self.acm.describe(&arn).await {
+                match account.acm.describe(account.principal(), &arn).await {
                     Ok(certificate) if !certificate.validations.is_empty() => needed.extend(decisions::record_names(&certificate)),
                     _ => needs_known = false,
                 }
@@ -518,7 +562,7 @@ impl CertManager {
         }
         let unneeded = decisions::unneeded_records(&observation.validation_records, &needed);
         let owned: Vec<ValidationRecordStatus> = unneeded.iter().filter(|r| object.spec.delete_on_removal && r.owned).cloned().collect();
-        let (deleted, failure) = self.delete_records(&owned).await;
+        let (deleted, failure) = self.delete_records(account, &owned).await;
         if let Some(error) = failure {
             warn!(cert = %object.name_any(), %error, "a replaced certificate's validation records are not deleted yet");
         }
@@ -531,8 +575,8 @@ impl CertManager {
 
     /// Deletes a certificate of this Cert: only if its owner tag names this object (one that
     /// does not is someone else's, and only forgotten), and never one in use.
-    async fn delete_owned(&self, arn: &str, uid: &str) -> Result<(), ExternalError> {
-        let tags = match self.acm.list_tags(arn).await {
+    async fn delete_owned(&self, account: &CertAccount, arn: &str, uid: &str) -> Result<(), ExternalError> {
+        let tags = match account.acm.list_tags(account.principal(), arn).await {
             Ok(tags) => tags,
             Err(error) if error.class == ErrorClass::NotFound => return Ok(()),
             Err(error) => return Err(ExternalError::from(&error)),
@@ -542,14 +586,14 @@ impl CertManager {
             return Ok(());
         }
         // In-use status changes outside our view: ask AWS, not the cache.
-        self.acm.invalidate(arn).await;
-        match self.acm.describe(arn).await {
+        account.acm.invalidate(arn).await;
+        match account.acm.describe(account.principal(), arn).await {
             Ok(certificate) if !certificate.in_use_by.is_empty() => return Err(in_use(certificate.in_use_by.len())),
             Ok(_) => {}
             Err(error) if error.class == ErrorClass::NotFound => return Ok(()),
             Err(error) => return Err(ExternalError::from(&error)),
         }
-        match self.acm.delete(arn).await {
+        match account.acm.delete(account.principal(), arn).await {
             Ok(()) => Ok(()),
             Err(error) if error.class == ErrorClass::NotFound => Ok(()),
             Err(error) if error.code.as_deref() == Some("ResourceInUseException") => Err(in_use(1)),
@@ -569,11 +613,12 @@ impl CertManager {
             observation.state = Some(CertState::Pending);
             return Ok(());
         }
+        let account = &self.account(request.object, observation).await?;
         let uid = request.object.uid().unwrap_or_default();
         let held: Vec<String> = observation.certificate_arn.iter().chain(&observation.previous_certificate_arns).cloned().collect();
         for arn in held {
             // Progress is kept: a certificate deleted is forgotten even if the next one fails.
-            self.delete_owned(&arn, &uid).await?;
+            self.delete_owned(account, &arn, &uid).await?;
             if observation.certificate_arn.as_deref() == Some(arn.as_str()) {
                 observation.certificate_arn = None;
             }
@@ -586,7 +631,7 @@ impl CertManager {
         // makes the runtime call delete again. A pending record may have been written by a look
         // whose status write was lost: it is ours either way.
         let owned: Vec<ValidationRecordStatus> = observation.validation_records.iter().filter(|r| r.owned).cloned().collect();
-        let (deleted, failure) = self.delete_records(&owned).await;
+        let (deleted, failure) = self.delete_records(account, &owned).await;
         observation.validation_records.retain(|r| r.owned && !deleted.contains(r));
         failure.map_or(Ok(()), |error| Err(ExternalError::from(&error)))
     }
@@ -595,7 +640,11 @@ impl CertManager {
     /// has the value written (see `blockwork_aws::route53`); returns those gone now (deleted, or
     /// not there with that value) and the first failure. Progress is kept: a zone whose batch
     /// fails leaves its records for the next look, the others' are gone.
-    async fn delete_records(&self, records: &[ValidationRecordStatus]) -> (Vec<ValidationRecordStatus>, Option<AwsError>) {
+    async fn delete_records(
+        &self,
+        account: &CertAccount,
+        records: &[ValidationRecordStatus],
+    ) -> (Vec<ValidationRecordStatus>, Option<AwsError>) {
         let mut by_zone: BTreeMap<&str, Vec<&ValidationRecordStatus>> = BTreeMap::new();
         for record in records {
             by_zone.entry(record.zone_id.as_str()).or_default().push(record);
@@ -604,7 +653,11 @@ impl CertManager {
         let mut failure = None;
         for (zone_id, records) in by_zone {
             let cnames = records.iter().map(|r| cname(r)).collect();
-            match self.records.delete(crate::CONTROLLER, &Zone::new(zone_id, blockwork_aws::Principal::operator()), cnames).await {
+            let deleted = match account.zone(zone_id) {
+                Ok(zone) => self.records.delete(crate::CONTROLLER, &zone, cnames).await,
+                Err(error) => Err(error),
+            };
+            match deleted {
                 Ok(deletions) => {
                     for (record, deletion) in records.into_iter().zip(deletions) {
                         if deletion == Deletion::NotFound {
@@ -729,19 +782,15 @@ impl ExternalResource for CertManager {
     ) -> WithConditions<Result<(), ExternalError>> {
         let done = match work {
             CertUpkeep::WriteRecords(by_zone) => {
-                for (zone_id, records) in by_zone {
-                    self.records.upsert_in_background(
-                        crate::CONTROLLER,
-                        &Zone::new(&zone_id, blockwork_aws::Principal::operator()),
-                        records,
-                    );
+                self.write_records(request, by_zone).await.inspect_err(|error| settle_state(observation, error))
+            }
+            CertUpkeep::SettlePrevious(current) => match self.account(request.object, observation).await {
+                Ok(account) => {
+                    self.settle_previous(&account, request, &current, observation).await;
+                    Ok(())
                 }
-                Ok(())
-            }
-            CertUpkeep::SettlePrevious(current) => {
-                self.settle_previous(request, &current, observation).await;
-                Ok(())
-            }
+                Err(error) => Err(error),
+            },
             CertUpkeep::Unpublish => {
                 crate::publish::unpublish(&self.client, request.object).await.inspect_err(|error| settle_state(observation, error))
             }

@@ -1,6 +1,7 @@
 //! The deletion steps, one per reconcile: disable the tenant, wait for Deployed, delete it with
 //! its ETag, delete its DNS records.
 
+use blockwork_aws::Principal;
 use blockwork_runtime::{Conditions, DeleteOutcome, ExternalError, Request, VerifyOutcome};
 use kube::Resource;
 
@@ -17,10 +18,11 @@ use super::manager::{Desired, ETAG_ATTEMPTS, TENANT_NAME_TAKEN, TenantManager};
 impl<C: CloudFront + Acm, D: DnsRecords> TenantManager<C, D> {
     pub(super) async fn verify_deletion(
         &self,
+        principal: &Principal,
         request: &Request<'_, DistributionTenant>,
         observation: &mut TenantObservation,
     ) -> VerifyOutcome {
-        let tenant = match self.observe(request.object, request.idempotency_token, observation).await {
+        let tenant = match self.observe(principal, request.object, request.idempotency_token, observation).await {
             Ok(tenant) => tenant,
             // Not ours: nothing of this object's to delete.
             Err(error) if error.reason == TENANT_NAME_TAKEN => return VerifyOutcome::Missing,
@@ -46,7 +48,8 @@ impl<C: CloudFront + Acm, D: DnsRecords> TenantManager<C, D> {
         conditions: &mut Conditions,
     ) -> DeleteOutcome {
         let object = request.object;
-        let tenant = match self.observe(object, request.idempotency_token, observation).await {
+        let principal = &request.derived.principal;
+        let tenant = match self.observe(principal, object, request.idempotency_token, observation).await {
             Ok(tenant) => tenant,
             Err(error) if error.reason == TENANT_NAME_TAKEN => return DeleteOutcome::Succeeded,
             Err(error) => return DeleteOutcome::Error(error),
@@ -59,7 +62,7 @@ impl<C: CloudFront + Acm, D: DnsRecords> TenantManager<C, D> {
             (DeletionStep::Disable, Some(tenant)) => {
                 let disabled = TenantConfig { enabled: false, ..tenant.config.clone() };
                 let write = TenantWrite { config: &disabled, managed_certificate_request: None };
-                match self.update_with_etag(&tenant.id, tenant.e_tag.clone(), write).await {
+                match self.update_with_etag(principal, &tenant.id, tenant.e_tag.clone(), write).await {
                     Ok(updated) => {
                         record(observation, &updated);
                         DeleteOutcome::AwaitingVerification
@@ -67,7 +70,7 @@ impl<C: CloudFront + Acm, D: DnsRecords> TenantManager<C, D> {
                     Err(error) => DeleteOutcome::Error(error),
                 }
             }
-            (DeletionStep::DeleteTenant, Some(tenant)) => match self.delete_with_etag(&tenant.id, tenant.e_tag.clone()).await {
+            (DeletionStep::DeleteTenant, Some(tenant)) => match self.delete_with_etag(principal, &tenant.id, tenant.e_tag.clone()).await {
                 Ok(()) => {
                     forget(observation);
                     if dns_remain { DeleteOutcome::AwaitingVerification } else { DeleteOutcome::Succeeded }
@@ -78,7 +81,7 @@ impl<C: CloudFront + Acm, D: DnsRecords> TenantManager<C, D> {
                 let Some(dns) = &request.derived.dns else {
                     return DeleteOutcome::Succeeded;
                 };
-                let target = match self.dns_target(&object.spec, observation).await {
+                let target = match self.dns_target(principal, &object.spec, observation).await {
                     Ok(target) => target,
                     Err(error) => return DeleteOutcome::Error(error),
                 };
@@ -98,14 +101,14 @@ impl<C: CloudFront + Acm, D: DnsRecords> TenantManager<C, D> {
         }
     }
 
-    async fn delete_with_etag(&self, id: &str, e_tag: Option<String>) -> Result<(), ExternalError> {
+    async fn delete_with_etag(&self, principal: &Principal, id: &str, e_tag: Option<String>) -> Result<(), ExternalError> {
         let mut e_tag = e_tag;
         for _ in 0..ETAG_ATTEMPTS {
             let current = match e_tag.take() {
                 Some(tag) => tag,
-                None => self.refetch_etag(id).await?,
+                None => self.refetch_etag(principal, id).await?,
             };
-            match self.cloudfront.delete_tenant(id, &current).await {
+            match self.cloudfront.delete_tenant(principal, id, &current).await {
                 Ok(()) => return Ok(()),
                 Err(error) => {
                     let classified = self.cloudfront_error(&error, CallContext::default());
