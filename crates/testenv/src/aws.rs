@@ -51,6 +51,20 @@ pub async fn as_role(endpoint: &str, role_arn: &str) -> aws_config::SdkConfig {
     config.to_builder().credentials_provider(aws_sdk_sts::config::SharedCredentialsProvider::new(provider)).build()
 }
 
+/// An SDK configuration for MiniStack at `endpoint` acting in `account`: MiniStack takes a
+/// 12-digit access key as the account (it checks no signature), as the fault proxy presents an
+/// assumed role's key ([`crate::fault_proxy::FaultProxy::present_accounts`]). For preparing and
+/// reading what a test's account holds.
+pub async fn in_ministack_account(endpoint: &str, account: &str) -> aws_config::SdkConfig {
+    aws_config::defaults(BehaviorVersion::latest())
+        .endpoint_url(endpoint)
+        .region(aws_config::Region::new("us-east-1"))
+        .credentials_provider(aws_sdk_route53::config::Credentials::new(account, "test", None, None, "test"))
+        .retry_config(RetryConfig::disabled())
+        .load()
+        .await
+}
+
 /// A 12-digit account id of a test's own: tests that fault or throttle an account do not touch
 /// one another's.
 pub fn fresh_account() -> String {
