@@ -165,6 +165,13 @@ pub fn grant(namespace: &str, identities: &[&AwsIdentity], settings: &Settings, 
     if let Some(problem) = validate::problems(identity, identities).contradictions.into_iter().next() {
         return Err(Refusal::Invalid { namespace: namespace.to_owned(), identity: name, problem });
     }
+    Ok(granted(identity, settings, namespace))
+}
+
+/// What `identity` grants, with the principals of the calls made for `subject` (a namespace, or
+/// the mapping itself for work its namespaces share): sessions `blockwork.<cluster>.<subject>`.
+fn granted(identity: &AwsIdentity, settings: &Settings, subject: &str) -> Grant {
+    let name = identity.name_any();
     let spec = &identity.spec;
     let role = |arn: Option<&String>, external_id: Option<&String>, subject: &str| {
         arn.map(|arn| AssumedRole {
@@ -179,8 +186,8 @@ pub fn grant(namespace: &str, identities: &[&AwsIdentity], settings: &Settings, 
         .iter()
         .map(|zone| {
             let reach = match &zone.role_arn {
-                Some(_) => role(zone.role_arn.as_ref(), zone.external_id.as_ref(), namespace),
-                None => own_role(namespace),
+                Some(_) => role(zone.role_arn.as_ref(), zone.external_id.as_ref(), subject),
+                None => own_role(subject),
             };
             ZoneGrant {
                 id: zone_id(&zone.id),
@@ -190,13 +197,19 @@ pub fn grant(namespace: &str, identities: &[&AwsIdentity], settings: &Settings, 
             }
         })
         .collect();
-    Ok(Grant {
+    Grant {
         identity: Arc::from(name.as_str()),
-        principal: Principal::new(&name, own_role(namespace)),
+        principal: Principal::new(&name, own_role(subject)),
         shared: Principal::new(&name, own_role(&name)),
         zones,
         any_own_zone: false,
-    })
+    }
+}
+
+/// What `identity` grants as its shared work sees it (every session names the mapping): for
+/// checking its roles (`status`, `blockwork check`) without acting for any one namespace.
+pub fn shared_grant(identity: &AwsIdentity, settings: &Settings) -> Grant {
+    granted(identity, settings, &identity.name_any())
 }
 
 fn unmapped(namespace: &str, settings: &Settings, operator_zones: &[OperatorZone]) -> Result<Grant, Refusal> {

@@ -73,23 +73,17 @@ async fn assess(identity: &AwsIdentity, all: &[&AwsIdentity], aws: &Aws, setting
 
 /// Every role the mapping names, by field, as the principal that assumes it for the mapping's
 /// shared work.
-fn roles(identity: &AwsIdentity, settings: &Settings) -> Vec<(String, Principal)> {
-    let name = identity.name_any();
-    let session = blockwork_aws::principal::session_name(&settings.cluster, &name);
-    let principal = |arn: &String, external_id: &Option<String>| {
-        let role = blockwork_aws::AssumedRole { arn: arn.clone(), external_id: external_id.clone(), session_name: session.clone() };
-        Principal::new(&name, Some(role))
-    };
-    let spec = &identity.spec;
-    let own = spec.role_arn.as_ref().map(|arn| ("spec.roleArn".to_owned(), principal(arn, &spec.external_id)));
-    let zones = spec.hosted_zones.iter().enumerate().filter_map(|(index, zone)| {
-        zone.role_arn.as_ref().map(|arn| (format!("spec.hostedZones[{index}].roleArn"), principal(arn, &zone.external_id)))
+pub fn roles(identity: &AwsIdentity, settings: &Settings) -> Vec<(String, Principal)> {
+    let grant = crate::grant::shared_grant(identity, settings);
+    let own = grant.principal.role().map(|_| ("spec.roleArn".to_owned(), grant.principal.clone()));
+    let zones = identity.spec.hosted_zones.iter().zip(&grant.zones).enumerate().filter_map(|(index, (zone, granted))| {
+        zone.role_arn.as_ref().map(|_| (format!("spec.hostedZones[{index}].roleArn"), granted.principal.clone()))
     });
     own.into_iter().chain(zones).collect()
 }
 
 /// AssumeRole (through the layer's credentials) and GetCallerIdentity with its credentials.
-async fn assume(aws: &Aws, principal: &Principal) -> Result<(), AwsError> {
+pub async fn assume(aws: &Aws, principal: &Principal) -> Result<(), AwsError> {
     const OP: &str = "GetCallerIdentity";
     let sts = aws.sts_as(crate::CONTROLLER, principal).await?;
     let call = Call {
