@@ -135,6 +135,11 @@ impl Accounts {
         acm
     }
 
+    /// The account id `principal` acts in (for comparing accounts only, never shown).
+    pub async fn account_id(&self, principal: &Principal) -> Option<String> {
+        self.aws.account_id(crate::CONTROLLER, principal).await
+    }
+
     /// The ARNs of certificates that changed, after each sweep of any listing.
     pub fn changes(&self) -> broadcast::Receiver<Vec<String>> {
         self.changes.subscribe()

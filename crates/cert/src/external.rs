@@ -33,12 +33,16 @@ use blockwork_aws::route53::{Deletion, Record, Records, Written};
 use blockwork_aws::{AwsError, ErrorClass};
 
 use blockwork_runtime::{
-    Conditions, DeleteOutcome, ExternalError, ExternalResource, MutateOutcome, Observed, Phase, Purpose, Report, Request, RequeuePolicy,
-    Timing, Upkeep, VerifyOutcome, WithConditions,
+    Conditions, DeleteOutcome, ExternalError, ExternalResource, MutateOutcome, Observed, Phase, Publisher, Purpose, Report, Request,
+    RequeuePolicy, Timing, Upkeep, VerifyOutcome, WithConditions,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use kube::Resource as _;
+use kube::runtime::events::EventType;
 use kube::{Client, ResourceExt};
 use tracing::warn;
+
+use blockwork_identity::placement::{AWS_IDENTITY_CHANGED, Placement, placement};
 
 use crate::account::{Accounts, CertAccount};
 use crate::api::{Cert, CertObservation, CertState, ValidationRecordStatus};
@@ -66,6 +70,8 @@ pub struct CertManager {
     metrics: Arc<CertMetrics>,
     /// Deletes the published ConfigMap when the Cert goes (see [`crate::publish`]).
     client: Client,
+    /// Tells what a Cert released while held by a mapping change leaves in AWS.
+    events: Publisher,
 }
 
 impl CertManager {
@@ -76,7 +82,8 @@ impl CertManager {
         metrics: Arc<CertMetrics>,
         client: Client,
     ) -> Self {
-        Self { accounts, records, validation_timeout, metrics, client }
+        let events = Publisher::new(client.clone(), format!("blockwork-{}", crate::CONTROLLER));
+        Self { accounts, records, validation_timeout, metrics, client, events }
     }
 
     /// The accounts of this controller's Certs, whose listings [`crate::wake`] follows.
@@ -84,10 +91,36 @@ impl CertManager {
         &self.accounts
     }
 
-    /// The Cert's account, resolved before any AWS call; the status names its identity.
+    /// The Cert's account, resolved before any AWS call; the status names its identity. When
+    /// the namespace's mapping changed to another account than the one holding the Cert's
+    /// certificates, the Cert is held (`AwsIdentityChanged`) and the status keeps naming the
+    /// identity they were made with.
     async fn account(&self, object: &Cert, observation: &mut CertObservation) -> Result<CertAccount, ExternalError> {
         let account = self.accounts.of(&object.namespace().unwrap_or_default()).await?;
-        observation.aws_identity = Some(account.grant.identity.to_string());
+        let now = account.grant.identity.to_string();
+        let before = observation.aws_identity.clone();
+        let held: Vec<&str> =
+            observation.certificate_arn.iter().chain(&observation.previous_certificate_arns).map(String::as_str).collect();
+        let same = before.as_deref() == Some(now.as_str());
+        let current = match (held.is_empty(), same && account.grant.principal.role().is_none()) {
+            // Nothing held, or the operator's own identity as before: nothing to compare.
+            (true, _) | (_, true) => None,
+            _ => self.accounts.account_id(&account.grant.principal).await,
+        };
+        match placement(held.iter().copied(), current.as_deref()) {
+            Placement::Elsewhere => return Err(moved(before.as_deref(), &account.grant.describe())),
+            Placement::Unknown if !same => {
+                return Err(ExternalError::retryable(
+                    "AwsIdentityAccountUnknown",
+                    format!(
+                        "the namespace now acts as {}, whose account could not be told yet (STS GetCallerIdentity); retried",
+                        account.grant.describe()
+                    ),
+                ));
+            }
+            Placement::Here | Placement::Unknown => {}
+        }
+        observation.aws_identity = Some(now);
         Ok(account)
     }
 
@@ -351,10 +384,15 @@ impl CertManager {
             let outcome = match object.spec.delete_on_removal {
                 // The certificates (and their records) stay whatever AWS says: nothing to look up.
                 false => VerifyOutcome::Missing,
-                true => {
-                    let account = self.account(object, observation).await?;
-                    self.observe_held(&account, request, observation).await.map_err(|e| ExternalError::from(&e))?
-                }
+                true => match self.account(object, observation).await {
+                    Ok(account) => self.observe_held(&account, request, observation).await.map_err(|e| ExternalError::from(&e))?,
+                    // Held by a mapping change: released without touching either account.
+                    Err(error) if error.reason == AWS_IDENTITY_CHANGED => {
+                        self.release_held(request, observation).await;
+                        VerifyOutcome::Missing
+                    }
+                    Err(error) => return Err(error),
+                },
             };
             // Nothing left to delete in AWS: the runtime releases the object next, and with it
             // the published ConfigMap goes (the owner reference covers clusters with a garbage
@@ -445,6 +483,28 @@ impl CertManager {
                 Err(ExternalError::terminal(reason, message))
             }
         }
+    }
+
+    /// A Cert being deleted while held by a mapping change: released without touching either
+    /// account; a Warning event names what stays in the old one (accounts masked).
+    async fn release_held(&self, request: &Request<'_, Cert>, observation: &mut CertObservation) {
+        let certificates: Vec<String> = observation
+            .certificate_arn
+            .iter()
+            .chain(&observation.previous_certificate_arns)
+            .map(|arn| blockwork_aws::mask_accounts(arn))
+            .collect();
+        let records = observation.validation_records.iter().filter(|r| r.owned).count();
+        let before = observation.aws_identity.as_deref().unwrap_or("it acted as before");
+        let note = format!(
+            "released without deleting: its namespace acts in another account now; {} and {records} validation record(s) stay in the account of AwsIdentity {before}: delete them there, or map the namespace back and delete the Cert again",
+            certificates.join(", ")
+        );
+        self.events.publish(&request.object.object_ref(&()), EventType::Warning, AWS_IDENTITY_CHANGED, "Release", &note).await;
+        warn!(cert = %request.object.name_any(), "{note}");
+        observation.certificate_arn = None;
+        observation.previous_certificate_arns.clear();
+        observation.validation_records.clear();
     }
 
     /// A Cert with deleteOnRemoval being deleted: everything it holds must go before it is
@@ -743,6 +803,11 @@ fn in_use(count: usize) -> ExternalError {
             "the ACM certificate is in use by {count} AWS resource(s) and is not deleted; detach it, or set deleteOnRemoval: false to keep it"
         ),
     )
+}
+
+/// A Cert held because its namespace's mapping moved it to another account.
+fn moved(before: Option<&str>, now: &str) -> ExternalError {
+    blockwork_identity::placement::held("Cert", "its certificate", before, now)
 }
 
 /// Terminal errors put the object in Failed; its `state` says so too.

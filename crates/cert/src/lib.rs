@@ -71,6 +71,11 @@ pub async fn run(
         CertManager::new(Arc::clone(&accounts), Arc::clone(&records), config.validation_timeout, Arc::clone(&metrics), client.clone());
     let context =
         Context::new(client.clone(), manager, ControllerConfig::new(CONTROLLER, GROUP).with_timing(config.timing), runtime_metrics);
+    let operator_zones = accounts.operator_zones().to_vec();
+    let mappings = blockwork_identity::wake::follow(Arc::clone(&context), Arc::clone(accounts.identities()), operator_zones, |o| {
+        o.aws_identity.as_deref()
+    });
+    let _mapped = Background(tokio::spawn(mappings));
     let _wakes = Background(tokio::spawn(wake::follow(Arc::clone(&context), accounts, records)));
     info!(zones = ?config.zones.zones().iter().map(|z| z.name.as_str()).collect::<Vec<_>>(), ?namespaces, "starting the cert controller");
     let shutdown = shutdown.boxed().shared();

@@ -40,7 +40,6 @@ const LISTED_CHECK: Duration = Duration::from_secs(1);
 /// Follows the listing's and the records' changes until they end (the process stops).
 pub async fn follow(context: Arc<Context<CertManager>>, accounts: Arc<Accounts>, records: Arc<Records>) {
     let mut certificates = accounts.changes();
-    let mut mappings = accounts.identities().changes();
     let mut written = records.completions();
     let mut check = tokio::time::interval(LISTED_CHECK);
     check.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -71,22 +70,6 @@ pub async fn follow(context: Arc<Context<CertManager>>, accounts: Arc<Accounts>,
                 Err(RecvError::Lagged(missed)) => debug!(missed, "certificate changes were missed; the Certs' requeues cover them"),
                 Err(RecvError::Closed) => return,
             },
-            changed = mappings.recv() => match changed {
-                // Certs acting through another identity than their mapping now gives, or refused
-                // one, look again (never polled: a refusal is woken here).
-                Ok(()) | Err(RecvError::Lagged(_)) => {
-                    if let Some(all) = accounts.identities().all().await {
-                        let refs: Vec<&blockwork_identity::AwsIdentity> = all.iter().map(AsRef::as_ref).collect();
-                        let settings = accounts.identities().settings();
-                        wake(&context, |cert| {
-                            let namespace = cert.namespace().unwrap_or_default();
-                            let now = blockwork_identity::grant::grant(&namespace, &refs, settings, accounts.operator_zones());
-                            mapping_changed(cert, now.as_ref().map(|grant| &*grant.identity).map_err(|_| ()))
-                        });
-                    }
-                }
-                Err(RecvError::Closed) => return,
-            },
             done = written.recv() => match done {
                 Ok(records) => {
                     let records: HashSet<(String, String)> = records.into_iter().collect();
@@ -105,14 +88,6 @@ fn wake(context: &Context<CertManager>, concerned: impl Fn(&Cert) -> bool) {
             context.wake(&ObjectRef::from_obj(cert.as_ref()));
         }
     }
-}
-
-/// Whether the Cert's identity is not the one its namespace's mapping now gives (`Err`: the
-/// mapping refuses it), or it was refused for want of one.
-fn mapping_changed(cert: &Cert, now: Result<&str, ()>) -> bool {
-    let Some(status) = cert.status.as_ref() else { return true };
-    let refused = status.conditions.iter().any(|c| blockwork_identity::grant::REFUSAL_REASONS.contains(&c.reason.as_str()));
-    refused || status.observation.aws_identity.as_deref() != now.ok()
 }
 
 /// Whether the Cert holds one of `arns` (its certificate, or one it replaced).

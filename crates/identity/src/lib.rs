@@ -7,14 +7,19 @@
 //! - [`registry`]: the mappings as the cluster has them ([`Identities`], one watch per process)
 //!   and the grants resolved from them — how a controller obtains its objects' identity:
 //!   `identities.grant(namespace, operator_zones)`.
+//! - [`placement`]: whether an object's resources are in the account its namespace acts in now
+//!   (a mapping changed under it holds it), pure.
+//! - [`wake`]: a controller's objects woken when the mappings change.
 //! - [`webhook`]: the admission webhook. [`status`]: `Ready` of each mapping, kept by the
 //!   `aws_identity` controller.
 
 pub mod api;
 pub mod grant;
+pub mod placement;
 pub mod registry;
 pub mod status;
 pub mod validate;
+pub mod wake;
 pub mod webhook;
 
 use k8s_openapi::api::rbac::v1::PolicyRule;

@@ -37,6 +37,7 @@ mod deletion;
 mod manager;
 mod records;
 
+use blockwork_identity::placement::AWS_IDENTITY_CHANGED;
 use blockwork_runtime::{
     Asks, Conditions, DeleteOutcome, DriftPolicy, ExternalError, ExternalResource, MutateOutcome, Observed, Phase, Purpose, Request,
     Upkeep, VerifyOutcome, WithConditions,
@@ -296,12 +297,20 @@ impl<C: CloudFront + Acm, D: DnsRecords> ExternalResource for TenantManager<C, D
         if request.object.spec.managed_certificate_request.is_none() {
             conditions.remove(CERTIFICATE_READY);
         }
-        let (desired, refused) = self.desired(request.object).await;
+        let (desired, refused) = self.desired(request.object, observation).await;
         if let Some(identity) = &desired.identity {
             observation.aws_identity = Some(identity.clone());
         }
         if let Some(error) = refused {
-            return Observed { outcome: VerifyOutcome::Error(error), upkeep: Vec::new(), conditions, spec_patch: None, derived: desired };
+            let outcome = match request.phase {
+                // Held by a mapping change and deleted: released without touching either account.
+                Phase::Deleting if error.reason == AWS_IDENTITY_CHANGED => {
+                    self.release_held(request, observation).await;
+                    VerifyOutcome::Missing
+                }
+                _ => VerifyOutcome::Error(error),
+            };
+            return Observed { outcome, upkeep: Vec::new(), conditions, spec_patch: None, derived: desired };
         }
         let Observed { outcome, upkeep, spec_patch, .. } = self.verifying(request, &desired, observation, &mut conditions).await;
         Observed { outcome, upkeep, conditions, spec_patch, derived: desired }

@@ -70,10 +70,12 @@ pub async fn run(
 ) {
     let cloudfront = cloudfront::Sdk::new(&aws);
     let route53 = dns::Route53::new(aws.records());
-    let manager = TenantManager::new(cloudfront, Some(route53), Arc::clone(&identities), Arc::clone(&metrics), aws.metrics());
+    let manager = TenantManager::new(cloudfront, Some(route53), Arc::clone(&identities), Arc::clone(&metrics), &aws, client.clone());
     let config = ControllerConfig::new(CONTROLLER, GROUP).with_timing(default_timing()).with_default_drift(args.drift_policy);
     let context = Context::new(client.clone(), manager, config, runtime_metrics);
     info!(?namespaces, drift_policy = %args.drift_policy, "starting the tenant controller");
+    let mappings = blockwork_identity::wake::follow(Arc::clone(&context), identities, Vec::new(), |o| o.aws_identity.as_deref());
+    let _mapped = Background(tokio::spawn(mappings));
     let counted = Arc::clone(&context);
     metrics.count_from(move || counted.cached());
     let shutdown = shutdown.boxed().shared();
@@ -82,6 +84,15 @@ pub async fn run(
         blockwork_runtime::run(api, Arc::clone(&context), concurrency, shutdown.clone())
     })
     .await;
+}
+
+/// A task that lives as long as the controller: aborted when [`run`] returns or is dropped.
+struct Background(tokio::task::JoinHandle<()>);
+
+impl Drop for Background {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
 }
 
 /// The cluster permissions the controller needs (beyond events and leases, which the binary

@@ -113,7 +113,7 @@ async fn two_namespaces_put_their_tenants_and_records_in_their_own_accounts() {
     let aws = Aws::with_sdk_config(config, sdk_config(&sts.endpoint()).await, Arc::clone(&aws_metrics));
     let identities = Identities::new(plane.client(), Settings { cluster: "test".to_owned(), ..Settings::default() });
     let metrics = TenantMetrics::register(&mut Registry::default());
-    let manager = TenantManager::new(Sdk::new(&aws), Some(Route53::new(aws.records())), identities, metrics, aws.metrics());
+    let manager = TenantManager::new(Sdk::new(&aws), Some(Route53::new(aws.records())), identities, metrics, &aws, plane.client());
     let context = Context::new(
         plane.client(),
         manager,

@@ -2,8 +2,12 @@
 //! its ETag, delete its DNS records.
 
 use blockwork_aws::Principal;
+use blockwork_aws::mask_accounts;
+use blockwork_identity::placement::AWS_IDENTITY_CHANGED;
 use blockwork_runtime::{Conditions, DeleteOutcome, ExternalError, Request, VerifyOutcome};
-use kube::Resource;
+use kube::runtime::events::EventType;
+use kube::{Resource, ResourceExt};
+use tracing::warn;
 
 use crate::api::{DistributionTenant, TenantObservation};
 use crate::classify::{CallContext, Category};
@@ -39,6 +43,25 @@ impl<C: CloudFront + Acm, D: DnsRecords> TenantManager<C, D> {
             DeletionStep::DeleteTenant => VerifyOutcome::InProgress("deleting the tenant".to_owned()),
             DeletionStep::DeleteDns => VerifyOutcome::InProgress("deleting the tenant's DNS records".to_owned()),
         }
+    }
+
+    /// A tenant being deleted while held by a mapping change: released without touching either
+    /// account; a Warning event names what stays in the old one (accounts masked).
+    pub(super) async fn release_held(&self, request: &Request<'_, DistributionTenant>, observation: &mut TenantObservation) {
+        let tenant = observation.arn.as_deref().map_or_else(|| "its tenant".to_owned(), |arn| format!("tenant {}", mask_accounts(arn)));
+        let before = observation.aws_identity.as_deref().unwrap_or("it acted as before");
+        let records = if observation.dns_records.is_empty() {
+            String::new()
+        } else {
+            format!(" and the CNAME records of {}", observation.dns_records.join(", "))
+        };
+        let note = format!(
+            "released without deleting: its namespace acts in another account now; {tenant}{records} stay in the account of AwsIdentity {before}: delete them there, or map the namespace back and delete the DistributionTenant again"
+        );
+        self.events.publish(&request.object.object_ref(&()), EventType::Warning, AWS_IDENTITY_CHANGED, "Release", &note).await;
+        warn!(tenant = %request.object.name_any(), "{note}");
+        forget(observation);
+        observation.dns_records.clear();
     }
 
     pub(super) async fn deleting(

@@ -7,9 +7,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use blockwork_aws::cache::Cached;
-use blockwork_aws::{AwsError, AwsMetrics, Principal};
+use blockwork_aws::{Aws, AwsError, Principal};
+use blockwork_identity::placement::{Placement, placement};
 use blockwork_identity::{Identities, Refusal, tenant_zone};
-use blockwork_runtime::{Conditions, ExternalError};
+use blockwork_runtime::{Conditions, ExternalError, Publisher};
 use kube::ResourceExt;
 use tracing::warn;
 
@@ -55,6 +56,10 @@ pub struct TenantManager<C, D> {
     pub(super) metrics: Arc<TenantMetrics>,
     /// Which identity each namespace acts as, and where its records may go.
     identities: Arc<Identities>,
+    /// Tells the account an identity acts in (to hold a tenant whose mapping moved it).
+    aws: Arc<Aws>,
+    /// Tells what a tenant released while held by a mapping change leaves in AWS.
+    pub(super) events: Publisher,
     /// By identity and distribution id; a distribution that does not exist is not remembered.
     distributions: Cached<(String, String), DistributionRules>,
     /// By identity and certificate ARN: its domain name and subject alternative names.
@@ -65,19 +70,24 @@ pub struct TenantManager<C, D> {
 }
 
 impl<C: CloudFront + Acm, D: DnsRecords> TenantManager<C, D> {
-    /// `aws_metrics`: where the caches count their hits and misses.
+    /// `aws`: the process's layer, whose metrics count the caches' hits and misses, and which
+    /// tells the account an identity acts in; `client`: where events go.
     pub fn new(
         cloudfront: C,
         dns: Option<D>,
         identities: Arc<Identities>,
         metrics: Arc<TenantMetrics>,
-        aws_metrics: &Arc<AwsMetrics>,
+        aws: &Arc<Aws>,
+        client: kube::Client,
     ) -> Self {
+        let aws_metrics = aws.metrics();
         Self {
             cloudfront,
             dns: dns.map(Arc::new),
             metrics,
             identities,
+            aws: Arc::clone(aws),
+            events: Publisher::new(client, format!("blockwork-{}", crate::CONTROLLER)),
             distributions: Cached::new(aws_metrics, crate::CONTROLLER, "cloudfront-distribution", DISTRIBUTION_TTL, CACHE_ENTRIES),
             certificate_names: Cached::new(aws_metrics, crate::CONTROLLER, "acm-certificate-names", CERTIFICATE_NAMES_TTL, CACHE_ENTRIES),
             routing_endpoints: Cached::new(
@@ -215,7 +225,11 @@ impl<C: CloudFront + Acm, D: DnsRecords> TenantManager<C, D> {
     /// namespace's identity and, with `spec.dns`, the zone as the grant reaches it. A refusal —
     /// no identity for the namespace, or `spec.dns` outside its grant — comes back with nothing
     /// to act on, before any AWS call.
-    pub(super) async fn desired(&self, object: &DistributionTenant) -> (Desired<D>, Option<ExternalError>) {
+    pub(super) async fn desired(
+        &self,
+        object: &DistributionTenant,
+        observation: &TenantObservation,
+    ) -> (Desired<D>, Option<ExternalError>) {
         let spec = &object.spec;
         let config = TenantConfig::desired(spec);
         let grant = match self.identities.grant(&object.namespace().unwrap_or_default(), &[]).await {
@@ -225,6 +239,11 @@ impl<C: CloudFront + Acm, D: DnsRecords> TenantManager<C, D> {
             }
         };
         let mut desired = Desired { principal: grant.principal.clone(), identity: Some(grant.identity.to_string()), config, dns: None };
+        if let Some(moved) = self.moved(&grant, observation).await {
+            // The status keeps naming the identity the tenant was made with.
+            desired.identity = None;
+            return (desired, Some(moved));
+        }
         if let (Some(zone), Some(records)) = (&spec.dns, &self.dns) {
             let domains = desired.domains();
             match tenant_zone(&grant, &zone.hosted_zone_id, zone.assume_role_arn.as_deref(), &domains) {
@@ -236,6 +255,32 @@ impl<C: CloudFront + Acm, D: DnsRecords> TenantManager<C, D> {
             }
         }
         (desired, None)
+    }
+
+    /// Why the tenant is held, if its namespace's mapping moved it to another account than the
+    /// one its tenant is in (its ARN names it); nothing is compared for a tenant not made yet,
+    /// or acting as the operator's own identity as before.
+    async fn moved(&self, grant: &blockwork_identity::Grant, observation: &TenantObservation) -> Option<ExternalError> {
+        let (before, now) = (observation.aws_identity.as_deref(), &*grant.identity);
+        let same = before == Some(now);
+        let held: Vec<&str> = observation.arn.iter().map(String::as_str).collect();
+        let current = match held.is_empty() || (same && grant.principal.role().is_none()) {
+            true => None,
+            false => self.aws.account_id(crate::CONTROLLER, &grant.principal).await,
+        };
+        match placement(held.iter().copied(), current.as_deref()) {
+            Placement::Elsewhere => {
+                Some(blockwork_identity::placement::held("DistributionTenant", "its tenant", before, &grant.describe()))
+            }
+            Placement::Unknown if !same => Some(ExternalError::retryable(
+                "AwsIdentityAccountUnknown",
+                format!(
+                    "the namespace now acts as {}, whose account could not be told yet (STS GetCallerIdentity); retried",
+                    grant.describe()
+                ),
+            )),
+            Placement::Here | Placement::Unknown => None,
+        }
     }
 
     pub(super) async fn follow_certificate(

@@ -136,7 +136,7 @@ impl Harness {
         let cloudfront = Sdk::new(&aws);
         let route53 = Route53::new(aws.records());
         let identities = Arc::clone(&self.identities);
-        let manager = TenantManager::new(cloudfront, Some(route53), identities, Arc::clone(&self.metrics), aws.metrics());
+        let manager = TenantManager::new(cloudfront, Some(route53), identities, Arc::clone(&self.metrics), &aws, client.clone());
         let config = ControllerConfig::new(CONTROLLER, GROUP).with_timing(self.timing).with_default_drift(self.default_drift);
         let context = Context::new(client.clone(), manager, config, runtime_metrics);
         let api = kube::Api::namespaced(client, &self.namespace);
