@@ -175,6 +175,14 @@ impl World {
         Api::<AwsIdentity>::all(self.client.clone()).create(&PostParams::default(), identity).await.unwrap();
     }
 
+    /// Replaces a mapping's spec, as the platform team editing it.
+    async fn remap(&self, identity: &AwsIdentity) {
+        let api = Api::<AwsIdentity>::all(self.client.clone());
+        let mut current = api.get(&identity.name_any()).await.unwrap();
+        current.spec = identity.spec.clone();
+        api.replace(&identity.name_any(), &PostParams::default(), &current).await.unwrap();
+    }
+
     async fn unmap(&self, name: &str) {
         Api::<AwsIdentity>::all(self.client.clone()).delete(name, &DeleteParams::default()).await.unwrap();
     }
@@ -360,4 +368,46 @@ async fn a_crash_while_assuming_a_role_leaves_no_duplicate() {
     let cert = team.wait_ready("web").await;
     assert_eq!(team.certificates().await, [status(&cert).observation.certificate_arn.clone().unwrap()]);
     assert!(world.proxy.calls("AssumeRole") >= 2, "assumed again: {:?}", world.proxy.all_calls());
+}
+
+/// The platform team maps a namespace to another account under a Ready Cert (ADR 0014,
+/// "Changing a mapping"): the Cert is held, nothing is requested in the new account and nothing
+/// touched in the old one; mapped back it is Ready again with the same certificate; deleted
+/// while held it is released, and an event names what stays in the old account.
+#[tokio::test]
+async fn a_mapping_moved_under_a_live_cert_holds_it_with_no_duplicate_and_nothing_silently_orphaned() {
+    let endpoint = accounts_moto().await.unwrap().endpoint();
+    let (team, new_home) = (Team::new("moved", &endpoint).await, Team::new("moved-to", &endpoint).await);
+    let world = World::start(&[&team, &new_home], Unmapped::Refuse).await;
+    // The team's zone stays reachable through its own role whichever account the Cert acts in.
+    let zone =
+        HostedZoneGrant { role_arn: Some(team.role.clone()), external_id: Some(format!("ext-{}", team.ns.namespace)), ..team.grant() };
+    let before = team.identity(vec![zone.clone()]);
+    world.map(&before).await;
+    let spec = CertSpec { domain_name: Some(team.domain("web")), delete_on_removal: true, ..spec("web", "prod") };
+    team.ns.create(&Cert::new("web", spec)).await;
+    let arn = status(&team.wait_ready("web").await).observation.certificate_arn.clone().unwrap();
+    let mut moved = before.clone();
+    moved.spec.role_arn = Some(new_home.role.clone());
+    moved.spec.external_id = Some(format!("ext-{}", new_home.ns.namespace));
+    world.remap(&moved).await;
+    let held = team.wait_refused("web", "AwsIdentityChanged").await;
+    let message = &status(&held).condition("Synced").unwrap().message;
+    assert!(message.contains("in another AWS account than its certificate"), "{message}");
+    assert!(!message.contains(&team.account) && !message.contains(&new_home.account), "no account id: {message}");
+    assert_eq!(status(&held).observation.certificate_arn.as_deref(), Some(arn.as_str()), "it still names its certificate");
+    assert!(new_home.certificates().await.is_empty(), "no duplicate in the new account");
+    assert_eq!(team.certificates().await, [arn.clone()], "nothing touched in the old one");
+    world.remap(&before).await;
+    let back = team.wait_ready("web").await;
+    assert_eq!(status(&back).observation.certificate_arn.as_deref(), Some(arn.as_str()), "mapped back: the same certificate");
+    world.remap(&moved).await;
+    team.wait_refused("web", "AwsIdentityChanged").await;
+    team.ns.delete_and_wait("web").await;
+    let told = team.ns.wait_for_event("web", "AwsIdentityChanged").await;
+    assert_eq!(told[0].type_, "Warning");
+    assert!(told[0].note.contains("released without deleting") && told[0].note.contains(&before.name_any()), "{:?}", told[0]);
+    assert!(!told[0].note.contains(&team.account), "accounts masked: {:?}", told[0]);
+    assert_eq!(team.certificates().await, [arn], "the certificate stays where it is, as the event says");
+    assert!(new_home.certificates().await.is_empty());
 }

@@ -1,8 +1,10 @@
 //! Wakes a controller's objects when the mappings change (ADR 0014): an object refused for want
 //! of an identity, or held by a mapping change, is looked at again as soon as a mapping is
 //! created, changed or deleted — never polled — and so is one acting through another identity
-//! than its namespace's mapping now gives.
+//! than its namespace's mapping now gives, or through a mapping whose spec was edited (its role
+//! may be in another account now).
 
+use std::collections::HashMap;
 use std::sync::Arc;
 
 use blockwork_runtime::{Context, ExternalResource};
@@ -27,6 +29,8 @@ pub async fn follow<M: ExternalResource>(
     acts_as: fn(&M::Observation) -> Option<&str>,
 ) {
     let mut changes = identities.changes();
+    // Each mapping's generation when last looked at: a spec edited since changes generation.
+    let mut seen: HashMap<String, Option<i64>> = HashMap::new();
     loop {
         match changes.recv().await {
             Ok(()) | Err(RecvError::Lagged(_)) => {}
@@ -34,15 +38,19 @@ pub async fn follow<M: ExternalResource>(
         }
         let Some(all) = identities.all().await else { continue };
         let mappings: Vec<&AwsIdentity> = all.iter().map(AsRef::as_ref).collect();
+        let generations: HashMap<String, Option<i64>> = mappings.iter().map(|m| (m.name_any(), m.metadata.generation)).collect();
         for object in context.cached() {
             let namespace = object.namespace().unwrap_or_default();
             let now = grant(&namespace, &mappings, identities.settings(), &operator_zones);
+            let now = now.as_ref().map(|g| &*g.identity).ok();
+            let edited = now.is_some_and(|name| seen.get(name) != generations.get(name));
             let status = object.status();
             let conditions = status.map(|s| s.conditions.as_slice()).unwrap_or_default();
-            if concerned(status.and_then(|s| acts_as(&s.observation)), conditions, now.as_ref().map(|g| &*g.identity).ok()) {
+            if edited || concerned(status.and_then(|s| acts_as(&s.observation)), conditions, now) {
                 context.wake(&ObjectRef::from_obj(object.as_ref()));
             }
         }
+        seen = generations;
     }
 }
 
