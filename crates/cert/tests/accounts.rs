@@ -382,7 +382,7 @@ async fn a_mapping_moved_under_a_live_cert_holds_it_with_no_duplicate_and_nothin
     // The team's zone stays reachable through its own role whichever account the Cert acts in.
     let zone =
         HostedZoneGrant { role_arn: Some(team.role.clone()), external_id: Some(format!("ext-{}", team.ns.namespace)), ..team.grant() };
-    let before = team.identity(vec![zone.clone()]);
+    let before = team.identity(vec![zone]);
     world.map(&before).await;
     let spec = CertSpec { domain_name: Some(team.domain("web")), delete_on_removal: true, ..spec("web", "prod") };
     team.ns.create(&Cert::new("web", spec)).await;
@@ -397,7 +397,7 @@ async fn a_mapping_moved_under_a_live_cert_holds_it_with_no_duplicate_and_nothin
     assert!(!message.contains(&team.account) && !message.contains(&new_home.account), "no account id: {message}");
     assert_eq!(status(&held).observation.certificate_arn.as_deref(), Some(arn.as_str()), "it still names its certificate");
     assert!(new_home.certificates().await.is_empty(), "no duplicate in the new account");
-    assert_eq!(team.certificates().await, [arn.clone()], "nothing touched in the old one");
+    assert_eq!(team.certificates().await, std::slice::from_ref(&arn), "nothing touched in the old one");
     world.remap(&before).await;
     let back = team.wait_ready("web").await;
     assert_eq!(status(&back).observation.certificate_arn.as_deref(), Some(arn.as_str()), "mapped back: the same certificate");
