@@ -4,11 +4,13 @@
 pub mod api;
 pub mod applied;
 pub mod build;
+pub mod children;
 pub mod controller;
 pub mod conversion;
 pub mod crd;
 pub mod refs;
 pub mod sentinel;
+pub mod status;
 
 use blockwork_runtime::rbac::rule;
 use k8s_openapi::api::rbac::v1::PolicyRule;
