@@ -232,9 +232,22 @@ fn rotator_config(
     Ok(blockwork_rotator::Config::new(args, &global, concurrency)?)
 }
 
+fn cache_settings(args: &RunArgs) -> anyhow::Result<blockwork_cache::settings::Settings> {
+    blockwork_cache::settings::Settings::from_args(&args.cache).context("controller `cache` cannot build pods with these settings")
+}
+
+/// Checks the flags of the `selected` controllers that need no connection, so a value no
+/// controller could work with stops the process before anything starts, with the flag named.
+pub fn check_args(selected: &[Controller], args: &RunArgs) -> anyhow::Result<()> {
+    if selected.iter().any(|c| c.name == "cache") {
+        cache_settings(args)?;
+    }
+    Ok(())
+}
+
 async fn run_cache(host: Host) -> anyhow::Result<()> {
     use blockwork_cache::controller::{Context, run};
-    let context = Context::new(host.client.clone());
+    let context = Context::new(host.client.clone(), cache_settings(&host.args)?);
     blockwork_runtime::run_in(&host.namespaces, |scope| {
         let api = blockwork_runtime::namespaces::api(&host.client, scope.as_deref());
         run(Arc::clone(&context), api, scope, host.concurrency, host.shutdown.wait_owned())

@@ -174,6 +174,12 @@ fn every_run_flag_is_set_by_the_chart_or_deliberately_left_out() {
             "aws.endpointUrls.sts=http://127.0.0.1:2",
         ][..],
         &["webhook.certificates.mode=cert-manager"][..],
+        &[
+            "controllers.cache.imagePullPolicy=Always",
+            "controllers.cache.imagePullSecrets[0].name=mirror",
+            "controllers.cache.cpuLimit=1",
+            "controllers.cache.runAsUser=1001",
+        ][..],
     ] {
         let sets: Vec<&str> = everything.iter().chain(extra).copied().collect();
         let deployment = documents(&render("ops", &sets)).into_iter().find(|d| d["kind"] == "Deployment").unwrap();
@@ -321,6 +327,10 @@ fn bad_values_are_refused_with_a_message_naming_them() {
         (vec!["aws.quotaSafetyFactor=1.5"], "quotaSafetyFactor"),
         (vec!["aws.quotas={s3=100}"], "quotas"),
         (vec!["aws.endpointUrls.sqs=http://127.0.0.1:1"], "sqs"),
+        (vec!["controllers.cache.images.redis.repository=Redis"], "images/redis/repository"),
+        (vec!["controllers.cache.registry=https://mirror.example.com"], "registry"),
+        (vec!["controllers.cache.cpuRequest=lots"], "cpuRequest"),
+        (vec!["controllers.cache.nodeSpread=always"], "nodeSpread"),
     ] {
         let error = try_render("ops", &sets).expect_err(&format!("{sets:?} renders"));
         assert!(error.contains(expected), "{sets:?}: the error does not name {expected:?}:\n{error}");
@@ -413,6 +423,18 @@ async fn every_rendered_option_is_accepted_by_the_api_server() {
                 "serviceAccount.name=existing",
             ])
             .collect(),
+        vec![
+            "controllers.cache.registry=mirror.example.com:5000",
+            "controllers.cache.images.redis.repository=library/redis",
+            "controllers.cache.images.valkey.digest=sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef",
+            "controllers.cache.imagePullPolicy=IfNotPresent",
+            "controllers.cache.imagePullSecrets[0].name=mirror",
+            "controllers.cache.cpuRequest=250m",
+            "controllers.cache.cpuLimit=2",
+            "controllers.cache.nodeSpread=required",
+            "controllers.cache.runAsUser=1001",
+            "controllers.cache.exporter.enabled=true",
+        ],
         vec![
             "controllers.cache.enabled=false",
             "metrics.port=0",

@@ -11,7 +11,8 @@ use serde::de::DeserializeOwned;
 
 use crate::api::Cache;
 use crate::applied;
-use crate::build::{self, Desired};
+use crate::build::Desired;
+use crate::shape;
 
 /// The field manager of every write of the Cache controller.
 pub const FIELD_MANAGER: &str = "blockwork-cache";
@@ -61,7 +62,7 @@ pub async fn apply(
             ssa(client, namespace, &pdb).await?;
         }
         None if budget_may_exist => {
-            let name = build::resource_name(cache);
+            let name = shape::resource_name(cache);
             match Api::<PodDisruptionBudget>::namespaced(client.clone(), namespace).delete(&name, &DeleteParams::default()).await {
                 Ok(_) => {}
                 Err(kube::Error::Api(status)) if status.code == 404 => {}
@@ -77,12 +78,12 @@ pub async fn apply(
 /// than "not found", as text.
 pub async fn delete(client: &Client, cache: &Cache) -> Vec<String> {
     let namespace = cache.namespace().unwrap_or_default();
-    let name = build::resource_name(cache);
+    let name = shape::resource_name(cache);
     let params = DeleteParams::background();
     let results = [
         Api::<StatefulSet>::namespaced(client.clone(), &namespace).delete(&name, &params).await.map(|_| ()),
         Api::<Service>::namespaced(client.clone(), &namespace).delete(&name, &params).await.map(|_| ()),
-        Api::<Service>::namespaced(client.clone(), &namespace).delete(&build::headless_name(cache), &params).await.map(|_| ()),
+        Api::<Service>::namespaced(client.clone(), &namespace).delete(&shape::headless_name(cache), &params).await.map(|_| ()),
         Api::<ConfigMap>::namespaced(client.clone(), &namespace).delete(&format!("{name}-config"), &params).await.map(|_| ()),
         Api::<PodDisruptionBudget>::namespaced(client.clone(), &namespace).delete(&name, &params).await.map(|_| ()),
     ];

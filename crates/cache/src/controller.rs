@@ -34,10 +34,12 @@ use blockwork_runtime::status::condition;
 use blockwork_runtime::watches::on_its_own;
 
 use crate::api::{Cache, GROUP, Phase};
-use crate::build::{self, Topology};
+use crate::build;
 use crate::children::{self, FIELD_MANAGER};
 use crate::refs::{self, Hold};
 use crate::sentinel;
+use crate::settings::Settings;
+use crate::shape;
 use crate::status::{self, ErrorUpdate, PrimaryUpdate, READY, RESOLVED_REFS, RESYNC, Report, SYNCED};
 
 /// Deletion cleans up for at most this long, then lets the object go.
@@ -68,11 +70,18 @@ pub struct Context {
     /// its budget only when there is one: a blind DELETE on every reconcile is a write request
     /// while nothing changed. `None` (a reconcile called without [`run`]) deletes blindly.
     disruption_budgets: Option<Store<PodDisruptionBudget>>,
+    /// What the platform set at install for every Cache's pods.
+    settings: Arc<Settings>,
 }
 
 impl Context {
-    pub fn new(client: Client) -> Arc<Self> {
-        Arc::new(Self { events: Publisher::new(client.clone(), FIELD_MANAGER), client, disruption_budgets: None })
+    pub fn new(client: Client, settings: Settings) -> Arc<Self> {
+        Arc::new(Self {
+            events: Publisher::new(client.clone(), FIELD_MANAGER),
+            client,
+            disruption_budgets: None,
+            settings: Arc::new(settings),
+        })
     }
 
     /// Whether the Cache's disruption budget `name` may exist: known from the watch once it has
@@ -223,7 +232,7 @@ async fn held(cache: &Cache, context: &Context, hold: Hold) -> Result<Action, Er
 async fn apply(cache: &Cache, context: &Context) -> Result<Action, Error> {
     let namespace = cache.namespace().unwrap_or_default();
     let generation = cache.metadata.generation;
-    let desired = match build::desired(cache) {
+    let desired = match build::desired(cache, &context.settings) {
         Ok(desired) => desired,
         Err(invalid) => {
             let message = invalid.to_string();
@@ -247,7 +256,7 @@ async fn apply(cache: &Cache, context: &Context) -> Result<Action, Error> {
         None => None,
     };
     let unresolved = refs::check_tls_secret(cache, secret.as_ref()).err();
-    let budget_may_exist = desired.pdb.is_none() && context.may_have_disruption_budget(&namespace, &build::resource_name(cache)).await;
+    let budget_may_exist = desired.pdb.is_none() && context.may_have_disruption_budget(&namespace, &shape::resource_name(cache)).await;
     let stateful_set = match children::apply(&context.client, &namespace, cache, desired, budget_may_exist).await {
         Ok(stateful_set) => stateful_set,
         // Anything but a refusal (a 500, a 429, a lost connection) is the API server's passing
@@ -286,7 +295,7 @@ async fn apply(cache: &Cache, context: &Context) -> Result<Action, Error> {
         condition(SYNCED, true, "ReconcileSuccess", "every object of the Cache is applied", generation),
         resolved,
     ];
-    let (primary, dropped_conditions, next) = if build::topology(cache) == (Topology::Replicated { sentinel: true }) {
+    let (primary, dropped_conditions, next) = if shape::has_sentinel(cache) {
         let (update, known, next) = primary(cache, ready).await;
         conditions.push(known);
         (update, &[][..], next)
@@ -322,8 +331,8 @@ async fn primary(cache: &Cache, ready: i32) -> (PrimaryUpdate, Condition, Durati
         let message = "no pod is ready: there is no Sentinel to ask yet";
         return (PrimaryUpdate::Keep, condition(sentinel::PRIMARY_KNOWN, false, "NoSentinelReady", message, generation), sentinel::POLL);
     }
-    let hosts: Vec<String> = (0..cache.spec.replicas).map(|ordinal| build::pod_host(cache, ordinal)).collect();
-    let (reports, errors) = sentinel::ask(&hosts, build::SENTINEL_PORT as u16, &cache.name_any()).await;
+    let hosts: Vec<String> = (0..cache.spec.replicas).map(|ordinal| shape::pod_host(cache, ordinal)).collect();
+    let (reports, errors) = sentinel::ask(&hosts, shape::SENTINEL_PORT as u16, &cache.name_any()).await;
     match sentinel::latest(reports) {
         Some(report) => {
             // A pod not ready may be the primary, before Sentinel notices (5 s): look again soon.

@@ -8,8 +8,12 @@ pub mod children;
 pub mod controller;
 pub mod conversion;
 pub mod crd;
+pub mod pod;
 pub mod refs;
+pub mod render;
 pub mod sentinel;
+pub mod settings;
+pub mod shape;
 pub mod status;
 
 use blockwork_runtime::rbac::rule;

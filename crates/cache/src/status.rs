@@ -15,9 +15,9 @@ use blockwork_runtime::outcome::ErrorClass;
 use blockwork_runtime::status::{LastError, set_condition};
 
 use crate::api::{Cache, CacheStatus, Phase};
-use crate::build;
 use crate::children::FIELD_MANAGER;
 use crate::sentinel;
+use crate::shape;
 
 /// Whether the replicas are ready (reasons `AllReplicasAvailable`, `ReplicasNotReady`, or the
 /// reason that keeps them from starting).
@@ -132,7 +132,7 @@ fn next_status(cache: &Cache, current: &CacheStatus, report: &Report, now: jiff:
         primary,
         last_failover,
         ready_replicas: report.ready_replicas.unwrap_or(current.ready_replicas),
-        endpoint: Some(build::endpoint(cache)),
+        endpoint: Some(shape::endpoint(cache)),
         conditions: current.conditions.clone(),
         observed_generation: cache.metadata.generation,
         // Every reconcile acts on the annotation's value: the change of it triggered this one.
