@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use futures::{FutureExt as _, Stream, StreamExt as _};
 use k8s_openapi::api::apps::v1::StatefulSet;
-use k8s_openapi::api::core::v1::{ConfigMap, Secret, Service};
+use k8s_openapi::api::core::v1::{ConfigMap, Event, Pod, Secret, Service};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use kube::api::Api;
@@ -40,6 +40,7 @@ use crate::refs::{self, Hold};
 use crate::sentinel;
 use crate::settings::Settings;
 use crate::shape;
+use crate::startup::{self, Stuck};
 use crate::status::{self, ErrorUpdate, PrimaryUpdate, READY, RESOLVED_REFS, RESYNC, Report, SYNCED};
 
 /// Deletion cleans up for at most this long, then lets the object go.
@@ -72,6 +73,11 @@ pub struct Context {
     disruption_budgets: Option<Store<PodDisruptionBudget>>,
     /// What the platform set at install for every Cache's pods.
     settings: Arc<Settings>,
+    /// Every Cache's pods and the StatefulSets' `FailedCreate` events, as the watches see them:
+    /// what tells why pods do not start ([`startup`]). `None` (a reconcile called without
+    /// [`run`]) says nothing of them.
+    pods: Option<Store<Pod>>,
+    failed_creates: Option<Store<Event>>,
 }
 
 impl Context {
@@ -81,7 +87,28 @@ impl Context {
             client,
             disruption_budgets: None,
             settings: Arc::new(settings),
+            pods: None,
+            failed_creates: None,
         })
+    }
+
+    /// Why the pods of `cache` (whose StatefulSet is `stateful_set`) do not start, if the
+    /// watches have seen a reason.
+    fn stuck(&self, cache: &Cache, stateful_set: &StatefulSet) -> Option<Stuck> {
+        let namespace = cache.namespace();
+        let name = cache.name_any();
+        let pods: Vec<Arc<Pod>> = self.pods.as_ref().map(Store::state).unwrap_or_default();
+        let pods: Vec<&Pod> = pods
+            .iter()
+            .filter(|pod| pod.namespace() == namespace && pod.labels().get(shape::INSTANCE_LABEL) == Some(&name))
+            .map(|pod| &**pod)
+            .collect();
+        let events: Vec<Arc<Event>> = self.failed_creates.as_ref().map(Store::state).unwrap_or_default();
+        let uid = stateful_set.metadata.uid.as_deref();
+        let latest =
+            events.iter().filter(|event| uid.is_some() && event.involved_object.uid.as_deref() == uid).max_by_key(|event| last_seen(event));
+        let created = stateful_set.status.as_ref().map_or(0, |status| status.replicas);
+        startup::diagnose(cache.spec.replicas, created, &pods, latest.map(|event| &**event))
     }
 
     /// Whether the Cache's disruption budget `name` may exist: known from the watch once it has
@@ -93,6 +120,17 @@ impl Context {
             _ => true,
         }
     }
+}
+
+/// When an event was last seen: its series', its `lastTimestamp`, or when it was made.
+fn last_seen(event: &Event) -> Option<jiff::Timestamp> {
+    event
+        .series
+        .as_ref()
+        .and_then(|series| series.last_observed_time.as_ref())
+        .map(|time| time.0)
+        .or_else(|| event.last_timestamp.as_ref().map(|time| time.0))
+        .or_else(|| event.event_time.as_ref().map(|time| time.0))
 }
 
 /// Runs the controller over the Caches `api` sees (children watched in `namespace`, or all
@@ -118,13 +156,42 @@ pub async fn run(
         .default_backoff()
         .reflect(budgets_writer)
         .touched_objects();
-    let context = Arc::new(Context { disruption_budgets: Some(disruption_budgets), ..(*context).clone() });
+    // The pods carry the Cache's labels; their owner is the StatefulSet, so they are mapped to
+    // their Cache by name.
+    let (pods, pods_writer) = reflector::store();
+    let pod_changes = watcher(child_api::<Pod>(&client, namespace), watcher::Config::default().labels(&pod_selector()))
+        .default_backoff()
+        .reflect(pods_writer)
+        .touched_objects();
+    // The StatefulSet controller says only in events that it could not create a pod.
+    let (failed_creates, events_writer) = reflector::store();
+    let failed_create_changes = watcher(
+        child_api::<Event>(&client, namespace),
+        watcher::Config::default().fields("involvedObject.kind=StatefulSet,reason=FailedCreate"),
+    )
+    .default_backoff()
+    .reflect(events_writer)
+    .touched_objects();
+    let context = Arc::new(Context {
+        disruption_budgets: Some(disruption_budgets),
+        pods: Some(pods),
+        failed_creates: Some(failed_creates),
+        ..(*context).clone()
+    });
     let run = Controller::for_stream(on_its_own("cache", "Cache", caches), store.clone())
         .owns_stream(on_its_own("cache", "StatefulSet", changes_of::<StatefulSet>(&client, namespace, &children)))
         .owns_stream(on_its_own("cache", "Service", changes_of::<Service>(&client, namespace, &children)))
         .owns_stream(on_its_own("cache", "ConfigMap", changes_of::<ConfigMap>(&client, namespace, &children)))
         .owns_stream(on_its_own("cache", "PodDisruptionBudget", budgets))
         .watches_stream(on_its_own("cache", "Secret", secrets), move |secret| referencing(&referenced, &secret))
+        .watches_stream(on_its_own("cache", "Pod", pod_changes), |pod: Pod| {
+            let cache = pod.labels().get(shape::INSTANCE_LABEL).cloned();
+            cache.map(|name| ObjectRef::new(&name).within(&pod.namespace().unwrap_or_default()))
+        })
+        .watches_stream(on_its_own("cache", "Event", failed_create_changes), |event: Event| {
+            let cache = event.involved_object.name.as_deref().and_then(|name| name.strip_suffix("-cache")).map(str::to_owned);
+            cache.map(|name| ObjectRef::new(&name).within(&event.namespace().unwrap_or_default()))
+        })
         .with_config(RunConfig::default().concurrency(concurrency))
         .graceful_shutdown_on(shutdown.clone())
         .run(reconcile, error_policy, context)
@@ -134,6 +201,11 @@ pub async fn run(
             }
         });
     blockwork_runtime::shutdown::drive_until_shutdown(run, shutdown, store).await;
+}
+
+/// What selects every Cache's pods, and only them.
+fn pod_selector() -> String {
+    format!("{}=cache,{}", shape::NAME_LABEL, managed_by_selector())
 }
 
 /// The objects of kind `K` selected by `config` as they change: a watch with its own backoff
@@ -277,15 +349,23 @@ async fn apply(cache: &Cache, context: &Context) -> Result<Action, Error> {
         }
     };
 
-    let status = stateful_set.status.unwrap_or_default();
+    let status = stateful_set.status.clone().unwrap_or_default();
     let (ready, created) = (status.ready_replicas.unwrap_or(0), status.replicas);
     let (phase, message) = build::phase(cache.spec.replicas, created, ready);
-    let (ready_reason, ready_message) = match (&unresolved, phase) {
-        (_, Phase::Ready) => ("AllReplicasAvailable", message),
+    let stuck = if phase == Phase::Ready { None } else { context.stuck(cache, &stateful_set) };
+    let (ready_reason, ready_message) = match (&unresolved, &stuck, phase) {
+        (_, _, Phase::Ready) => ("AllReplicasAvailable", message),
         // The replicas wait for the reference: say that, not only that they wait.
-        (Some(unresolved), _) => (unresolved.reason(), format!("{message}: {unresolved}")),
-        (None, _) => ("ReplicasNotReady", message),
+        (Some(unresolved), _, _) => (unresolved.reason(), format!("{message}: {unresolved}")),
+        // Kubernetes says why the pods do not start: say it on the Cache.
+        (None, Some(stuck), _) => (stuck.reason(), format!("{message}: {stuck}")),
+        (None, None, _) => ("ReplicasNotReady", message),
     };
+    // Told once when it starts, not at every reconcile while it lasts.
+    let newly_stuck = stuck.as_ref().filter(|stuck| {
+        let told = cache.status.as_ref().and_then(|s| s.conditions.iter().find(|c| c.type_ == READY)).map(|c| c.reason.as_str());
+        unresolved.is_none() && told != Some(stuck.reason())
+    });
     let resolved = match &unresolved {
         None => condition(RESOLVED_REFS, true, "ResolvedRefs", "every referenced Secret exists with the keys it needs", generation),
         Some(unresolved) => condition(RESOLVED_REFS, false, unresolved.reason(), &unresolved.to_string(), generation),
@@ -302,12 +382,15 @@ async fn apply(cache: &Cache, context: &Context) -> Result<Action, Error> {
     } else {
         (PrimaryUpdate::Clear, &[sentinel::PRIMARY_KNOWN][..], RESYNC)
     };
-    let last_error = match &unresolved {
-        None => ErrorUpdate::Clear,
-        Some(unresolved @ refs::Unresolved::SecretNotFound(_)) => {
-            ErrorUpdate::Failed(ErrorClass::NotFound, unresolved.reason(), unresolved.to_string())
-        }
-        Some(unresolved) => ErrorUpdate::Failed(ErrorClass::Terminal, unresolved.reason(), unresolved.to_string()),
+    let last_error = match (&unresolved, &stuck) {
+        (None, None) => ErrorUpdate::Clear,
+        (None, Some(stuck)) => ErrorUpdate::Failed(ErrorClass::Terminal, stuck.reason(), stuck.to_string()),
+        (Some(unresolved), _) => match unresolved {
+            refs::Unresolved::SecretNotFound(_) => ErrorUpdate::Failed(ErrorClass::NotFound, unresolved.reason(), unresolved.to_string()),
+            refs::Unresolved::SecretIncomplete { .. } => {
+                ErrorUpdate::Failed(ErrorClass::Terminal, unresolved.reason(), unresolved.to_string())
+            }
+        },
     };
     let report = Report {
         phase: Some(phase),
@@ -315,7 +398,9 @@ async fn apply(cache: &Cache, context: &Context) -> Result<Action, Error> {
         primary,
         conditions,
         dropped_conditions,
-        warning: unresolved.map(|unresolved| (unresolved.reason().to_owned(), unresolved.to_string())),
+        warning: unresolved
+            .map(|unresolved| (unresolved.reason().to_owned(), unresolved.to_string()))
+            .or_else(|| newly_stuck.map(|stuck| (stuck.reason().to_owned(), stuck.to_string()))),
         last_error,
     };
     status::write(cache, &context.client, &context.events, report).await?;

@@ -14,6 +14,7 @@ pub mod render;
 pub mod sentinel;
 pub mod settings;
 pub mod shape;
+pub mod startup;
 pub mod status;
 
 use blockwork_runtime::rbac::rule;
@@ -31,5 +32,8 @@ pub fn rbac() -> Vec<PolicyRule> {
         // The TLS Secret: watched by metadata (its changes clear the ResolvedRefs condition), read
         // only to check that it has the keys the pods need; never written.
         rule("", &["secrets"], &["get", "list", "watch"]),
+        // Why a Cache's pods do not start: its pods (by label) and the StatefulSets'
+        // FailedCreate events, watched; never written.
+        rule("", &["pods", "events"], &["get", "list", "watch"]),
     ]
 }
