@@ -146,7 +146,10 @@ pub fn registered() -> Vec<Controller> {
             rbac: blockwork_cache::rbac,
             webhooks: Webhooks { routes: |_| Ok(blockwork_cache::conversion::router()), validating: Vec::new },
             metrics_prefix: "blockwork_cache",
-            start: |_| runnable(run_cache),
+            start: |registry| {
+                let metrics = blockwork_cache::metrics::CacheMetrics::register(registry);
+                runnable(move |host| run_cache(host, metrics))
+            },
         },
         Controller {
             name: blockwork_cert::CONTROLLER,
@@ -245,9 +248,9 @@ pub fn check_args(selected: &[Controller], args: &RunArgs) -> anyhow::Result<()>
     Ok(())
 }
 
-async fn run_cache(host: Host) -> anyhow::Result<()> {
+async fn run_cache(host: Host, metrics: Arc<blockwork_cache::metrics::CacheMetrics>) -> anyhow::Result<()> {
     use blockwork_cache::controller::{Context, run};
-    let context = Context::new(host.client.clone(), cache_settings(&host.args)?);
+    let context = Context::new(host.client.clone(), cache_settings(&host.args)?, metrics);
     blockwork_runtime::run_in(&host.namespaces, |scope| {
         let api = blockwork_runtime::namespaces::api(&host.client, scope.as_deref());
         run(Arc::clone(&context), api, scope, host.concurrency, host.shutdown.wait_owned())

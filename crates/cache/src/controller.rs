@@ -36,6 +36,7 @@ use blockwork_runtime::watches::on_its_own;
 use crate::api::{Cache, GROUP, Phase};
 use crate::build;
 use crate::children::{self, FIELD_MANAGER};
+use crate::metrics::CacheMetrics;
 use crate::refs::{self, Hold};
 use crate::sentinel;
 use crate::settings::Settings;
@@ -78,10 +79,11 @@ pub struct Context {
     /// [`run`]) says nothing of them.
     pods: Option<Store<Pod>>,
     failed_creates: Option<Store<Event>>,
+    metrics: Arc<CacheMetrics>,
 }
 
 impl Context {
-    pub fn new(client: Client, settings: Settings) -> Arc<Self> {
+    pub fn new(client: Client, settings: Settings, metrics: Arc<CacheMetrics>) -> Arc<Self> {
         Arc::new(Self {
             events: Publisher::new(client.clone(), FIELD_MANAGER),
             client,
@@ -89,6 +91,7 @@ impl Context {
             settings: Arc::new(settings),
             pods: None,
             failed_creates: None,
+            metrics,
         })
     }
 
@@ -403,7 +406,9 @@ async fn apply(cache: &Cache, context: &Context) -> Result<Action, Error> {
             .or_else(|| newly_stuck.map(|stuck| (stuck.reason().to_owned(), stuck.to_string()))),
         last_error,
     };
-    status::write(cache, &context.client, &context.events, report).await?;
+    if status::write(cache, &context.client, &context.events, report).await? {
+        context.metrics.failover(&namespace, &cache.name_any());
+    }
     Ok(Action::requeue(next))
 }
 

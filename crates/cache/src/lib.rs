@@ -8,6 +8,7 @@ pub mod children;
 pub mod controller;
 pub mod conversion;
 pub mod crd;
+pub mod metrics;
 pub mod pod;
 pub mod refs;
 pub mod render;

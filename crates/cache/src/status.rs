@@ -68,8 +68,9 @@ pub enum PrimaryUpdate {
 }
 
 /// Writes `report` over the current status when it changes anything, and publishes its events:
-/// a Normal event on a phase change, and the report's warning.
-pub async fn write(cache: &Cache, client: &Client, events: &Publisher, report: Report) -> Result<(), kube::Error> {
+/// a Normal event on a phase change, and the report's warning. Whether it recorded a failover
+/// the status did not have.
+pub async fn write(cache: &Cache, client: &Client, events: &Publisher, report: Report) -> Result<bool, kube::Error> {
     let mut current = cache.status.clone().unwrap_or_default();
     let now = jiff::Timestamp::now();
     let mut next = next_status(cache, &current, &report, now);
@@ -82,7 +83,7 @@ pub async fn write(cache: &Cache, client: &Client, events: &Publisher, report: R
         let stored = api.get(&cache.name_any()).await?;
         if stored.metadata.generation != cache.metadata.generation {
             // A newer spec is on its way through the watch, and its own reconcile writes.
-            return Ok(());
+            return Ok(false);
         }
         current = stored.status.unwrap_or_default();
         next = next_status(cache, &current, &report, now);
@@ -99,7 +100,7 @@ pub async fn write(cache: &Cache, client: &Client, events: &Publisher, report: R
     if let Some((reason, note)) = report.warning {
         publish(events, cache, EventType::Warning, &reason, &note).await;
     }
-    Ok(())
+    Ok(next.last_failover.is_some() && next.last_failover != current.last_failover)
 }
 
 /// The `lastError` after a reconcile that ended waiting on `class`/`reason`. The same error

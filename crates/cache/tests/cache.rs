@@ -78,7 +78,7 @@ impl Harness {
         });
         control_plane().await.unwrap().install_crds(&[crd]).await.unwrap();
         let namespace = TestNamespace::new(prefix).await;
-        let context = controller::Context::new(controller_client.clone(), Settings::default());
+        let context = controller::Context::new(controller_client.clone(), Settings::default(), metrics());
         let api: Api<Cache> = Api::namespaced(controller_client, &namespace.namespace);
         let mut controller = ControllerTask::default();
         controller.start(controller::run(context, api, Some(namespace.namespace.clone()), 2, std::future::pending()));
@@ -681,7 +681,9 @@ async fn an_older_copy_of_a_cache_from_the_watch_is_not_written_back() {
     let mut older = settled.clone();
     older.status = None;
     tokio::time::sleep(Duration::from_millis(1100)).await;
-    controller::reconcile(std::sync::Arc::new(older), controller::Context::new(h.client.clone(), Settings::default())).await.unwrap();
+    controller::reconcile(std::sync::Arc::new(older), controller::Context::new(h.client.clone(), Settings::default(), metrics()))
+        .await
+        .unwrap();
     let after = h.api().get("c").await.unwrap();
     assert_eq!(after.resource_version(), settled.resource_version(), "written back: {:?}", after.status);
 }
@@ -719,4 +721,8 @@ async fn defaults_are_applied_by_the_api_server() {
     assert_eq!((created.spec.replicas, created.spec.eviction_policy), (1, EvictionPolicy::AllkeysLru));
     assert_eq!(created.spec.tls, Some(Tls { enabled: false, secret_name: None }));
     assert!(created.spec.high_availability.unwrap().auto_failover);
+}
+
+fn metrics() -> std::sync::Arc<blockwork_cache::metrics::CacheMetrics> {
+    blockwork_cache::metrics::CacheMetrics::register(&mut prometheus_client::registry::Registry::default())
 }

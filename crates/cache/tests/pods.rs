@@ -130,7 +130,7 @@ async fn controller_in(prefix: &str) -> (TestNamespace<Cache>, ControllerTask) {
         crd::crd_with_conversion(WebhookClientConfig { url: Some("https://127.0.0.1:1/convert".into()), ..WebhookClientConfig::default() });
     plane.install_crds(&[crd]).await.unwrap();
     let namespace = TestNamespace::new(prefix).await;
-    let context = controller::Context::new(plane.client(), Settings::default());
+    let context = controller::Context::new(plane.client(), Settings::default(), metrics());
     let mut task = ControllerTask::default();
     let api: Api<Cache> = Api::namespaced(plane.client(), &namespace.namespace);
     task.start(controller::run(context, api, Some(namespace.namespace.clone()), 2, std::future::pending()));
@@ -240,4 +240,8 @@ async fn an_image_the_node_cannot_pull_is_the_cache_s_reason_until_the_pod_runs(
     let (status, _) = ready_because(&test, "c", "AllReplicasAvailable").await;
     assert_eq!(status, "True");
     assert_eq!(test.api().get("c").await.unwrap().status.unwrap().last_error, None);
+}
+
+fn metrics() -> std::sync::Arc<blockwork_cache::metrics::CacheMetrics> {
+    blockwork_cache::metrics::CacheMetrics::register(&mut prometheus_client::registry::Registry::default())
 }
