@@ -116,7 +116,8 @@ pub fn sentinel_script(cache: &Cache) -> String {
 set -eu
 host="$CACHE_PRIMARY_HOST"
 port="$CACHE_PRIMARY_PORT"
-current=$("$CACHE_CLI" -h "$CACHE_SENTINEL_SERVICE" -p "$CACHE_SENTINEL_PORT" --raw sentinel get-master-addr-by-name "$CACHE_NAME" 2>/dev/null || true)
+# Bounded: while no pod is ready the Service has no endpoint, and a connection to it may hang.
+current=$(timeout 2 "$CACHE_CLI" -h "$CACHE_SENTINEL_SERVICE" -p "$CACHE_SENTINEL_PORT" --raw sentinel get-master-addr-by-name "$CACHE_NAME" 2>/dev/null || true)
 if [ "$(printf '%s\n' "$current" | wc -l)" -eq 2 ]; then
   host=$(printf '%s\n' "$current" | sed -n 1p)
   port=$(printf '%s\n' "$current" | sed -n 2p)
