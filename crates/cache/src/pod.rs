@@ -7,7 +7,7 @@
 //! - **Probes that mean something.** Readiness and liveness run the rendered probe script
 //!   ([`render::probe_script`]), which asks the server itself (PING, memcached's `version`) and
 //!   gives up after two seconds: a hung server leaves the Service within about 10 s and is
-//!   restarted within about 30 s. Sentinel is asked the same way. The exporter has a liveness
+//!   restarted within about a minute (30 s of failed liveness probes, then the grace period). Sentinel is asked the same way. The exporter has a liveness
 //!   probe only: its trouble must never take a serving cache out of the Service.
 //! - **Resources.** Memory request = limit = `spec.memory` (a cache evicts within its limit, and
 //!   an equal request makes the scheduler reserve it); CPU requested as set at install, and
