@@ -12,7 +12,8 @@
 //!   - an IDNA A-label (`xn--`, a P-label) that decodes to a valid U-label: UTS #46's checks as
 //!     the `idna` crate makes them (punycode, NFC, hyphens, joiners, bidi), then IDNA2008's code
 //!     point rules ([`crate::idna2008`]), which refuse the symbols and emoji UTS #46 takes
-//!     (`xn--n3h`, ☃). `xn--bcher-kva` (bücher) is a name a CA accepts; `xn--zz` and `xn--n3h`
+//!     (`xn--n3h`, ☃): a label IDNA2008 disallows is no valid internationalized name, and no
+//!     registry registers one. `xn--bcher-kva` (bücher) is admitted; `xn--zz` and `xn--n3h`
 //!     are not.
 //! - The normal form: lowercase, without the trailing dot. `www.example.com.` (absolute) and
 //!   `www.example.com` are the same name: compared, stored and sent to AWS in the normal form,
@@ -59,7 +60,7 @@ pub enum DnsNameError {
         "label {label:?} of {name:?} starts with xn-- but is not a valid IDNA A-label (it does not decode to a valid internationalized label)"
     )]
     ALabel { name: String, label: String },
-    #[error("label {label:?} of {name:?} is the internationalized label {u_label:?}, {}: public CAs refuse it", refusal(.refused))]
+    #[error("label {label:?} of {name:?} is the internationalized label {u_label:?}, {}", refusal(.refused))]
     Idna2008 { name: String, label: String, u_label: String, refused: idna2008::Refused },
 }
 
@@ -72,7 +73,7 @@ fn refusal(refused: &idna2008::Refused) -> String {
             format!("which has {code_point} where IDNA2008's contextual rule for it does not hold (RFC 5892 Appendix A)")
         }
         Derived::Disallowed | Derived::Pvalid => format!(
-            "which has {code_point}, a code point IDNA2008 disallows in domain names (RFC 5892: symbols, emoji, punctuation, capitals and compatibility forms)"
+            "which has {code_point}, a code point IDNA2008 disallows in domain names (RFC 5892: symbols, emoji, punctuation, capitals and compatibility forms are not valid in an internationalized name)"
         ),
     }
 }

@@ -1,13 +1,12 @@
 //! IDNA2008's code point rules (RFC 5892) for the U-label an A-label decodes to.
 //!
 //! The `idna` crate implements UTS #46, the browsers' processing, which accepts code points
-//! IDNA2008 disallows: symbols and emoji (`xn--n3h` is ☃, U+2603), most punctuation. Public CAs
-//! issue for IDNA2008 names only (the CA/Browser Forum's Baseline Requirements take P-labels,
-//! whose rules are IDNA2008's), so a name UTS #46 accepts can still be refused by the CA, after
-//! a request and its validation records. No maintained crate computes IDNA2008's derived
-//! property, so [`derived`] follows RFC 5892 §3 over the Unicode properties of `icu_properties`
-//! (the same data `idna` uses); the only table here is the RFC's own list of exceptions (§2.6).
-//! ADR 0019 says why.
+//! IDNA2008 disallows: symbols and emoji (`xn--n3h` is ☃, U+2603), most punctuation. IDNA2008 is
+//! the standard for what an internationalized label may hold (registries register nothing
+//! else), so Blockwork holds A-labels to it before a certificate is requested for them. No
+//! maintained crate computes IDNA2008's derived property, so [`derived`] follows RFC 5892 §3
+//! over the Unicode properties of `icu_properties` (the same data `idna` uses); the only tables
+//! here are the RFC's own: its exceptions (§2.6) and three blocks (§2.4). ADR 0019 says why.
 
 use icu_properties::props::{
     ChangesWhenNfkcCasefolded, DefaultIgnorableCodePoint, GeneralCategory, HangulSyllableType, JoinControl, NoncharacterCodePoint, Script,
