@@ -12,6 +12,7 @@ pub mod metrics;
 pub mod pod;
 pub mod refs;
 pub mod render;
+pub mod replication;
 pub mod sentinel;
 pub mod settings;
 pub mod shape;

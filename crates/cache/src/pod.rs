@@ -7,8 +7,10 @@
 //! - **Probes that mean something.** Readiness and liveness run the rendered probe script
 //!   ([`render::probe_script`]), which asks the server itself (PING, memcached's `version`) and
 //!   gives up after two seconds: a hung server leaves the Service within about 10 s and is
-//!   restarted within about a minute (30 s of failed liveness probes, then the grace period). Sentinel is asked the same way. The exporter has a liveness
-//!   probe only: its trouble must never take a serving cache out of the Service.
+//!   restarted within about 35 s (30 s of failed liveness probes, then 5 s to exit). Sentinel
+//!   is asked the same way. With Sentinel, a startup probe holds liveness off while a restarted
+//!   server waits for a failover ([`crate::replication`]). The exporter has a liveness probe
+//!   only: its trouble must never take a serving cache out of the Service.
 //! - **Resources.** Memory request = limit = `spec.memory` (a cache evicts within its limit, and
 //!   an equal request makes the scheduler reserve it); CPU requested as set at install, and
 //!   limited only if set there.
@@ -27,6 +29,7 @@ use kube::ResourceExt;
 
 use crate::api::{Cache, Engine};
 use crate::render::{self, PROBE_ANSWER_SECONDS};
+use crate::replication;
 use crate::settings::{Settings, Spread};
 use crate::shape::{self, CONFIG_DIR, DATA_DIR, MEMCACHED_LOOPBACK_PORT, SENTINEL_PORT, TLS_DIR, Topology};
 
@@ -37,6 +40,14 @@ const SENTINEL_MEMORY: &str = "64Mi";
 const SIDECAR_CPU: &str = "10m";
 /// redis_exporter and memcached_exporter use 10-20 MiB.
 const EXPORTER_MEMORY: &str = "48Mi";
+/// How long a container that failed its liveness probe is given to exit before it is killed:
+/// one that stopped answering for 30 s will not exit cleanly (a stopped process does not even
+/// see SIGTERM), and every second of the pod's own 30 s grace period is a second more without
+/// the server. A deleted pod still gets the 30 s, which a primary uses to let its replicas
+/// catch up.
+const HUNG_EXIT_SECONDS: i64 = 5;
+/// Beyond the failover wait, for asking the Sentinels (2 s each) and starting the server.
+const STARTUP_MARGIN_SECONDS: i32 = 35;
 
 /// The pod template of `cache`'s StatefulSet; `config_hash` is the ConfigMap's.
 pub fn template(cache: &Cache, settings: &Settings, config_hash: String) -> PodTemplateSpec {
@@ -146,16 +157,25 @@ fn environment(cache: &Cache) -> Vec<EnvVar> {
         env("CACHE_CONFIG_DIR", CONFIG_DIR),
         env("CACHE_DATA_DIR", DATA_DIR),
     ];
-    if let Topology::Replicated { .. } = shape::topology(cache) {
-        let namespace = cache.namespace().unwrap_or_default();
+    let port = shape::port(cache.spec.engine).to_string();
+    if let Topology::Replicated { sentinel } = shape::topology(cache) {
         environment.extend([
             env("CACHE_PRIMARY_HOST", shape::pod_host(cache, 0)),
-            env("CACHE_PRIMARY_PORT", shape::port(cache.spec.engine).to_string()),
+            env("CACHE_PRIMARY_PORT", port.clone()),
             // Kubernetes expands $(POD_NAME) from the variable above.
             env("CACHE_ANNOUNCE_HOST", format!("$(POD_NAME).{}", shape::pod_domain(cache))),
-            env("CACHE_SENTINEL_SERVICE", format!("{}.{namespace}.svc.cluster.local", shape::resource_name(cache))),
-            env("CACHE_SENTINEL_PORT", SENTINEL_PORT.to_string()),
         ]);
+        if sentinel {
+            // Every pod's Sentinel, by the pod's stable name: a starting pod asks them all which
+            // server is the primary (the Service would pick one, and only among ready pods).
+            let sentinels: Vec<String> =
+                (0..cache.spec.replicas).map(|i| format!("{}:{SENTINEL_PORT}", shape::pod_host(cache, i))).collect();
+            environment.extend([
+                env("CACHE_PORT", port),
+                env("CACHE_SENTINEL_PORT", SENTINEL_PORT.to_string()),
+                env("CACHE_SENTINELS", sentinels.join(" ")),
+            ]);
+        }
     }
     environment
 }
@@ -178,9 +198,17 @@ fn readiness(question: &str) -> Option<Probe> {
     Some(probe(question, 5, 2))
 }
 
-/// Restarted after three unanswered questions 10 s apart.
+/// Restarted after three unanswered questions 10 s apart, given [`HUNG_EXIT_SECONDS`] to exit.
 fn liveness(question: &str) -> Option<Probe> {
-    Some(probe(question, 10, 3))
+    Some(Probe { termination_grace_period_seconds: Some(HUNG_EXIT_SECONDS), ..probe(question, 10, 3) })
+}
+
+/// With Sentinel, a starting server may wait for a failover before it serves
+/// ([`replication::FAILOVER_WAIT_SECONDS`]): liveness counts only once it answers.
+fn startup(cache: &Cache) -> Option<Probe> {
+    let period = 2;
+    shape::has_sentinel(cache)
+        .then(|| probe("alive", period, (replication::FAILOVER_WAIT_SECONDS as i32 + STARTUP_MARGIN_SECONDS) / period))
 }
 
 fn resources(cpu_request: &Quantity, cpu_limit: Option<&Quantity>, memory: &str) -> ResourceRequirements {
@@ -212,6 +240,7 @@ fn server(cache: &Cache, settings: &Settings) -> Container {
         ports: port("cache", shape::port(cache.spec.engine)),
         readiness_probe: readiness("ready"),
         liveness_probe: liveness("alive"),
+        startup_probe: startup(cache),
         resources: Some(resources(&settings.cpu_request, settings.cpu_limit.as_ref(), &cache.spec.memory)),
         security_context: Some(restricted()),
         volume_mounts: Some(mounts(cache)),
@@ -384,6 +413,37 @@ mod tests {
         let ready = server.readiness_probe.clone().expect("readiness");
         assert_eq!((ready.period_seconds, ready.failure_threshold, ready.timeout_seconds), (Some(5), Some(2), Some(3)));
         assert_eq!(env_value(sentinel, "CACHE_CLI").as_deref(), Some("valkey-cli"));
+    }
+
+    #[test]
+    fn a_hung_server_is_given_five_seconds_to_exit_not_the_pod_s_thirty() {
+        let pod = pod(&ha(Engine::Redis), &Settings::default());
+        for container in &pod.containers {
+            let liveness = container.liveness_probe.as_ref().expect("liveness");
+            assert_eq!(liveness.termination_grace_period_seconds, Some(5), "{}", container.name);
+        }
+        assert_eq!(pod.termination_grace_period_seconds, None, "a deleted pod keeps the default 30 s");
+    }
+
+    #[test]
+    fn with_sentinel_liveness_waits_for_a_server_that_waits_for_a_failover() {
+        let server = pod(&ha(Engine::Redis), &Settings::default()).containers.remove(0);
+        let startup = server.startup_probe.expect("a startup probe");
+        let allowed = startup.period_seconds.unwrap_or(10) * startup.failure_threshold.unwrap_or(3);
+        assert!(allowed as u32 > replication::FAILOVER_WAIT_SECONDS + 30, "{allowed} s");
+        assert_eq!(pod(&cache(Engine::Redis, 3), &Settings::default()).containers[0].startup_probe, None);
+    }
+
+    #[test]
+    fn with_sentinel_a_pod_knows_every_pod_s_sentinel_by_its_stable_name() {
+        let server = pod(&ha(Engine::Redis), &Settings::default()).containers.remove(0);
+        assert_eq!(
+            env_value(&server, "CACHE_SENTINELS").as_deref(),
+            Some(
+                "c-cache-0.c-cache-headless.ns.svc.cluster.local:26379 c-cache-1.c-cache-headless.ns.svc.cluster.local:26379 c-cache-2.c-cache-headless.ns.svc.cluster.local:26379"
+            )
+        );
+        assert_eq!(env_value(&server, "CACHE_PORT").as_deref(), Some("6379"));
     }
 
     #[test]

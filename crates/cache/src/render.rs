@@ -1,5 +1,6 @@
 //! Pure: the files of a Cache's ConfigMap, rendered from its spec: the engine's configuration,
-//! the scripts that start the server and its Sentinel, and the script the pod's probes run.
+//! the scripts that start the server and its Sentinel ([`crate::replication`]), and the script
+//! the pod's probes run.
 //! Everything a script needs comes from the environment the pod template sets
 //! ([`crate::pod`]), so a test runs them as they are, against real servers.
 
@@ -8,6 +9,7 @@ use std::collections::BTreeMap;
 use kube::ResourceExt;
 
 use crate::api::{Cache, Engine, EvictionPolicy};
+use crate::replication;
 use crate::shape::{self, InvalidSpec, MEMCACHED_LOOPBACK_PORT, SENTINEL_PORT, TLS_DIR, Topology};
 
 /// The probe script's file, run as `sh probe.sh ready|alive|sentinel`.
@@ -19,11 +21,13 @@ pub const PROBE_ANSWER_SECONDS: i32 = 2;
 /// Every file of the ConfigMap, by name.
 pub fn files(cache: &Cache) -> Result<BTreeMap<String, String>, InvalidSpec> {
     let mut files: BTreeMap<String, String> = match cache.spec.engine {
-        Engine::Redis | Engine::Valkey => [("redis.conf".to_owned(), config(cache)?), ("start.sh".to_owned(), start_script(cache))].into(),
+        Engine::Redis | Engine::Valkey => {
+            [("redis.conf".to_owned(), config(cache)?), ("start.sh".to_owned(), replication::start_script(cache))].into()
+        }
         Engine::Memcached => [("memcached.args".to_owned(), config(cache)?)].into(),
     };
     if shape::has_sentinel(cache) {
-        files.insert("sentinel.sh".into(), sentinel_script(cache));
+        files.insert("sentinel.sh".into(), replication::sentinel_script(cache));
     }
     files.insert(PROBE_SCRIPT.into(), probe_script(cache));
     Ok(files)
@@ -74,68 +78,6 @@ pub fn config(cache: &Cache) -> Result<String, InvalidSpec> {
             args.join("\n") + "\n"
         }
     })
-}
-
-/// Starts redis-server or valkey-server from the rendered configuration, copied to the data
-/// directory because the server may rewrite it. A pod other than pod 0 of a replicated Cache
-/// starts as a replica of pod 0; after a failover, Sentinel reconfigures whoever rejoins.
-pub fn start_script(cache: &Cache) -> String {
-    format!(
-        r#"#!/bin/sh
-# Rendered by Blockwork from Cache {name}; edits are overwritten.
-set -eu
-config="$CACHE_DATA_DIR/redis.conf"
-cp "$CACHE_CONFIG_DIR/redis.conf" "$config"
-if [ -n "${{CACHE_PRIMARY_HOST:-}}" ] && [ "${{POD_NAME##*-}}" != 0 ]; then
-  printf 'replicaof %s %s\n' "$CACHE_PRIMARY_HOST" "$CACHE_PRIMARY_PORT" >> "$config"
-fi
-if [ -n "${{CACHE_ANNOUNCE_HOST:-}}" ]; then
-  printf 'replica-announce-ip %s\n' "$CACHE_ANNOUNCE_HOST" >> "$config"
-fi
-exec "$CACHE_SERVER" "$config"
-"#,
-        name = cache.name_any()
-    )
-}
-
-/// Starts a Sentinel that watches the current primary: the one its peers report (a restarted
-/// Sentinel must not fall back to pod 0 after a failover), else pod 0. Quorum: a majority of
-/// the replicas.
-pub fn sentinel_script(cache: &Cache) -> String {
-    let quorum = cache.spec.replicas / 2 + 1;
-    let tls = if shape::tls_enabled(cache) {
-        format!(
-            "  echo 'tls-replication yes'\n  echo 'tls-cert-file {TLS_DIR}/tls.crt'\n  echo 'tls-key-file {TLS_DIR}/tls.key'\n  echo 'tls-ca-cert-file {TLS_DIR}/ca.crt'\n"
-        )
-    } else {
-        String::new()
-    };
-    format!(
-        r#"#!/bin/sh
-# Rendered by Blockwork from Cache {name}; edits are overwritten.
-set -eu
-host="$CACHE_PRIMARY_HOST"
-port="$CACHE_PRIMARY_PORT"
-# Bounded: while no pod is ready the Service has no endpoint, and a connection to it may hang.
-current=$(timeout 2 "$CACHE_CLI" -h "$CACHE_SENTINEL_SERVICE" -p "$CACHE_SENTINEL_PORT" --raw sentinel get-master-addr-by-name "$CACHE_NAME" 2>/dev/null || true)
-if [ "$(printf '%s\n' "$current" | wc -l)" -eq 2 ]; then
-  host=$(printf '%s\n' "$current" | sed -n 1p)
-  port=$(printf '%s\n' "$current" | sed -n 2p)
-fi
-{{
-  printf 'port %s\n' "$CACHE_SENTINEL_PORT"
-  echo 'sentinel resolve-hostnames yes'
-  echo 'sentinel announce-hostnames yes'
-  printf 'sentinel announce-ip %s\n' "$CACHE_ANNOUNCE_HOST"
-  printf 'sentinel monitor %s %s %s {quorum}\n' "$CACHE_NAME" "$host" "$port"
-  printf 'sentinel down-after-milliseconds %s 5000\n' "$CACHE_NAME"
-  printf 'sentinel failover-timeout %s 60000\n' "$CACHE_NAME"
-  printf 'sentinel parallel-syncs %s 1\n' "$CACHE_NAME"
-{tls}}} > "$CACHE_DATA_DIR/sentinel.conf"
-exec "$CACHE_SERVER" "$CACHE_DATA_DIR/sentinel.conf" --sentinel
-"#,
-        name = cache.name_any()
-    )
 }
 
 /// What the pod's probes run: `sh probe.sh ready` (the server answers, so it may take clients),
@@ -273,7 +215,6 @@ mod tests {
         c.spec.high_availability = Some(HighAvailability { enabled: true, auto_failover: true });
         let config = config(&c).expect("renders");
         assert!(config.contains("tls-replication yes\n") && config.contains("tls-ca-cert-file"), "{config}");
-        assert!(sentinel_script(&c).contains("tls-replication yes"));
     }
 
     #[test]
@@ -283,10 +224,6 @@ mod tests {
         ha.spec.high_availability = Some(HighAvailability { enabled: true, auto_failover: true });
         let files = files(&ha).expect("renders");
         assert_eq!(files.keys().map(String::as_str).collect::<Vec<_>>(), ["probe.sh", "redis.conf", "sentinel.sh", "start.sh"]);
-        assert!(
-            files["sentinel.sh"].contains("' \"$CACHE_NAME\" \"$host\" \"$port\"") && files["sentinel.sh"].contains("%s %s %s 3\\n"),
-            "quorum 3 of 5"
-        );
         let files = super::files(&cache(Engine::Memcached, "64Mi")).expect("renders");
         assert_eq!(files.keys().map(String::as_str).collect::<Vec<_>>(), ["memcached.args", "probe.sh"]);
     }

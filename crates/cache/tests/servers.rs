@@ -320,97 +320,191 @@ fn wait_until(what: &str, timeout: Duration, mut check: impl FnMut() -> bool) {
     }
 }
 
-/// One pod of a replicated Cache on this machine: its rendered files, run by `sh` with the
-/// environment the StatefulSet gives the pod (loopback addresses instead of pod DNS names).
-struct Node {
-    server_port: u16,
-    sentinel_port: u16,
-    _server: Server,
-    _sentinel: Server,
+/// A process started by a rendered script, killed when dropped (a pod's container); what it
+/// prints goes to `SCRIPT.log` beside it.
+fn run(script: &std::path::Path, env: &[(&str, String)]) -> Server {
+    let log = std::fs::File::create(script.with_extension("log")).unwrap();
+    let child = std::process::Command::new("sh").arg(script).envs(env.iter().map(|(k, v)| (*k, v.as_str()))).stdout(log).spawn().unwrap();
+    Server(child)
 }
 
-impl Node {
-    fn start(files: &std::collections::BTreeMap<String, String>, ordinal: usize, primary_port: u16, server_port: u16) -> Node {
-        let sentinel_port = free_port();
+/// The pods of a replicated Cache with Sentinel on this machine: each its rendered files, run by
+/// `sh` with the environment the StatefulSet gives the pod, with loopback addresses and ports
+/// of its own instead of pod DNS names.
+struct Pods {
+    files: std::collections::BTreeMap<String, String>,
+    server_ports: Vec<u16>,
+    sentinel_ports: Vec<u16>,
+    /// Each pod's server and Sentinel, while it runs.
+    running: Vec<Option<(Server, Server)>>,
+}
+
+impl Pods {
+    fn new(cache: &Cache) -> Pods {
+        let replicas = cache.spec.replicas as usize;
+        let files = build::desired(cache, &Settings::default()).unwrap().config_map.data.unwrap();
+        Pods {
+            files,
+            server_ports: (0..replicas).map(|_| free_port()).collect(),
+            sentinel_ports: (0..replicas).map(|_| free_port()).collect(),
+            running: (0..replicas).map(|_| None).collect(),
+        }
+    }
+
+    /// Starts pod `ordinal` afresh, as the StatefulSet does: a new data directory, the server
+    /// and the Sentinel at once.
+    fn start(&mut self, ordinal: usize) {
         let dir = tempfile_dir();
         let (config, data) = (dir.join("config"), dir.join("data"));
         std::fs::create_dir_all(&config).unwrap();
         std::fs::create_dir_all(&data).unwrap();
-        for (name, content) in files {
+        for (name, content) in &self.files {
             // The pod listens on 6379; here on a free loopback port, appended last so it wins.
-            let content = if name == "redis.conf" { format!("{content}port {server_port}\nbind 127.0.0.1\n") } else { content.clone() };
+            let content = if name == "redis.conf" {
+                format!("{content}port {}\nbind 127.0.0.1\n", self.server_ports[ordinal])
+            } else {
+                content.clone()
+            };
             std::fs::write(config.join(name), content).unwrap();
         }
-        let run = |script: &str, port: u16| {
-            let child = std::process::Command::new("sh")
-                .arg(config.join(script))
-                .env("POD_NAME", format!("c-cache-{ordinal}"))
-                .env("CACHE_NAME", "c")
-                .env("CACHE_SERVER", "/usr/bin/redis-server")
-                .env("CACHE_CLI", "/usr/bin/redis-cli")
-                .env("CACHE_CONFIG_DIR", &config)
-                .env("CACHE_DATA_DIR", &data)
-                .env("CACHE_PRIMARY_HOST", "127.0.0.1")
-                .env("CACHE_PRIMARY_PORT", primary_port.to_string())
-                .env("CACHE_ANNOUNCE_HOST", "127.0.0.1")
-                .env("CACHE_SENTINEL_SERVICE", "127.0.0.1")
-                .env("CACHE_SENTINEL_PORT", port.to_string())
-                .stdout(std::process::Stdio::null())
-                .spawn()
-                .unwrap();
-            Server(child)
-        };
-        let server = run("start.sh", server_port);
-        wait_until("the server", Duration::from_secs(10), || redis_cli(server_port, &["PING"]) == "PONG");
-        let sentinel = run("sentinel.sh", sentinel_port);
-        Node { server_port, sentinel_port, _server: server, _sentinel: sentinel }
+        let sentinels: Vec<String> = self.sentinel_ports.iter().map(|port| format!("127.0.0.1:{port}")).collect();
+        let env = [
+            ("POD_NAME", format!("c-cache-{ordinal}")),
+            ("CACHE_NAME", "c".to_owned()),
+            ("CACHE_SERVER", "/usr/bin/redis-server".to_owned()),
+            ("CACHE_CLI", "/usr/bin/redis-cli".to_owned()),
+            ("CACHE_CONFIG_DIR", config.display().to_string()),
+            ("CACHE_DATA_DIR", data.display().to_string()),
+            ("CACHE_PRIMARY_HOST", "127.0.0.1".to_owned()),
+            ("CACHE_PRIMARY_PORT", self.server_ports[0].to_string()),
+            ("CACHE_ANNOUNCE_HOST", "127.0.0.1".to_owned()),
+            ("CACHE_PORT", self.server_ports[ordinal].to_string()),
+            ("CACHE_SENTINEL_PORT", self.sentinel_ports[ordinal].to_string()),
+            ("CACHE_SENTINELS", sentinels.join(" ")),
+        ];
+        // Shown when the test fails.
+        println!("pod {ordinal} started: start.log and sentinel.log in {}", config.display());
+        let server = run(&config.join("start.sh"), &env);
+        let sentinel = run(&config.join("sentinel.sh"), &env);
+        self.running[ordinal] = Some((server, sentinel));
+    }
+
+    /// Kills pod `ordinal`'s server and Sentinel, as a node's death or a forced deletion does.
+    fn kill(&mut self, ordinal: usize) {
+        drop(self.running[ordinal].take());
+    }
+
+    fn server(&self, ordinal: usize, args: &[&str]) -> String {
+        redis_cli(self.server_ports[ordinal], args)
+    }
+
+    /// The ordinal of the server the Sentinel of pod `asked` names as the primary.
+    fn primary(&self, asked: usize) -> Option<usize> {
+        let reply = redis_cli(self.sentinel_ports[asked], &["SENTINEL", "get-master-addr-by-name", "c"]);
+        let port: u16 = reply.lines().nth(1)?.parse().ok()?;
+        self.server_ports.iter().position(|p| *p == port)
+    }
+
+    fn role(&self, ordinal: usize) -> String {
+        self.server(ordinal, &["ROLE"]).lines().next().unwrap_or_default().to_owned()
     }
 }
 
-/// `highAvailability` with `autoFailover`: pod 0 starts as the primary, the others replicate
-/// from it, and when the primary dies the Sentinels promote a replica.
-#[test]
-fn replicated_redis_fails_over_to_a_replica() {
-    let mut c = cache("c", Engine::Redis, "64Mi", 3);
+fn replicated(replicas: i32) -> Cache {
+    let mut c = cache("c", Engine::Redis, "64Mi", replicas);
     c.metadata.namespace = Some("ns".into());
     c.spec.high_availability = Some(HighAvailability { enabled: true, auto_failover: true });
-    let files = build::desired(&c, &Settings::default()).unwrap().config_map.data.unwrap();
+    c
+}
 
-    let ports: Vec<u16> = (0..3).map(|_| free_port()).collect();
-    let mut nodes: Vec<Node> = (0..3).map(|i| Node::start(&files, i, ports[0], ports[i])).collect();
-    assert!(redis_cli(ports[0], &["INFO", "replication"]).contains("role:master"));
-    assert!(redis_cli(ports[1], &["INFO", "replication"]).contains("role:slave"));
-    assert_eq!(redis_cli(ports[0], &["SET", "key", "before-failover"]), "OK");
-    wait_until("the write to replicate", Duration::from_secs(10), || redis_cli(ports[2], &["GET", "key"]) == "before-failover");
-    let sentinel = nodes[1].sentinel_port;
-    wait_until("the Sentinels to agree on pod 0", Duration::from_secs(15), || {
-        redis_cli(sentinel, &["SENTINEL", "get-master-addr-by-name", "c"]).ends_with(&ports[0].to_string())
-            && redis_cli(sentinel, &["SENTINEL", "sentinels", "c"]).matches("127.0.0.1").count() >= 2
+/// Three pods started as a new Cache's are: pod 0 the primary, the others its replicas, each
+/// Sentinel knowing the others; `writes` keys acknowledged by both replicas (`WAIT 2`).
+fn three_pods_with_acknowledged_writes(writes: usize) -> Pods {
+    let mut pods = Pods::new(&replicated(3));
+    for ordinal in 0..3 {
+        pods.start(ordinal);
+        wait_until("the server", Duration::from_secs(10), || pods.server(ordinal, &["PING"]) == "PONG");
+    }
+    assert_eq!(pods.role(0), "master");
+    assert_eq!(pods.role(1), "slave");
+    // What a failover needs: Sentinels that know each other, and replicas they saw in sync.
+    wait_until("the Sentinels to know each other and the replicas in sync", Duration::from_secs(30), || {
+        (0..3).all(|i| {
+            let sentinel = pods.sentinel_ports[i];
+            pods.primary(i) == Some(0)
+                && redis_cli(sentinel, &["SENTINEL", "sentinels", "c"]).matches("127.0.0.1").count() == 2
+                && redis_cli(sentinel, &["SENTINEL", "replicas", "c"]).matches("master-link-status\nok").count() == 2
+        })
     });
-    assert_eq!(probe(&c, "sentinel", (26379, sentinel), PATH), (true, String::new()), "the Sentinel's own probe");
+    for i in 0..writes {
+        assert_eq!(pods.server(0, &["SET", &format!("order:{i}"), "paid"]), "OK");
+    }
+    assert_eq!(pods.server(0, &["WAIT", "2", "5000"]), "2", "both replicas acknowledge the writes");
+    pods
+}
+
+fn every_write_is_on(pods: &Pods, ordinal: usize, writes: usize) {
+    for i in 0..writes {
+        assert_eq!(pods.server(ordinal, &["GET", &format!("order:{i}")]), "paid", "order:{i} on pod {ordinal}");
+    }
+}
+
+/// `highAvailability` with `autoFailover`: the primary's pod dies and is back at once, empty
+/// (nothing is persisted), before the Sentinels see it down, as a StatefulSet brings it back.
+/// It must not serve as the primary: its replicas would resynchronize the empty set. It waits
+/// until the Sentinels promote a replica, which has every acknowledged write, and follows it.
+#[test]
+fn a_primary_back_empty_before_sentinel_noticed_waits_for_the_failover_and_no_acknowledged_write_is_lost() {
+    let mut pods = three_pods_with_acknowledged_writes(20);
+    let c = replicated(3);
+    assert_eq!(probe(&c, "sentinel", (26379, pods.sentinel_ports[1]), PATH), (true, String::new()), "the Sentinel's own probe");
     // What the controller reads for the status (the address is a pod's hostname on a node).
     let runtime = tokio::runtime::Runtime::new().unwrap();
-    let ask = || runtime.block_on(sentinel::ask(&["127.0.0.1".to_owned()], sentinel, "c"));
-    let (before, errors) = ask();
+    let ask = |port| runtime.block_on(sentinel::ask(&["127.0.0.1".to_owned()], port, "c"));
+    let (before, errors) = ask(pods.sentinel_ports[1]);
     assert!(errors.is_empty(), "{errors:?}");
     assert_eq!((before[0].config_epoch, before[0].failing_over()), (0, false), "{before:?}");
 
-    drop(nodes.remove(0));
+    pods.kill(0);
+    pods.start(0);
     let mut promoted = 0;
-    wait_until("a replica to be promoted", Duration::from_secs(45), || {
-        let reply = redis_cli(sentinel, &["SENTINEL", "get-master-addr-by-name", "c"]);
-        promoted = reply.lines().nth(1).and_then(|p| p.parse().ok()).unwrap_or(ports[0]);
-        promoted != ports[0] && redis_cli(promoted, &["INFO", "replication"]).contains("role:master")
+    wait_until("a replica to be promoted", Duration::from_secs(60), || {
+        promoted = pods.primary(1).unwrap_or(0);
+        promoted != 0 && pods.role(promoted) == "master"
     });
-    assert!(nodes.iter().any(|n| n.server_port == promoted));
+    every_write_is_on(&pods, promoted, 20);
+    wait_until("pod 0 to follow the promoted replica", Duration::from_secs(30), || {
+        pods.server(0, &["INFO", "replication"]).contains(&format!("master_port:{}\r\nmaster_link_status:up", pods.server_ports[promoted]))
+    });
+    every_write_is_on(&pods, 0, 20);
+    let other = 3 - promoted;
+    every_write_is_on(&pods, other, 20);
     // Sentinel names the new address before it ends the failover: the report says so until then.
     let mut after = Vec::new();
     wait_until("Sentinel to end the failover", Duration::from_secs(30), || {
-        after = ask().0;
+        after = ask(pods.sentinel_ports[1]).0;
         after.first().is_some_and(|report| !report.failing_over())
     });
     assert!(after[0].config_epoch > before[0].config_epoch, "a failover raises the epoch: {after:?}");
     assert!(after[0].primary_for < Duration::from_secs(75), "promoted during this test: {after:?}");
-    assert_eq!(redis_cli(promoted, &["GET", "key"]), "before-failover", "no acknowledged data is lost");
-    assert_eq!(redis_cli(promoted, &["SET", "key", "after-failover"]), "OK", "the new primary takes writes");
+    assert_eq!(pods.server(promoted, &["SET", "order:20", "paid"]), "OK", "the new primary takes writes");
+    wait_until("pod 0's new Sentinel to follow", Duration::from_secs(30), || pods.primary(0) == Some(promoted));
+}
+
+/// Two of three pods die (a node that held both) and pod 0 comes back first, as a StatefulSet
+/// brings pods back in order: the one Sentinel left cannot promote the surviving replica alone.
+/// Pod 0's new Sentinel learns that replica from it, so together they promote it, and pod 0
+/// follows it instead of wiping it.
+#[test]
+fn when_two_pods_die_the_new_sentinel_helps_promote_the_surviving_replica() {
+    let mut pods = three_pods_with_acknowledged_writes(5);
+    pods.kill(0);
+    pods.kill(1);
+    pods.start(0);
+    wait_until("the surviving replica to be promoted", Duration::from_secs(60), || pods.primary(2) == Some(2) && pods.role(2) == "master");
+    every_write_is_on(&pods, 2, 5);
+    wait_until("pod 0 to follow it", Duration::from_secs(30), || {
+        pods.server(0, &["INFO", "replication"]).contains(&format!("master_port:{}\r\nmaster_link_status:up", pods.server_ports[2]))
+    });
+    every_write_is_on(&pods, 0, 5);
 }
