@@ -33,6 +33,22 @@ impl ErrorClass {
     }
 }
 
+/// What an answer says of whether a thing being deleted still exists: one vocabulary for every
+/// deletion path of every operator, decided where the answer is read (`docs/adr/0013-deleting-what-does-not-exist.md`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Existence {
+    /// It cannot exist: the answer proves it (not found; the hosted zone that held it is gone;
+    /// never written). Deleting it is done.
+    Gone,
+    /// It exists and stays until someone acts (an ACM certificate in use): the deletion waits,
+    /// and the error says what to do.
+    StillThere,
+    /// The answer leaves it open (access denied, throttling, 5xx, a timeout): the deletion keeps
+    /// the finalizer and retries; blocked longer than `Timing::deletion_blocked_after`, it says
+    /// so plainly (reason `DeletionBlocked`).
+    Unknown,
+}
+
 /// A failed external call, already sanitized of anything users must not read (account ids,
 /// ARNs): the message goes to status and events as it is.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
@@ -42,11 +58,19 @@ pub struct ExternalError {
     /// A CamelCase reason for conditions and events, e.g. the API's error code.
     pub reason: String,
     pub message: String,
+    /// What the failure says of the thing it was about, for a deletion: `Gone` for `NotFound`,
+    /// `StillThere` when the operator says so ([`Self::still_there`]), otherwise `Unknown`.
+    pub existence: Existence,
 }
 
 impl ExternalError {
     pub fn new(class: ErrorClass, reason: impl Into<String>, message: impl Into<String>) -> Self {
-        Self { class, reason: reason.into(), message: message.into() }
+        let existence = if class == ErrorClass::NotFound { Existence::Gone } else { Existence::Unknown };
+        Self { class, reason: reason.into(), message: message.into(), existence }
+    }
+    /// The thing exists and is not deleted until a person acts (terminal): the message says how.
+    pub fn still_there(reason: impl Into<String>, message: impl Into<String>) -> Self {
+        Self { existence: Existence::StillThere, ..Self::terminal(reason, message) }
     }
     pub fn terminal(reason: impl Into<String>, message: impl Into<String>) -> Self {
         Self::new(ErrorClass::Terminal, reason, message)
