@@ -72,6 +72,11 @@ impl ExternalError {
     pub fn still_there(reason: impl Into<String>, message: impl Into<String>) -> Self {
         Self { existence: Existence::StillThere, ..Self::terminal(reason, message) }
     }
+    /// The same failure, its message naming what it was about (`what: message`): a person
+    /// reading it learns which thing is refused or unknown.
+    pub fn concerning(self, what: impl fmt::Display) -> Self {
+        Self { message: format!("{what}: {}", self.message), ..self }
+    }
     pub fn terminal(reason: impl Into<String>, message: impl Into<String>) -> Self {
         Self::new(ErrorClass::Terminal, reason, message)
     }
