@@ -49,6 +49,19 @@ pub enum Existence {
     Unknown,
 }
 
+impl Existence {
+    /// What a Kubernetes API answer says of the object it was about, for a deletion: 404 — gone;
+    /// 409 — still there (it changed since it was read); anything else (forbidden, a timeout, a
+    /// server error) — unknown.
+    pub fn of_kube(error: &kube::Error) -> Self {
+        match error {
+            kube::Error::Api(status) if status.code == 404 => Self::Gone,
+            kube::Error::Api(status) if status.code == 409 => Self::StillThere,
+            _ => Self::Unknown,
+        }
+    }
+}
+
 /// A failed external call, already sanitized of anything users must not read (account ids,
 /// ARNs): the message goes to status and events as it is.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
@@ -293,5 +306,33 @@ impl fmt::Display for Operation {
             Self::Upkeep => "upkeep",
             Self::SuccessHook => "success_hook",
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn answered(code: u16) -> kube::Error {
+        let status: kube::core::Status = serde_json::from_value(serde_json::json!({"code": code, "message": "m"})).expect("a status");
+        kube::Error::Api(Box::new(status))
+    }
+
+    #[test]
+    fn a_kubernetes_object_not_found_is_gone_a_conflict_still_there_and_the_rest_unknown() {
+        assert_eq!(Existence::of_kube(&answered(404)), Existence::Gone);
+        assert_eq!(Existence::of_kube(&answered(409)), Existence::StillThere);
+        for code in [403, 429, 500] {
+            assert_eq!(Existence::of_kube(&answered(code)), Existence::Unknown, "{code}");
+        }
+    }
+
+    #[test]
+    fn only_a_not_found_error_proves_a_thing_gone_unless_the_operator_says_it_is_still_there() {
+        assert_eq!(ExternalError::not_found("NotFound", "m").existence, Existence::Gone);
+        assert_eq!(ExternalError::terminal("AccessDenied", "m").existence, Existence::Unknown);
+        assert_eq!(ExternalError::throttled("Throttling", "m").existence, Existence::Unknown);
+        assert_eq!(ExternalError::still_there("CertificateInUse", "m").existence, Existence::StillThere);
+        assert_eq!(ExternalError::still_there("CertificateInUse", "m").class, ErrorClass::Terminal);
     }
 }
