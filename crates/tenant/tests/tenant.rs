@@ -700,3 +700,22 @@ async fn access_denied_on_deleting_the_records_keeps_the_object_and_says_so_then
     h.wait_gone("shop-denied").await;
     assert!(h.record_names().await.is_empty(), "deleted once allowed");
 }
+
+/// The namespace of such a tenant is deleted, as `kubectl delete namespace` does: the namespace
+/// controller (kube-controller-manager's) deletes the tenant and waits for its finalizer, and
+/// the namespace goes.
+#[tokio::test]
+async fn deleting_the_namespace_of_a_tenant_whose_hosted_zone_never_existed_completes() {
+    let h = Harness::start("dt-ns-typo").await;
+    h.plane.start_namespace_controller().await.expect("kube-controller-manager starts");
+    h.create("shop-typo", h.dns_spec(&["www"], "Z0TYPOTYPOTYPO", 300)).await;
+    h.wait_for("shop-typo", "DNSError", |t| condition(t, "DNSReady").is_some_and(|c| c.1 == "DNSError")).await;
+    let namespaces: kube::Api<k8s_openapi::api::core::v1::Namespace> = kube::Api::all(h.client.clone());
+    namespaces.delete(&h.namespace, &DeleteParams::default()).await.unwrap();
+    eventually("the namespace to be deleted", Duration::from_secs(60), async || match namespaces.get_opt(&h.namespace).await {
+        Ok(None) => Ok(()),
+        Ok(Some(namespace)) => Err(format!("{:?}", namespace.status)),
+        Err(error) => Err(error.to_string()),
+    })
+    .await;
+}
