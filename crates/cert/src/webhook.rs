@@ -18,8 +18,8 @@ use kube::runtime::{WatchStreamExt as _, watcher};
 use kube::{Client, ResourceExt as _};
 use tracing::warn;
 
+use crate::admission::{FqdnIndex, validate};
 use crate::api::{Cert, GROUP, VERSION};
-use crate::decisions::{FqdnIndex, validate};
 use crate::zones::ZoneRegistry;
 
 /// Where the webhook server serves it.
