@@ -9,6 +9,8 @@ use kube::{Client, Resource, ResourceExt};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
+use blockwork_runtime::outcome::Existence;
+
 use crate::api::Cache;
 use crate::applied;
 use crate::build::Desired;
@@ -65,7 +67,7 @@ pub async fn apply(
             let name = shape::resource_name(cache);
             match Api::<PodDisruptionBudget>::namespaced(client.clone(), namespace).delete(&name, &DeleteParams::default()).await {
                 Ok(_) => {}
-                Err(kube::Error::Api(status)) if status.code == 404 => {}
+                Err(error) if Existence::of_kube(&error) == Existence::Gone => {}
                 Err(error) => return Err(ApplyFailed { action: "deleting", kind: "PodDisruptionBudget".into(), name, error }),
             }
         }
@@ -75,7 +77,7 @@ pub async fn apply(
 }
 
 /// Deletes every owned object (there may be no garbage collector to do it); the errors other
-/// than "not found", as text.
+/// than "not found" (a child already gone is deleted), as text.
 pub async fn delete(client: &Client, cache: &Cache) -> Vec<String> {
     let namespace = cache.namespace().unwrap_or_default();
     let name = shape::resource_name(cache);
@@ -90,7 +92,7 @@ pub async fn delete(client: &Client, cache: &Cache) -> Vec<String> {
     results
         .into_iter()
         .filter_map(Result::err)
-        .filter(|e| !matches!(e, kube::Error::Api(r) if r.code == 404))
+        .filter(|e| Existence::of_kube(e) != Existence::Gone)
         .map(|e| e.to_string())
         .collect()
 }
