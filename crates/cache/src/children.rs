@@ -89,12 +89,7 @@ pub async fn delete(client: &Client, cache: &Cache) -> Vec<String> {
         Api::<ConfigMap>::namespaced(client.clone(), &namespace).delete(&format!("{name}-config"), &params).await.map(|_| ()),
         Api::<PodDisruptionBudget>::namespaced(client.clone(), &namespace).delete(&name, &params).await.map(|_| ()),
     ];
-    results
-        .into_iter()
-        .filter_map(Result::err)
-        .filter(|e| Existence::of_kube(e) != Existence::Gone)
-        .map(|e| e.to_string())
-        .collect()
+    results.into_iter().filter_map(Result::err).filter(|e| Existence::of_kube(e) != Existence::Gone).map(|e| e.to_string()).collect()
 }
 
 async fn ssa<K>(client: &Client, namespace: &str, object: &K) -> Result<K, ApplyFailed>
