@@ -61,7 +61,7 @@ const SCENARIOS: &[(&str, Scenario)] = &[
     ),
     ("a_valkey_cache_with_sentinel_replicates_in_a_restricted_namespace", cache_pods::valkey_with_sentinel_replicates),
     ("a_cache_whose_pods_a_quota_refuses_says_so_in_its_status", cache_pods::a_refused_pod_is_the_cache_s_reason),
-    ("helm_upgrade_rolls_without_failed_admissions_and_uninstall_leaves_nothing_stuck", upgrade_and_uninstall),
+    ("helm_upgrade_rolls_without_failed_admissions_caches_take_its_images_and_uninstall_leaves_nothing_stuck", upgrade_and_uninstall),
 ];
 
 /// The scenarios that need only the node, not Blockwork's chart and image.
@@ -1020,8 +1020,9 @@ fn report_memory() -> Result<()> {
 
 /// `helm upgrade` to changed values while a client keeps applying a Cache in its older API
 /// version (every request goes through the conversion webhook): the pods roll one at a time
-/// and no request fails. Then `helm uninstall` and the documented finalizer step leave no
-/// namespace stuck Terminating and no Blockwork CRD.
+/// and no request fails. The Cache's pod takes the memcached image of the new values, which
+/// the node cannot pull, and the Cache says so. Then `helm uninstall` and the documented
+/// finalizer step leave no namespace stuck Terminating and no Blockwork CRD.
 fn upgrade_and_uninstall(suite: &Suite) -> Result<()> {
     let node = &suite.node;
     report_memory()?;
@@ -1046,7 +1047,8 @@ fn upgrade_and_uninstall(suite: &Suite) -> Result<()> {
             (applied, failures)
         })
     };
-    let upgraded = suite.helm_install(&["logging.level=debug", "maxConcurrentReconciles=5"]);
+    // With a memcached image the node does not have: the Cache's pods take it, and say so.
+    let upgraded = suite.helm_install(&["logging.level=debug", "maxConcurrentReconciles=5", cache_pods::ABSENT_MEMCACHED_IMAGE_VALUE]);
     stop.store(true, std::sync::atomic::Ordering::Relaxed);
     let (applied, failures) = applier.join().map_err(|_| anyhow!("the applying thread panicked"))?;
     upgraded?;
@@ -1055,6 +1057,7 @@ fn upgrade_and_uninstall(suite: &Suite) -> Result<()> {
     ensure!(applied > 0, "no request was made during the upgrade");
     let args = node.get_json(&["deployment", "-n", NAMESPACE, RELEASE])?["spec"]["template"]["spec"]["containers"][0]["args"].clone();
     ensure!(args.to_string().contains("--log-level=debug"), "the upgraded Deployment runs {args}");
+    cache_pods::an_image_that_cannot_be_pulled_is_the_cache_s_reason(suite, &namespace, "steady")?;
 
     node.helm(&["uninstall", RELEASE, "-n", NAMESPACE, "--wait"])?;
     // The documented step (charts/blockwork/README.md): release the objects, then delete the CRDs.

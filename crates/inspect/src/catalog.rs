@@ -519,7 +519,7 @@ pub const ENTRIES: &[Entry] = &[
         "ReplicasNotReady",
         Cache,
         "Some replicas' pods are not ready; the message counts them.",
-        "Nothing to do unless it lasts; then look at the pods `blockwork explain` lists (events, image pulls, scheduling).",
+        "Nothing to do unless it lasts; then look at the pods `blockwork explain` lists (events, image pulls, scheduling). In a Cache with Sentinel a restarted primary's pod is not ready until the Sentinels promote a replica (seconds, at most 140 s): `kubectl logs POD -c cache` says `the Sentinels name this pod the primary: waiting ...`.",
     ),
     fine("ResolvedRefs", Cache, "Every Secret the Cache references exists with the keys it needs.", NOTHING),
     problem(

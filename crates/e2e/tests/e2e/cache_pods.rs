@@ -26,6 +26,10 @@ pub const NODE_IMAGES: &[&str] = &[
     "controllers.cache.exporter.enabled=true",
 ];
 
+/// A memcached image the node does not have (and no registry to pull it from).
+pub const ABSENT_MEMCACHED_IMAGE_VALUE: &str = "controllers.cache.images.memcached.tag=absent";
+const ABSENT_MEMCACHED_IMAGE: &str = "localhost/blockwork-node/memcached:absent";
+
 /// The pid, on this host, of the process `command` of container `container` of `pod` (as
 /// read): the suite runs on the node's host, where a container's processes are in its cgroup,
 /// which the container's id names. (Not by the environment: Redis and Valkey rewrite their
@@ -199,5 +203,21 @@ pub fn a_refused_pod_is_the_cache_s_reason(suite: &Suite) -> Result<()> {
     let events = suite.node.kubectl(&["-n", &namespace, "get", "events", "--field-selector", "reason=QuotaExceeded", "-o", "name"])?;
     ensure!(!events.trim().is_empty(), "no QuotaExceeded event in {namespace}");
     suite.node.kubectl(&["delete", "namespace", &namespace, "--wait=false"])?;
+    Ok(())
+}
+
+/// After an install that names a memcached image the node cannot pull: the Cache's pod runs it
+/// (an image set at install reaches the existing Caches), and the kubelet's real pull failure
+/// is the Cache's Ready reason within a minute.
+pub fn an_image_that_cannot_be_pulled_is_the_cache_s_reason(suite: &Suite, namespace: &str, name: &str) -> Result<()> {
+    let installed = Instant::now();
+    let message = eventually("the Cache names the image it cannot pull", Duration::from_secs(60), || {
+        let cache = suite.node.get_json(&["cache", "-n", namespace, name])?;
+        let ready = cache["status"]["conditions"].as_array().into_iter().flatten().find(|c| c["type"] == "Ready").cloned();
+        Ok(ready.filter(|c| c["reason"] == "ImagePullFailed").map(|c| text(&c["message"])))
+    })
+    .context("no ImagePullFailed within a minute of the install")?;
+    println!("e2e: the Cache said ImagePullFailed {:.1} s after the install", installed.elapsed().as_secs_f64());
+    ensure!(message.contains(&format!("cannot pull image {ABSENT_MEMCACHED_IMAGE} of container cache")), "{message}");
     Ok(())
 }
