@@ -109,7 +109,11 @@ fn main() -> std::process::ExitCode {
                     let suite = suite.clone();
                     let scenario = *scenario;
                     let trial = Trial::test(*name, move || {
-                        scenario(&suite).map_err(|error| {
+                        let began = Instant::now();
+                        let outcome = scenario(&suite);
+                        // Each scenario's share of the suite's wall time, which CI's budget counts.
+                        println!("e2e: {name} took {:.1} s", began.elapsed().as_secs_f64());
+                        outcome.map_err(|error| {
                             // While the release is still there (the last scenario uninstalls it).
                             suite.dump_logs();
                             Failed::from(format!("{error:#}"))
