@@ -1024,9 +1024,9 @@ fn report_memory() -> Result<()> {
 
 /// `helm upgrade` to changed values while a client keeps applying a Cache in its older API
 /// version (every request goes through the conversion webhook): the pods roll one at a time
-/// and no request fails. The Cache's pod takes the memcached image of the new values, which
-/// the node cannot pull, and the Cache says so. Then `helm uninstall` and the documented
-/// finalizer step leave no namespace stuck Terminating and no Blockwork CRD.
+/// and no request fails. The new values name images no Cache pod can run with, and the Caches
+/// say why ([`cache_pods::broken_images_are_the_caches_reasons`]). Then `helm uninstall` and
+/// the documented finalizer step leave no namespace stuck Terminating and no Blockwork CRD.
 fn upgrade_and_uninstall(suite: &Suite) -> Result<()> {
     let node = &suite.node;
     report_memory()?;
@@ -1051,8 +1051,9 @@ fn upgrade_and_uninstall(suite: &Suite) -> Result<()> {
             (applied, failures)
         })
     };
-    // With a memcached image the node does not have: the Cache's pods take it, and say so.
-    let upgraded = suite.helm_install(&["logging.level=debug", "maxConcurrentReconciles=5", cache_pods::ABSENT_MEMCACHED_IMAGE_VALUE]);
+    let mut values = vec!["logging.level=debug", "maxConcurrentReconciles=5"];
+    values.extend_from_slice(cache_pods::BROKEN_IMAGE_VALUES);
+    let upgraded = suite.helm_install(&values);
     stop.store(true, std::sync::atomic::Ordering::Relaxed);
     let (applied, failures) = applier.join().map_err(|_| anyhow!("the applying thread panicked"))?;
     upgraded?;
@@ -1061,7 +1062,7 @@ fn upgrade_and_uninstall(suite: &Suite) -> Result<()> {
     ensure!(applied > 0, "no request was made during the upgrade");
     let args = node.get_json(&["deployment", "-n", NAMESPACE, RELEASE])?["spec"]["template"]["spec"]["containers"][0]["args"].clone();
     ensure!(args.to_string().contains("--log-level=debug"), "the upgraded Deployment runs {args}");
-    cache_pods::an_image_that_cannot_be_pulled_is_the_cache_s_reason(suite, &namespace, "steady")?;
+    cache_pods::broken_images_are_the_caches_reasons(suite, &namespace, "steady")?;
 
     node.helm(&["uninstall", RELEASE, "-n", NAMESPACE, "--wait"])?;
     // The documented step (charts/blockwork/README.md): release the objects, then delete the CRDs.

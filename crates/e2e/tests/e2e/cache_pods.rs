@@ -26,8 +26,14 @@ pub const NODE_IMAGES: &[&str] = &[
     "controllers.cache.exporter.enabled=true",
 ];
 
-/// A memcached image the node does not have (and no registry to pull it from).
-pub const ABSENT_MEMCACHED_IMAGE_VALUE: &str = "controllers.cache.images.memcached.tag=absent";
+/// The values of the upgrade's install that no Cache pod can run with: a memcached image the
+/// node does not have (and no registry to pull it from), and as redis the node's memcached
+/// image, which has the shell to run `start.sh` but no `redis-server`, so the container exits.
+pub const BROKEN_IMAGE_VALUES: &[&str] = &[
+    "controllers.cache.images.memcached.tag=absent",
+    "controllers.cache.images.redis.repository=memcached",
+    "controllers.cache.images.redis.tag=1.6.18",
+];
 const ABSENT_MEMCACHED_IMAGE: &str = "localhost/blockwork-node/memcached:absent";
 
 /// The pid, on this host, of the process `command` of container `container` of `pod` (as
@@ -192,12 +198,7 @@ pub fn a_refused_pod_is_the_cache_s_reason(suite: &Suite) -> Result<()> {
     )?;
     let applied = Instant::now();
     apply_cache(suite, &namespace, "big", "{engine: memcached, memory: 64Mi}")?;
-    let message = eventually("the Cache names the quota", Duration::from_secs(60), || {
-        let cache = suite.node.get_json(&["cache", "-n", &namespace, "big"])?;
-        let ready = cache["status"]["conditions"].as_array().into_iter().flatten().find(|c| c["type"] == "Ready").cloned();
-        Ok(ready.filter(|c| c["reason"] == "QuotaExceeded").map(|c| text(&c["message"])))
-    })
-    .context("no QuotaExceeded within a minute")?;
+    let message = ready_reason_within_a_minute(suite, &namespace, "big", "QuotaExceeded")?;
     println!("e2e: the Cache said QuotaExceeded {:.1} s after it was applied", applied.elapsed().as_secs_f64());
     ensure!(message.contains("exceeded quota: small"), "{message}");
     let events = suite.node.kubectl(&["-n", &namespace, "get", "events", "--field-selector", "reason=QuotaExceeded", "-o", "name"])?;
@@ -206,18 +207,28 @@ pub fn a_refused_pod_is_the_cache_s_reason(suite: &Suite) -> Result<()> {
     Ok(())
 }
 
-/// After an install that names a memcached image the node cannot pull: the Cache's pod runs it
-/// (an image set at install reaches the existing Caches), and the kubelet's real pull failure
-/// is the Cache's Ready reason within a minute.
-pub fn an_image_that_cannot_be_pulled_is_the_cache_s_reason(suite: &Suite, namespace: &str, name: &str) -> Result<()> {
+/// After an install with [`BROKEN_IMAGE_VALUES`]: the memcached Cache `pulling`'s pod takes
+/// the new image (an image set at install reaches the existing Caches) and the kubelet's real
+/// pull failure is its Ready reason; the redis Cache `crashing`, applied then, runs a server
+/// that is not there, and its real crash loop is its reason; each within a minute.
+pub fn broken_images_are_the_caches_reasons(suite: &Suite, namespace: &str, pulling: &str) -> Result<()> {
     let installed = Instant::now();
-    let message = eventually("the Cache names the image it cannot pull", Duration::from_secs(60), || {
-        let cache = suite.node.get_json(&["cache", "-n", namespace, name])?;
-        let ready = cache["status"]["conditions"].as_array().into_iter().flatten().find(|c| c["type"] == "Ready").cloned();
-        Ok(ready.filter(|c| c["reason"] == "ImagePullFailed").map(|c| text(&c["message"])))
-    })
-    .context("no ImagePullFailed within a minute of the install")?;
+    apply_cache(suite, namespace, "crashing", "{engine: redis, memory: 64Mi}")?;
+    let message = ready_reason_within_a_minute(suite, namespace, pulling, "ImagePullFailed")?;
     println!("e2e: the Cache said ImagePullFailed {:.1} s after the install", installed.elapsed().as_secs_f64());
     ensure!(message.contains(&format!("cannot pull image {ABSENT_MEMCACHED_IMAGE} of container cache")), "{message}");
+    let message = ready_reason_within_a_minute(suite, namespace, "crashing", "ContainerCrashing")?;
+    println!("e2e: the crashing Cache said ContainerCrashing {:.1} s after the install", installed.elapsed().as_secs_f64());
+    ensure!(message.contains("container cache of pod crashing-cache-0 keeps crashing: exited with code 127"), "{message}");
     Ok(())
+}
+
+/// Waits up to a minute for the Cache's Ready condition to have `reason`; its message.
+fn ready_reason_within_a_minute(suite: &Suite, namespace: &str, name: &str, reason: &str) -> Result<String> {
+    eventually(&format!("the Cache {name} says {reason}"), Duration::from_secs(60), || {
+        let cache = suite.node.get_json(&["cache", "-n", namespace, name])?;
+        let ready = cache["status"]["conditions"].as_array().into_iter().flatten().find(|c| c["type"] == "Ready").cloned();
+        Ok(ready.filter(|c| c["reason"] == reason).map(|c| text(&c["message"])))
+    })
+    .with_context(|| format!("no {reason} within a minute"))
 }
