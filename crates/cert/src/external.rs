@@ -31,6 +31,7 @@ use std::time::Duration;
 use blockwork_aws::acm::{Certificate, CertificateRequest, Freshness};
 use blockwork_aws::route53::{Deletion, Record, Records, Written};
 use blockwork_aws::{AwsError, ErrorClass};
+use blockwork_runtime::Existence;
 
 use blockwork_runtime::{
     Conditions, DeleteOutcome, ExternalError, ExternalResource, MutateOutcome, Observed, Phase, Publisher, Purpose, Report, Request,
@@ -45,6 +46,7 @@ use tracing::warn;
 use blockwork_identity::placement::{AWS_IDENTITY_CHANGED, Placement, placement};
 
 use crate::account::{Accounts, CertAccount};
+use crate::admission;
 use crate::api::{Cert, CertObservation, CertState, ValidationRecordStatus};
 use crate::decisions::{self, Assessment, Desired};
 use crate::metrics::CertMetrics;
@@ -182,13 +184,10 @@ impl CertManager {
     }
 
     fn desired(&self, account: &CertAccount, object: &Cert, observation: &mut CertObservation) -> Result<Desired, ExternalError> {
-        // The webhook refuses these names at admission; this holds for objects stored without
-        // it (webhook off or failing open), before ACM is asked.
-        for name in object.spec.domain_name.iter().chain(&object.spec.subject_alternative_names) {
-            blockwork_aws::dns_name::parse(name).map_err(|e| ExternalError::terminal("InvalidSpec", e.to_string()))?;
-        }
-        let desired =
-            decisions::desired(&object.spec, &account.zones).map_err(|e| ExternalError::terminal("InvalidSpec", e.to_string()))?;
+        // The webhook's rules, for objects stored without it (webhook off or failing open),
+        // before ACM is asked; the zones are those granted to the namespace.
+        let desired = admission::admissible(&object.spec, &account.zones)
+            .map_err(|violations| ExternalError::terminal("InvalidSpec", violations.join("; ")))?;
         observation.domain_name = Some(desired.domain.clone());
         observation.resolved_zone = Some(desired.zone.to_ref());
         Ok(desired)
@@ -634,12 +633,14 @@ impl CertManager {
     }
 
     /// Deletes a certificate of this Cert: only if its owner tag names this object (one that
-    /// does not is someone else's, and only forgotten), and never one in use.
+    /// does not is someone else's, and only forgotten), and never one in use. A certificate ACM
+    /// no longer has is deleted already (`Existence::Gone`); errors name the certificate.
     async fn delete_owned(&self, account: &CertAccount, arn: &str, uid: &str) -> Result<(), ExternalError> {
+        let named = |error: ExternalError| error.concerning(format!("deleting the ACM certificate {}", blockwork_aws::mask_accounts(arn)));
         let tags = match account.acm.list_tags(account.principal(), arn).await {
             Ok(tags) => tags,
-            Err(error) if error.class == ErrorClass::NotFound => return Ok(()),
-            Err(error) => return Err(ExternalError::from(&error)),
+            Err(error) if error.existence() == Existence::Gone => return Ok(()),
+            Err(error) => return Err(named(ExternalError::from(&error))),
         };
         if !decisions::owned_by(&tags, uid) {
             warn!(certificate = %blockwork_aws::sanitize(arn), "not deleting a certificate whose owner tag names another object");
@@ -650,14 +651,16 @@ impl CertManager {
         match account.acm.describe(account.principal(), arn).await {
             Ok(certificate) if !certificate.in_use_by.is_empty() => return Err(in_use(certificate.in_use_by.len())),
             Ok(_) => {}
-            Err(error) if error.class == ErrorClass::NotFound => return Ok(()),
-            Err(error) => return Err(ExternalError::from(&error)),
+            Err(error) if error.existence() == Existence::Gone => return Ok(()),
+            Err(error) => return Err(named(ExternalError::from(&error))),
         }
         match account.acm.delete(account.principal(), arn).await {
             Ok(()) => Ok(()),
-            Err(error) if error.class == ErrorClass::NotFound => Ok(()),
-            Err(error) if error.code.as_deref() == Some("ResourceInUseException") => Err(in_use(1)),
-            Err(error) => Err(ExternalError::from(&error)),
+            Err(error) => match error.existence() {
+                Existence::Gone => Ok(()),
+                Existence::StillThere => Err(in_use(1)),
+                Existence::Unknown => Err(named(ExternalError::from(&error))),
+            },
         }
     }
 
@@ -693,13 +696,16 @@ impl CertManager {
         let owned: Vec<ValidationRecordStatus> = observation.validation_records.iter().filter(|r| r.owned).cloned().collect();
         let (deleted, failure) = self.delete_records(account, &owned).await;
         observation.validation_records.retain(|r| r.owned && !deleted.contains(r));
-        failure.map_or(Ok(()), |error| Err(ExternalError::from(&error)))
+        let left: Vec<String> = observation.validation_records.iter().map(|r| format!("{} in hosted zone {}", r.name, r.zone_id)).collect();
+        let what = || format!("deleting the validation records {}", left.join(", "));
+        failure.map_or(Ok(()), |error| Err(ExternalError::from(&error).concerning(what())))
     }
 
     /// Deletes owned validation records, one Route 53 batch per zone, each only while it still
-    /// has the value written (see `blockwork_aws::route53`); returns those gone now (deleted, or
-    /// not there with that value) and the first failure. Progress is kept: a zone whose batch
-    /// fails leaves its records for the next look, the others' are gone.
+    /// has the value written (see `blockwork_aws::route53`); returns those gone now (deleted, not
+    /// there with that value, or in a hosted zone that does not exist) and the first failure.
+    /// Progress is kept: a zone whose batch fails leaves its records for the next look, the
+    /// others' are gone.
     async fn delete_records(
         &self,
         account: &CertAccount,
@@ -726,6 +732,8 @@ impl CertManager {
                         gone.push(record.clone());
                     }
                 }
+                // The zone does not exist: neither do its records (it is deleted only empty).
+                Err(error) if error.existence() == Existence::Gone => gone.extend(records.into_iter().cloned()),
                 Err(error) => {
                     failure.get_or_insert(error);
                 }
@@ -797,7 +805,7 @@ fn hold(observation: &mut CertObservation, arn: String) {
 }
 
 fn in_use(count: usize) -> ExternalError {
-    ExternalError::terminal(
+    ExternalError::still_there(
         "CertificateInUse",
         format!(
             "the ACM certificate is in use by {count} AWS resource(s) and is not deleted; detach it, or set deleteOnRemoval: false to keep it"

@@ -21,8 +21,8 @@ use tracing::warn;
 
 use blockwork_identity::{AwsIdentity, Identities, OperatorZone};
 
+use crate::admission::{FqdnIndex, validate};
 use crate::api::{Cert, GROUP, VERSION};
-use crate::decisions::{FqdnIndex, validate};
 use crate::zones::ZoneRegistry;
 
 /// Where the webhook server serves it.
