@@ -428,6 +428,18 @@ pub const ENTRIES: &[Entry] = &[
         "Nothing to do for a burst; if it lasts, find who else uses the account's quota, or ask AWS for a higher one.",
     ),
     problem(
+        "AwsIdentityChanged",
+        Identity,
+        "The namespace's mapping now acts in another AWS account than the one holding the object's certificate or tenant: the object is held, nothing is created in the new account and nothing touched in the old one. As an event: the object was deleted while held and released, and the event names what stays in the old account.",
+        "Map the namespace back to go on; or delete the object (released, its resources stay where they are; delete them there) and create it again. docs/multi-account.md, \"Changing a mapping\".",
+    ),
+    waiting(
+        "AwsIdentityAccountUnknown",
+        Identity,
+        "The namespace acts through another identity than before, and the account it acts in could not be told yet (STS GetCallerIdentity failed), so whether the object moved accounts is unknown; nothing was written; retried.",
+        "Nothing to do unless it lasts; then check the operator's access to STS (`blockwork check`).",
+    ),
+    problem(
         "InvalidMapping",
         Identity,
         "(AwsIdentity) The mapping lists a namespace another lists, or contradicts itself or another; its namespaces' objects are refused (AwsIdentityConflict, AwsIdentityInvalid).",
