@@ -85,50 +85,75 @@ impl Team {
     }
 }
 
+/// A tenant controller (with its mapping follower, as `blockwork run` has it) for the teams'
+/// namespaces, through fault proxies to moto and MiniStack that share what they learn of accounts.
+struct World {
+    book: AccountBook,
+    aws_metrics: Arc<AwsMetrics>,
+    /// Kept for the test's length: dropped, they stop.
+    _proxies: (FaultProxy, FaultProxy),
+    _controller: ControllerTask,
+}
+
+impl World {
+    async fn start(teams: &[&Team], moto: &str, ministack: &str) -> Self {
+        let plane = teams[0].ns.plane;
+        plane.install_crds(&[blockwork_tenant::crd(), blockwork_identity::crd()]).await.unwrap();
+        let book = AccountBook::default();
+        let sts = FaultProxy::start_with_accounts(moto, book.clone()).await.unwrap();
+        let cloudfront = FaultProxy::start_with_accounts(ministack, book.clone()).await.unwrap();
+        cloudfront.present_accounts();
+        for team in teams {
+            book.require_external_id(&team.role, &format!("ext-{}", team.ns.namespace));
+        }
+        let aws_metrics = Arc::new(AwsMetrics::register(&mut Registry::default(), &[Seed::Tenant]));
+        let endpoint = |service, url: String| Endpoint { controller: None, service, url };
+        let config = AwsConfig {
+            endpoints: vec![
+                endpoint(Service::CloudFront, cloudfront.endpoint()),
+                endpoint(Service::Acm, cloudfront.endpoint()),
+                endpoint(Service::Route53, sts.endpoint()),
+                endpoint(Service::Sts, sts.endpoint()),
+            ],
+            ..layer_config()
+        };
+        let aws = Aws::with_sdk_config(config, sdk_config(&sts.endpoint()).await, Arc::clone(&aws_metrics));
+        let identities = Identities::new(plane.client(), Settings { cluster: "test".to_owned(), ..Settings::default() });
+        let metrics = TenantMetrics::register(&mut Registry::default());
+        let manager =
+            TenantManager::new(Sdk::new(&aws), Some(Route53::new(aws.records())), Arc::clone(&identities), metrics, &aws, plane.client());
+        let context = Context::new(
+            plane.client(),
+            manager,
+            ControllerConfig::new(CONTROLLER, GROUP).with_timing(quick_timing()),
+            RuntimeMetrics::register(&mut Registry::default()),
+        );
+        let mut controller = ControllerTask::default();
+        let namespaces = blockwork_runtime::Namespaces::Only(teams.iter().map(|t| t.ns.namespace.clone()).collect());
+        controller.start(async move {
+            let mappings = blockwork_identity::wake::follow(Arc::clone(&context), identities, Vec::new(), |o| o.aws_identity.as_deref());
+            let run = blockwork_runtime::run_in(&namespaces, |scope| {
+                let api: Api<DistributionTenant> = blockwork_runtime::namespaces::api(&plane.client(), scope.as_deref());
+                blockwork_runtime::run(api, Arc::clone(&context), 4, std::future::pending())
+            });
+            tokio::join!(mappings, run);
+        });
+        Self { book, aws_metrics, _proxies: (sts, cloudfront), _controller: controller }
+    }
+}
+
+async fn map(client: &kube::Client, identity: &AwsIdentity) {
+    Api::<AwsIdentity>::all(client.clone()).create(&PostParams::default(), identity).await.unwrap();
+}
+
 #[tokio::test]
 async fn two_namespaces_put_their_tenants_and_records_in_their_own_accounts() {
     let (moto, ministack) = (accounts_moto().await.unwrap().endpoint(), ministack().await.unwrap().endpoint());
     let (a, b) = (Team::new("dt-acct-a", &moto, &ministack).await, Team::new("dt-acct-b", &moto, &ministack).await);
-    let plane = a.ns.plane;
-    plane.install_crds(&[blockwork_tenant::crd(), blockwork_identity::crd()]).await.unwrap();
-    let book = AccountBook::default();
-    let sts = FaultProxy::start_with_accounts(&moto, book.clone()).await.unwrap();
-    let cloudfront = FaultProxy::start_with_accounts(&ministack, book.clone()).await.unwrap();
-    cloudfront.present_accounts();
+    let world = World::start(&[&a, &b], &moto, &ministack).await;
     for team in [&a, &b] {
-        book.require_external_id(&team.role, &format!("ext-{}", team.ns.namespace));
-        Api::<AwsIdentity>::all(plane.client()).create(&PostParams::default(), &team.identity()).await.unwrap();
+        map(&a.ns.plane.client(), &team.identity()).await;
     }
-    let aws_metrics = Arc::new(AwsMetrics::register(&mut Registry::default(), &[Seed::Tenant]));
-    let endpoint = |service, url: String| Endpoint { controller: None, service, url };
-    let config = AwsConfig {
-        endpoints: vec![
-            endpoint(Service::CloudFront, cloudfront.endpoint()),
-            endpoint(Service::Acm, cloudfront.endpoint()),
-            endpoint(Service::Route53, sts.endpoint()),
-            endpoint(Service::Sts, sts.endpoint()),
-        ],
-        ..layer_config()
-    };
-    let aws = Aws::with_sdk_config(config, sdk_config(&sts.endpoint()).await, Arc::clone(&aws_metrics));
-    let identities = Identities::new(plane.client(), Settings { cluster: "test".to_owned(), ..Settings::default() });
-    let metrics = TenantMetrics::register(&mut Registry::default());
-    let manager = TenantManager::new(Sdk::new(&aws), Some(Route53::new(aws.records())), identities, metrics, &aws, plane.client());
-    let context = Context::new(
-        plane.client(),
-        manager,
-        ControllerConfig::new(CONTROLLER, GROUP).with_timing(quick_timing()),
-        RuntimeMetrics::register(&mut Registry::default()),
-    );
-    let mut controller = ControllerTask::default();
-    let namespaces = blockwork_runtime::Namespaces::Only(vec![a.ns.namespace.clone(), b.ns.namespace.clone()]);
-    controller.start(async move {
-        blockwork_runtime::run_in(&namespaces, |scope| {
-            let api: Api<DistributionTenant> = blockwork_runtime::namespaces::api(&plane.client(), scope.as_deref());
-            blockwork_runtime::run(api, Arc::clone(&context), 4, std::future::pending())
-        })
-        .await;
-    });
     for team in [&a, &b] {
         team.ns.create(&DistributionTenant::new("shop", team.spec("shop"))).await;
     }
@@ -143,7 +168,7 @@ async fn two_namespaces_put_their_tenants_and_records_in_their_own_accounts() {
         assert_eq!(records.len(), 1, "its CNAME is in the team's zone: {records:?}");
         assert!(cnames(&other.route53, &other.zone).await.iter().all(|r| !r.0.starts_with(&format!("shop.{}", team.ns.namespace))));
     }
-    let assumed = book.assumed();
+    let assumed = world.book.assumed();
     for team in [&a, &b] {
         let external = format!("ext-{}", team.ns.namespace);
         let mine: Vec<_> = assumed.iter().filter(|r| r.role_arn == team.role).collect();
@@ -155,5 +180,37 @@ async fn two_namespaces_put_their_tenants_and_records_in_their_own_accounts() {
         in_default.distribution_tenant_list().iter().all(|t| t.distribution_id() != a.distribution),
         "nothing landed in the default account"
     );
-    assert!(aws_metrics.calls_as(&format!("id-{}", a.ns.namespace), Service::CloudFront, "CreateDistributionTenant") >= 1);
+    assert!(world.aws_metrics.calls_as(&format!("id-{}", a.ns.namespace), Service::CloudFront, "CreateDistributionTenant") >= 1);
+}
+
+/// The platform team points a namespace's mapping at another account under a Ready tenant (ADR
+/// 0014, "Changing a mapping"): the tenant is held, no tenant is made in the new account and the
+/// old one is untouched.
+#[tokio::test]
+async fn a_mapping_moved_under_a_live_tenant_holds_it_with_no_duplicate_in_the_new_account() {
+    let (moto, ministack) = (accounts_moto().await.unwrap().endpoint(), ministack().await.unwrap().endpoint());
+    let (team, new_home) = (Team::new("dt-moved", &moto, &ministack).await, Team::new("dt-moved-to", &moto, &ministack).await);
+    let _world = World::start(&[&team, &new_home], &moto, &ministack).await;
+    let client = team.ns.plane.client();
+    let mut before = team.identity();
+    // The zone stays reachable through the team's own role whichever account the tenant acts in.
+    before.spec.hosted_zones[0].role_arn = Some(team.role.clone());
+    before.spec.hosted_zones[0].external_id = Some(format!("ext-{}", team.ns.namespace));
+    map(&client, &before).await;
+    team.ns.create(&DistributionTenant::new("shop", team.spec("shop"))).await;
+    let ready = team.ns.wait_for("shop", "Ready", |t| condition(t, "Ready").is_some_and(|c| c.0 == "True")).await;
+    let arn = ready.status.as_ref().unwrap().observation.arn.clone().unwrap();
+    let api = Api::<AwsIdentity>::all(client.clone());
+    let mut moved = api.get(&before.metadata.name.clone().unwrap()).await.unwrap();
+    moved.spec.role_arn = Some(new_home.role.clone());
+    moved.spec.external_id = Some(format!("ext-{}", new_home.ns.namespace));
+    api.replace(&moved.metadata.name.clone().unwrap(), &PostParams::default(), &moved).await.unwrap();
+    let held = team.ns.wait_for("shop", "held", |t| condition(t, "Synced").is_some_and(|c| c.1 == "AwsIdentityChanged")).await;
+    let status = held.status.as_ref().unwrap();
+    let (_, _, message) = condition(&held, "Synced").unwrap();
+    assert!(message.contains("in another AWS account than its tenant"), "{message}");
+    assert!(!message.contains(&team.account) && !message.contains(&new_home.account), "no account id: {message}");
+    assert_eq!(status.observation.arn.as_deref(), Some(arn.as_str()), "it still names its tenant");
+    assert!(!new_home.tenant_names().await.contains(&"shop".to_owned()), "no duplicate in the new account");
+    assert!(team.tenant_names().await.contains(&"shop".to_owned()), "nothing touched in the old one");
 }
