@@ -218,6 +218,9 @@ pub struct RunArgs {
     #[command(flatten, next_help_heading = "AWS (every controller: one set of quotas, retries and clients for the process)")]
     pub aws: blockwork_aws::AwsArgs,
 
+    #[command(flatten, next_help_heading = "AWS identities: which namespaces act as whom (AwsIdentity, docs/multi-account.md)")]
+    pub identity: blockwork_identity::IdentityArgs,
+
     #[command(flatten, next_help_heading = "Cert: ACM certificates (controller `cert`)")]
     pub cert: blockwork_cert::CertArgs,
 

@@ -102,6 +102,9 @@ pub struct Host {
     /// The process's AWS layer: every controller's AWS calls go through it, so they share the
     /// account's quotas (`blockwork_aws`).
     pub aws: Arc<blockwork_aws::Aws>,
+    /// The platform team's mappings of namespaces to AWS identities (one watch per process, from
+    /// its first use): which identity each object's AWS calls act as (ADR 0014).
+    pub identities: Arc<blockwork_identity::Identities>,
     /// The command line, for the controller's own flags (flattened into [`RunArgs`]).
     pub args: Arc<RunArgs>,
 }
@@ -133,6 +136,8 @@ pub struct WebhookContext {
     pub client: Client,
     /// `--webhook-fail-closed`: deny invalid requests (default), or allow them with a warning.
     pub fail_closed: bool,
+    /// The process's mappings of namespaces to AWS identities, shared with the controllers.
+    pub identities: Arc<blockwork_identity::Identities>,
     /// The command line, for the controller's own flags.
     pub args: Arc<RunArgs>,
 }
@@ -152,8 +157,20 @@ pub fn registered() -> Vec<Controller> {
             },
         },
         Controller {
+            name: blockwork_identity::CONTROLLER,
+            crds: || vec![blockwork_identity::crd()],
+            rbac: blockwork_identity::rbac,
+            webhooks: Webhooks {
+                routes: |ctx| Ok(blockwork_identity::webhook::router(Arc::clone(&ctx.identities), ctx.fail_closed)),
+                validating: || vec![blockwork_identity::webhook::validating_webhook()],
+            },
+            metrics_prefix: "blockwork_aws_identity",
+            start: |_| runnable(run_aws_identity),
+        },
+        Controller {
             name: blockwork_cert::CONTROLLER,
-            crds: || vec![blockwork_cert::crd()],
+            // The mappings are read by the controller: its CRD is required with it.
+            crds: || vec![blockwork_cert::crd(), blockwork_identity::crd()],
             rbac: blockwork_cert::rbac,
             webhooks: Webhooks { routes: cert_webhook, validating: || vec![blockwork_cert::webhook::validating_webhook()] },
             // Seed 000's names, which its dashboards and alerts use.
@@ -165,10 +182,10 @@ pub fn registered() -> Vec<Controller> {
         },
         Controller {
             name: blockwork_tenant::CONTROLLER,
-            crds: || vec![blockwork_tenant::crd()],
+            crds: || vec![blockwork_tenant::crd(), blockwork_identity::crd()],
             rbac: blockwork_tenant::rbac,
             webhooks: Webhooks {
-                routes: |ctx| Ok(blockwork_tenant::webhook::router(ctx.fail_closed)),
+                routes: |ctx| Ok(blockwork_tenant::webhook::router(Arc::clone(&ctx.identities), ctx.fail_closed)),
                 validating: || vec![blockwork_tenant::webhook::validating_webhook()],
             },
             // Seed 001's names.
@@ -198,20 +215,30 @@ fn cert_config(args: &RunArgs) -> anyhow::Result<blockwork_cert::CertConfig> {
 }
 
 fn cert_webhook(ctx: &WebhookContext) -> anyhow::Result<axum::Router> {
-    Ok(blockwork_cert::webhook::router(ctx.client.clone(), cert_config(&ctx.args)?.zones, ctx.fail_closed))
+    Ok(blockwork_cert::webhook::router(ctx.client.clone(), Arc::clone(&ctx.identities), &cert_config(&ctx.args)?.zones, ctx.fail_closed))
 }
 
 async fn run_cert(host: Host, metrics: Arc<blockwork_cert::CertMetrics>) -> anyhow::Result<()> {
     let config = cert_config(&host.args)?;
     let shutdown = host.shutdown.wait_owned();
-    blockwork_cert::run(host.client, config, host.aws, host.runtime_metrics, metrics, host.namespaces, host.concurrency, shutdown).await;
+    let (aws, identities) = (host.aws, host.identities);
+    blockwork_cert::run(host.client, config, aws, identities, host.runtime_metrics, metrics, host.namespaces, host.concurrency, shutdown)
+        .await;
+    Ok(())
+}
+
+/// The mappings' status (`Ready`), kept by the leader.
+async fn run_aws_identity(host: Host) -> anyhow::Result<()> {
+    blockwork_identity::status::run(host.client, host.identities, host.aws, host.shutdown.wait_owned()).await;
     Ok(())
 }
 
 async fn run_tenant(host: Host, metrics: Arc<blockwork_tenant::TenantMetrics>) -> anyhow::Result<()> {
     let args = host.args.tenant.clone();
     let shutdown = host.shutdown.wait_owned();
-    blockwork_tenant::run(host.client, args, host.aws, host.runtime_metrics, metrics, host.namespaces, host.concurrency, shutdown).await;
+    let (aws, identities) = (host.aws, host.identities);
+    blockwork_tenant::run(host.client, args, aws, identities, host.runtime_metrics, metrics, host.namespaces, host.concurrency, shutdown)
+        .await;
     Ok(())
 }
 

@@ -64,7 +64,13 @@ pub async fn run(args: RunArgs, controllers: Vec<Controller>) -> anyhow::Result<
     // Before the servers: webhooks check requests against the cluster. Builds no connection yet.
     let client = blockwork_runtime::client::infer().await.context("building the Kubernetes client")?;
     let (servers_trigger, servers_stop) = shutdown::channel();
-    let webhook_context = WebhookContext { client: client.clone(), fail_closed: args.webhook_fail_closed, args: Arc::new(args.clone()) };
+    let identities = blockwork_identity::Identities::new(client.clone(), args.identity.settings());
+    let webhook_context = WebhookContext {
+        client: client.clone(),
+        fail_closed: args.webhook_fail_closed,
+        identities: Arc::clone(&identities),
+        args: Arc::new(args.clone()),
+    };
     let servers = Servers::start(
         &args,
         &controllers,
@@ -106,6 +112,7 @@ pub async fn run(args: RunArgs, controllers: Vec<Controller>) -> anyhow::Result<
         shutdown: controllers_shutdown,
         runtime_metrics,
         aws,
+        identities,
         args: Arc::new(args.clone()),
     };
     let mut running = Running::start(runnables, &host);

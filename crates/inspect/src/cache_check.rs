@@ -9,7 +9,7 @@ use kube::{Api, Client};
 
 use blockwork_cache::settings::{CacheArgs, Settings};
 
-use crate::check::{Finding, Verdict};
+use crate::finding::{Finding, Verdict};
 
 /// The `--cache-*` arguments of the `blockwork run` container of `pod`: its own `--cache-*`
 /// arguments, and its `BLOCKWORK_CACHE_*` environment as the flags they stand for (arguments

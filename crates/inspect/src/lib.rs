@@ -14,6 +14,8 @@ pub mod catalog;
 pub mod check;
 pub mod commands;
 pub mod diagnose;
+pub mod finding;
+pub mod identity_check;
 pub mod kinds;
 pub mod permissions;
 pub mod read;

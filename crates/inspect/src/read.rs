@@ -318,7 +318,7 @@ pub async fn records_in_route53(layer: &std::sync::Arc<blockwork_aws::Aws>, cert
     let mut changes: std::collections::HashMap<(String, String), Result<kinds::ChangeNow, String>> = std::collections::HashMap::new();
     let mut now = Vec::new();
     for record in records {
-        let zone = blockwork_aws::route53::Zone::new(&record.zone_id, None);
+        let zone = blockwork_aws::route53::Zone::new(&record.zone_id, blockwork_aws::Principal::operator());
         let found = layer
             .records()
             .lookup(blockwork_cert::CONTROLLER, &zone, std::slice::from_ref(&record.name))
