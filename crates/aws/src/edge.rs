@@ -12,6 +12,7 @@
 
 use std::collections::HashMap;
 use std::future::Future;
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant, SystemTime};
 
@@ -20,7 +21,7 @@ use aws_config::timeout::TimeoutConfig;
 use aws_config::{BehaviorVersion, Region, SdkConfig};
 use backon::{ExponentialBuilder, Retryable};
 use tokio::sync::OnceCell;
-use tracing::debug;
+use tracing::{Instrument as _, debug};
 
 use crate::error::{AwsError, classify_sdk_error};
 use crate::limiter::{Account, Limiter, Scope};
@@ -273,21 +274,29 @@ impl Aws {
 
     /// Runs one AWS call: tokens, attempt, and on throttling or a transient failure another
     /// attempt after a backoff (each drawing tokens again), up to the retry policy's limit.
+    /// Each attempt is a span ([`crate::trace::attempt`]) from its wait for tokens to AWS's answer.
     pub async fn call<T, F, Fut>(&self, call: Call<'_>, attempt: F) -> Result<T, AwsError>
     where
         F: Fn() -> Fut,
         Fut: Future<Output = Result<T, AwsError>>,
     {
         let seeds: Vec<Seed> = call.callers.iter().filter_map(|c| Seed::of(c)).collect();
-        let once = || async {
-            let waited = self.limiter.acquire(&call.scope, call.operation, call.changes).await;
-            self.metrics.limiter_wait(&seeds, call.scope.service, waited);
-            let started = Instant::now();
-            // On the heap: an SDK call's future is large, and reconciles nest several.
-            let result = Box::pin(attempt()).await;
-            let outcome = result.as_ref().map(|_| ()).map_err(|e| e.class);
-            self.metrics.call(&seeds, call.scope.service, call.operation, outcome, started.elapsed());
-            result
+        let attempts = AtomicU32::new(0);
+        let once = || {
+            let span = crate::trace::attempt(&call, attempts.fetch_add(1, Ordering::Relaxed) + 1);
+            async {
+                let waited = self.limiter.acquire(&call.scope, call.operation, call.changes).await;
+                self.metrics.limiter_wait(&seeds, call.scope.service, waited);
+                crate::trace::sent(waited);
+                let started = Instant::now();
+                // On the heap: an SDK call's future is large, and reconciles nest several.
+                let result = Box::pin(attempt()).await;
+                let outcome = result.as_ref().map(|_| ()).map_err(|e| e.class);
+                self.metrics.call(&seeds, call.scope.service, call.operation, outcome, started.elapsed());
+                crate::trace::answered(result.as_ref().err());
+                result
+            }
+            .instrument(span)
         };
         let retry = self.config.retry;
         let backoff = ExponentialBuilder::default()

@@ -29,6 +29,7 @@ pub mod metrics;
 pub mod quota;
 pub mod route53;
 mod sanitize;
+mod trace;
 
 pub use config::{AwsArgs, parse_duration};
 pub use edge::{Aws, AwsConfig, Call, Endpoint, RetryPolicy};

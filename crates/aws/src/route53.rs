@@ -32,7 +32,7 @@ use aws_sdk_route53::types::{ChangeAction, ChangeBatch, ChangeStatus, ResourceRe
 use futures::future::BoxFuture;
 use moka::future::Cache;
 use tokio::sync::{Notify, oneshot};
-use tracing::warn;
+use tracing::{Instrument as _, warn};
 
 use crate::batch::{self, Size};
 pub use crate::batch::{Action, BatchPolicy, Change, Record};
@@ -116,6 +116,8 @@ struct Request {
     change_id: Option<String>,
     deletions: Vec<Deletion>,
     reply: Option<Reply>,
+    /// The span it was queued from, which its batch links to.
+    span: Option<opentelemetry::trace::SpanContext>,
 }
 
 #[derive(Default)]
@@ -343,6 +345,7 @@ impl Records {
                 change_id: None,
                 deletions: Vec::new(),
                 reply: Some(reply),
+                span: crate::trace::current(),
             });
             !std::mem::replace(&mut state.running, true)
         };
@@ -416,15 +419,17 @@ impl Worker {
     }
 
     async fn flush(&self) {
-        let (items, callers) = {
+        let (items, callers, links) = {
             let mut state = self.queue.state.lock().unwrap_or_else(PoisonError::into_inner);
             state.last = Some(Instant::now());
             let pending: Vec<&[Change]> = state.requests.iter().map(|r| &r.changes[r.sent..]).collect();
             let taken = batch::next_batch(&pending, self.max_tokens());
             let mut items = Vec::new();
             let mut callers: Vec<&'static str> = Vec::new();
+            let mut links = Vec::new();
             for (index, count) in taken {
                 let request = &mut state.requests[index];
+                links.push(request.span.clone());
                 items.extend(
                     request.changes[request.sent..request.sent + count]
                         .iter()
@@ -435,9 +440,10 @@ impl Worker {
                     callers.push(request.caller);
                 }
             }
-            (items, callers)
+            (items, callers, links)
         };
-        let results = self.apply(&callers, items.clone()).await;
+        let span = crate::trace::batch(&self.queue.zone.id, items.len(), &links);
+        let results = self.apply(&callers, items.clone()).instrument(span).await;
         self.listings.invalidate(&(self.queue.zone.account(), self.queue.zone.id.clone())).await;
         let mut state = self.queue.state.lock().unwrap_or_else(PoisonError::into_inner);
         let mut failed: HashMap<usize, AwsError> = HashMap::new();

@@ -26,13 +26,14 @@ use kube::{Client, Resource, ResourceExt};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde_json::json;
-use tracing::{info, warn};
+use tracing::{Instrument as _, info, warn};
 
 use blockwork_runtime::events::Publisher;
 use blockwork_runtime::labels::managed_by_selector;
 use blockwork_runtime::namespaces::api as child_api;
 use blockwork_runtime::outcome::ErrorClass;
 use blockwork_runtime::status::{LastError, condition, set_condition};
+use blockwork_runtime::trace::{self, Cause};
 use blockwork_runtime::watches::on_its_own;
 
 use crate::api::{Cache, CacheStatus, GROUP, Phase};
@@ -40,6 +41,7 @@ use crate::applied;
 use crate::build::{self, Desired, Topology};
 use crate::refs::{self, Hold};
 use crate::sentinel;
+use crate::traced::{self, CacheTriggers};
 
 pub const FIELD_MANAGER: &str = "blockwork-cache";
 /// Whether the replicas are ready (reasons `AllReplicasAvailable`, `ReplicasNotReady`, or the
@@ -78,11 +80,18 @@ pub struct Context {
     /// its budget only when there is one: a blind DELETE on every reconcile is a write request
     /// while nothing changed. `None` (a reconcile called without [`run`]) deletes blindly.
     disruption_budgets: Option<Store<PodDisruptionBudget>>,
+    /// Why each Cache's next reconcile runs, for its span (only while traces are exported).
+    triggers: CacheTriggers,
 }
 
 impl Context {
     pub fn new(client: Client) -> Arc<Self> {
-        Arc::new(Self { events: Publisher::new(client.clone(), FIELD_MANAGER), client, disruption_budgets: None })
+        Arc::new(Self {
+            events: Publisher::new(client.clone(), FIELD_MANAGER),
+            client,
+            disruption_budgets: None,
+            triggers: CacheTriggers::default(),
+        })
     }
 
     /// Whether the Cache's disruption budget `name` may exist: known from the watch once it has
@@ -110,6 +119,7 @@ pub async fn run(
     let shutdown = shutdown.boxed().shared();
     let (store, writer) = reflector::store();
     let caches = watcher(api, watcher::Config::default().any_semantic()).default_backoff().reflect(writer).applied_objects();
+    let caches = traced::own(Arc::clone(&context.triggers), caches);
     let namespace = namespace.as_deref();
     // Metadata only: a Secret's data never passes through the watch.
     let secrets = changes_of::<PartialObjectMeta<Secret>>(&client, namespace, &watcher::Config::default());
@@ -120,12 +130,29 @@ pub async fn run(
         .reflect(budgets_writer)
         .touched_objects();
     let context = Arc::new(Context { disruption_budgets: Some(disruption_budgets), ..(*context).clone() });
+    let triggers = Arc::clone(&context.triggers);
     let run = Controller::for_stream(on_its_own("cache", "Cache", caches), store.clone())
-        .owns_stream(on_its_own("cache", "StatefulSet", changes_of::<StatefulSet>(&client, namespace, &children)))
-        .owns_stream(on_its_own("cache", "Service", changes_of::<Service>(&client, namespace, &children)))
-        .owns_stream(on_its_own("cache", "ConfigMap", changes_of::<ConfigMap>(&client, namespace, &children)))
-        .owns_stream(on_its_own("cache", "PodDisruptionBudget", budgets))
-        .watches_stream(on_its_own("cache", "Secret", secrets), move |secret| referencing(&referenced, &secret))
+        .owns_stream(on_its_own(
+            "cache",
+            "StatefulSet",
+            traced::children(Arc::clone(&triggers), changes_of::<StatefulSet>(&client, namespace, &children)),
+        ))
+        .owns_stream(on_its_own(
+            "cache",
+            "Service",
+            traced::children(Arc::clone(&triggers), changes_of::<Service>(&client, namespace, &children)),
+        ))
+        .owns_stream(on_its_own(
+            "cache",
+            "ConfigMap",
+            traced::children(Arc::clone(&triggers), changes_of::<ConfigMap>(&client, namespace, &children)),
+        ))
+        .owns_stream(on_its_own("cache", "PodDisruptionBudget", traced::children(Arc::clone(&triggers), budgets)))
+        .watches_stream(on_its_own("cache", "Secret", secrets), move |secret| {
+            let caches = referencing(&referenced, &secret);
+            caches.iter().for_each(|cache| triggers.note(cache, Cause::Related));
+            caches
+        })
         .with_config(RunConfig::default().concurrency(concurrency))
         .graceful_shutdown_on(shutdown.clone())
         .run(reconcile, error_policy, context)
@@ -165,15 +192,26 @@ fn referencing(caches: &Store<Cache>, secret: &PartialObjectMeta<Secret>) -> Vec
         .collect()
 }
 
-/// One reconcile; a panic inside is caught, reported as an event, and retried like an error.
+/// One reconcile, in a span of its own; a panic inside is caught, reported as an event, and
+/// retried like an error.
 pub async fn reconcile(cache: Arc<Cache>, context: Arc<Context>) -> Result<Action, Error> {
-    match catch_panic(reconcile_guarded(Arc::clone(&cache), Arc::clone(&context))).await {
-        Ok(result) => result,
-        Err(message) => {
-            publish(&context, &cache, EventType::Warning, "ReconcilePanicked", &message).await;
-            Err(Error::Panicked(message))
+    let span = traced::span(&context.triggers, &cache);
+    let result = async {
+        match catch_panic(reconcile_guarded(Arc::clone(&cache), Arc::clone(&context))).await {
+            Ok(result) => result,
+            Err(message) => {
+                publish(&context, &cache, EventType::Warning, "ReconcilePanicked", &message).await;
+                Err(Error::Panicked(message))
+            }
         }
     }
+    .instrument(span.clone())
+    .await;
+    match &result {
+        Ok(_) => trace::outcome(&span, "reconciled", None),
+        Err(error) => trace::outcome(&span, "failed", Some(&error.to_string())),
+    }
+    result
 }
 
 /// Runs `future`, turning a panic into its message (seed 002's RecoverPanic).
@@ -187,9 +225,9 @@ async fn catch_panic<T>(future: impl std::future::Future<Output = T>) -> Result<
     })
 }
 
-fn error_policy(cache: Arc<Cache>, error: &Error, _context: Arc<Context>) -> Action {
+fn error_policy(cache: Arc<Cache>, error: &Error, context: Arc<Context>) -> Action {
     warn!(cache = %cache.name_any(), %error, "cache reconcile error");
-    Action::requeue(Duration::from_secs(10))
+    traced::requeue(&context.triggers, &cache, Duration::from_secs(10), Cause::RetryAfterError)
 }
 
 async fn reconcile_guarded(cache: Arc<Cache>, context: Arc<Context>) -> Result<Action, Error> {
@@ -287,7 +325,7 @@ async fn apply(cache: &Cache, context: &Context) -> Result<Action, Error> {
                 ..Report::default()
             };
             write_status(cache, context, report).await?;
-            return Ok(Action::requeue(RESYNC));
+            return Ok(traced::requeue(&context.triggers, cache, RESYNC, Cause::Requeued));
         }
     };
     let secret = match refs::tls_secret_name(cache) {
@@ -311,7 +349,7 @@ async fn apply(cache: &Cache, context: &Context) -> Result<Action, Error> {
                 ..Report::default()
             };
             write_status(cache, context, report).await?;
-            return Ok(Action::requeue(RESYNC));
+            return Ok(traced::requeue(&context.triggers, cache, RESYNC, Cause::Requeued));
         }
     };
 
@@ -357,7 +395,10 @@ async fn apply(cache: &Cache, context: &Context) -> Result<Action, Error> {
         last_error,
     };
     write_status(cache, context, report).await?;
-    Ok(Action::requeue(next))
+    if phase == Phase::Ready {
+        traced::settled(&context.triggers, cache);
+    }
+    Ok(traced::requeue(&context.triggers, cache, next, Cause::Requeued))
 }
 
 /// Asks the Sentinels of `cache` (which has `ready` pods ready) for the primary: what the status
@@ -489,7 +530,15 @@ where
     {
         return Ok(live);
     }
-    api.patch(&object.name_any(), &PatchParams::apply(FIELD_MANAGER).force(), &Patch::Apply(&body)).await.map_err(failed)
+    let name = object.name_any();
+    trace::kubernetes_write(
+        "apply",
+        "child",
+        &K::kind(&()),
+        api.patch(&name, &PatchParams::apply(FIELD_MANAGER).force(), &Patch::Apply(&body)),
+    )
+    .await
+    .map_err(failed)
 }
 
 /// Writes `report` over the current status when it changes anything, and publishes its events:
@@ -513,7 +562,9 @@ async fn write_status(cache: &Cache, context: &Context, report: Report) -> Resul
         next = next_status(cache, &current, &report, now);
         if next != current {
             let patch = json!({"apiVersion": Cache::api_version(&()), "kind": "Cache", "status": next});
-            api.patch_status(&cache.name_any(), &PatchParams::apply(FIELD_MANAGER).force(), &Patch::Apply(&patch)).await?;
+            let name = cache.name_any();
+            let params = PatchParams::apply(FIELD_MANAGER).force();
+            trace::kubernetes_write("apply", "status", "Cache", api.patch_status(&name, &params, &Patch::Apply(&patch))).await?;
         }
     }
     if let Some(phase) = next.phase.filter(|phase| current.phase != Some(*phase)) {

@@ -9,6 +9,7 @@ pub mod conversion;
 pub mod crd;
 pub mod refs;
 pub mod sentinel;
+mod traced;
 
 use blockwork_runtime::rbac::rule;
 use k8s_openapi::api::rbac::v1::PolicyRule;
