@@ -87,7 +87,12 @@ impl Collector {
             let dir = state_dir()?;
             let file = dir.join(format!("jaeger-{query}.yaml"));
             std::fs::write(&file, config(host, otlp_grpc, otlp_http, query, query_grpc))?;
-            let process = Process::start("jaeger", &tool("jaeger")?, &[format!("--config={}", file.display())], &[], &dir)?;
+            let jaeger = tool("jaeger").map_err(|_| {
+                Error::Setup(
+                    "jaeger is not installed: run `scripts/install-test-tools node` (scripts/test builds it while cargo compiles)".into(),
+                )
+            })?;
+            let process = Process::start("jaeger", &jaeger, &[format!("--config={}", file.display())], &[], &dir)?;
             wait_until(&process, Duration::from_secs(60), || async { accepts(host, otlp_http).await && accepts(host, query).await })
                 .await?;
             Ok(Self { host, otlp_http, otlp_grpc, query, _process: process })
