@@ -16,6 +16,7 @@ use tracing_opentelemetry::OpenTelemetrySpanExt as _;
 
 use crate::edge::Call;
 use crate::error::{AwsError, ErrorClass};
+use crate::quota::Service;
 use crate::sanitize::sanitize;
 
 /// The span of attempt `attempt` (from 1) of `call`: from its wait for tokens to AWS's answer.
@@ -23,10 +24,10 @@ pub(crate) fn attempt(call: &Call<'_>, attempt: u32) -> Span {
     tracing::info_span!(
         target: TARGET,
         "aws call",
-        otel.name = format!("{}/{}", call.scope.service, call.operation),
+        otel.name = format!("{}/{}", service_id(call.scope.service), call.operation),
         otel.kind = "client",
         rpc.system = "aws-api",
-        rpc.service = call.scope.service.as_str(),
+        rpc.service = service_id(call.scope.service),
         rpc.method = call.operation,
         cloud.region = call.scope.region.as_deref().unwrap_or("global"),
         blockwork.controllers = call.callers.join(","),
@@ -39,6 +40,16 @@ pub(crate) fn attempt(call: &Call<'_>, attempt: u32) -> Span {
         otel.status_code = Empty,
         otel.status_description = Empty,
     )
+}
+
+/// The service as AWS names it (`rpc.service`).
+fn service_id(service: Service) -> &'static str {
+    match service {
+        Service::Acm => "ACM",
+        Service::Route53 => "Route53",
+        Service::CloudFront => "CloudFront",
+        Service::Sts => "STS",
+    }
 }
 
 /// The tokens came after `waited`; the request leaves now.

@@ -376,7 +376,7 @@ fn handle_retry_request<M: ExternalResource>(
     {
         context.attempts.reset(uid);
         next.last_handled_reconcile_at = Some(requested.clone());
-        tracing::Span::current().record("blockwork.trigger", trace::Cause::RetryRequested.to_string());
+        trace::retriggered(&tracing::Span::current(), trace::Cause::RetryRequested);
     }
     next
 }

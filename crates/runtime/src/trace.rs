@@ -50,28 +50,27 @@ pub fn enabled() -> bool {
 /// root (`parent: None`: not a child of whatever span kube-runtime runs it in), joined to the
 /// object's trace context as [`join`] decides. Enter it (or `instrument` the reconcile with it)
 /// for the whole reconcile.
+///
+/// Its attributes go to the exporter only; its fields, which every log line within it shows, are
+/// its name and ids.
 pub fn reconcile(controller: &'static str, kind: &str, namespace: &str, name: &str, trigger: &Trigger, join: &Join) -> Span {
     let span = tracing::info_span!(
         target: TARGET,
         parent: None,
         RECONCILE,
         otel.name = format!("reconcile {kind}"),
-        blockwork.controller = controller,
-        blockwork.kind = kind,
-        k8s.namespace.name = namespace,
-        blockwork.name = name,
-        blockwork.trigger = %trigger.cause,
-        blockwork.queued_s = trigger.queued.as_secs_f64(),
-        blockwork.outcome = Empty,
-        blockwork.requeue_after_s = Empty,
-        otel.status_code = Empty,
-        otel.status_description = Empty,
         trace_id = Empty,
         span_id = Empty,
     );
     if span.is_disabled() {
         return span;
     }
+    span.set_attribute("blockwork.controller", controller);
+    span.set_attribute("blockwork.kind", kind.to_owned());
+    span.set_attribute("k8s.namespace.name", namespace.to_owned());
+    span.set_attribute("blockwork.name", name.to_owned());
+    span.set_attribute("blockwork.trigger", trigger.cause.to_string());
+    span.set_attribute("blockwork.queued_s", trigger.queued.as_secs_f64());
     match join {
         Join::Child(parent) => {
             // Only fails for a disabled span (not this one) or one already started.
@@ -111,16 +110,21 @@ pub fn current_trace_id() -> Option<String> {
 /// Records a reconcile's outcome on its span: the state it left the object in, or why it
 /// failed (`error`: a message as safe to show as the status's, no account id).
 pub fn outcome(span: &Span, outcome: &str, error: Option<&str>) {
-    span.record("blockwork.outcome", outcome);
+    span.set_attribute("blockwork.outcome", outcome.to_owned());
     if let Some(error) = error {
-        span.record("otel.status_code", "ERROR");
-        span.record("otel.status_description", error);
+        span.set_status(opentelemetry::trace::Status::error(error.to_owned()));
     }
 }
 
 /// Records on a reconcile's span when it looks again.
 pub fn requeue(span: &Span, after: Duration) {
-    span.record("blockwork.requeue_after_s", after.as_secs_f64());
+    span.set_attribute("blockwork.requeue_after_s", after.as_secs_f64());
+}
+
+/// Records on a reconcile's span what triggered it, once the reconcile knows better than the
+/// queue (a retry a person asked for comes as a change of the object's annotations).
+pub fn retriggered(span: &Span, cause: Cause) {
+    span.set_attribute("blockwork.trigger", cause.to_string());
 }
 
 /// `write`, one write to the API server, in a span of its own within the exported span it is

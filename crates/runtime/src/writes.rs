@@ -38,10 +38,12 @@ pub(crate) async fn write_status<M: ExternalResource>(
         let attempt = context.attempts.next(uid, conclusion.state);
         requeue_delay(&context.config.timing, conclusion.requeue, conclusion.state, attempt)
     });
-    let next = conclusion.status(current, next, object.meta().generation, jiff::Timestamp::now(), delay);
+    let mut next = conclusion.status(current, next, object.meta().generation, jiff::Timestamp::now(), delay);
 
     // Compared as written: fields an observation does not serialize never cause a write.
     if serde_json::to_value(&next)? != serde_json::to_value(current)? {
+        // The trace of this write, never a write of its own.
+        next.last_trace_id = trace::current_trace_id();
         let mut patch = json!({
             "apiVersion": M::Object::api_version(&()),
             "kind": M::Object::kind(&()),
