@@ -219,10 +219,23 @@ fn span_of(span: &Value) -> Span {
             })
             .collect(),
         events: span.get("events").and_then(Value::as_array).into_iter().flatten().map(|e| text(e.get("name"))).collect(),
-        status: text(span.get("status").and_then(|s| s.get("code"))),
+        status: status_code(span.get("status").and_then(|s| s.get("code"))),
         status_message: text(span.get("status").and_then(|s| s.get("message"))),
         start_unix_nano: number(span.get("startTimeUnixNano")),
         end_unix_nano: number(span.get("endTimeUnixNano")),
+    }
+}
+
+/// A status code as its enum's name, whether the JSON gives the name or the number.
+fn status_code(code: Option<&Value>) -> String {
+    match code {
+        Some(Value::Number(n)) => match n.as_u64() {
+            Some(1) => "STATUS_CODE_OK".to_owned(),
+            Some(2) => "STATUS_CODE_ERROR".to_owned(),
+            _ => "STATUS_CODE_UNSET".to_owned(),
+        },
+        Some(Value::String(s)) => s.clone(),
+        _ => "STATUS_CODE_UNSET".to_owned(),
     }
 }
 
@@ -307,7 +320,7 @@ mod tests {
                            {"key": "blockwork.aws.throttled", "value": {"boolValue": true}}],
             "links": [{"traceId": "t0", "spanId": "s0", "attributes": [{"key": "blockwork.link", "value": {"stringValue": "trigger"}}]}],
             "events": [{"name": "tokens granted"}],
-            "status": {"code": "STATUS_CODE_ERROR", "message": "throttled"}
+            "status": {"code": 2, "message": "throttled"}
         }]}]}]}});
         let spans = spans_of(&json);
         assert_eq!(spans.len(), 1);
