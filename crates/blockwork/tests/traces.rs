@@ -149,6 +149,8 @@ async fn a_cert_create_is_one_trace_under_its_traceparent_from_the_webhook_call_
     .await;
     let tree = Tree::of(&spans, &trace_id);
     let outline = tree.outline();
+    // The picture in docs/observability.md (`-- --nocapture` shows it).
+    println!("the Cert's trace:\n{outline}\nevery trace of the operator:\n{}", outline_all(&spans));
 
     // Every reconcile until Ready is a child of the traceparent, each with its trigger and time
     // queued; the first was woken by the Cert's creation.

@@ -297,7 +297,15 @@ impl<'a> Tree<'a> {
     }
 
     fn outline_from(&self, span: &Span, depth: usize, out: &mut String) {
-        let keys = ["blockwork.trigger", "blockwork.outcome", "blockwork.aws.attempt", "error.type"];
+        let keys = [
+            "blockwork.trigger",
+            "blockwork.queued_s",
+            "blockwork.outcome",
+            "blockwork.requeue_after_s",
+            "blockwork.aws.attempt",
+            "blockwork.aws.quota_wait_s",
+            "error.type",
+        ];
         let shown: Vec<String> = keys.iter().filter_map(|k| span.attribute(k).map(|v| format!("{k}={v}"))).collect();
         out.push_str(&format!("{}{} ({:?}) {}\n", "  ".repeat(depth), span.name, span.duration(), shown.join(" ")));
         for child in self.children(span) {
