@@ -44,6 +44,15 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 {{- end }}
 {{- end }}
 
+{{/* A Cache image: `registry/repository:tag@digest`, from (dict "registry" R "image" I). */}}
+{{- define "blockwork.cacheImage" -}}
+{{- $image := .image.repository }}
+{{- with .registry }}{{ $image = printf "%s/%s" (trimSuffix "/" .) $image }}{{ end }}
+{{- with .image.tag }}{{ $image = printf "%s:%s" $image . }}{{ end }}
+{{- with .image.digest }}{{ $image = printf "%s@%s" $image . }}{{ end }}
+{{- $image }}
+{{- end }}
+
 {{- define "blockwork.webhookServiceName" -}}
 {{- printf "%s-webhook" (include "blockwork.fullname" .) | trunc 63 | trimSuffix "-" }}
 {{- end }}

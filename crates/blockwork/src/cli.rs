@@ -226,6 +226,9 @@ pub struct RunArgs {
 
     #[command(flatten, next_help_heading = "Key rotator (controller `rotator`)")]
     pub rotator: blockwork_rotator::RotatorArgs,
+
+    #[command(flatten, next_help_heading = "Cache: the pods of every Cache (controller `cache`)")]
+    pub cache: blockwork_cache::settings::CacheArgs,
 }
 
 /// `--webhook-certificate-secret` and what goes with it: Blockwork keeps its own CA and serving

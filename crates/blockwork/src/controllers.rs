@@ -146,7 +146,10 @@ pub fn registered() -> Vec<Controller> {
             rbac: blockwork_cache::rbac,
             webhooks: Webhooks { routes: |_| Ok(blockwork_cache::conversion::router()), validating: Vec::new },
             metrics_prefix: "blockwork_cache",
-            start: |_| runnable(run_cache),
+            start: |registry| {
+                let metrics = blockwork_cache::metrics::CacheMetrics::register(registry);
+                runnable(move |host| run_cache(host, metrics))
+            },
         },
         Controller {
             name: blockwork_cert::CONTROLLER,
@@ -232,9 +235,22 @@ fn rotator_config(
     Ok(blockwork_rotator::Config::new(args, &global, concurrency)?)
 }
 
-async fn run_cache(host: Host) -> anyhow::Result<()> {
+fn cache_settings(args: &RunArgs) -> anyhow::Result<blockwork_cache::settings::Settings> {
+    blockwork_cache::settings::Settings::from_args(&args.cache).context("controller `cache` cannot build pods with these settings")
+}
+
+/// Checks the flags of the `selected` controllers that need no connection, so a value no
+/// controller could work with stops the process before anything starts, with the flag named.
+pub fn check_args(selected: &[Controller], args: &RunArgs) -> anyhow::Result<()> {
+    if selected.iter().any(|c| c.name == "cache") {
+        cache_settings(args)?;
+    }
+    Ok(())
+}
+
+async fn run_cache(host: Host, metrics: Arc<blockwork_cache::metrics::CacheMetrics>) -> anyhow::Result<()> {
     use blockwork_cache::controller::{Context, run};
-    let context = Context::new(host.client.clone());
+    let context = Context::new(host.client.clone(), cache_settings(&host.args)?, metrics);
     blockwork_runtime::run_in(&host.namespaces, |scope| {
         let api = blockwork_runtime::namespaces::api(&host.client, scope.as_deref());
         run(Arc::clone(&context), api, scope, host.concurrency, host.shutdown.wait_owned())

@@ -45,6 +45,7 @@ const SERVICE_ACCOUNT_NAMESPACE: &str = "/var/run/secrets/kubernetes.io/servicea
 pub async fn run(args: RunArgs, controllers: Vec<Controller>) -> anyhow::Result<()> {
     // Bad settings fail before anything starts, with the flag in the message.
     let self_managed = SelfManaged::from_args(&args.webhook_certificates, &controllers, &pod_namespace())?;
+    crate::controllers::check_args(&controllers, &args)?;
     let (trigger, shutdown) = shutdown::channel();
     let signals = Signals::install()?;
     tokio::spawn(signals.forward(trigger));

@@ -519,7 +519,7 @@ pub const ENTRIES: &[Entry] = &[
         "ReplicasNotReady",
         Cache,
         "Some replicas' pods are not ready; the message counts them.",
-        "Nothing to do unless it lasts; then look at the pods `blockwork explain` lists (events, image pulls, scheduling).",
+        "Nothing to do unless it lasts; then look at the pods `blockwork explain` lists (events, image pulls, scheduling). In a Cache with Sentinel a restarted primary's pod is not ready until the Sentinels promote a replica (seconds, at most 140 s): `kubectl logs POD -c cache` says `the Sentinels name this pod the primary: waiting ...`.",
     ),
     fine("ResolvedRefs", Cache, "Every Secret the Cache references exists with the keys it needs.", NOTHING),
     problem(
@@ -545,6 +545,48 @@ pub const ENTRIES: &[Entry] = &[
         Cache,
         "The API server refused one of the Cache's objects (StatefulSet, Service, ConfigMap, PodDisruptionBudget); the message quotes it.",
         "Fix what the API server names (often a quota or a policy admission webhook); refusals wait for a spec change, other errors are retried.",
+    ),
+    problem(
+        "PodSecurityRejected",
+        Cache,
+        "The namespace's Pod Security level refused the Cache's pods (the message quotes the API server); no pod starts.",
+        "Blockwork's pods meet `restricted` as shipped: look for an image or setting given at install that breaks it (`blockwork check`), or a namespace label stricter than the standards.",
+    ),
+    problem(
+        "QuotaExceeded",
+        Cache,
+        "A ResourceQuota of the namespace refused a pod: the Cache's memory (request = limit = spec.memory) or CPU does not fit.",
+        "Raise the quota, or lower spec.memory or spec.replicas; the StatefulSet retries by itself.",
+    ),
+    problem(
+        "PodCreateRefused",
+        Cache,
+        "The API server refused to create a pod (a LimitRange, an admission webhook, a policy engine); the message quotes it.",
+        "Fix what the message names; the StatefulSet retries by itself.",
+    ),
+    problem(
+        "Unschedulable",
+        Cache,
+        "No node can take a pod; the scheduler's message says why (resources, taints, spread with --cache-node-spread=required).",
+        "Add capacity, lower spec.memory, or allow the pods where the message says; the scheduler retries by itself.",
+    ),
+    problem(
+        "ImagePullFailed",
+        Cache,
+        "A node cannot pull an image of the Cache's pods (a wrong reference, a registry it cannot reach, a missing pull Secret).",
+        "Check the images set at install (`blockwork check` lists them) and that the pull Secrets exist in the Cache's namespace; the kubelet retries by itself.",
+    ),
+    problem(
+        "ContainerConfigError",
+        Cache,
+        "A container of the Cache's pods cannot be created (a missing Secret or key, a runtime error); the message quotes the kubelet.",
+        "Fix what the message names (for TLS, the Secret's keys); the kubelet retries by itself.",
+    ),
+    problem(
+        "ContainerCrashing",
+        Cache,
+        "A container keeps exiting (CrashLoopBackOff); the message has its exit code and last words.",
+        "Read `kubectl logs POD -c CONTAINER --previous`; an image without sh, timeout or the engine's CLI cannot run the start scripts.",
     ),
     fine("SentinelReported", Cache, "status.primary is the primary Sentinel reports now.", NOTHING),
     waiting(

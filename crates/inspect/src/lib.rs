@@ -9,6 +9,7 @@
 
 pub mod actions;
 pub mod aws_check;
+pub mod cache_check;
 pub mod catalog;
 pub mod check;
 pub mod commands;

@@ -390,10 +390,10 @@ where
 /// The StatefulSet, Services and pods of a Cache, and its TLS Secret.
 async fn cache_objects(client: &Client, cache: &Cache) -> anyhow::Result<CacheObjects> {
     let namespace = cache.namespace().unwrap_or_default();
-    let name = blockwork_cache::build::resource_name(cache);
+    let name = blockwork_cache::shape::resource_name(cache);
     let stateful_set = Api::<StatefulSet>::namespaced(client.clone(), &namespace).get_opt(&name).await?;
     let mut services = Vec::new();
-    for service in [name.clone(), blockwork_cache::build::headless_name(cache)] {
+    for service in [name.clone(), blockwork_cache::shape::headless_name(cache)] {
         if let Some(found) = Api::<Service>::namespaced(client.clone(), &namespace).get_opt(&service).await? {
             services.push(found);
         }

@@ -96,6 +96,25 @@ const NOT_REASONS: &[&str] = &[
     "Ed25519",
     // The Kubernetes Status reason of a malformed ConversionReview (the API server's, never shown on an object).
     "BadRequest",
+    // Kubernetes' own words about pods, which the Cache reads (its reasons are in the catalog)
+    // or writes into a pod template.
+    "Pod",
+    "Event",
+    "PodScheduled",
+    "ErrImagePull",
+    "ImagePullBackOff",
+    "InvalidImageName",
+    "ErrImageNeverPull",
+    "CreateContainerConfigError",
+    "CreateContainerError",
+    "RunContainerError",
+    "CrashLoopBackOff",
+    "ScheduleAnyway",
+    "DoNotSchedule",
+    "RuntimeDefault",
+    "Always",
+    "IfNotPresent",
+    "Never",
 ];
 
 fn workspace() -> PathBuf {
