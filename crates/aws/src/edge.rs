@@ -12,6 +12,7 @@
 
 use std::future::Future;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant, SystemTime};
 
 use aws_config::retry::RetryConfig;
@@ -19,7 +20,7 @@ use aws_config::timeout::TimeoutConfig;
 use aws_config::{BehaviorVersion, Region, SdkConfig};
 use backon::{ExponentialBuilder, Retryable};
 use tokio::sync::OnceCell;
-use tracing::debug;
+use tracing::{Instrument as _, debug};
 
 use crate::credentials::Credentials;
 use crate::error::{AwsError, classify_sdk_error};
@@ -335,7 +336,8 @@ impl Aws {
     /// Runs one AWS call: tokens, attempt, and on throttling or a transient failure another
     /// attempt after a backoff (each drawing tokens again), up to the retry policy's limit. While
     /// another call of the account's service backs off after AWS throttled it, the call is not
-    /// sent at all ([`crate::throttled`]).
+    /// sent at all ([`crate::throttled`]). Each attempt is a span ([`crate::trace::attempt`]) from
+    /// its wait for tokens to AWS's answer.
     pub async fn call<T, F, Fut>(&self, call: Call<'_>, attempt: F) -> Result<T, AwsError>
     where
         F: Fn() -> Fut,
@@ -344,18 +346,27 @@ impl Aws {
         let seeds: Vec<Seed> = call.callers.iter().filter_map(|c| Seed::of(c)).collect();
         let (account, service) = (&call.scope.account, call.scope.service);
         let ticket = self.throttled.ticket();
-        let once = || async {
-            if let Some(until) = self.throttled.held(ticket, account, service, Instant::now()) {
-                return Err(held_back(call.operation, service, call.identity, until.saturating_duration_since(Instant::now())));
+        let attempts = AtomicU32::new(0);
+        let once = || {
+            let span = crate::trace::attempt(&call, attempts.fetch_add(1, Ordering::Relaxed) + 1);
+            async {
+                if let Some(until) = self.throttled.held(ticket, account, service, Instant::now()) {
+                    let held = held_back(call.operation, service, call.identity, until.saturating_duration_since(Instant::now()));
+                    crate::trace::answered(Some(&held));
+                    return Err(held);
+                }
+                let waited = self.limiter.acquire(&call.scope, call.operation, call.changes).await;
+                self.metrics.limiter_wait(&seeds, service, waited);
+                crate::trace::sent(waited);
+                let started = Instant::now();
+                // On the heap: an SDK call's future is large, and reconciles nest several.
+                let result = Box::pin(attempt()).await;
+                let outcome = result.as_ref().map(|_| ()).map_err(|e| e.class);
+                self.metrics.call(&seeds, call.identity, service, call.operation, outcome, started.elapsed());
+                crate::trace::answered(result.as_ref().err());
+                result
             }
-            let waited = self.limiter.acquire(&call.scope, call.operation, call.changes).await;
-            self.metrics.limiter_wait(&seeds, service, waited);
-            let started = Instant::now();
-            // On the heap: an SDK call's future is large, and reconciles nest several.
-            let result = Box::pin(attempt()).await;
-            let outcome = result.as_ref().map(|_| ()).map_err(|e| e.class);
-            self.metrics.call(&seeds, call.identity, service, call.operation, outcome, started.elapsed());
-            result
+            .instrument(span)
         };
         let retry = self.config.retry;
         let backoff = ExponentialBuilder::default()

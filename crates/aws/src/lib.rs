@@ -34,6 +34,7 @@ pub mod quota;
 pub mod route53;
 mod sanitize;
 pub mod throttled;
+mod trace;
 
 pub use config::{AwsArgs, parse_duration};
 pub use edge::{Aws, AwsConfig, Call, Endpoint, RetryPolicy};

@@ -35,7 +35,7 @@ use blockwork_runtime::Existence;
 use futures::future::BoxFuture;
 use moka::future::Cache;
 use tokio::sync::{Notify, oneshot};
-use tracing::warn;
+use tracing::{Instrument as _, warn};
 
 use crate::batch::{self, Size};
 pub use crate::batch::{Action, BatchPolicy, Change, Record};
@@ -124,6 +124,8 @@ struct Request {
     change_id: Option<String>,
     deletions: Vec<Deletion>,
     reply: Option<Reply>,
+    /// The span it was queued from, which its batch links to.
+    span: Option<opentelemetry::trace::SpanContext>,
 }
 
 #[derive(Default)]
@@ -366,6 +368,7 @@ impl Records {
                 change_id: None,
                 deletions: Vec::new(),
                 reply: Some(reply),
+                span: crate::trace::current(),
             });
             !std::mem::replace(&mut state.running, true)
         };
@@ -440,7 +443,7 @@ impl Worker {
     }
 
     async fn flush(&self) {
-        let (items, callers, principal) = {
+        let (items, callers, principal, links) = {
             let mut state = self.queue.state.lock().unwrap_or_else(PoisonError::into_inner);
             state.last = Some(Instant::now());
             let eligible = eligible(&state.requests);
@@ -449,9 +452,11 @@ impl Worker {
             let taken = batch::next_batch(&pending, self.max_tokens());
             let mut items = Vec::new();
             let mut callers: Vec<&'static str> = Vec::new();
+            let mut links = Vec::new();
             for (position, count) in taken {
                 let index = eligible[position];
                 let request = &mut state.requests[index];
+                links.push(request.span.clone());
                 items.extend(
                     request.changes[request.sent..request.sent + count]
                         .iter()
@@ -462,9 +467,10 @@ impl Worker {
                     callers.push(request.caller);
                 }
             }
-            (items, callers, principal)
+            (items, callers, principal, links)
         };
-        let results = self.apply(&callers, &principal, items.clone()).await;
+        let span = crate::trace::batch(&self.queue.zone_id, items.len(), &links);
+        let results = self.apply(&callers, &principal, items.clone()).instrument(span).await;
         self.listings.invalidate(&(self.queue.account.clone(), self.queue.zone_id.clone())).await;
         let mut state = self.queue.state.lock().unwrap_or_else(PoisonError::into_inner);
         let mut failed: HashMap<usize, AwsError> = HashMap::new();

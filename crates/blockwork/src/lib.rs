@@ -21,4 +21,5 @@ pub mod run;
 pub mod server;
 pub mod shutdown;
 pub mod telemetry;
+pub mod traces;
 pub mod webhooks;

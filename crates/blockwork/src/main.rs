@@ -5,7 +5,7 @@ use std::process::ExitCode;
 
 use anyhow::Context as _;
 use blockwork::cli::{Cli, Command};
-use blockwork::{chart, controllers, crds, finalizers, rbac, run, telemetry, webhooks};
+use blockwork::{chart, controllers, crds, finalizers, rbac, run, telemetry, traces, webhooks};
 use clap::{CommandFactory as _, FromArgMatches as _};
 
 /// jemalloc instead of glibc's malloc: glibc gives each thread that allocates an arena of its own
@@ -82,14 +82,26 @@ fn main() -> ExitCode {
                 Ok(selected) => selected,
                 Err(message) => usage_error("run", format!("invalid value for '--controllers': {message}")),
             };
-            if let Err(e) = telemetry::init(args.log_format, &args.log_level) {
-                return report(Err(e));
-            }
             let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
                 Ok(runtime) => runtime,
                 Err(e) => return report(Err(anyhow::Error::new(e).context("starting the async runtime"))),
             };
+            // The exporter starts within the runtime: its gRPC client spawns its connection there.
+            let exporter = {
+                let _inside = runtime.enter();
+                match traces::Traces::from_env().and_then(|traces| start_exporter(&traces)) {
+                    Ok(exporter) => exporter,
+                    Err(e) => return report(Err(e)),
+                }
+            };
+            if let Err(e) = telemetry::init(args.log_format, &args.log_level, exporter.as_ref()) {
+                return report(Err(e));
+            }
             let result = runtime.block_on(run::run(*args, selected));
+            // The last reconciles' spans, before the runtime (and the gRPC client with it) goes.
+            if let Some(exporter) = &exporter {
+                exporter.shutdown();
+            }
             // Don't wait for tasks that ignore the shutdown (e.g. a hung request).
             runtime.shutdown_background();
             match result {
@@ -100,6 +112,14 @@ fn main() -> ExitCode {
                 }
             }
         }
+    }
+}
+
+/// The trace exporter the environment asks for, if any.
+fn start_exporter(traces: &traces::Traces) -> anyhow::Result<Option<traces::Exporter>> {
+    match traces {
+        traces::Traces::Off => Ok(None),
+        traces::Traces::Otlp { .. } => traces::Exporter::start().map(Some),
     }
 }
 

@@ -289,6 +289,7 @@ impl Servers {
                 webhooks = webhooks.merge((controller.webhooks.routes)(webhook_context)?);
             }
             if webhooks.has_routes() {
+                let webhooks = webhooks.layer(axum::middleware::from_fn(server::traced));
                 let certificate = match (&args.webhook_cert_dir, self_managed) {
                     (Some(dir), _) => {
                         let certificate = ServingCertificate::new(&TlsMaterial::from_dir(dir)?)?;

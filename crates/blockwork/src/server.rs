@@ -1,4 +1,5 @@
-//! The health probe server (`/healthz`, `/readyz`) and the metrics server (`/metrics`).
+//! The health probe server (`/healthz`, `/readyz`), the metrics server (`/metrics`), and the
+//! webhook server's span per request ([`traced`]).
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -16,6 +17,27 @@ use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
 
 use crate::shutdown::Shutdown;
+
+/// A webhook request in a span of its own (`blockwork_runtime::trace::webhook`), with its
+/// answer's status code.
+pub async fn traced(request: axum::extract::Request, next: axum::middleware::Next) -> Response {
+    use tracing::Instrument as _;
+    if !blockwork_runtime::trace::enabled() {
+        return next.run(request).await;
+    }
+    let context: std::collections::BTreeMap<String, String> =
+        [blockwork_runtime::trace::TRACEPARENT_ANNOTATION, blockwork_runtime::trace::TRACESTATE_ANNOTATION]
+            .into_iter()
+            .filter_map(|name| Some((name.to_owned(), request.headers().get(name)?.to_str().ok()?.to_owned())))
+            .collect();
+    let span = blockwork_runtime::trace::webhook(request.method().as_str(), request.uri().path(), &context);
+    let response = next.run(request).instrument(span.clone()).await;
+    span.record("http.response.status_code", response.status().as_u16());
+    if response.status().is_server_error() {
+        span.record("otel.status_code", "ERROR");
+    }
+    response
+}
 
 pub const OPENMETRICS_CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
 

@@ -326,6 +326,9 @@ fn bad_values_are_refused_with_a_message_naming_them() {
         (vec!["aws.quotaSafetyFactor=1.5"], "quotaSafetyFactor"),
         (vec!["aws.quotas={s3=100}"], "quotas"),
         (vec!["aws.endpointUrls.sqs=http://127.0.0.1:1"], "sqs"),
+        (vec!["tracing.endpoint=collector:4318"], "endpoint"),
+        (vec!["tracing.protocol=http/json"], "protocol"),
+        (vec!["tracing.sampler=parentbased_traceidratio"], "samplerArg"),
         (vec!["controllers.cache.images.redis.repository=Redis"], "images/redis/repository"),
         (vec!["controllers.cache.registry=https://mirror.example.com"], "registry"),
         (vec!["controllers.cache.cpuRequest=lots"], "cpuRequest"),
@@ -334,6 +337,39 @@ fn bad_values_are_refused_with_a_message_naming_them() {
         let error = try_render("ops", &sets).expect_err(&format!("{sets:?} renders"));
         assert!(error.contains(expected), "{sets:?}: the error does not name {expected:?}:\n{error}");
     }
+}
+
+#[test]
+fn one_value_turns_traces_on_with_the_standard_variables_and_none_means_none() {
+    // In order: a variable refers (`$(POD_NAME)`) only to those before it.
+    let env_in_order = |sets: &[&str]| -> Vec<(String, String)> {
+        let deployment = documents(&render("ops", sets)).into_iter().find(|d| d["kind"] == "Deployment").unwrap();
+        let env = deployment["spec"]["template"]["spec"]["containers"][0]["env"].as_array().cloned().unwrap_or_default();
+        env.iter()
+            .filter_map(|e| Some((e["name"].as_str()?.to_owned(), e["value"].as_str().unwrap_or("(from the pod)").to_owned())))
+            .collect()
+    };
+    let env_of = |sets: &[&str]| -> BTreeMap<String, String> { env_in_order(sets).into_iter().collect() };
+    let off = env_of(&[]);
+    assert!(off.keys().all(|name| !name.starts_with("OTEL_")), "{off:?}");
+    let on = env_of(&["tracing.endpoint=http://otel-collector.observability:4318"]);
+    assert_eq!(on["OTEL_EXPORTER_OTLP_ENDPOINT"], "http://otel-collector.observability:4318");
+    assert_eq!(on["OTEL_EXPORTER_OTLP_PROTOCOL"], "http/protobuf");
+    assert_eq!(on["OTEL_TRACES_SAMPLER"], "parentbased_always_on");
+    assert_eq!(on["OTEL_SERVICE_NAME"], "blockwork");
+    assert_eq!(on["OTEL_RESOURCE_ATTRIBUTES"], "k8s.pod.name=$(POD_NAME),k8s.namespace.name=$(POD_NAMESPACE)");
+    let names: Vec<String> = env_in_order(&["tracing.endpoint=http://c:4318"]).into_iter().map(|(name, _)| name).collect();
+    let at = |wanted: &str| names.iter().position(|n| n == wanted).unwrap_or(usize::MAX);
+    assert!(at("POD_NAME") < at("OTEL_RESOURCE_ATTRIBUTES") && at("POD_NAMESPACE") < at("OTEL_RESOURCE_ATTRIBUTES"), "{names:?}");
+    let sampled = env_of(&[
+        "tracing.endpoint=http://c:4317",
+        "tracing.protocol=grpc",
+        "tracing.sampler=parentbased_traceidratio",
+        "tracing.samplerArg=0.1",
+        "tracing.resourceAttributes=deployment.environment=prod",
+    ]);
+    assert_eq!((sampled["OTEL_EXPORTER_OTLP_PROTOCOL"].as_str(), sampled["OTEL_TRACES_SAMPLER_ARG"].as_str()), ("grpc", "0.1"));
+    assert!(sampled["OTEL_RESOURCE_ATTRIBUTES"].ends_with(",deployment.environment=prod"), "{sampled:?}");
 }
 
 /// Helm reads numbers as floats and writes `10` for `10.0`: the same number to the API server.
@@ -398,6 +434,9 @@ async fn every_rendered_option_is_accepted_by_the_api_server() {
                 "metrics.dashboard.enabled=true",
                 "aws.roleArn=arn:aws:iam::111122223333:role/blockwork",
                 "aws.region=eu-west-1",
+                "tracing.endpoint=http://otel-collector.observability:4318",
+                "tracing.sampler=parentbased_traceidratio",
+                "tracing.samplerArg=0.25",
             ])
             .collect(),
         all.iter()

@@ -10,6 +10,7 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 
 use blockwork_runtime::outcome::Existence;
+use blockwork_runtime::trace;
 
 use crate::api::Cache;
 use crate::applied;
@@ -109,5 +110,13 @@ where
     {
         return Ok(live);
     }
-    api.patch(&object.name_any(), &PatchParams::apply(FIELD_MANAGER).force(), &Patch::Apply(&body)).await.map_err(failed)
+    let name = object.name_any();
+    trace::kubernetes_write(
+        "apply",
+        "child",
+        &K::kind(&()),
+        api.patch(&name, &PatchParams::apply(FIELD_MANAGER).force(), &Patch::Apply(&body)),
+    )
+    .await
+    .map_err(failed)
 }

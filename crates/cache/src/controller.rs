@@ -24,13 +24,14 @@ use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{WatchStreamExt as _, watcher};
 use kube::{Client, Resource, ResourceExt};
 use serde::de::DeserializeOwned;
-use tracing::{info, warn};
+use tracing::{Instrument as _, info, warn};
 
 use blockwork_runtime::events::Publisher;
 use blockwork_runtime::labels::managed_by_selector;
 use blockwork_runtime::namespaces::api as child_api;
 use blockwork_runtime::outcome::ErrorClass;
 use blockwork_runtime::status::condition;
+use blockwork_runtime::trace::{self, Cause};
 use blockwork_runtime::watches::on_its_own;
 
 use crate::api::{Cache, GROUP, Phase};
@@ -43,6 +44,7 @@ use crate::settings::Settings;
 use crate::shape;
 use crate::startup::{self, Stuck};
 use crate::status::{self, ErrorUpdate, PrimaryUpdate, READY, RESOLVED_REFS, RESYNC, Report, SYNCED};
+use crate::traced::{self, CacheTriggers};
 
 /// Deletion cleans up for at most this long, then lets the object go.
 const CLEANUP_TIMEOUT: Duration = Duration::from_secs(30);
@@ -80,6 +82,8 @@ pub struct Context {
     pods: Option<Store<Pod>>,
     failed_creates: Option<Store<Event>>,
     metrics: Arc<CacheMetrics>,
+    /// Why each Cache's next reconcile runs, for its span (only while traces are exported).
+    triggers: CacheTriggers,
 }
 
 impl Context {
@@ -92,6 +96,7 @@ impl Context {
             pods: None,
             failed_creates: None,
             metrics,
+            triggers: CacheTriggers::default(),
         })
     }
 
@@ -150,6 +155,7 @@ pub async fn run(
     let shutdown = shutdown.boxed().shared();
     let (store, writer) = reflector::store();
     let caches = watcher(api, watcher::Config::default().any_semantic()).default_backoff().reflect(writer).applied_objects();
+    let caches = traced::own(Arc::clone(&context.triggers), caches);
     let namespace = namespace.as_deref();
     // Metadata only: a Secret's data never passes through the watch.
     let secrets = changes_of::<PartialObjectMeta<Secret>>(&client, namespace, &watcher::Config::default());
@@ -181,19 +187,39 @@ pub async fn run(
         failed_creates: Some(failed_creates),
         ..(*context).clone()
     });
+    let triggers = Arc::clone(&context.triggers);
+    let (pod_triggers, event_triggers) = (Arc::clone(&triggers), Arc::clone(&triggers));
     let run = Controller::for_stream(on_its_own("cache", "Cache", caches), store.clone())
-        .owns_stream(on_its_own("cache", "StatefulSet", changes_of::<StatefulSet>(&client, namespace, &children)))
-        .owns_stream(on_its_own("cache", "Service", changes_of::<Service>(&client, namespace, &children)))
-        .owns_stream(on_its_own("cache", "ConfigMap", changes_of::<ConfigMap>(&client, namespace, &children)))
-        .owns_stream(on_its_own("cache", "PodDisruptionBudget", budgets))
-        .watches_stream(on_its_own("cache", "Secret", secrets), move |secret| referencing(&referenced, &secret))
-        .watches_stream(on_its_own("cache", "Pod", pod_changes), |pod: Pod| {
-            let cache = pod.labels().get(shape::INSTANCE_LABEL).cloned();
-            cache.map(|name| ObjectRef::new(&name).within(&pod.namespace().unwrap_or_default()))
+        .owns_stream(on_its_own(
+            "cache",
+            "StatefulSet",
+            traced::children(Arc::clone(&triggers), changes_of::<StatefulSet>(&client, namespace, &children)),
+        ))
+        .owns_stream(on_its_own(
+            "cache",
+            "Service",
+            traced::children(Arc::clone(&triggers), changes_of::<Service>(&client, namespace, &children)),
+        ))
+        .owns_stream(on_its_own(
+            "cache",
+            "ConfigMap",
+            traced::children(Arc::clone(&triggers), changes_of::<ConfigMap>(&client, namespace, &children)),
+        ))
+        .owns_stream(on_its_own("cache", "PodDisruptionBudget", traced::children(Arc::clone(&triggers), budgets)))
+        .watches_stream(on_its_own("cache", "Secret", secrets), move |secret| {
+            let caches = referencing(&referenced, &secret);
+            caches.iter().for_each(|cache| triggers.note(cache, Cause::Related));
+            caches
         })
-        .watches_stream(on_its_own("cache", "Event", failed_create_changes), |event: Event| {
+        .watches_stream(on_its_own("cache", "Pod", pod_changes), move |pod: Pod| {
+            let cache = pod.labels().get(shape::INSTANCE_LABEL).cloned();
+            let cache = cache.map(|name| ObjectRef::new(&name).within(&pod.namespace().unwrap_or_default()));
+            cache.inspect(|cache| pod_triggers.note(cache, Cause::Related))
+        })
+        .watches_stream(on_its_own("cache", "Event", failed_create_changes), move |event: Event| {
             let cache = event.involved_object.name.as_deref().and_then(|name| name.strip_suffix("-cache")).map(str::to_owned);
-            cache.map(|name| ObjectRef::new(&name).within(&event.namespace().unwrap_or_default()))
+            let cache = cache.map(|name| ObjectRef::new(&name).within(&event.namespace().unwrap_or_default()));
+            cache.inspect(|cache| event_triggers.note(cache, Cause::Related))
         })
         .with_config(RunConfig::default().concurrency(concurrency))
         .graceful_shutdown_on(shutdown.clone())
@@ -239,15 +265,26 @@ fn referencing(caches: &Store<Cache>, secret: &PartialObjectMeta<Secret>) -> Vec
         .collect()
 }
 
-/// One reconcile; a panic inside is caught, reported as an event, and retried like an error.
+/// One reconcile, in a span of its own; a panic inside is caught, reported as an event, and
+/// retried like an error.
 pub async fn reconcile(cache: Arc<Cache>, context: Arc<Context>) -> Result<Action, Error> {
-    match catch_panic(reconcile_guarded(Arc::clone(&cache), Arc::clone(&context))).await {
-        Ok(result) => result,
-        Err(message) => {
-            publish(&context, &cache, EventType::Warning, "ReconcilePanicked", &message).await;
-            Err(Error::Panicked(message))
+    let span = traced::span(&context.triggers, &cache);
+    let result = async {
+        match catch_panic(reconcile_guarded(Arc::clone(&cache), Arc::clone(&context))).await {
+            Ok(result) => result,
+            Err(message) => {
+                publish(&context, &cache, EventType::Warning, "ReconcilePanicked", &message).await;
+                Err(Error::Panicked(message))
+            }
         }
     }
+    .instrument(span.clone())
+    .await;
+    match &result {
+        Ok(_) => trace::outcome(&span, "reconciled", None),
+        Err(error) => trace::outcome(&span, "failed", Some(&error.to_string())),
+    }
+    result
 }
 
 /// Runs `future`, turning a panic into its message (seed 002's RecoverPanic).
@@ -261,9 +298,9 @@ async fn catch_panic<T>(future: impl std::future::Future<Output = T>) -> Result<
     })
 }
 
-fn error_policy(cache: Arc<Cache>, error: &Error, _context: Arc<Context>) -> Action {
+fn error_policy(cache: Arc<Cache>, error: &Error, context: Arc<Context>) -> Action {
     warn!(cache = %cache.name_any(), %error, "cache reconcile error");
-    Action::requeue(Duration::from_secs(10))
+    traced::requeue(&context.triggers, &cache, Duration::from_secs(10), Cause::RetryAfterError)
 }
 
 async fn reconcile_guarded(cache: Arc<Cache>, context: Arc<Context>) -> Result<Action, Error> {
@@ -323,7 +360,7 @@ async fn apply(cache: &Cache, context: &Context) -> Result<Action, Error> {
                 ..Report::default()
             };
             status::write(cache, &context.client, &context.events, report).await?;
-            return Ok(Action::requeue(RESYNC));
+            return Ok(traced::requeue(&context.triggers, cache, RESYNC, Cause::Requeued));
         }
     };
     let secret = match refs::tls_secret_name(cache) {
@@ -348,7 +385,7 @@ async fn apply(cache: &Cache, context: &Context) -> Result<Action, Error> {
                 ..Report::default()
             };
             status::write(cache, &context.client, &context.events, report).await?;
-            return Ok(Action::requeue(RESYNC));
+            return Ok(traced::requeue(&context.triggers, cache, RESYNC, Cause::Requeued));
         }
     };
 
@@ -409,7 +446,10 @@ async fn apply(cache: &Cache, context: &Context) -> Result<Action, Error> {
     if status::write(cache, &context.client, &context.events, report).await? {
         context.metrics.failover(&namespace, &cache.name_any());
     }
-    Ok(Action::requeue(next))
+    if phase == Phase::Ready {
+        traced::settled(&context.triggers, cache);
+    }
+    Ok(traced::requeue(&context.triggers, cache, next, Cause::Requeued))
 }
 
 /// Asks the Sentinels of `cache` (which has `ready` pods ready) for the primary: what the status

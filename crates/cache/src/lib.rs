@@ -18,6 +18,7 @@ pub mod settings;
 pub mod shape;
 pub mod startup;
 pub mod status;
+mod traced;
 
 use blockwork_runtime::rbac::rule;
 use k8s_openapi::api::rbac::v1::PolicyRule;

@@ -13,6 +13,7 @@ use serde_json::json;
 use blockwork_runtime::events::Publisher;
 use blockwork_runtime::outcome::ErrorClass;
 use blockwork_runtime::status::{LastError, set_condition};
+use blockwork_runtime::trace;
 
 use crate::api::{Cache, CacheStatus, Phase};
 use crate::children::FIELD_MANAGER;
@@ -89,7 +90,9 @@ pub async fn write(cache: &Cache, client: &Client, events: &Publisher, report: R
         next = next_status(cache, &current, &report, now);
         if next != current {
             let patch = json!({"apiVersion": Cache::api_version(&()), "kind": "Cache", "status": next});
-            api.patch_status(&cache.name_any(), &PatchParams::apply(FIELD_MANAGER).force(), &Patch::Apply(&patch)).await?;
+            let name = cache.name_any();
+            let params = PatchParams::apply(FIELD_MANAGER).force();
+            trace::kubernetes_write("apply", "status", "Cache", api.patch_status(&name, &params, &Patch::Apply(&patch))).await?;
         }
     }
     if let Some(phase) = next.phase.filter(|phase| current.phase != Some(*phase)) {

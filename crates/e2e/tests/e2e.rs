@@ -14,7 +14,8 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, Result, anyhow, bail, ensure};
 use blockwork_e2e::{Node, eventually, unique, workspace};
-use blockwork_testenv::emulators::Emulator;
+use blockwork_testenv::collector::{Collector, Span};
+use blockwork_testenv::emulators::{ACCOUNT_ID, Emulator};
 use libtest_mimic::{Arguments, Failed, Trial};
 use serde_json::Value;
 
@@ -169,6 +170,8 @@ struct Suite {
     node: Node,
     moto: Arc<Emulator>,
     ministack: Arc<Emulator>,
+    /// The trace collector (Jaeger) on the host's bridge address, where the pods export.
+    collector: Arc<Collector>,
     /// The `blockwork` binary the image was built from (for `blockwork remove-finalizers`).
     binary: PathBuf,
     _lock: Arc<File>,
@@ -195,8 +198,16 @@ impl Suite {
             let ministack = Emulator::ministack(node.ip()).await?;
             Ok::<_, blockwork_testenv::emulators::Error>((moto, ministack))
         })?;
+        let collector = runtime.block_on(Collector::start(node.ip()))?;
 
-        let suite = Self { node, moto: Arc::new(moto), ministack: Arc::new(ministack), binary, _lock: Arc::new(lock) };
+        let suite = Self {
+            node,
+            moto: Arc::new(moto),
+            ministack: Arc::new(ministack),
+            collector: Arc::new(collector),
+            binary,
+            _lock: Arc::new(lock),
+        };
         suite.start_client()?;
         if blockwork {
             suite.helm_install(&[])?;
@@ -922,7 +933,8 @@ print(zone["HostedZone"]["Id"].rsplit("/", 1)[-1], distribution["Distribution"][
 /// The Cert and DistributionTenant controllers turned on with `helm upgrade`, pointed at moto
 /// and MiniStack on the host's bridge address: the examples reach Ready, driven from inside
 /// the pods; the admission webhook, reached through its Service, rejects a Cert for a domain
-/// another Cert holds.
+/// another Cert holds. With `tracing.endpoint` the pods export their traces to the collector on
+/// the host: the trace a Cert's status names is there, its reconcile with its AWS calls.
 fn aws_examples_reach_ready(suite: &Suite) -> Result<()> {
     let node = &suite.node;
     let (zone, distribution, group) = aws_fixtures(suite)?;
@@ -942,6 +954,8 @@ fn aws_examples_reach_ready(suite: &Suite) -> Result<()> {
         "aws.region=us-east-1",
         // The emulators take any key; a real cluster uses IRSA or Pod Identity (aws.roleArn).
         "extraEnv[0].name=AWS_ACCESS_KEY_ID,extraEnv[0].value=test,extraEnv[1].name=AWS_SECRET_ACCESS_KEY,extraEnv[1].value=test",
+        &format!("tracing.endpoint={}", suite.collector.otlp_http()),
+        &format!("tracing.serviceName={TRACED_SERVICE}"),
     ])?;
 
     let namespace = suite.new_namespace("aws")?;
@@ -966,6 +980,7 @@ fn aws_examples_reach_ready(suite: &Suite) -> Result<()> {
     for kind in ["cert", "distributiontenant"] {
         node.kubectl(&["-n", &namespace, "wait", "--for=condition=Ready", kind, "--all", "--timeout=180s"])?;
     }
+    cert_trace_reached_the_collector(suite, &namespace, "my-service")?;
 
     let duplicate = format!(
         "apiVersion: acm.blockwork.dev/v1\nkind: Cert\nmetadata: {{name: copy, namespace: {namespace}}}\nspec: {{serviceName: my-service, environment: prod}}\n"
@@ -999,6 +1014,33 @@ fn aws_examples_reach_ready(suite: &Suite) -> Result<()> {
     let started = Instant::now();
     node.kubectl(&["delete", "namespace", &namespace, "--timeout=180s"])?;
     println!("e2e: the namespace with the examples and the typo tenant was deleted in {:.1} s", started.elapsed().as_secs_f64());
+    Ok(())
+}
+
+/// The pods' service name in the collector.
+const TRACED_SERVICE: &str = "blockwork-e2e";
+
+/// The trace `status.lastTraceId` of Cert `namespace/name` names reached the collector on the
+/// host: the reconcile of that Cert, with ACM calls in the trace; no span tells the account id.
+fn cert_trace_reached_the_collector(suite: &Suite, namespace: &str, name: &str) -> Result<()> {
+    let trace_id = suite.node.kubectl(&["-n", namespace, "get", "cert", name, "-o", "jsonpath={.status.lastTraceId}"])?;
+    let trace_id = trace_id.trim().to_owned();
+    ensure!(trace_id.len() == 32, "the Ready Cert's status names no trace: {trace_id:?}");
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+    // The pods export every 5 s (the SDK's default batch delay).
+    let spans: Vec<Span> = eventually("the Cert's trace in the collector", Duration::from_secs(60), || {
+        let spans = runtime.block_on(suite.collector.spans(TRACED_SERVICE))?;
+        let reconciled =
+            spans.iter().any(|s| s.trace_id == trace_id && s.name == "reconcile Cert" && s.attribute("blockwork.name") == Some(name));
+        Ok(reconciled.then_some(spans))
+    })?;
+    let names: Vec<&str> = spans.iter().map(|s| s.name.as_str()).collect();
+    ensure!(names.iter().any(|n| n.starts_with("ACM/")), "no ACM call among the pods' spans: {names:?}");
+    for span in &spans {
+        let said = format!("{} {:?} {}", span.name, span.attributes, span.status_message);
+        ensure!(!said.contains(ACCOUNT_ID), "a span tells the account id: {span:?}");
+    }
+    println!("e2e: the Cert's trace {trace_id} reached the collector from the pods ({} spans in all)", spans.len());
     Ok(())
 }
 

@@ -129,6 +129,9 @@ pub fn explain(explanation: &Explanation, now: Timestamp) -> String {
     if let Some(first) = diagnosis.hints.first() {
         line(&mut out, "Next step:", first.fix);
     }
+    if let Some(trace_id) = &report.trace_id {
+        line(&mut out, "Trace:", &format!("{trace_id} (the reconcile that last changed the status, in your tracing backend)"));
+    }
     if let Some(error) = &report.last_error {
         let _ = writeln!(out, "\nLast error:");
         let _ = writeln!(out, "  reason    {}", error.reason);
@@ -273,5 +276,17 @@ mod tests {
         let state_column = lines[0].find("STATE").expect("a STATE column");
         assert_eq!(Row::of(&cache, now).last_error, None);
         assert_eq!(lines[2].find("Ready"), Some(state_column), "columns are aligned:\n{text}");
+    }
+
+    #[test]
+    fn explain_prints_the_trace_of_the_reconcile_that_last_changed_the_status_only_when_there_is_one() {
+        let mut report = Report::new(Kind::Cert, "team-a", "api");
+        report.state = "Verifying".into();
+        let untraced = explain(&Explanation::of(report.clone(), at(10)), at(10));
+        assert!(!untraced.contains("Trace:"), "{untraced}");
+        report.trace_id = Some("4bf92f3577b34da6a3ce929d0e0e4736".into());
+        let traced = explain(&Explanation::of(report, at(10)), at(10));
+        let line = traced.lines().find(|l| l.starts_with("Trace:")).unwrap_or_else(|| unreachable!("{traced}"));
+        assert!(line.contains("4bf92f3577b34da6a3ce929d0e0e4736"), "{line}");
     }
 }

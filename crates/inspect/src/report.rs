@@ -229,6 +229,8 @@ pub struct Report {
     /// Facts about this object that explain its wait, with numbers (`explain` prints them as
     /// "Why:"; each kind writes its own in [`crate::kinds`]).
     pub notes: Vec<String>,
+    /// The trace of the reconcile that last changed the status, when the operator exports traces.
+    pub trace_id: Option<String>,
 }
 
 impl Report {
@@ -252,6 +254,7 @@ impl Report {
             owned: Vec::new(),
             events: Vec::new(),
             notes: Vec::new(),
+            trace_id: None,
         }
     }
 
@@ -296,6 +299,7 @@ pub fn runtime_status<O>(report: &mut Report, status: Option<&blockwork_runtime:
     report.ready = Some(status.condition(blockwork_runtime::status::READY).is_some_and(|c| c.status == "True"));
     report.behind = behind(generation, status.observed_generation);
     report.last_error = status.last_error.as_ref().map(ErrorView::from_last_error);
+    report.trace_id = status.last_trace_id.clone();
     if status.drift_detected == Some(true) {
         report.observed.push(Field::new("drift", "detected: the external resource differs from the last applied spec"));
     }

@@ -36,8 +36,9 @@ use tracing::{debug, info, warn};
 use blockwork_runtime::ErrorClass;
 use blockwork_runtime::events::Publisher;
 use blockwork_runtime::namespaces::{self, Namespaces};
+use blockwork_runtime::trace::{self, Triggers};
 
-use crate::cache::{Cache, Scope};
+use crate::cache::{Cache, Key, Scope};
 use crate::config::{Config, Keys};
 use crate::failure;
 use crate::metrics::Metrics;
@@ -140,6 +141,8 @@ pub struct Rotator {
     failures: Mutex<HashMap<(String, String), u32>>,
     /// Sources and targets in full, kept by [`run`]'s watches (empty without them).
     cache: Mutex<Cache>,
+    /// Why each source's next reconcile runs, for its span (only while traces are exported).
+    triggers: Triggers<Key>,
 }
 
 impl std::fmt::Debug for Rotator {
@@ -162,6 +165,7 @@ impl Rotator {
             written: Mutex::default(),
             failures: Mutex::default(),
             cache: Mutex::default(),
+            triggers: Triggers::default(),
         }
     }
 
@@ -250,10 +254,16 @@ impl Rotator {
         let api = self.api(&namespace);
         let params = PostParams { dry_run: false, field_manager: Some(FIELD_MANAGER.to_owned()) };
         let written = match (&plan.action, &plan.write, &plan.target_name) {
-            (Action::Create, Some(secret), Some(name)) => Some(api.create(&params, secret).await.map_err(|e| conflict_or(e, name))?),
-            (Action::Rotate | Action::Update, Some(secret), Some(name)) => {
-                Some(api.replace(name, &params, secret).await.map_err(|e| conflict_or(e, name))?)
-            }
+            (Action::Create, Some(secret), Some(name)) => Some(
+                trace::kubernetes_write("create", "target", "Secret", api.create(&params, secret))
+                    .await
+                    .map_err(|e| conflict_or(e, name))?,
+            ),
+            (Action::Rotate | Action::Update, Some(secret), Some(name)) => Some(
+                trace::kubernetes_write("replace", "target", "Secret", api.replace(name, &params, secret))
+                    .await
+                    .map_err(|e| conflict_or(e, name))?,
+            ),
             _ => None,
         };
         if let (Some(secret), Some(name)) = (&written, &plan.target_name)
@@ -275,7 +285,8 @@ impl Rotator {
         let remaining: Vec<&String> = source.finalizers().iter().filter(|f| **f != self.keys.legacy_finalizer).collect();
         let patch = json!({ "metadata": { "finalizers": remaining, "resourceVersion": source.resource_version() } });
         let name = source.name_any();
-        api.patch(&name, &PatchParams { field_manager: Some(FIELD_MANAGER.to_owned()), ..PatchParams::default() }, &Patch::Merge(&patch))
+        let params = PatchParams { field_manager: Some(FIELD_MANAGER.to_owned()), ..PatchParams::default() };
+        trace::kubernetes_write("patch", "finalizer", "Secret", api.patch(&name, &params, &Patch::Merge(&patch)))
             .await
             .map_err(|e| conflict_or(e, &name))?;
         info!(source = %name, finalizer = %self.keys.legacy_finalizer, "removed the original operator's finalizer");

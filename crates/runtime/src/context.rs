@@ -15,6 +15,7 @@ use crate::metrics::RuntimeMetrics;
 use crate::policy::{DeletionPolicy, DriftPolicy};
 use crate::resource::ExternalResource;
 use crate::timing::{Attempts, Timing};
+use crate::trace::{Cause, Triggers};
 
 /// One controller as it registers: its names (metric label, event reporter, finalizer, field
 /// manager) and the operator's constants, given as data once rather than asked of the operator
@@ -76,6 +77,8 @@ pub struct Context<M: ExternalResource> {
     pub(crate) stores: Mutex<Vec<reflector::Store<M::Object>>>,
     /// Per watch [`crate::run`] keeps: its cache, and where [`Context::wake`] sends the objects in it.
     pub(crate) wakers: Mutex<Vec<Waker<M::Object>>>,
+    /// Why each object's next reconcile runs, for its span (only while traces are exported).
+    pub(crate) triggers: Triggers<ObjectRef<M::Object>>,
 }
 
 /// A watch's cache, and the channel that makes its reconciler look at an object again.
@@ -93,6 +96,7 @@ impl<M: ExternalResource> Context<M> {
             dependencies: Dependencies::default(),
             stores: Mutex::default(),
             wakers: Mutex::default(),
+            triggers: Triggers::default(),
         })
     }
 
@@ -103,6 +107,8 @@ impl<M: ExternalResource> Context<M> {
         let wakers = self.wakers.lock().unwrap_or_else(PoisonError::into_inner);
         for (store, waker) in wakers.iter() {
             if store.get(object).is_some() {
+                // The span of the work that woke it (a sweep, a batch), if any, for its trace.
+                self.triggers.note_from(object, Cause::Woken, crate::trace::span_context(&tracing::Span::current()));
                 // A closed channel: that watch has stopped; nothing to wake.
                 let _ = waker.unbounded_send(object.clone());
             }
@@ -119,6 +125,7 @@ impl<M: ExternalResource> Context<M> {
     pub(crate) fn forget(&self, uid: &str, object: &ObjectRef<M::Object>) {
         self.attempts.reset(uid);
         self.dependencies.forget(object);
+        self.triggers.forget(object);
         self.metrics.object_state(self.config.name, uid, None);
     }
 }

@@ -22,6 +22,7 @@ use crate::reconcile::reconcile;
 use crate::resource::ExternalResource;
 use crate::status::ManagedStatus;
 use crate::timing::{Requeue, requeue_delay};
+use crate::trace::Cause;
 
 /// Runs the controller for `M` over the objects `api` sees, until `shutdown` completes.
 pub async fn run<M: ExternalResource>(
@@ -45,6 +46,13 @@ pub async fn run<M: ExternalResource>(
                 .combine(predicates::finalizers as fn(&M::Object) -> Option<u64>),
             Default::default(),
         );
+    // Each trigger noted as it goes to the queue, for the reconcile's span (`trace::Triggers`).
+    let noting = Arc::clone(&context);
+    let triggers = triggers.inspect(move |change| {
+        if let Ok(object) = change {
+            noting.triggers.note(&ObjectRef::from_obj(object), Cause::Changed);
+        }
+    });
     let name = context.config.name;
     // Changes of dependencies, from watches started as reconciles discover them.
     let (dependency_triggers, dependency_changes) = unbounded();
@@ -55,6 +63,8 @@ pub async fn run<M: ExternalResource>(
     // Its own backoff (above) paces the watch; its errors stay out of the controller's shared
     // backoff, which would hold back the dependency changes and wake-ups too (`watches.rs`).
     let triggers = crate::watches::on_its_own(name, M::Object::kind(&()).into_owned(), triggers);
+    let noting = Arc::clone(&context);
+    let dependency_changes = dependency_changes.inspect(move |object| noting.triggers.note(object, Cause::Related));
     let controller = Controller::for_stream(triggers, reader.clone())
         .reconcile_on(dependency_changes)
         .reconcile_on(woken)
@@ -78,5 +88,7 @@ fn error_policy<M: ExternalResource>(object: Arc<M::Object>, error: &Error, cont
     let attempt = context.attempts.next(&uid, state);
     // A failed Kubernetes request (a 409 on a stale copy, an unreachable API server) is
     // transient: the operator's error backoff applies, like any retryable external error.
-    Action::requeue(requeue_delay(&context.config.timing, Requeue::AfterError(ErrorClass::Retryable), state, attempt))
+    let delay = requeue_delay(&context.config.timing, Requeue::AfterError(ErrorClass::Retryable), state, attempt);
+    context.triggers.note_after(&ObjectRef::from_obj(&*object), Cause::RetryAfterError, delay);
+    Action::requeue(delay)
 }

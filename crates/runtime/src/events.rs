@@ -37,7 +37,8 @@ impl Publisher {
     /// Publishes an Event about `object`, its note cut to [`NOTE_LIMIT`]; a failure is logged.
     pub async fn publish(&self, object: &ObjectReference, type_: EventType, reason: &str, action: &str, note: &str) {
         let event = Event { type_, reason: reason.to_owned(), note: Some(truncate(note)), action: action.to_owned(), secondary: None };
-        if let Err(error) = self.recorder.publish(&event, object).await {
+        let kind = object.kind.as_deref().unwrap_or_default();
+        if let Err(error) = crate::trace::kubernetes_write("create", "event", kind, self.recorder.publish(&event, object)).await {
             warn!(controller = %self.controller, %error, reason, object = ?object.name, "could not publish an event");
         }
     }

@@ -32,6 +32,7 @@ pub mod resource;
 pub mod shutdown;
 pub mod status;
 pub mod timing;
+pub mod trace;
 pub mod watches;
 mod writes;
 

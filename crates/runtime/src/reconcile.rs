@@ -16,7 +16,7 @@ use kube::runtime::events::EventType;
 use kube::runtime::reflector::ObjectRef;
 use kube::{Api, Resource, ResourceExt};
 use sha2::{Digest, Sha256};
-use tracing::{debug, info, warn};
+use tracing::{Instrument as _, debug, info, warn};
 
 use crate::conclusion::Conclusion;
 use crate::context::Context;
@@ -29,22 +29,43 @@ use crate::policy::{self, AccessPermissions, AnnotationError, DeletionPolicy, Dr
 use crate::resource::{ExternalResource, Phase, Report, Request, SpecChange};
 use crate::status::{ManagedStatus, ReconcileState, SYNCED};
 use crate::timing::Requeue;
+use crate::trace;
 use crate::writes::{add_finalizer, patch_spec, release, write_status};
 
-/// One reconcile of one object. Public so tests can drive it directly.
+/// One reconcile of one object, in a span of its own (`trace::reconcile`). Public so tests can
+/// drive it directly.
 pub async fn reconcile<M: ExternalResource>(object: Arc<M::Object>, context: Arc<Context<M>>) -> Result<Action, Error> {
     let started = Instant::now();
+    let span = reconcile_span(object.as_ref(), &context);
     let calls = Calls::default();
-    let result = contained(reconcile_object(object.as_ref(), &context, &calls)).await;
+    let result = contained(reconcile_object(object.as_ref(), &context, &calls)).instrument(span.clone()).await;
     let label = match &result {
         Ok(_) => "success",
-        Err(error) => error.category(),
+        Err(error) => {
+            trace::outcome(&span, error.category(), Some(&error.to_string()));
+            error.category()
+        }
     };
     let duration = started.elapsed();
     context.metrics.reconciled(context.config.name, label, duration);
     let calls = calls.0.into_inner().unwrap_or_else(PoisonError::into_inner);
     context.manager.reconciled(&Report { object: object.as_ref(), calls: &calls, kubernetes_succeeded: result.is_ok(), duration });
     result
+}
+
+/// The span of a reconcile of `object` starting now: its trigger taken from the ledger, joined
+/// to the object's `traceparent` (`trace::join`).
+fn reconcile_span<M: ExternalResource>(object: &M::Object, context: &Context<M>) -> tracing::Span {
+    if !trace::enabled() {
+        return tracing::Span::none();
+    }
+    let key = ObjectRef::from_obj(object);
+    let trigger = context.triggers.take(&key);
+    let join = trace::join(object.annotations(), context.triggers.settled(&key).as_deref());
+    let kind = M::Object::kind(&());
+    let span = trace::reconcile(context.config.name, &kind, &object.namespace().unwrap_or_default(), &object.name_any(), &trigger, &join);
+    context.triggers.started(&key, trace::span_context(&span));
+    span
 }
 
 /// A panic in a reconcile (a dependency's `expect` meeting input nobody foresaw) becomes that
@@ -358,6 +379,7 @@ fn handle_retry_request<M: ExternalResource>(
     {
         context.attempts.reset(uid);
         next.last_handled_reconcile_at = Some(requested.clone());
+        trace::retriggered(&tracing::Span::current(), trace::Cause::RetryRequested);
     }
     next
 }

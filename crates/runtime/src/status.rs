@@ -118,6 +118,11 @@ pub struct ManagedStatus<O> {
     /// acted on: a retry was handled when this equals the annotation.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_handled_reconcile_at: Option<String>,
+    /// The OpenTelemetry trace id of the reconcile that last changed this status, when the
+    /// operator exports traces (docs/observability.md): look it up in your tracing backend.
+    /// `blockwork explain` prints it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_trace_id: Option<String>,
     #[serde(flatten)]
     pub observation: O,
 }

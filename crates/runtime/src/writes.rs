@@ -17,7 +17,9 @@ use crate::context::Context;
 use crate::error::Error;
 use crate::resource::ExternalResource;
 use crate::status::ManagedStatus;
+use crate::status::ReconcileState;
 use crate::timing::requeue_delay;
+use crate::trace::{self, Cause};
 
 /// Applies `conclusion` to `next`, writes the status if it changed (the reconcile's one write),
 /// publishes events, and returns when to look again. Without `uid` (an object that is only
@@ -36,10 +38,12 @@ pub(crate) async fn write_status<M: ExternalResource>(
         let attempt = context.attempts.next(uid, conclusion.state);
         requeue_delay(&context.config.timing, conclusion.requeue, conclusion.state, attempt)
     });
-    let next = conclusion.status(current, next, object.meta().generation, jiff::Timestamp::now(), delay);
+    let mut next = conclusion.status(current, next, object.meta().generation, jiff::Timestamp::now(), delay);
 
     // Compared as written: fields an observation does not serialize never cause a write.
     if serde_json::to_value(&next)? != serde_json::to_value(current)? {
+        // The trace of this write, never a write of its own.
+        next.last_trace_id = trace::current_trace_id();
         let mut patch = json!({
             "apiVersion": M::Object::api_version(&()),
             "kind": M::Object::kind(&()),
@@ -51,17 +55,38 @@ pub(crate) async fn write_status<M: ExternalResource>(
             patch["metadata"] = json!({ "resourceVersion": version });
         }
         let params = PatchParams::apply(&context.config.field_manager).force();
-        api.patch_status(&object.name_any(), &params, &Patch::Apply(&patch)).await?;
+        let name = object.name_any();
+        trace::kubernetes_write("apply", "status", &M::Object::kind(&()), api.patch_status(&name, &params, &Patch::Apply(&patch))).await?;
     }
+    settle(object, context, &conclusion);
     for (type_, reason, note) in conclusion.events(current.reconcile_state) {
         record_event(context, object, type_, &reason, &note).await;
     }
 
+    let span = tracing::Span::current();
+    trace::outcome(
+        &span,
+        &conclusion.state.to_string(),
+        conclusion.error_class.and(conclusion.warning.as_ref()).map(|(_, note)| note.as_str()),
+    );
     let (Some(uid), Some(delay)) = (uid, delay) else {
         return Ok(Action::await_change());
     };
     context.metrics.object_state(context.config.name, uid, Some(conclusion.state));
+    trace::requeue(&span, delay);
+    context.triggers.note_after(&ObjectRef::from_obj(object), Cause::Requeued, delay);
     Ok(Action::requeue(delay))
+}
+
+/// An object Ready, or failed for good, has settled for its `traceparent`: its later reconciles
+/// are traces of their own (`trace::join`).
+fn settle<M: ExternalResource>(object: &M::Object, context: &Context<M>, conclusion: &Conclusion) {
+    if !matches!(conclusion.state, ReconcileState::Succeeded | ReconcileState::Failed) {
+        return;
+    }
+    if let Some(traceparent) = object.annotations().get(trace::TRACEPARENT_ANNOTATION) {
+        context.triggers.settle(&ObjectRef::from_obj(object), traceparent);
+    }
 }
 
 /// Lets the object go: the finalizer is removed, an event says what became of the external
@@ -100,7 +125,8 @@ pub(crate) async fn patch_spec<M: ExternalResource>(
         body["metadata"] = json!({ "resourceVersion": version });
     }
     let params = PatchParams { field_manager: Some(context.config.field_manager.clone()), ..PatchParams::default() };
-    api.patch(&object.name_any(), &params, &Patch::Merge(&body)).await?;
+    let name = object.name_any();
+    trace::kubernetes_write("patch", "spec", &M::Object::kind(&()), api.patch(&name, &params, &Patch::Merge(&body))).await?;
     info!(controller = context.config.name, object = %ObjectRef::from_obj(object), "spec updated by the operator");
     let note = format!("the operator set {} (the values are in the spec)", patched_fields(patch).join(", "));
     record_event(context, object, EventType::Normal, "SpecUpdated", &note).await;
@@ -150,7 +176,9 @@ pub(crate) async fn add_finalizer<K: Resource<DynamicType = ()> + Clone + serde:
         ])
     };
     let patch: json_patch::Patch = serde_json::from_value(patch)?;
-    api.patch(&object.name_any(), &PatchParams::default(), &Patch::<()>::Json(patch)).await?;
+    let name = object.name_any();
+    trace::kubernetes_write("patch", "finalizer", &K::kind(&()), api.patch(&name, &PatchParams::default(), &Patch::<()>::Json(patch)))
+        .await?;
     Ok(())
 }
 
@@ -167,7 +195,10 @@ async fn remove_finalizer<K: Resource<DynamicType = ()> + Clone + serde::de::Des
         { "op": "test", "path": path, "value": finalizer },
         { "op": "remove", "path": path },
     ]))?;
-    match api.patch(&object.name_any(), &PatchParams::default(), &Patch::<()>::Json(patch)).await {
+    let name = object.name_any();
+    match trace::kubernetes_write("patch", "finalizer", &K::kind(&()), api.patch(&name, &PatchParams::default(), &Patch::<()>::Json(patch)))
+        .await
+    {
         Ok(_) => Ok(()),
         Err(kube::Error::Api(status)) if status.code == 404 => Ok(()),
         Err(error) => Err(error.into()),

@@ -7,6 +7,8 @@
 //!   CloudFront tenant APIs moto lacks).
 //! - Services reach local processes: the API server's webhook and conversion calls go through
 //!   an egress proxy (`ControlPlane::route_service`).
+//! - [`collector`]: a real trace collector (Jaeger, OTLP in, its query API out) and the span
+//!   trees Blockwork exports, read back from it.
 //! - [`fault_proxy`]: an HTTP proxy between the AWS SDK and an emulator that answers chosen
 //!   calls with real AWS errors, latency (before or after the call takes effect) or PENDING
 //!   changes.
@@ -32,6 +34,7 @@
 
 pub mod accounts;
 pub mod aws;
+pub mod collector;
 pub mod commands;
 pub mod control_plane;
 pub mod costs;

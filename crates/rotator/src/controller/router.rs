@@ -12,6 +12,8 @@ use kube::runtime::watcher::Event;
 
 use super::work::Work;
 use super::{Meta, Rotator};
+use blockwork_runtime::trace::Cause;
+
 use crate::cache::{Key, Scope};
 use crate::plan;
 
@@ -172,7 +174,7 @@ impl Router {
         self.released(&key.0, previous, destination.as_ref());
         self.named_secret_changed(&key, resource_version.as_deref(), false);
         if is_source {
-            self.trigger(key);
+            self.trigger(key, Cause::Changed);
         }
     }
 
@@ -217,7 +219,7 @@ impl Router {
         }
         if self.reconciles_may_run() {
             for key in std::mem::take(&mut self.held) {
-                self.trigger(key);
+                self.trigger(key, Cause::Listed);
             }
         }
     }
@@ -263,7 +265,7 @@ impl Router {
             self.rotator.metrics.forget(&key.0, &key.1);
         }
         for other in others {
-            self.trigger((key.0.clone(), other));
+            self.trigger((key.0.clone(), other), Cause::Related);
         }
     }
 
@@ -280,7 +282,7 @@ impl Router {
             return;
         }
         for source in sources {
-            self.trigger((key.0.clone(), source));
+            self.trigger((key.0.clone(), source), Cause::Related);
         }
     }
 
@@ -288,8 +290,9 @@ impl Router {
         self.tls_listed && self.listings[Kind::Tls.index()].is_none()
     }
 
-    fn trigger(&mut self, key: Key) {
+    fn trigger(&mut self, key: Key, cause: Cause) {
         if self.reconciles_may_run() {
+            self.rotator.triggers.note(&key, cause);
             self.work.add(key);
         } else {
             self.held.insert(key);

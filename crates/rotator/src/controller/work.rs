@@ -4,9 +4,12 @@ use std::future::Future;
 use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
+use kube::ResourceExt as _;
 use kube::runtime::reflector::{self, ObjectRef};
 use tokio::sync::Notify;
-use tracing::{debug, warn};
+use tracing::{Instrument as _, debug, warn};
+
+use blockwork_runtime::trace::{self, Cause};
 
 use super::{Error, Meta, RESYNC, Rotator};
 use crate::cache::Key;
@@ -106,29 +109,58 @@ impl Work {
     }
 }
 
-/// Reconciles a source; when to look at it again: the resync interval, or sooner after a
-/// conflict or a failure ([`Rotator::backoff`]).
+/// Reconciles a source, in a span of its own (`blockwork_runtime::trace`); when to look at it
+/// again: the resync interval, or sooner after a conflict or a failure ([`Rotator::backoff`]).
 async fn reconcile(rotator: &Rotator, key: &Key) -> Duration {
     let (namespace, name) = key;
-    match rotator.reconcile(namespace, name).await {
+    let span = span(rotator, key);
+    let result = rotator.reconcile(namespace, name).instrument(span.clone()).await;
+    let (delay, cause) = match result {
         Ok(outcome) => {
             rotator.succeeded(key);
-            let blocked = outcome.as_ref().and_then(|o| match &o.plan.action {
+            let action = outcome.as_ref().map(|o| &o.plan.action);
+            trace::outcome(&span, action.map_or("not a source", Action::result), None);
+            if action.is_some_and(|a| !matches!(a, Action::Blocked(_)))
+                && let Some(traceparent) =
+                    rotator.cache().get(namespace, name).and_then(|s| s.annotations().get(trace::TRACEPARENT_ANNOTATION).cloned())
+            {
+                rotator.triggers.settle(key, &traceparent);
+            }
+            let blocked = action.and_then(|action| match action {
                 Action::Blocked(blocked) => Some(rotator.blocked_requeue(blocked)),
                 _ => None,
             });
-            blocked.unwrap_or(RESYNC)
+            (blocked.unwrap_or(RESYNC), Cause::Requeued)
         }
         Err(error) => {
             rotator.metrics.reconciled("failed");
             rotator.metrics.error(error.metric_reason());
+            trace::outcome(&span, error.metric_reason(), Some(&error.to_string()));
             let delay = rotator.backoff(key.clone(), matches!(error, Error::Conflict(_)));
             if matches!(error, Error::Conflict(_)) {
                 debug!(namespace, source = name, ?delay, "{error}");
             } else {
                 warn!(namespace, source = name, ?delay, error = %error, "reconcile failed");
             }
-            delay
+            (delay, Cause::RetryAfterError)
         }
+    };
+    trace::requeue(&span, delay);
+    rotator.triggers.note_after(key, cause, delay);
+    delay
+}
+
+/// The span of a reconcile of the source `key` starting now, joined to the `traceparent` of the
+/// source as the cache holds it.
+fn span(rotator: &Rotator, key: &Key) -> tracing::Span {
+    if !trace::enabled() {
+        return tracing::Span::none();
     }
+    let trigger = rotator.triggers.take(key);
+    let source = rotator.cache().get(&key.0, &key.1);
+    let annotations = source.as_ref().map(|s| s.annotations().clone()).unwrap_or_default();
+    let join = trace::join(&annotations, rotator.triggers.settled(key).as_deref());
+    let span = trace::reconcile(crate::config::CONTROLLER_NAME, "Secret", &key.0, &key.1, &trigger, &join);
+    rotator.triggers.started(key, trace::span_context(&span));
+    span
 }
