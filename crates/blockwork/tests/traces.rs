@@ -92,7 +92,7 @@ fn assert_no_account_id(spans: &[Span]) {
 #[tokio::test]
 async fn a_cert_create_is_one_trace_under_its_traceparent_from_the_webhook_call_to_issuance() {
     let plane = blockwork_testenv::control_plane::control_plane().await.unwrap();
-    plane.install_crds(&[blockwork_cert::crd()]).await.unwrap();
+    plane.install_crds(&[blockwork_cert::crd(), blockwork_identity::crd()]).await.unwrap();
     let namespace = plane.namespace("traces-cert").await.unwrap();
     let moto = moto().await.unwrap().endpoint();
     let route53 = aws_sdk_route53::Client::new(&blockwork_testenv::aws::sdk_config(&moto).await);
@@ -236,7 +236,7 @@ async fn create_through_the_webhook(api: &Api<Cert>, cert: &Cert) {
 #[tokio::test]
 async fn a_tenant_update_is_the_trace_of_the_reconcile_the_change_woke() {
     let plane = blockwork_testenv::control_plane::control_plane().await.unwrap();
-    plane.install_crds(&[blockwork_tenant::crd()]).await.unwrap();
+    plane.install_crds(&[blockwork_tenant::crd(), blockwork_identity::crd()]).await.unwrap();
     let namespace = plane.namespace("traces-tenant").await.unwrap();
     let ministack = ministack().await.unwrap().endpoint();
     let config = blockwork_testenv::aws::sdk_config(&ministack).await;
