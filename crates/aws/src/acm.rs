@@ -20,7 +20,7 @@ use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
-use aws_sdk_acm::types::{Tag, ValidationMethod};
+use aws_sdk_acm::types::{CertificateExport, CertificateOptions, CertificateType, Tag, ValidationMethod};
 use tokio::sync::{Notify, broadcast};
 use tracing::{debug, warn};
 
@@ -29,6 +29,9 @@ use crate::edge::{Aws, Call};
 use crate::error::{AwsError, ErrorClass, classify_sdk_error};
 use crate::limiter::{Account, Scope};
 use crate::quota::Service;
+
+mod export;
+pub use export::{Exported, decrypt};
 
 /// The `cache` label of described certificates (seed 000's `arn` lookups).
 pub const DESCRIBE_CACHE: &str = "acm-describe";
@@ -106,6 +109,13 @@ pub struct Certificate {
     pub renewal_status: Option<String>,
     pub failure_reason: Option<String>,
     pub validations: Vec<DomainValidation>,
+    /// The certificate's serial number, as ACM shows it (hex bytes separated by colons).
+    pub serial: Option<String>,
+    /// Whether ExportCertificate may export it: a private certificate always, a public one
+    /// when it was requested with `Options.Export` (fixed at the request).
+    pub exportable: bool,
+    /// The ACM Private CA that issued a private certificate.
+    pub authority: Option<String>,
 }
 
 /// A certificate as the listing tells it.
@@ -154,6 +164,12 @@ pub struct CertificateRequest {
     /// ACM's IdempotencyToken (`\w{1,32}`).
     pub token: String,
     pub tags: Vec<(String, String)>,
+    /// A public certificate that ExportCertificate may export (`Options.Export`), charged at
+    /// issuance and at each renewal (ACM's pricing). Fixed when the certificate is requested.
+    pub exportable: bool,
+    /// Issue a private certificate from this ACM Private CA instead: no DNS validation, and
+    /// always exportable.
+    pub authority: Option<String>,
 }
 
 /// How the listing is kept and descriptions reused.
@@ -302,7 +318,8 @@ impl Acm {
         Ok(output.tags().iter().map(|t| (t.key().to_owned(), t.value().unwrap_or_default().to_owned())).collect())
     }
 
-    /// RequestCertificate with DNS validation; returns the ARN. Idempotent under the token.
+    /// RequestCertificate, with DNS validation or from a private CA; returns the ARN. Idempotent
+    /// under the token.
     pub async fn request(&self, request: &CertificateRequest) -> Result<String, AwsError> {
         const OP: &str = "RequestCertificate";
         let tags = request
@@ -314,13 +331,24 @@ impl Acm {
         // ACM wants the primary among the SANs when any are given.
         let sans = (!request.sans.is_empty())
             .then(|| std::iter::once(request.domain.clone()).chain(request.sans.iter().cloned()).collect::<Vec<_>>());
+        // A private certificate is validated by its CA, not by DNS, and is always exportable
+        // (ACM takes no export option for it).
+        let (validation, options) = match &request.authority {
+            Some(_) => (None, None),
+            None => {
+                let export = if request.exportable { CertificateExport::Enabled } else { CertificateExport::Disabled };
+                (Some(ValidationMethod::Dns), request.exportable.then(|| CertificateOptions::builder().export(export).build()))
+            }
+        };
         let client = self.client().await;
         let output = self
             .call(OP, || {
                 let call = client
                     .request_certificate()
                     .domain_name(&request.domain)
-                    .validation_method(ValidationMethod::Dns)
+                    .set_validation_method(validation.clone())
+                    .set_certificate_authority_arn(request.authority.clone())
+                    .set_options(options.clone())
                     .idempotency_token(&request.token)
                     .set_tags(Some(tags.clone()))
                     .set_subject_alternative_names(sans.clone());
@@ -560,6 +588,10 @@ fn certificate(arn: &str, detail: &aws_sdk_acm::types::CertificateDetail) -> Cer
                 record: v.resource_record().map(|r| ValidationRecord { name: r.name().to_owned(), value: r.value().to_owned() }),
             })
             .collect(),
+        serial: detail.serial().map(str::to_owned),
+        exportable: detail.r#type() == Some(&CertificateType::Private)
+            || detail.options().and_then(|o| o.export()) == Some(&CertificateExport::Enabled),
+        authority: detail.certificate_authority_arn().map(str::to_owned),
     }
 }
 

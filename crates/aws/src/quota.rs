@@ -157,12 +157,14 @@ impl ServiceQuota {
     }
 }
 
-/// ACM's per-operation rates ("Quotas", AWS Certificate Manager User Guide). Some copies of the
-/// page list ListCertificates at 8/s; 1/s is the lower, current one.
-pub const ACM_OPERATIONS: [(&str, Bucket); 9] = [
+/// ACM's per-operation rates ("Quotas", AWS Certificate Manager User Guide: "Requests-per-second
+/// quota for each ACM API operation"). Some copies of the page list ListCertificates at 8/s;
+/// 1/s is the lower, current one.
+pub const ACM_OPERATIONS: [(&str, Bucket); 10] = [
     ("AddTagsToCertificate", Bucket::new(5.0, 5)),
     ("DeleteCertificate", Bucket::new(10.0, 10)),
     ("DescribeCertificate", Bucket::new(10.0, 10)),
+    ("ExportCertificate", Bucket::new(5.0, 5)),
     ("GetCertificate", Bucket::new(10.0, 10)),
     ("ListCertificates", Bucket::new(1.0, 1)),
     ("ListTagsForCertificate", Bucket::new(10.0, 10)),

@@ -31,6 +31,7 @@ pub use blockwork_runtime::Namespaces;
 ///     name: "widget",
 ///     crds: || vec![Widget::crd()],
 ///     rbac: widget::rbac,
+///     opt_in_rbac: &[],
 ///     webhooks: Webhooks::NONE,
 ///     metrics_prefix: "blockwork_widget",
 ///     start: |registry| {
@@ -54,6 +55,9 @@ pub struct Controller {
     /// turns them into a ClusterRole. Leases and events, which every controller of the process
     /// shares, come from [`crate::rbac`].
     pub rbac: fn() -> Vec<PolicyRule>,
+    /// Permissions of features enabled at install, granted only when asked for (`blockwork rbac
+    /// --opt-in <controller>.<name>`; the chart's `controllers.<controller>.<name in camelCase>`).
+    pub opt_in_rbac: &'static [OptInRbac],
     /// The controller's webhooks (CRD conversion, admission), served by every replica, leader
     /// or not; [`Webhooks::NONE`] if there are none.
     pub webhooks: Webhooks,
@@ -64,6 +68,15 @@ pub struct Controller {
     /// sub-registry of [`Controller::metrics_prefix`]), and returns the controller bound to
     /// them. Called once, before anything starts.
     pub start: fn(&mut Registry) -> Runnable,
+}
+
+/// Permissions a controller needs only for a feature enabled at install (least privilege by
+/// default: without the opt-in its RBAC is as if the feature did not exist).
+#[derive(Clone, Copy)]
+pub struct OptInRbac {
+    /// kebab-case, e.g. `export-secrets`: `--opt-in cert.export-secrets`.
+    pub name: &'static str,
+    pub rules: fn() -> Vec<PolicyRule>,
 }
 
 impl std::fmt::Debug for Controller {
@@ -144,6 +157,7 @@ pub fn registered() -> Vec<Controller> {
             name: "cache",
             crds: || vec![blockwork_cache::crd::crd()],
             rbac: blockwork_cache::rbac,
+            opt_in_rbac: &[],
             webhooks: Webhooks { routes: |_| Ok(blockwork_cache::conversion::router()), validating: Vec::new },
             metrics_prefix: "blockwork_cache",
             start: |_| runnable(run_cache),
@@ -152,6 +166,7 @@ pub fn registered() -> Vec<Controller> {
             name: blockwork_cert::CONTROLLER,
             crds: || vec![blockwork_cert::crd()],
             rbac: blockwork_cert::rbac,
+            opt_in_rbac: &[OptInRbac { name: "export-secrets", rules: blockwork_cert::export_rbac }],
             webhooks: Webhooks { routes: cert_webhook, validating: || vec![blockwork_cert::webhook::validating_webhook()] },
             // Seed 000's names, which its dashboards and alerts use.
             metrics_prefix: "cert_operator",
@@ -164,6 +179,7 @@ pub fn registered() -> Vec<Controller> {
             name: blockwork_tenant::CONTROLLER,
             crds: || vec![blockwork_tenant::crd()],
             rbac: blockwork_tenant::rbac,
+            opt_in_rbac: &[],
             webhooks: Webhooks {
                 routes: |ctx| Ok(blockwork_tenant::webhook::router(ctx.fail_closed)),
                 validating: || vec![blockwork_tenant::webhook::validating_webhook()],
@@ -179,6 +195,7 @@ pub fn registered() -> Vec<Controller> {
             name: "rotator",
             crds: Vec::new,
             rbac: blockwork_rotator::rbac,
+            opt_in_rbac: &[],
             webhooks: Webhooks::NONE,
             metrics_prefix: "blockwork_rotator",
             start: |registry| {
@@ -195,7 +212,8 @@ fn cert_config(args: &RunArgs) -> anyhow::Result<blockwork_cert::CertConfig> {
 }
 
 fn cert_webhook(ctx: &WebhookContext) -> anyhow::Result<axum::Router> {
-    Ok(blockwork_cert::webhook::router(ctx.client.clone(), cert_config(&ctx.args)?.zones, ctx.fail_closed))
+    let config = cert_config(&ctx.args)?;
+    Ok(blockwork_cert::webhook::router(ctx.client.clone(), config.zones, ctx.fail_closed, config.export_secrets))
 }
 
 async fn run_cert(host: Host, metrics: Arc<blockwork_cert::CertMetrics>) -> anyhow::Result<()> {
@@ -281,6 +299,7 @@ mod tests {
             name,
             crds: Vec::new,
             rbac: Vec::new,
+            opt_in_rbac: &[],
             webhooks: Webhooks::NONE,
             metrics_prefix: "blockwork_fake",
             start: |_| runnable(|_| async { Ok(()) }),

@@ -173,7 +173,7 @@ fn every_run_flag_is_set_by_the_chart_or_deliberately_left_out() {
             "aws.endpointUrls.route53=http://127.0.0.1:2",
             "aws.endpointUrls.sts=http://127.0.0.1:2",
         ][..],
-        &["webhook.certificates.mode=cert-manager"][..],
+        &["webhook.certificates.mode=cert-manager", "controllers.cert.exportSecrets=true"][..],
     ] {
         let sets: Vec<&str> = everything.iter().chain(extra).copied().collect();
         let deployment = documents(&render("ops", &sets)).into_iter().find(|d| d["kind"] == "Deployment").unwrap();
@@ -244,6 +244,25 @@ fn the_rbac_the_chart_grants_is_what_blockwork_rbac_generates() {
             vec![],
         ),
         (vec!["controllers.cache.enabled=false"], "rotator", vec![]),
+        // Export into Secrets, enabled at install: its rules, cluster-wide or per namespace.
+        (
+            all.iter().copied().chain(["controllers.cert.exportSecrets=true"]).collect(),
+            "cache,cert,tenant,rotator",
+            vec!["--opt-in", "cert.export-secrets"],
+        ),
+        (
+            vec![
+                "controllers.cache.enabled=false",
+                "controllers.rotator.enabled=false",
+                "controllers.cert.enabled=true",
+                ZONES[0],
+                ZONES[1],
+                "controllers.cert.exportSecrets=true",
+                "namespaces={a,b}",
+            ],
+            "cert",
+            vec!["--opt-in", "cert.export-secrets", "--namespaces", "a,b"],
+        ),
     ];
     for (sets, controllers, extra) in cases {
         let rendered = documents(&render("ops", &sets));
@@ -252,7 +271,7 @@ fn the_rbac_the_chart_grants_is_what_blockwork_rbac_generates() {
         let chart_rbac: Vec<&Value> =
             rendered.iter().filter(|d| d["apiVersion"] == "rbac.authorization.k8s.io/v1" && !for_people(d)).collect();
         let mut args = vec!["rbac", "--controllers", controllers, "--name", FULLNAME, "--namespace", "ops", "--service-account", FULLNAME];
-        if extra.first() == Some(&"--namespaces") {
+        if extra.first() != Some(&"cert-manager") {
             args.extend(&extra);
         }
         if extra.first() != Some(&"cert-manager") {
@@ -395,6 +414,7 @@ async fn every_rendered_option_is_accepted_by_the_api_server() {
             .copied()
             .chain([
                 "namespaces={NS1,NS2}",
+                "controllers.cert.exportSecrets=true",
                 "webhook.certificates.mode=cert-manager",
                 "webhook.certificates.certManager.issuerRef.kind=ClusterIssuer",
                 "webhook.certificates.certManager.issuerRef.name=ca",

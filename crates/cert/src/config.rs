@@ -56,6 +56,13 @@ pub struct CertArgs {
         value_name = "N"
     )]
     pub max_tracked_certificates: usize,
+
+    /// Let Certs export their certificate into a Secret of their namespace (`spec.export`). The
+    /// operator then reads, watches, writes and deletes Secrets: grant it with `blockwork rbac
+    /// --opt-in cert.export-secrets` (the chart's `controllers.cert.exportSecrets` does both).
+    /// Without it a Cert asking for export fails before any certificate is requested.
+    #[arg(id = "cert_export_secrets", long = "export-secrets", env = "CERT_EXPORT_SECRETS", default_value_t = false)]
+    pub export_secrets: bool,
 }
 
 impl Default for CertArgs {
@@ -68,6 +75,7 @@ impl Default for CertArgs {
             validation_timeout: DEFAULT_VALIDATION_TIMEOUT,
             metrics_expiry_threshold: 90,
             max_tracked_certificates: 1000,
+            export_secrets: false,
         }
     }
 }
@@ -90,6 +98,8 @@ pub struct CertConfig {
     pub expiry_threshold_days: u32,
     pub max_tracked_certificates: usize,
     pub timing: Timing,
+    /// Certs may export into Secrets (`--export-secrets`).
+    pub export_secrets: bool,
 }
 
 impl CertConfig {
@@ -116,6 +126,7 @@ impl CertConfig {
             expiry_threshold_days: args.metrics_expiry_threshold,
             max_tracked_certificates: args.max_tracked_certificates,
             timing: default_timing(),
+            export_secrets: args.export_secrets,
         })
     }
 }
@@ -141,6 +152,7 @@ mod tests {
         assert_eq!(config.zones.zones()[0].id, "Z1");
         assert_eq!(config.expiry_threshold_days, 90);
         assert_eq!(config.max_tracked_certificates, 1000);
+        assert!(!config.export_secrets, "least privilege: exporting into Secrets is enabled at install");
     }
 
     #[test]

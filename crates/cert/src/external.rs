@@ -58,13 +58,16 @@ pub const VALIDATION_RECORD_TTL: i64 = 300;
 
 /// The Cert operator's manager, over the process's AWS layer.
 pub struct CertManager {
-    acm: Arc<Acm>,
+    pub(crate) acm: Arc<Acm>,
     records: Arc<Records>,
     zones: ZoneRegistry,
     validation_timeout: Duration,
     metrics: Arc<CertMetrics>,
-    /// Deletes the published ConfigMap when the Cert goes (see [`crate::publish`]).
-    client: Client,
+    /// Deletes the published ConfigMap when the Cert goes (see [`crate::publish`]); reads and
+    /// writes exported Secrets ([`crate::export`]).
+    pub(crate) client: Client,
+    /// Certs may export into Secrets (`--export-secrets`).
+    pub(crate) export_secrets: bool,
 }
 
 impl CertManager {
@@ -75,8 +78,9 @@ impl CertManager {
         validation_timeout: Duration,
         metrics: Arc<CertMetrics>,
         client: Client,
+        export_secrets: bool,
     ) -> Self {
-        Self { acm, records, zones, validation_timeout, metrics, client }
+        Self { acm, records, zones, validation_timeout, metrics, client, export_secrets }
     }
 
     /// The ACM of this controller, whose listing [`crate::wake`] follows.
@@ -177,7 +181,7 @@ impl CertManager {
                 continue;
             }
             match self.acm.describe(&arn).await {
-                Ok(certificate) if decisions::names_differ(&certificate, desired).is_none() => {
+                Ok(certificate) if decisions::certificate_differs(&certificate, desired).is_none() => {
                     return Ok(Some(Found::described(certificate)));
                 }
                 Ok(_) => {}
@@ -339,7 +343,7 @@ impl CertManager {
         // A listed summary names the primary domain only; the alternative names are compared
         // whenever the spec changed, which is when they can differ (then it is described).
         let difference = match found.described {
-            true => decisions::names_differ(&certificate, &desired),
+            true => decisions::certificate_differs(&certificate, &desired),
             false => decisions::primary_differs(&certificate.domain, &desired),
         };
         if let Some(difference) = difference {
@@ -365,6 +369,8 @@ impl CertManager {
                 if let Some(message) = decisions::renewal_message(certificate.renewal_status.as_deref()) {
                     warn!(cert = %object.name_any(), namespace = ?object.namespace(), "{message}");
                 }
+                let mut conditions = Conditions::default();
+                upkeep.extend(self.observe_export(request, &certificate, observation, &mut conditions).await?);
                 if !observation.previous_certificate_arns.is_empty() {
                     // Which records the current certificate still needs is only described.
                     let current = match described {
@@ -378,7 +384,7 @@ impl CertManager {
                         Err(error) => warn!(cert = %object.name_any(), %error, "the replaced certificates are settled at the next look"),
                     }
                 }
-                Ok(Observed::from(VerifyOutcome::Ready).with_upkeep(upkeep))
+                Ok(Observed { conditions, ..Observed::from(VerifyOutcome::Ready).with_upkeep(upkeep) })
             }
             Assessment::Validating => {
                 observation.cert_ready = false;
@@ -436,14 +442,22 @@ impl CertManager {
         let Some(marker) = request.create_pending else {
             return Err(ExternalError::retryable("NotMarked", "no create-pending marker; the next reconcile writes one"));
         };
+        if object.spec.export.is_some() && !self.export_secrets {
+            // No certificate is requested (an exportable one is charged) that could not be exported.
+            return Err(ExternalError::terminal("ExportNotEnabled", crate::export::look::not_enabled_message()));
+        }
         let token = decisions::acm_token(request.idempotency_token, marker.since.0.as_second(), &desired);
         let uid = object.uid().unwrap_or_default();
         let tags = decisions::owner_tags(&object.namespace().unwrap_or_default(), &object.name_any(), &uid, &token);
-        let arn = self
-            .acm
-            .request(&CertificateRequest { domain: desired.domain.clone(), sans: desired.sans.clone(), token, tags })
-            .await
-            .map_err(|e| ExternalError::from(&e))?;
+        let certificate = CertificateRequest {
+            domain: desired.domain.clone(),
+            sans: desired.sans.clone(),
+            token,
+            tags,
+            exportable: desired.exportable,
+            authority: desired.authority.clone(),
+        };
+        let arn = self.acm.request(&certificate).await.map_err(|e| ExternalError::from(&e))?;
         observation.certificate_arn = Some(arn.clone());
         observation.state = Some(CertState::Created);
         observation.cert_ready = false;
@@ -630,8 +644,11 @@ pub enum CertUpkeep {
     /// The current certificate is issued: delete the ones it replaced (deleteOnRemoval), with
     /// the validation records only they used ([`CertManager::settle_previous`]).
     SettlePrevious(Box<Certificate>),
-    /// The Cert is released: its published ConfigMap goes ([`crate::publish`]).
+    /// The Cert is released: its published ConfigMap goes ([`crate::publish`]), and with
+    /// deleteOnRemoval its exported Secret.
     Unpublish,
+    /// The certificate is issued: its Secret is written, or refused ([`crate::export`]).
+    Export(crate::export::look::ExportWork),
 }
 
 /// What [`CertManager::record_progress`] found.
@@ -712,7 +729,13 @@ impl ExternalResource for CertManager {
             }
         };
         self.report(request, observation);
-        Observed { conditions: renewal(request, observation), ..observed }
+        let mut conditions = observed.conditions.clone();
+        let issuing = matches!(observation.state, Some(CertState::Pending | CertState::Created | CertState::Validated));
+        if request.phase == Phase::Live && issuing {
+            crate::export::look::waiting(&mut conditions, request.object);
+        }
+        conditions.then(renewal(request, observation));
+        Observed { conditions, ..observed }
     }
 
     /// Writes the validation records (in the zone's next background batch), settles the
@@ -724,7 +747,9 @@ impl ExternalResource for CertManager {
         observation: &mut CertObservation,
         work: CertUpkeep,
     ) -> WithConditions<Result<(), ExternalError>> {
+        let mut conditions = Conditions::default();
         let done = match work {
+            CertUpkeep::Export(work) => self.write_export(request, observation, work, &mut conditions).await,
             CertUpkeep::WriteRecords(by_zone) => {
                 for (zone_id, records) in by_zone {
                     self.records.upsert_in_background(crate::CONTROLLER, &Zone::new(&zone_id, None), records);
@@ -736,10 +761,11 @@ impl ExternalResource for CertManager {
                 Ok(())
             }
             CertUpkeep::Unpublish => {
-                crate::publish::unpublish(&self.client, request.object).await.inspect_err(|error| settle_state(observation, error))
+                self.release_published(request.object, observation).await.inspect_err(|error| settle_state(observation, error))
             }
         };
-        WithConditions { outcome: done, conditions: renewal(request, observation) }
+        conditions.then(renewal(request, observation));
+        WithConditions { outcome: done, conditions }
     }
 
     async fn create(&self, request: &Request<'_, Cert>, observation: &mut CertObservation) -> WithConditions<MutateOutcome> {
@@ -781,6 +807,23 @@ impl ExternalResource for CertManager {
 }
 
 impl CertManager {
+    /// As the Cert is released: its published ConfigMap goes, and with deleteOnRemoval (its
+    /// certificate went) the Secret it exported (only if it is still this Cert's). Without, the
+    /// Secret stays, as the certificate does: pods may mount it.
+    async fn release_published(&self, cert: &Cert, observation: &CertObservation) -> Result<(), ExternalError> {
+        crate::publish::unpublish(&self.client, cert).await?;
+        if !(cert.spec.delete_on_removal && self.export_secrets) {
+            return Ok(());
+        }
+        let mut names: Vec<&str> = observation.export.iter().map(|e| e.secret_name.as_str()).collect();
+        names.extend(cert.spec.export.iter().map(|e| e.secret_name.as_str()));
+        names.dedup();
+        for name in names {
+            crate::export::delete_own(&self.client, cert, name).await?;
+        }
+        Ok(())
+    }
+
     /// See [`ExternalResource::delete`] above.
     async fn delete_or_replace(&self, request: &Request<'_, Cert>, observation: &mut CertObservation) -> DeleteOutcome {
         if request.phase == Phase::Live {
@@ -791,7 +834,7 @@ impl CertManager {
         let mut removed = self.remove(request, observation).await;
         if removed.is_ok() {
             // The runtime releases the object after a successful delete, without another verify.
-            removed = crate::publish::unpublish(&self.client, request.object).await;
+            removed = self.release_published(request.object, observation).await;
         }
         match removed {
             Ok(()) => DeleteOutcome::Succeeded,

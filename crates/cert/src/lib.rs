@@ -18,6 +18,7 @@
 pub mod api;
 pub mod config;
 pub mod decisions;
+pub mod export;
 pub mod external;
 pub mod metrics;
 pub mod publish;
@@ -72,10 +73,15 @@ pub async fn run(
         config.validation_timeout,
         Arc::clone(&metrics),
         client.clone(),
+        config.export_secrets,
     );
     let context =
         Context::new(client.clone(), manager, ControllerConfig::new(CONTROLLER, GROUP).with_timing(config.timing), runtime_metrics);
     let _wakes = Background(tokio::spawn(wake::follow(Arc::clone(&context), acm, records)));
+    // Only with the Secret permissions that come with export (a watch without them fails forever).
+    let _secrets = config
+        .export_secrets
+        .then(|| Background(tokio::spawn(export::watch::follow(Arc::clone(&context), client.clone(), namespaces.clone()))));
     info!(zones = ?config.zones.zones().iter().map(|z| z.name.as_str()).collect::<Vec<_>>(), ?namespaces, "starting the cert controller");
     let shutdown = shutdown.boxed().shared();
     run_in(&namespaces, |scope| {
@@ -96,7 +102,8 @@ impl Drop for Background {
 
 /// The cluster permissions the controller needs (beyond events and leases, which the binary
 /// grants every controller): its own objects, their status and finalizers, and the ConfigMaps
-/// that publish each certificate's ARN ([`publish`]). No Secrets: the certificate stays in ACM.
+/// that publish each certificate's ARN ([`publish`]). No Secrets: unless export is enabled at
+/// install ([`export_rbac`]) the certificate stays in ACM.
 pub fn rbac() -> Vec<PolicyRule> {
     use blockwork_runtime::rbac::rule;
     vec![
@@ -105,6 +112,16 @@ pub fn rbac() -> Vec<PolicyRule> {
         rule(GROUP, &["certs/finalizers"], &["update"]),
         rule("", &["configmaps"], &["get", "create", "patch", "delete"]),
     ]
+}
+
+/// The permissions export needs ([`export`]), granted only when it is enabled at install
+/// (`blockwork rbac --opt-in cert.export-secrets`, the chart's `controllers.cert.exportSecrets`):
+/// Secrets of the watched namespaces, read (an exported Secret is checked before it is written;
+/// which Secret a name holds is only known by reading it), watched (metadata only, those
+/// labelled as exports: changes wake their Certs), created, applied and deleted (with its
+/// certificate, deleteOnRemoval). RBAC cannot narrow these verbs to the exported Secrets.
+pub fn export_rbac() -> Vec<PolicyRule> {
+    vec![blockwork_runtime::rbac::rule("", &["secrets"], &["get", "list", "watch", "create", "patch", "delete"])]
 }
 
 #[cfg(test)]

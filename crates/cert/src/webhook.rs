@@ -20,6 +20,7 @@ use tracing::warn;
 
 use crate::api::{Cert, GROUP, VERSION};
 use crate::decisions::{FqdnIndex, validate};
+use crate::export::admission;
 use crate::zones::ZoneRegistry;
 
 /// Where the webhook server serves it.
@@ -54,11 +55,13 @@ struct Validator {
     certs: Store<Cert>,
     zones: Arc<ZoneRegistry>,
     fail_closed: bool,
+    /// Export is enabled in this installation (`--export-secrets`).
+    export_secrets: bool,
 }
 
 /// The route, with a watch of every Cert feeding the domain index (started here, on the
 /// current runtime; it ends with the process).
-pub fn router(client: Client, zones: ZoneRegistry, fail_closed: bool) -> Router {
+pub fn router(client: Client, zones: ZoneRegistry, fail_closed: bool, export_secrets: bool) -> Router {
     let (certs, writer) = reflector::store();
     let watch = watcher(Api::<Cert>::all(client), watcher::Config::default().any_semantic()).default_backoff().reflect(writer).for_each(
         |event| async move {
@@ -68,7 +71,7 @@ pub fn router(client: Client, zones: ZoneRegistry, fail_closed: bool) -> Router 
         },
     );
     tokio::spawn(watch);
-    let validator = Validator { certs, zones: Arc::new(zones), fail_closed };
+    let validator = Validator { certs, zones: Arc::new(zones), fail_closed, export_secrets };
     Router::new().route(PATH, post(review)).with_state(validator)
 }
 
@@ -89,7 +92,14 @@ async fn review(State(validator): State<Validator>, Json(review): Json<Admission
     } else {
         vec!["the webhook's index of Certs is not ready yet, so a duplicate domain cannot be ruled out; retry in a few seconds".to_owned()]
     };
-    Json(verdict(response, &mut problems, validator.fail_closed, &cert.name_any()).into_review())
+    problems.extend(admission::template_problems(&cert.spec));
+    let old = request.old_object.as_ref().map(|old| &old.spec);
+    let warnings = admission::warnings(old, &cert.spec, validator.export_secrets);
+    let mut response = verdict(response, &mut problems, validator.fail_closed, &cert.name_any());
+    if response.allowed && !warnings.is_empty() {
+        response.warnings.get_or_insert_with(Vec::new).extend(warnings);
+    }
+    Json(response.into_review())
 }
 
 /// Denies with every problem (fail closed), or allows with them as warnings.

@@ -1,6 +1,6 @@
 //! The IAM policy shipped in docs/iam/cert-operator-policy.json allows every AWS operation
 //! the cert controller calls through the AWS layer — every ACM operation of
-//! `blockwork_aws::acm`, and the Route 53 operations of `blockwork_aws::route53` it uses
+//! `blockwork_aws::acm` (its export included), and the Route 53 operations of `blockwork_aws::route53` it uses
 //! (records are written, listed and deleted; it does not wait for changes to be in sync) — and
 //! nothing beyond ACM and Route53.
 
@@ -10,6 +10,7 @@ use std::collections::BTreeSet;
 
 const POLICY: &str = include_str!("../../../docs/iam/cert-operator-policy.json");
 const ACM: &str = include_str!("../../aws/src/acm.rs");
+const ACM_EXPORT: &str = include_str!("../../aws/src/acm/export.rs");
 const ROUTE53: &str = include_str!("../../aws/src/route53.rs");
 /// The Route 53 operations the cert controller calls: `Records::upsert_in_background`,
 /// `Records::delete` and `Records::lookup`.
@@ -44,8 +45,9 @@ fn operations(source: &str) -> BTreeSet<String> {
 #[test]
 fn the_iam_policy_allows_every_operation_the_operator_calls() {
     let actions = allowed_actions();
-    let acm = operations(ACM);
-    assert!(acm.len() >= 5, "{acm:?}");
+    let mut acm = operations(ACM);
+    acm.extend(operations(ACM_EXPORT));
+    assert!(acm.len() >= 6 && acm.contains("ExportCertificate"), "{acm:?}");
     for operation in &acm {
         assert!(actions.contains(&format!("acm:{operation}")), "acm:{operation} is not allowed: {actions:?}");
     }

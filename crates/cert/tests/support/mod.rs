@@ -118,6 +118,7 @@ impl Harness {
             expiry_threshold_days: 90,
             max_tracked_certificates: 1000,
             timing: fast_timing(),
+            export_secrets: true,
         };
         let mut aws = AwsConfig { endpoint_url: Some(self.proxy.endpoint()), ..layer_config() };
         (self.tweak)(&mut config, &mut aws);
@@ -246,6 +247,11 @@ impl Harness {
 
 pub fn spec(service: &str, environment: &str) -> CertSpec {
     CertSpec { service_name: service.into(), environment: environment.into(), ..CertSpec::default() }
+}
+
+/// `spec`, exported into the Secret `secret`.
+pub fn exporting(spec: CertSpec, secret: &str) -> CertSpec {
+    CertSpec { export: Some(blockwork_cert::api::ExportSpec { secret_name: secret.into(), secret_template: None }), ..spec }
 }
 
 pub fn status(cert: &Cert) -> &blockwork_cert::CertStatus {
