@@ -25,6 +25,7 @@ const NOT_REASONS: &[&str] = &[
     "TenantCount",
     "Rotator",
     "Publisher",
+    "Material",
     "Opaque",
     "Aws",
     // CRD schema words: scope, conversion strategy, printer columns.
@@ -67,6 +68,7 @@ const NOT_REASONS: &[&str] = &[
     "DeleteDistributionTenant",
     "DeleteHostedZone",
     "DescribeCertificate",
+    "ExportCertificate",
     "GetCertificate",
     "GetChange",
     "GetConnectionGroup",
