@@ -253,15 +253,20 @@ impl Acm {
         self.client.get_or_init(|| self.aws.acm(self.caller, self.region.as_deref())).await
     }
 
+    /// The region this ACM calls: the one it was made for, else the process's.
+    pub async fn region(&self) -> Option<String> {
+        match &self.region {
+            Some(region) => Some(region.clone()),
+            None => self.aws.region().await,
+        }
+    }
+
     async fn call<T, F, Fut>(&self, operation: &'static str, attempt: F) -> Result<T, AwsError>
     where
         F: Fn() -> Fut,
         Fut: std::future::Future<Output = Result<T, AwsError>>,
     {
-        let region = match &self.region {
-            Some(region) => Some(region.clone()),
-            None => self.aws.region().await,
-        };
+        let region = self.region().await;
         let call =
             Call { callers: &[self.caller], scope: Scope::new(Account::Own, Service::Acm, region.as_deref()), operation, changes: 0 };
         self.aws.call(call, attempt).await

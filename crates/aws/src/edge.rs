@@ -198,6 +198,19 @@ impl Aws {
         aws_sdk_acm::Client::from_conf(builder.build())
     }
 
+    /// An AWS Private CA client for `controller`, in `region` (default: the process's).
+    pub async fn acm_pca(&self, controller: &str, region: Option<&str>) -> aws_sdk_acmpca::Client {
+        let mut builder =
+            aws_sdk_acmpca::config::Builder::from(self.base().await).retry_config(RetryConfig::disabled()).timeout_config(self.timeouts());
+        if let Some(url) = self.endpoint(controller, Service::AcmPca) {
+            builder = builder.endpoint_url(url);
+        }
+        if let Some(region) = region {
+            builder = builder.region(Region::new(region.to_owned()));
+        }
+        aws_sdk_acmpca::Client::from_conf(builder.build())
+    }
+
     /// A CloudFront client for `controller`.
     pub async fn cloudfront(&self, controller: &str) -> aws_sdk_cloudfront::Client {
         let mut builder = aws_sdk_cloudfront::config::Builder::from(self.base().await)

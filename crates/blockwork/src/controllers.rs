@@ -213,7 +213,12 @@ fn cert_config(args: &RunArgs) -> anyhow::Result<blockwork_cert::CertConfig> {
 
 fn cert_webhook(ctx: &WebhookContext) -> anyhow::Result<axum::Router> {
     let config = cert_config(&ctx.args)?;
-    Ok(blockwork_cert::webhook::router(ctx.client.clone(), config.zones, ctx.fail_closed, config.export_secrets))
+    let issuance = blockwork_cert::webhook::Issuance {
+        export_secrets: config.export_secrets,
+        certificate_authorities: config.certificate_authorities,
+        region: ctx.args.aws.region.clone(),
+    };
+    Ok(blockwork_cert::webhook::router(ctx.client.clone(), config.zones, ctx.fail_closed, issuance))
 }
 
 async fn run_cert(host: Host, metrics: Arc<blockwork_cert::CertMetrics>) -> anyhow::Result<()> {

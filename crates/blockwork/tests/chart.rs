@@ -173,7 +173,12 @@ fn every_run_flag_is_set_by_the_chart_or_deliberately_left_out() {
             "aws.endpointUrls.route53=http://127.0.0.1:2",
             "aws.endpointUrls.sts=http://127.0.0.1:2",
         ][..],
-        &["webhook.certificates.mode=cert-manager", "controllers.cert.exportSecrets=true"][..],
+        &[
+            "webhook.certificates.mode=cert-manager",
+            "controllers.cert.exportSecrets=true",
+            "controllers.cert.certificateAuthorities={arn:aws:acm-pca:us-east-1:111122223333:certificate-authority/11111111-2222-3333-4444-555555555555}",
+            "aws.endpointUrls.acm-pca=http://127.0.0.1:3",
+        ][..],
     ] {
         let sets: Vec<&str> = everything.iter().chain(extra).copied().collect();
         let deployment = documents(&render("ops", &sets)).into_iter().find(|d| d["kind"] == "Deployment").unwrap();

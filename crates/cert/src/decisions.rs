@@ -326,10 +326,15 @@ pub fn assess(certificate: &Certificate, now: jiff::Timestamp, validation_timeou
             }
             Assessment::Validating
         }
-        AcmStatus::Failed => failed(
-            "ValidationFailed",
-            format!("ACM could not issue the certificate: {}", certificate.failure_reason.as_deref().unwrap_or("no reason given")),
-        ),
+        AcmStatus::Failed => match certificate.failure_reason.as_deref().and_then(|r| crate::authority::failure(r).map(|m| (r, m))) {
+            Some((reason, meaning)) => {
+                failed("CertificateAuthorityFailed", format!("the private CA could not issue the certificate ({reason}): {meaning}"))
+            }
+            None => failed(
+                "ValidationFailed",
+                format!("ACM could not issue the certificate: {}", certificate.failure_reason.as_deref().unwrap_or("no reason given")),
+            ),
+        },
         AcmStatus::ValidationTimedOut => failed("ValidationTimedOut", "ACM gave up validating the certificate (72 hours)".to_owned()),
         AcmStatus::Revoked => failed("Revoked", "the certificate was revoked".to_owned()),
         AcmStatus::Expired => failed("Expired", "the certificate expired (ACM did not renew it)".to_owned()),

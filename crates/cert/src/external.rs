@@ -29,6 +29,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use blockwork_aws::acm::{Acm, Certificate, CertificateRequest, Freshness};
+use blockwork_aws::pca::Pca;
 use blockwork_aws::route53::{Deletion, Record, Records, Written, Zone};
 use blockwork_aws::{AwsError, ErrorClass};
 
@@ -68,6 +69,18 @@ pub struct CertManager {
     pub(crate) client: Client,
     /// Certs may export into Secrets (`--export-secrets`).
     pub(crate) export_secrets: bool,
+    /// Private CAs: the ones Certs may name, and their states.
+    authorities: Vec<String>,
+    pca: Pca,
+}
+
+/// What the installation lets Certs issue besides public certificates.
+pub struct Issuing {
+    /// Certs may export into Secrets (`--export-secrets`).
+    pub export_secrets: bool,
+    /// The private CAs Certs may name (`--certificate-authorities`).
+    pub authorities: Vec<String>,
+    pub pca: Pca,
 }
 
 impl CertManager {
@@ -78,9 +91,23 @@ impl CertManager {
         validation_timeout: Duration,
         metrics: Arc<CertMetrics>,
         client: Client,
-        export_secrets: bool,
+        issuing: Issuing,
     ) -> Self {
-        Self { acm, records, zones, validation_timeout, metrics, client, export_secrets }
+        let Issuing { export_secrets, authorities, pca } = issuing;
+        Self { acm, records, zones, validation_timeout, metrics, client, export_secrets, authorities, pca }
+    }
+
+    /// Whether a private certificate can be requested from `authority` now: a CA this
+    /// installation issues from, in ACM's region, `ACTIVE`. Otherwise a terminal error saying why
+    /// (nothing is requested: ACM would make a failed certificate).
+    async fn check_authority(&self, authority: &str) -> Result<(), ExternalError> {
+        let terminal = |refusal: crate::authority::Refusal| ExternalError::terminal(refusal.reason, refusal.message);
+        crate::authority::check(authority, &self.authorities, self.acm.region().await.as_deref()).map_err(terminal)?;
+        match self.pca.describe(authority).await {
+            Ok(described) => crate::authority::state_problem(&described).map_or(Ok(()), |refusal| Err(terminal(refusal))),
+            Err(error) if error.class == ErrorClass::NotFound => Err(terminal(crate::authority::not_found())),
+            Err(error) => Err(ExternalError::from(&error)),
+        }
     }
 
     /// The ACM of this controller, whose listing [`crate::wake`] follows.
@@ -388,6 +415,11 @@ impl CertManager {
             }
             Assessment::Validating => {
                 observation.cert_ready = false;
+                if desired.authority.is_some() {
+                    observation.state = Some(CertState::Validated);
+                    self.acm.await_issue(&certificate.arn);
+                    return Ok(VerifyOutcome::InProgress("waiting for the private CA to issue the certificate".to_owned()).into());
+                }
                 if observation.state != Some(CertState::Validated) {
                     observation.state = Some(CertState::Created);
                 }
@@ -446,6 +478,9 @@ impl CertManager {
             // No certificate is requested (an exportable one is charged) that could not be exported.
             return Err(ExternalError::terminal("ExportNotEnabled", crate::export::look::not_enabled_message()));
         }
+        if let Some(authority) = &desired.authority {
+            self.check_authority(authority).await?;
+        }
         let token = decisions::acm_token(request.idempotency_token, marker.since.0.as_second(), &desired);
         let uid = object.uid().unwrap_or_default();
         let tags = decisions::owner_tags(&object.namespace().unwrap_or_default(), &object.name_any(), &uid, &token);
@@ -461,10 +496,14 @@ impl CertManager {
         observation.certificate_arn = Some(arn.clone());
         observation.state = Some(CertState::Created);
         observation.cert_ready = false;
+        self.acm.await_issue(&arn);
+        if desired.authority.is_some() {
+            // A private certificate is signed by its CA: no validation record.
+            return Ok(());
+        }
         // ACM usually publishes the validation records within seconds: list them now (with
         // whether each is ours), so that the next look writes them. If it has not yet, a later
         // look lists them.
-        self.acm.await_issue(&arn);
         match self.acm.describe(&arn).await {
             Ok(certificate) => {
                 if let Err(error) = self.list_records(&certificate, &desired, observation).await {

@@ -16,6 +16,7 @@
 //! command's flags.
 
 pub mod api;
+pub mod authority;
 pub mod config;
 pub mod decisions;
 pub mod export;
@@ -73,7 +74,11 @@ pub async fn run(
         config.validation_timeout,
         Arc::clone(&metrics),
         client.clone(),
-        config.export_secrets,
+        external::Issuing {
+            export_secrets: config.export_secrets,
+            authorities: config.certificate_authorities.clone(),
+            pca: blockwork_aws::pca::Pca::new(&aws, CONTROLLER),
+        },
     );
     let context =
         Context::new(client.clone(), manager, ControllerConfig::new(CONTROLLER, GROUP).with_timing(config.timing), runtime_metrics);

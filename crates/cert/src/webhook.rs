@@ -55,13 +55,24 @@ struct Validator {
     certs: Store<Cert>,
     zones: Arc<ZoneRegistry>,
     fail_closed: bool,
-    /// Export is enabled in this installation (`--export-secrets`).
-    export_secrets: bool,
+    issuance: Arc<Issuance>,
+}
+
+/// What the installation lets Certs ask for besides public certificates, as admission checks it.
+#[derive(Clone, Debug, Default)]
+pub struct Issuance {
+    /// Export into Secrets is enabled (`--export-secrets`).
+    pub export_secrets: bool,
+    /// The private CAs Certs may name (`--certificate-authorities`).
+    pub certificate_authorities: Vec<String>,
+    /// ACM's region, when the process is given one (`--aws-region`): a private CA elsewhere is
+    /// refused.
+    pub region: Option<String>,
 }
 
 /// The route, with a watch of every Cert feeding the domain index (started here, on the
 /// current runtime; it ends with the process).
-pub fn router(client: Client, zones: ZoneRegistry, fail_closed: bool, export_secrets: bool) -> Router {
+pub fn router(client: Client, zones: ZoneRegistry, fail_closed: bool, issuance: Issuance) -> Router {
     let (certs, writer) = reflector::store();
     let watch = watcher(Api::<Cert>::all(client), watcher::Config::default().any_semantic()).default_backoff().reflect(writer).for_each(
         |event| async move {
@@ -71,7 +82,7 @@ pub fn router(client: Client, zones: ZoneRegistry, fail_closed: bool, export_sec
         },
     );
     tokio::spawn(watch);
-    let validator = Validator { certs, zones: Arc::new(zones), fail_closed, export_secrets };
+    let validator = Validator { certs, zones: Arc::new(zones), fail_closed, issuance: Arc::new(issuance) };
     Router::new().route(PATH, post(review)).with_state(validator)
 }
 
@@ -93,8 +104,14 @@ async fn review(State(validator): State<Validator>, Json(review): Json<Admission
         vec!["the webhook's index of Certs is not ready yet, so a duplicate domain cannot be ruled out; retry in a few seconds".to_owned()]
     };
     problems.extend(admission::template_problems(&cert.spec));
+    if let Some(authority) = &cert.spec.certificate_authority_arn
+        && let Err(refusal) =
+            crate::authority::check(authority, &validator.issuance.certificate_authorities, validator.issuance.region.as_deref())
+    {
+        problems.push(format!("spec.certificateAuthorityArn: {}", refusal.message));
+    }
     let old = request.old_object.as_ref().map(|old| &old.spec);
-    let warnings = admission::warnings(old, &cert.spec, validator.export_secrets);
+    let warnings = admission::warnings(old, &cert.spec, validator.issuance.export_secrets);
     let mut response = verdict(response, &mut problems, validator.fail_closed, &cert.name_any());
     if response.allowed && !warnings.is_empty() {
         response.warnings.get_or_insert_with(Vec::new).extend(warnings);

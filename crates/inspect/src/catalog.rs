@@ -292,6 +292,36 @@ pub const ENTRIES: &[Entry] = &[
         "A Forbidden answer means the operator lacks the Secret permissions of export (blockwork rbac --opt-in cert.export-secrets); otherwise retried with the backoff.",
     ),
     problem(
+        "CertificateAuthorityNotAllowed",
+        Cert,
+        "spec.certificateAuthorityArn names a private CA this installation does not issue from; nothing is requested.",
+        "Name one of the CAs of --certificate-authorities (the chart's controllers.cert.certificateAuthorities), or ask the platform team to add it.",
+    ),
+    problem(
+        "CertificateAuthorityInOtherRegion",
+        Cert,
+        "The private CA is in another region than ACM's; ACM issues private certificates only from a CA in its own region.",
+        "Name a CA in the operator's region (--aws-region), or run the Cert where the CA is.",
+    ),
+    problem(
+        "CertificateAuthorityNotActive",
+        Cert,
+        "The private CA is not ACTIVE (disabled, expired, deleted, or without its CA certificate), so it issues nothing; nothing is requested.",
+        "Do what the message says (enable it, install its certificate, restore it); the Cert retries every few minutes.",
+    ),
+    problem(
+        "CertificateAuthorityNotFound",
+        Cert,
+        "The private CA does not exist (deleted for good, or a wrong ARN); nothing is requested.",
+        "Fix spec.certificateAuthorityArn, or name another CA.",
+    ),
+    problem(
+        "CertificateAuthorityFailed",
+        Cert,
+        "ACM could not have the private CA issue the certificate (the message has ACM's PCA_ reason).",
+        "Fix the CA as the message says (state, permission for acm.amazonaws.com, validity, name constraints), then retry: blockwork retry cert/NAME.",
+    ),
+    problem(
         "ConfigMapConflict",
         Cert,
         "A ConfigMap <name>-certificate exists and belongs to someone else; it is never overwritten.",

@@ -68,6 +68,7 @@ const NOT_REASONS: &[&str] = &[
     "DeleteDistributionTenant",
     "DeleteHostedZone",
     "DescribeCertificate",
+    "DescribeCertificateAuthority",
     "ExportCertificate",
     "GetCertificate",
     "GetChange",

@@ -122,7 +122,7 @@ fn cert_router() -> &'static axum::Router {
             let plane = blockwork_testenv::control_plane::control_plane().await.unwrap();
             plane.install_crds(&[blockwork_cert::crd()]).await.unwrap();
             let zones: blockwork_cert::zones::ZoneRegistry = "k8s.example.com:Z0000000000000000001".parse().unwrap();
-            blockwork_cert::webhook::router(plane.client(), zones, true, false)
+            blockwork_cert::webhook::router(plane.client(), zones, true, Default::default())
         })
     })
 }

@@ -348,7 +348,17 @@ impl FaultProxy {
     /// validity and key under the same ARN, with its tags and options, from its private CA if it
     /// has one. The listing shows the new `NotAfter` from the next sweep on. Returns the body.
     pub async fn renew_certificate(&self, arn: &str) -> Result<crate::issuance::Issued, Error> {
-        let issued = crate::issuance::issue(&self.upstream, &self.client, arn, true).await?;
+        // A renewal expires later than what it renews (ACM renews weeks before the end); moto's
+        // private CA dates a certificate from the second it signs it, so one renewed within the
+        // second of its issuance is signed again a moment later.
+        let previous = self.lock().issued.get(arn).map(|issued| issued.not_after);
+        let issued = loop {
+            let issued = crate::issuance::issue(&self.upstream, &self.client, arn, true).await?;
+            if previous.is_none_or(|previous| issued.not_after > previous) {
+                break issued;
+            }
+            tokio::time::sleep(Duration::from_millis(250)).await;
+        };
         self.lock().issued.insert(arn.to_owned(), Arc::new(issued.clone()));
         Ok(issued)
     }
