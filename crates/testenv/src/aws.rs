@@ -102,6 +102,16 @@ pub async fn private_ca(pca: &aws_sdk_acmpca::Client, common_name: &str) -> Stri
     arn
 }
 
+/// [`private_ca`] on the emulator at `endpoint`.
+pub async fn private_ca_at(endpoint: &str, common_name: &str) -> String {
+    private_ca(&aws_sdk_acmpca::Client::new(&sdk_config(endpoint).await), common_name).await
+}
+
+/// [`hosted_zone`] on the emulator at `endpoint`.
+pub async fn hosted_zone_at(endpoint: &str, name: &str) -> String {
+    hosted_zone(&aws_sdk_route53::Client::new(&sdk_config(endpoint).await), name).await
+}
+
 /// Creates a public hosted zone `name`; returns its id without the `/hostedzone/` prefix.
 pub async fn hosted_zone(route53: &aws_sdk_route53::Client, name: &str) -> String {
     let reference = format!("{name}-{:?}", std::time::SystemTime::now());
