@@ -36,7 +36,7 @@ async fn an_exported_secret_annotated_as_a_rotator_source_rotates_into_a_key_set
     let run = blockwork_rotator::run(h.plane.client(), config, Arc::clone(&metrics), std::future::pending());
     rotator.start(async move { run.await.expect("the rotator runs") });
 
-    let mut cert = example(&h.namespace);
+    let cert = example(&h.namespace);
     let name = cert.metadata.name.clone().unwrap();
     h.create(&name, cert.spec.clone()).await;
     let exported = h.wait_for(&name, "exported", |c| c.status.as_ref().is_some_and(|s| s.observation.export.is_some())).await;
