@@ -63,7 +63,7 @@ pub struct CertManager {
     records: Arc<Records>,
     zones: ZoneRegistry,
     validation_timeout: Duration,
-    metrics: Arc<CertMetrics>,
+    pub(crate) metrics: Arc<CertMetrics>,
     /// Deletes the published ConfigMap when the Cert goes (see [`crate::publish`]); reads and
     /// writes exported Secrets ([`crate::export`]).
     pub(crate) client: Client,
@@ -146,11 +146,12 @@ impl CertManager {
     fn report(&self, request: &Request<'_, Cert>, observation: &CertObservation) {
         let object = request.object;
         let uid = object.uid().unwrap_or_default();
+        let now = jiff::Timestamp::now();
+        self.report_export(object, observation, request.phase == Phase::Deleting, now);
         if request.phase == Phase::Deleting {
             self.metrics.forget_certificate(&uid);
             return;
         }
-        let now = jiff::Timestamp::now();
         let days = observation.expiration_date.as_ref().map(|t| t.0.duration_since(now).as_secs_f64() / 86_400.0);
         self.metrics.certificate(
             &uid,
@@ -771,7 +772,7 @@ impl ExternalResource for CertManager {
         let mut conditions = observed.conditions.clone();
         let issuing = matches!(observation.state, Some(CertState::Pending | CertState::Created | CertState::Validated));
         if request.phase == Phase::Live && issuing {
-            crate::export::look::waiting(&mut conditions, request.object);
+            self.export_waits(&mut conditions, request.object);
         }
         conditions.then(renewal(request, observation));
         Observed { conditions, ..observed }

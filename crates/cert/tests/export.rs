@@ -13,7 +13,7 @@ use blockwork_cert::export::material::Material;
 use blockwork_cert::export::secret;
 use blockwork_cert::{Cert, CertState};
 use blockwork_testenv::fault_proxy::{Fault, Operation};
-use blockwork_testenv::harness::{TIMEOUT, eventually};
+use blockwork_testenv::harness::{TIMEOUT, eventually, sum};
 use blockwork_testenv::kube_proxy::{ApiFault, KubeProxy, Requests};
 use blockwork_testenv::leaks::Scanner;
 use k8s_openapi::api::core::v1::Secret;
@@ -102,6 +102,9 @@ async fn a_secret_of_that_name_that_is_not_the_cert_s_is_never_overwritten_and_t
     let secret = h.api_of::<Secret>().get("api-tls").await.unwrap();
     assert_eq!(data(&secret, "tls.crt"), b"theirs");
     assert!(secret.labels().is_empty());
+    let metrics = h.scrape();
+    assert!(sum(&metrics, "cert_operator_export_failures_total", &[("reason", "SecretConflict")]) >= 1.0, "{metrics}");
+    assert_eq!(sum(&metrics, "cert_operator_exported_secrets", &[("state", "refused")]), 1.0, "{metrics}");
 
     // Once it is gone, the Cert writes its own.
     h.api_of::<Secret>().delete("api-tls", &Default::default()).await.unwrap();
@@ -140,6 +143,11 @@ async fn acm_s_renewal_reaches_the_secret_within_a_sweep_without_a_look_of_its_o
     assert!(tls_crt.starts_with(renewed.certificate.trim_end()), "tls.crt starts with the renewed certificate");
     assert_eq!(status(&cert).observation.certificate_arn.as_deref(), Some(arn.as_str()), "the same ARN");
     assert_eq!(h.proxy.calls("ExportCertificate"), 2, "one export per issuance");
+    let metrics = h.scrape();
+    assert_eq!(sum(&metrics, "cert_operator_exports_total", &[("why", "renewed")]), 1.0, "{metrics}");
+    assert_eq!(sum(&metrics, "cert_operator_exported_secrets", &[("state", "current")]), 1.0, "{metrics}");
+    assert_eq!(sum(&metrics, "cert_operator_exported_secrets", &[("state", "lagging")]), 0.0, "re-exported: no lag");
+    assert_eq!(sum(&metrics, "cert_operator_exported_certificate_expiry_buckets", &[("bucket", "90d+")]), 1.0, "{metrics}");
     // List-first: the sweep saw the new expiry; nothing described the certificate to find it.
     assert_eq!(h.proxy.calls("DescribeCertificate"), described, "no DescribeCertificate to notice the renewal");
 }

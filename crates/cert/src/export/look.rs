@@ -11,6 +11,7 @@ use kube::ResourceExt as _;
 use zeroize::Zeroize as _;
 
 use super::material::Material;
+use super::metrics::ExportState;
 use super::plan::{self, Decision, Look, Why};
 use super::secret::{self, Owner};
 use crate::api::{Cert, CertObservation, ExportSpec, ExportStatus};
@@ -34,10 +35,28 @@ fn exported(conditions: &mut Conditions, cert: &Cert, status: bool, reason: &str
     conditions.set(condition(EXPORTED, status, reason, message, cert.metadata.generation));
 }
 
-/// A Cert with `spec.export` whose certificate is not issued (yet, or any more).
-pub fn waiting(conditions: &mut Conditions, cert: &Cert) {
-    if cert.spec.export.is_some() {
-        exported(conditions, cert, false, "WaitingForCertificate", "the Secret is written once ACM has issued the certificate");
+impl CertManager {
+    /// A Cert with `spec.export` whose certificate is not issued (yet, or any more).
+    pub(crate) fn export_waits(&self, conditions: &mut Conditions, cert: &Cert) {
+        if cert.spec.export.is_some() {
+            exported(conditions, cert, false, "WaitingForCertificate", "the Secret is written once ACM has issued the certificate");
+            self.metrics.export.state(&cert.uid().unwrap_or_default(), ExportState::Waiting);
+        }
+    }
+
+    /// The exported copy against ACM's certificate, for the metrics, after each call: lagging
+    /// when ACM's expires later (it renewed), and the copy's days to expiry. Forgotten when the
+    /// Cert no longer exports or is deleted.
+    pub(crate) fn report_export(&self, cert: &Cert, observation: &CertObservation, deleting: bool, now: jiff::Timestamp) {
+        let uid = cert.uid().unwrap_or_default();
+        if deleting || cert.spec.export.is_none() {
+            self.metrics.export.forget(&uid);
+            return;
+        }
+        let Some(recorded) = &observation.export else { return };
+        let lagging = observation.expiration_date.as_ref().is_some_and(|acm| acm.0 > recorded.not_after.0);
+        let days = recorded.not_after.0.duration_since(now).as_secs_f64() / 86_400.0;
+        self.metrics.export.copy(&uid, lagging, Some(days));
     }
 }
 
@@ -60,17 +79,20 @@ impl CertManager {
         conditions: &mut Conditions,
     ) -> Result<Option<Upkeep<CertUpkeep>>, ExternalError> {
         let cert = request.object;
+        let uid = cert.uid().unwrap_or_default();
         let Some(export) = &cert.spec.export else {
             conditions.remove(EXPORTED);
             return Ok(None);
         };
         if !self.export_secrets {
             exported(conditions, cert, false, "ExportNotEnabled", &not_enabled_message());
+            self.metrics.export.state(&uid, ExportState::Refused);
             return Ok(None);
         }
         if !request.policies.access.create {
             let message = "access-permissions do not allow writing the Secret (the create permission writes it)";
             exported(conditions, cert, false, "ExportNotPermitted", message);
+            self.metrics.export.state(&uid, ExportState::Refused);
             return Ok(None);
         }
         let mut found = super::read(&self.client, cert, &export.secret_name).await?;
@@ -102,6 +124,7 @@ impl CertManager {
                     });
                 }
                 current(conditions, cert, export, observation);
+                self.metrics.export.state(&uid, ExportState::Current);
                 return Ok(None);
             }
             Decision::LeaveDrifted(what) => {
@@ -111,6 +134,7 @@ impl CertManager {
                     request.policies.drift
                 );
                 exported(conditions, cert, false, "SecretDrifted", &message);
+                self.metrics.export.state(&uid, ExportState::Drifted);
                 return Ok(None);
             }
             Decision::Write(why) => ExportWork::Write { why, arn: certificate.arn.clone(), existing },
@@ -129,13 +153,26 @@ impl CertManager {
     ) -> Result<(), ExternalError> {
         let cert = request.object;
         let Some(export) = &cert.spec.export else { return Ok(()) };
-        let written = match work {
-            ExportWork::Refuse { owner } => Err(conflict(cert, export, &owner)),
-            ExportWork::Write { why, arn, existing } => self.export_into(cert, export, &arn, existing.as_deref(), &why, observation).await,
+        let uid = cert.uid().unwrap_or_default();
+        let (written, why) = match work {
+            ExportWork::Refuse { owner } => (Err(conflict(cert, export, &owner)), None),
+            ExportWork::Write { why, arn, existing } => {
+                (self.export_into(cert, export, &arn, existing.as_deref(), &why, observation).await, Some(why))
+            }
         };
-        match &written {
-            Ok(()) => current(conditions, cert, export, observation),
-            Err(error) => exported(conditions, cert, false, &error.reason, &error.message),
+        match (&written, why) {
+            (Ok(()), why) => {
+                current(conditions, cert, export, observation);
+                self.metrics.export.state(&uid, ExportState::Current);
+                self.metrics.export.exported(why.as_ref().map_or("first", Why::label));
+                self.report_export(cert, observation, false, jiff::Timestamp::now());
+            }
+            (Err(error), _) => {
+                exported(conditions, cert, false, &error.reason, &error.message);
+                let state = if error.reason == "SecretConflict" { ExportState::Refused } else { ExportState::Failing };
+                self.metrics.export.state(&uid, state);
+                self.metrics.export.failed(&error.reason);
+            }
         }
         written
     }

@@ -18,6 +18,7 @@
 pub mod admission;
 pub mod look;
 pub mod material;
+pub mod metrics;
 pub mod plan;
 pub mod secret;
 pub mod watch;

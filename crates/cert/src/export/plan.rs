@@ -53,6 +53,18 @@ pub enum Why {
     Repair(String),
 }
 
+impl Why {
+    /// The `why` label of `exports_total`.
+    pub fn label(&self) -> &'static str {
+        match self {
+            Self::First => "first",
+            Self::Renewed => "renewed",
+            Self::SpecChanged => "spec_changed",
+            Self::Repair(_) => "repair",
+        }
+    }
+}
+
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Decision {
     /// Nothing to write. `adopt`: the status should record the Secret as found (written by a look
@@ -97,6 +109,17 @@ pub fn decide(look: &Look<'_>) -> Decision {
             }
             let moved = seen.resource_version != recorded.resource_version;
             Decision::Current { adopt: moved.then(|| facts.clone()) }
+        }
+        // A later export of the same certificate, whole and as written: a look whose status this
+        // one has not read yet wrote it (its watch event can outrun the status write into the
+        // cache). Adopted; anything else in its place is someone else's.
+        (Ok(facts), Some(recorded))
+            if seen.certificate_arn.as_deref() == Some(look.certificate_arn)
+                && seen.metadata_intact
+                && facts.not_after > recorded.not_after.0
+                && !renewed(facts) =>
+        {
+            Decision::Current { adopt: Some(facts.clone()) }
         }
         (Ok(_), Some(_)) => drifted("it holds another certificate than the one exported".to_owned()),
         (Err(why), Some(_)) => drifted(why.to_string()),
@@ -215,6 +238,19 @@ mod tests {
         assert_eq!(decide(&look(Some(&recorded_old), Some(&old), DriftPolicy::Suspend)), Decision::Write(Why::First));
         let other_name = ExportStatus { secret_name: "old-tls".into(), ..recorded("0a") };
         assert_eq!(decide(&look(Some(&other_name), None, DriftPolicy::Report)), Decision::Write(Why::First));
+    }
+
+    #[test]
+    fn a_later_export_written_by_a_look_whose_status_is_not_read_yet_is_adopted_not_repaired() {
+        let recorded = recorded("0a");
+        let renewed = Look { not_after: Some(at(395)), ..look(Some(&recorded), None, DriftPolicy::Enforce) };
+        let written = Seen { resource_version: "9".into(), ..seen(Ok(facts("0b", 395))) };
+        assert_eq!(decide(&Look { secret: Some(&written), ..renewed }), Decision::Current { adopt: Some(facts("0b", 395)) });
+        // An older certificate, or one whose metadata was changed, is someone else's doing.
+        let older = seen(Ok(facts("0c", 10)));
+        assert!(matches!(decide(&Look { secret: Some(&older), ..renewed }), Decision::Write(Why::Repair(_))));
+        let relabelled = Seen { metadata_intact: false, ..written.clone() };
+        assert!(matches!(decide(&Look { secret: Some(&relabelled), ..renewed }), Decision::Write(Why::Repair(_))));
     }
 
     #[test]
