@@ -1,5 +1,5 @@
-//! DNS names: normalization is idempotent and agrees with `parse`, and `parse` agrees with the
-//! CRD schema's pattern, for any UTF-8 string.
+//! DNS names: normalization is idempotent and agrees with `parse`, `parse` agrees with the CRD
+//! schema's pattern and accepts only labels a public CA takes, for any UTF-8 string.
 #![no_main]
 
 use blockwork_properties::dns;
@@ -10,6 +10,9 @@ fuzz_target!(|name: &str| {
         panic!("{violation}");
     }
     if let Err(violation) = dns::parse_and_the_crd_schema_agree(name) {
+        panic!("{violation}");
+    }
+    if let Err(violation) = dns::accepted_labels_are_ones_a_public_ca_takes(name) {
         panic!("{violation}");
     }
 });

@@ -1,21 +1,34 @@
-//! DNS names as every Blockwork CRD takes them (a Cert's domain and SANs, a DistributionTenant's
-//! domains): one rule and one normal form, so that a name means the same thing in every CRD.
+//! DNS names as every Blockwork CRD takes them (a Cert's domain, generated name and SANs, a
+//! DistributionTenant's domains): one rule and one normal form, so that a name means the same
+//! thing in every CRD, and a name a public CA would refuse is refused at admission, naming the
+//! field, the label and the rule, rather than by ACM or CloudFront after something was written.
 //!
-//! - The rule: at least two labels of lowercase letters, digits and hyphens (1–63 characters,
-//!   no hyphen at either end), at most 253 characters, optionally a wildcard `*.` as the whole
-//!   first label, optionally a trailing dot. A label starting with `xn--` is an IDNA A-label and
-//!   must decode (punycode, then the IDNA validity rules): `xn--zz` is refused, as ACM and
-//!   CloudFront would refuse it, but only after something had been written for it.
+//! - The rule: at least two labels, at most 253 characters, optionally a wildcard `*.` as the
+//!   whole first label, optionally a trailing dot. Every other label is either
+//!   - an LDH label (lowercase letters, digits and hyphens, 1–63 characters, no hyphen at
+//!     either end) without `--` in its third and fourth characters: those are reserved for
+//!     IDNA (RFC 5891 §4.2.3.1, "R-LDH labels"), and the CA/Browser Forum's Baseline
+//!     Requirements allow only non-reserved LDH labels and P-labels in certificates; or
+//!   - an IDNA A-label (`xn--`, a P-label) that decodes to a valid U-label: UTS #46's checks as
+//!     the `idna` crate makes them (punycode, NFC, hyphens, joiners, bidi), then IDNA2008's code
+//!     point rules ([`crate::idna2008`]), which refuse the symbols and emoji UTS #46 takes
+//!     (`xn--n3h`, ☃): a label IDNA2008 disallows is no valid internationalized name, and no
+//!     registry registers one. `xn--bcher-kva` (bücher) is admitted; `xn--zz` and `xn--n3h`
+//!     are not.
 //! - The normal form: lowercase, without the trailing dot. `www.example.com.` (absolute) and
-//!   `www.example.com` are the same name: compared, stored and sent to AWS in the normal form.
+//!   `www.example.com` are the same name: compared, stored and sent to AWS in the normal form,
+//!   and a list that names one domain twice ([`parse_list`]) is refused.
 //!
 //! [`PATTERN`] is the part of the rule a CRD schema can hold; [`parse`] is all of it, for the
 //! admission webhooks and the controllers (which check again, for objects admitted without the
-//! webhook). Decoding A-labels is the `idna` crate's (UTS 46), not ours.
+//! webhook).
+
+use crate::idna2008::{self, Derived};
+use idna::uts46::{AsciiDenyList, Hyphens, Uts46};
 
 /// The CRD schema's pattern for a DNS name: lowercase LDH labels, an optional leading `*.`, an
-/// optional trailing dot. What it cannot check (the total length beside `maxLength`, A-labels)
-/// [`parse`] does.
+/// optional trailing dot. What it cannot check (the total length beside `maxLength`, reserved
+/// labels, A-labels) [`parse`] does.
 pub const PATTERN: &str = r"^(\*\.)?([a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?\.)+[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?\.?$";
 
 /// The longest name, without a trailing dot (RFC 1035's 255 octets on the wire).
@@ -26,7 +39,7 @@ pub const MAX_LABEL_LENGTH: usize = 63;
 const ACE_PREFIX: &str = "xn--";
 
 /// Why a name is not a DNS name Blockwork accepts. The message names the name and, where it is
-/// one label's fault, the label.
+/// one label's fault, the label and the rule it breaks.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum DnsNameError {
     #[error("{name:?} is longer than {MAX_LENGTH} characters")]
@@ -40,9 +53,64 @@ pub enum DnsNameError {
     #[error("{name:?}: a wildcard is allowed only as the whole first label (*.example.com)")]
     Wildcard { name: String },
     #[error(
-        "label {label:?} of {name:?} starts with xn-- but is not a valid IDNA A-label (it does not decode to an internationalized label)"
+        "label {label:?} of {name:?} has '--' in its third and fourth characters, which are reserved for IDNA A-labels (xn--; RFC 5891 4.2.3.1): public CAs refuse such a label"
+    )]
+    ReservedLabel { name: String, label: String },
+    #[error(
+        "label {label:?} of {name:?} starts with xn-- but is not a valid IDNA A-label (it does not decode to a valid internationalized label)"
     )]
     ALabel { name: String, label: String },
+    #[error("label {label:?} of {name:?} is the internationalized label {u_label:?}, {}", refusal(.refused))]
+    Idna2008 { name: String, label: String, u_label: String, refused: idna2008::Refused },
+}
+
+fn refusal(refused: &idna2008::Refused) -> String {
+    let c = refused.code_point;
+    let code_point = format!("U+{:04X} {c:?}", u32::from(c));
+    match refused.derived {
+        Derived::Unassigned => format!("which has {code_point}, not an assigned Unicode character"),
+        Derived::ContextO | Derived::ContextJ => {
+            format!("which has {code_point} where IDNA2008's contextual rule for it does not hold (RFC 5892 Appendix A)")
+        }
+        Derived::Disallowed | Derived::Pvalid => format!(
+            "which has {code_point}, a code point IDNA2008 disallows in domain names (RFC 5892: symbols, emoji, punctuation, capitals and compatibility forms are not valid in an internationalized name)"
+        ),
+    }
+}
+
+/// A name of a spec field that breaks the rule, or names a domain its list already has. The
+/// message starts with the field (`spec.domains[1]`).
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum FieldError {
+    #[error("{field}: {error}")]
+    Invalid { field: String, error: DnsNameError },
+    #[error("{field}: {name:?} names {normal} a second time (as {first} does; case and a trailing dot make no other name): list it once")]
+    Duplicate { field: String, name: String, normal: String, first: String },
+}
+
+/// Checks the name of one field (`field`, e.g. `spec.domainName`) and returns its normal form.
+pub fn parse_field(field: &str, name: &str) -> Result<String, FieldError> {
+    parse(name).map_err(|error| FieldError::Invalid { field: field.to_owned(), error })
+}
+
+/// Checks every name of a list field (`field[0]`, `field[1]`, ...) and that no two name the same
+/// domain; returns their normal forms in order, or every problem.
+pub fn parse_list<'a>(field: &str, names: impl IntoIterator<Item = &'a str>) -> Result<Vec<String>, Vec<FieldError>> {
+    let mut normals: Vec<(usize, String)> = Vec::new();
+    let mut problems = Vec::new();
+    for (index, name) in names.into_iter().enumerate() {
+        let item = format!("{field}[{index}]");
+        match parse_field(&item, name) {
+            Err(problem) => problems.push(problem),
+            Ok(normal) => match normals.iter().find(|(_, earlier)| *earlier == normal) {
+                Some((first, _)) => {
+                    problems.push(FieldError::Duplicate { field: item, name: name.to_owned(), normal, first: format!("{field}[{first}]") });
+                }
+                None => normals.push((index, normal)),
+            },
+        }
+    }
+    if problems.is_empty() { Ok(normals.into_iter().map(|(_, normal)| normal).collect()) } else { Err(problems) }
 }
 
 /// The normal form: lowercase, without surrounding blanks and the trailing dot. For comparing
@@ -92,14 +160,45 @@ pub fn parse(name: &str) -> Result<String, DnsNameError> {
         if label.contains('*') {
             return Err(DnsNameError::Wildcard { name: name.to_owned() });
         }
-        if !is_label(label) {
-            return Err(DnsNameError::Label { name: name.to_owned(), label: label.to_owned() });
-        }
-        if is_a_label(label) && !decodes(label) {
-            return Err(DnsNameError::ALabel { name: name.to_owned(), label: label.to_owned() });
-        }
+        check_label(label).map_err(|rule| rule.of(name, label))?;
     }
     Ok(relative.to_owned())
+}
+
+/// Which rule a label breaks; [`LabelRule::of`] makes it the error for the name.
+enum LabelRule {
+    Ldh,
+    Reserved,
+    ALabel,
+    Idna2008 { u_label: String, refused: idna2008::Refused },
+}
+
+impl LabelRule {
+    fn of(self, name: &str, label: &str) -> DnsNameError {
+        let (name, label) = (name.to_owned(), label.to_owned());
+        match self {
+            Self::Ldh => DnsNameError::Label { name, label },
+            Self::Reserved => DnsNameError::ReservedLabel { name, label },
+            Self::ALabel => DnsNameError::ALabel { name, label },
+            Self::Idna2008 { u_label, refused } => DnsNameError::Idna2008 { name, label, u_label, refused },
+        }
+    }
+}
+
+/// A label other than the wildcard: LDH, and if it has `--` in its third and fourth characters,
+/// an A-label whose U-label IDNA2008 allows.
+fn check_label(label: &str) -> Result<(), LabelRule> {
+    if !is_label(label) {
+        return Err(LabelRule::Ldh);
+    }
+    if label.get(2..4) != Some("--") {
+        return Ok(());
+    }
+    if !label.starts_with(ACE_PREFIX) {
+        return Err(LabelRule::Reserved);
+    }
+    let u_label = decode(label).ok_or(LabelRule::ALabel)?;
+    idna2008::check_u_label(&u_label).map_err(|refused| LabelRule::Idna2008 { u_label, refused })
 }
 
 /// Whether `label` is an LDH label: lowercase letters, digits and hyphens, 1–63 characters, no
@@ -113,15 +212,12 @@ pub fn is_label(label: &str) -> bool {
         && bytes.last() != Some(&b'-')
 }
 
-fn is_a_label(label: &str) -> bool {
-    label.get(..ACE_PREFIX.len()).is_some_and(|prefix| prefix.eq_ignore_ascii_case(ACE_PREFIX))
-}
-
-/// Whether an A-label decodes to a valid U-label (UTS 46 ToUnicode, which also refuses the
-/// A-label of a plain ASCII label).
-fn decodes(label: &str) -> bool {
-    let (_, result) = idna::domain_to_unicode(label);
-    result.is_ok()
+/// The U-label of an A-label, if it is one: UTS #46 ToUnicode with its strict options (STD3
+/// ASCII rules, CheckHyphens), which refuses what does not decode, decodes to plain ASCII, or
+/// breaks NFC, the hyphen, joiner or bidi rules.
+fn decode(label: &str) -> Option<String> {
+    let (u_label, result) = Uts46::new().to_unicode(label.as_bytes(), AsciiDenyList::STD3, Hyphens::Check);
+    result.ok().map(|()| u_label.into_owned())
 }
 
 #[cfg(test)]
@@ -187,6 +283,79 @@ mod tests {
             assert!(matches!(error, DnsNameError::ALabel { .. }), "{name}: {error:?}");
             assert!(error.to_string().contains("xn--"), "{error}");
         }
+    }
+
+    #[test]
+    fn a_label_with_two_hyphens_in_its_third_and_fourth_characters_that_is_no_a_label_is_refused_naming_it() {
+        for (name, label) in
+            [("zz--shop.example.com", "zz--shop"), ("www.bq---abc.example.com", "bq---abc"), ("h---test.example.org", "h---test")]
+        {
+            let error = parse(name).expect_err(name);
+            assert_eq!(error, DnsNameError::ReservedLabel { name: name.to_owned(), label: label.to_owned() });
+            let message = error.to_string();
+            assert!(message.contains(&format!("label {label:?}")) && message.contains("reserved for IDNA A-labels"), "{message}");
+        }
+        assert!(parse("a--b.example.com").is_ok(), "hyphens in the second and third characters are not reserved");
+        assert!(parse("ab-c--d.example.com").is_ok(), "nor further on");
+    }
+
+    #[test]
+    fn a_labels_of_code_points_idna2008_disallows_are_refused_naming_the_label_and_the_code_point() {
+        // ☃ (a symbol) and 💩 (an emoji): valid under UTS #46, DISALLOWED by IDNA2008.
+        for (name, label, u_label, code_point) in
+            [("xn--n3h.example.com", "xn--n3h", "☃", "U+2603"), ("www.xn--ls8h.example.com", "xn--ls8h", "💩", "U+1F4A9")]
+        {
+            let error = parse(name).expect_err(name);
+            assert!(matches!(&error, DnsNameError::Idna2008 { label: l, u_label: u, .. } if l == label && u == u_label), "{error:?}");
+            let message = error.to_string();
+            assert!(
+                message.contains(&format!("label {label:?}")) && message.contains(code_point) && message.contains("IDNA2008"),
+                "{message}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_labels_whose_u_label_is_not_nfc_or_breaks_a_contextual_rule_are_refused() {
+        // Let's Encrypt's example of a label that is not NFC.
+        assert!(matches!(parse("xn--109-3veba6djs1bfxlfmx6c9g.xn--f1awi.xn--p1ai"), Err(DnsNameError::ALabel { .. })));
+        // "a·b": a middle dot outside Catalan's l·l.
+        let middle_dot = idna::domain_to_ascii("a\u{b7}b.example.com").expect("UTS #46 encodes it");
+        assert!(matches!(parse(&middle_dot), Err(DnsNameError::Idna2008 { .. })), "{middle_dot}: {:?}", parse(&middle_dot));
+    }
+
+    #[test]
+    fn internationalized_names_a_ca_issues_for_are_accepted() {
+        // bücher, ß, βόλος, Arabic with an Arabic-script TLD, col·lecció (Catalan's middle dot).
+        let collection = idna::domain_to_ascii("col\u{b7}lecci\u{f3}.cat").expect("UTS #46 encodes it");
+        for name in ["xn--bcher-kva.example.com", "xn--zca.example.com", "xn--nxasmm1c.com", "xn--4gbrim.xn--wgbh1c", &collection] {
+            assert_eq!(parse(name), Ok(name.to_owned()), "{name}");
+        }
+    }
+
+    #[test]
+    fn a_list_naming_one_domain_twice_is_refused_naming_both_fields() {
+        let problems =
+            parse_list("spec.subjectAlternativeNames", ["api.example.org", "www.example.org", "api.example.org."]).expect_err("twice");
+        let messages: Vec<String> = problems.iter().map(ToString::to_string).collect();
+        assert_eq!(
+            messages,
+            [
+                "spec.subjectAlternativeNames[2]: \"api.example.org.\" names api.example.org a second time (as spec.subjectAlternativeNames[0] does; case and a trailing dot make no other name): list it once"
+            ]
+        );
+        assert_eq!(
+            parse_list("spec.domains", ["a.example.com", "b.example.com."]),
+            Ok(vec!["a.example.com".to_owned(), "b.example.com".to_owned()])
+        );
+    }
+
+    #[test]
+    fn a_list_reports_every_invalid_name_with_its_index() {
+        let problems =
+            parse_list("spec.domains", ["zz--shop.example.com", "ok.example.com", "xn--n3h.example.com"]).expect_err("two invalid");
+        let fields: Vec<String> = problems.iter().map(|p| p.to_string().split(':').next().unwrap_or_default().to_owned()).collect();
+        assert_eq!(fields, ["spec.domains[0]", "spec.domains[2]"]);
     }
 
     #[test]

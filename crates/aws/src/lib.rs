@@ -13,7 +13,8 @@
 //!   reads whose concurrent misses share one call.
 //! - [`ErrorClass`] (the runtime's) and [`classify`]: how a failed call is handled; messages are
 //!   sanitized of account ids and ARNs ([`sanitize`]) before users can read them.
-//! - [`dns_name`]: the one rule and normal form of DNS names.
+//! - [`dns_name`]: the one rule and normal form of DNS names; [`idna2008`]: the code point rules
+//!   of internationalized labels it applies.
 
 pub mod acm;
 pub mod batch;
@@ -22,6 +23,7 @@ pub mod config;
 pub mod dns_name;
 pub mod edge;
 mod error;
+pub mod idna2008;
 pub mod limiter;
 pub mod metrics;
 pub mod pca;

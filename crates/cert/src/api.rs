@@ -55,14 +55,17 @@ pub struct CertSpec {
     #[schemars(regex(pattern = r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$"), length(min = 1, max = 63))]
     pub environment: String,
     /// The certificate's primary domain, overriding the generated one; must lie in a configured
-    /// hosted zone. A leading `*.` requests a wildcard certificate.
+    /// hosted zone. A leading `*.` requests a wildcard certificate. Internationalized names are
+    /// given as A-labels (`xn--…`), which must decode to a label IDNA2008 allows; a label with
+    /// `--` in its third and fourth characters is an A-label or refused (RFC 5891 reserves them).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(
         regex(pattern = r"^(\*\.)?([a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?\.)+[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?\.?$"),
         length(max = 253)
     )]
     pub domain_name: Option<String>,
-    /// Additional domains on the same certificate (at most 100). Each must lie in a configured
+    /// Additional domains on the same certificate (at most 100), each once (a trailing dot names
+    /// the same domain) and under the same rules as `domainName`. Each must lie in a configured
     /// hosted zone; SANs in other zones than the primary domain's get their validation records
     /// in their own zone.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]

@@ -2,15 +2,15 @@
 //! the ACM idempotency token, how to find a certificate whose request was never recorded, when
 //! the certificate listing tells enough and when DescribeCertificate is needed, which
 //! validation records to write and which go with a replaced certificate, what an ACM status
-//! means for the object, and the admission rules. No I/O here; each rule has unit tests.
+//! means for the object. No I/O here; each rule has unit tests. The admission rules are in
+//! [`crate::admission`].
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, HashSet};
 use std::time::Duration;
 
-use blockwork_aws::dns_name;
 use sha2::{Digest, Sha256};
 
-use crate::api::{CertSpec, CertState, MAX_SANS, ValidationRecordStatus};
+use crate::api::{CertSpec, CertState, ValidationRecordStatus};
 use crate::zones::{Zone, ZoneError, ZoneRegistry, base_domain, normalize};
 use blockwork_aws::acm::{AcmStatus, Certificate, Freshness, Summary, ValidationRecord};
 
@@ -382,93 +382,6 @@ fn humanize(duration: Duration) -> String {
     if secs.is_multiple_of(3600) { format!("{} hours", secs / 3600) } else { format!("{secs} seconds") }
 }
 
-// --- Admission rules -------------------------------------------------------------------------
-
-// DNS names follow Blockwork's one rule (`blockwork_aws::dns_name`): the same in every CRD, a
-// trailing dot included, and A-labels that do not decode refused.
-
-/// Who already holds a certificate for an FQDN.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Holder {
-    pub namespace: String,
-    pub name: String,
-    pub uid: String,
-}
-
-/// Certs by the FQDN their spec resolves to (not their status, so a Cert still pending counts).
-#[derive(Clone, Debug, Default)]
-pub struct FqdnIndex {
-    by_fqdn: HashMap<String, Vec<Holder>>,
-}
-
-impl FqdnIndex {
-    pub fn insert(&mut self, fqdn: &str, holder: Holder) {
-        self.by_fqdn.entry(normalize(fqdn)).or_default().push(holder);
-    }
-
-    /// The index of `certs` by the FQDN each spec resolves to; specs that do not resolve (no
-    /// zone) are left out.
-    pub fn from_certs(certs: &[crate::api::Cert], registry: &ZoneRegistry) -> Self {
-        let mut index = Self::default();
-        for cert in certs {
-            if let Ok(desired) = desired(&cert.spec, registry) {
-                let holder = Holder {
-                    namespace: cert.metadata.namespace.clone().unwrap_or_default(),
-                    name: cert.metadata.name.clone().unwrap_or_default(),
-                    uid: cert.metadata.uid.clone().unwrap_or_default(),
-                };
-                index.insert(&desired.domain, holder);
-            }
-        }
-        index
-    }
-
-    /// Another object (not `uid`) holding `fqdn`.
-    pub fn other_holder(&self, fqdn: &str, uid: Option<&str>) -> Option<&Holder> {
-        self.by_fqdn.get(&normalize(fqdn))?.iter().find(|h| Some(h.uid.as_str()) != uid)
-    }
-}
-
-/// The webhook's rules for a Cert spec; each violation is a sentence for `kubectl apply`.
-/// Empty: admitted.
-pub fn validate(spec: &CertSpec, registry: &ZoneRegistry, uid: Option<&str>, index: &FqdnIndex) -> Vec<String> {
-    let mut violations = Vec::new();
-    for (field, value) in [("serviceName", &spec.service_name), ("environment", &spec.environment)] {
-        if !dns_name::is_label(value) {
-            violations.push(format!(
-                "spec.{field} {value:?} must be an RFC 1123 label: lowercase letters, digits and '-', at most 63 characters, starting and ending with a letter or digit"
-            ));
-        }
-    }
-    if let Some(Err(invalid)) = spec.domain_name.as_deref().map(dns_name::parse) {
-        violations.push(format!("spec.domainName: {invalid}"));
-    }
-    if spec.subject_alternative_names.len() > MAX_SANS {
-        violations.push(format!(
-            "spec.subjectAlternativeNames has {} names; ACM allows at most {MAX_SANS}",
-            spec.subject_alternative_names.len()
-        ));
-    }
-    for invalid in spec.subject_alternative_names.iter().filter_map(|san| dns_name::parse(san).err()) {
-        violations.push(format!("spec.subjectAlternativeNames: {invalid}"));
-    }
-    if !violations.is_empty() {
-        return violations;
-    }
-    match desired(spec, registry) {
-        Err(error) => violations.push(format!("zone: {error}")),
-        Ok(desired) => {
-            if spec.domain_name.is_none() && dns_name::parse(&desired.domain).is_err() {
-                violations.push(format!("the generated domain {} is not a valid DNS name; set domainName", desired.domain));
-            }
-            if let Some(holder) = index.other_holder(&desired.domain, uid) {
-                violations.push(format!("a certificate for {} already exists: {}/{}", desired.domain, holder.namespace, holder.name));
-            }
-        }
-    }
-    violations
-}
-
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used, clippy::panic)]
@@ -754,67 +667,9 @@ mod tests {
     }
 
     #[test]
-    fn a_san_with_an_undecodable_a_label_is_refused_naming_the_label() {
-        let index = FqdnIndex::default();
-        let spec = CertSpec { subject_alternative_names: vec!["xn--zz.k8s.example.com".into()], ..spec("api", "prod") };
-        let violations = validate(&spec, &zones(), None, &index);
-        assert_eq!(violations.len(), 1, "{violations:?}");
-        assert!(violations[0].starts_with("spec.subjectAlternativeNames: label \"xn--zz\""), "{violations:?}");
-    }
-
-    #[test]
     fn a_trailing_dot_names_the_same_domain() {
         let absolute = CertSpec { domain_name: Some("api.k8s.example.com.".into()), ..spec("api", "prod") };
         let relative = CertSpec { domain_name: Some("api.k8s.example.com".into()), ..spec("api", "prod") };
         assert_eq!(desired(&absolute, &zones()).map(|d| d.domain), desired(&relative, &zones()).map(|d| d.domain));
-    }
-
-    #[test]
-    fn webhook_rules_report_each_violation() {
-        let index = FqdnIndex::default();
-        assert!(validate(&spec("api", "prod"), &zones(), None, &index).is_empty());
-        let bad = CertSpec {
-            domain_name: Some("not a domain".into()),
-            subject_alternative_names: vec!["ok.example.com".into(), "bad_san".into()],
-            ..spec("Api", "prod-")
-        };
-        let violations = validate(&bad, &zones(), None, &index);
-        assert_eq!(violations.len(), 4, "{violations:?}");
-        let too_many =
-            CertSpec { subject_alternative_names: (0..101).map(|i| format!("s{i}.example.com")).collect(), ..spec("api", "prod") };
-        assert!(validate(&too_many, &zones(), None, &index)[0].contains("at most 100"));
-        let hundred =
-            CertSpec { subject_alternative_names: (0..100).map(|i| format!("s{i}.example.com")).collect(), ..spec("api", "prod") };
-        assert!(validate(&hundred, &zones(), None, &index).is_empty());
-    }
-
-    #[test]
-    fn webhook_rejects_domains_outside_the_zones() {
-        let outside = CertSpec { domain_name: Some("a.nowhere.net".into()), ..spec("api", "prod") };
-        assert!(validate(&outside, &zones(), None, &FqdnIndex::default())[0].starts_with("zone:"));
-        let san_outside = CertSpec { subject_alternative_names: vec!["a.nowhere.net".into()], ..spec("api", "prod") };
-        assert!(validate(&san_outside, &zones(), None, &FqdnIndex::default())[0].contains("a.nowhere.net"));
-    }
-
-    #[test]
-    fn the_fqdn_index_is_built_from_specs() {
-        let mut first = crate::api::Cert::new("first", spec("api", "prod"));
-        first.metadata.namespace = Some("team".into());
-        first.metadata.uid = Some("u1".into());
-        let explicit = crate::api::Cert::new("other", CertSpec { domain_name: Some("www.other.org".into()), ..spec("x", "y") });
-        let index = FqdnIndex::from_certs(&[first, explicit], &zones());
-        assert_eq!(index.other_holder("api-prod.example.com", Some("u2")).map(|h| h.name.as_str()), Some("first"));
-        assert!(index.other_holder("API-prod.example.com.", Some("u1")).is_none());
-        assert!(index.other_holder("www.other.org", None).is_some());
-    }
-
-    #[test]
-    fn webhook_rejects_a_duplicate_fqdn_but_not_the_object_itself() {
-        let mut index = FqdnIndex::default();
-        index.insert("api-prod.example.com", Holder { namespace: "team".into(), name: "first".into(), uid: "u1".into() });
-        let violations = validate(&spec("api", "prod"), &zones(), Some("u2"), &index);
-        assert_eq!(violations, ["a certificate for api-prod.example.com already exists: team/first"]);
-        assert!(validate(&spec("api", "prod"), &zones(), Some("u1"), &index).is_empty(), "an update of the holder itself");
-        assert_eq!(validate(&spec("api", "prod"), &zones(), None, &index).len(), 1, "a create has no uid yet");
     }
 }

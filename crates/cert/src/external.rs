@@ -41,6 +41,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::{Client, ResourceExt};
 use tracing::warn;
 
+use crate::admission;
 use crate::api::{Cert, CertObservation, CertState, ValidationRecordStatus};
 use crate::decisions::{self, Assessment, Desired};
 use crate::metrics::CertMetrics;
@@ -163,12 +164,10 @@ impl CertManager {
     }
 
     fn desired(&self, object: &Cert, observation: &mut CertObservation) -> Result<Desired, ExternalError> {
-        // The webhook refuses these names at admission; this holds for objects stored without
-        // it (webhook off or failing open), before ACM is asked.
-        for name in object.spec.domain_name.iter().chain(&object.spec.subject_alternative_names) {
-            blockwork_aws::dns_name::parse(name).map_err(|e| ExternalError::terminal("InvalidSpec", e.to_string()))?;
-        }
-        let desired = decisions::desired(&object.spec, &self.zones).map_err(|e| ExternalError::terminal("InvalidSpec", e.to_string()))?;
+        // The webhook's rules, for objects stored without it (webhook off or failing open),
+        // before ACM is asked.
+        let desired = admission::admissible(&object.spec, &self.zones)
+            .map_err(|violations| ExternalError::terminal("InvalidSpec", violations.join("; ")))?;
         observation.domain_name = Some(desired.domain.clone());
         observation.resolved_zone = Some(desired.zone.to_ref());
         Ok(desired)

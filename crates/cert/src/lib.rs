@@ -4,8 +4,8 @@
 //! and owner tags, writes the validation CNAMEs, waits for ACM to issue it and publishes the ARN
 //! in status.
 //!
-//! - [`api`]: the CRD. [`decisions`]: pure decisions (FQDN, zones, token, records, states, admission
-//!   rules). [`zones`]: `--dns-zones`.
+//! - [`api`]: the CRD. [`decisions`]: pure decisions (FQDN, zones, token, records, states).
+//!   [`admission`]: what the webhook and the controller refuse. [`zones`]: `--dns-zones`.
 //! - [`external`]: the runtime's `ExternalResource`, on the process's AWS layer
 //!   (`blockwork_aws`: ACM and its certificate listing, batched Route 53 records, quotas,
 //!   retries). [`wake`]: reconciles Certs when the listing or a record write tells of a change.
@@ -15,6 +15,7 @@
 //! It runs as the `cert` controller of `blockwork run`, with [`CertArgs`] flattened into that
 //! command's flags.
 
+pub mod admission;
 pub mod api;
 pub mod authority;
 pub mod config;

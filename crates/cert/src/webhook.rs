@@ -18,9 +18,9 @@ use kube::runtime::{WatchStreamExt as _, watcher};
 use kube::{Client, ResourceExt as _};
 use tracing::warn;
 
+use crate::admission::{FqdnIndex, validate};
 use crate::api::{Cert, GROUP, VERSION};
-use crate::decisions::{FqdnIndex, validate};
-use crate::export::admission;
+use crate::export::admission as export;
 use crate::zones::ZoneRegistry;
 
 /// Where the webhook server serves it.
@@ -103,7 +103,7 @@ async fn review(State(validator): State<Validator>, Json(review): Json<Admission
     } else {
         vec!["the webhook's index of Certs is not ready yet, so a duplicate domain cannot be ruled out; retry in a few seconds".to_owned()]
     };
-    problems.extend(admission::template_problems(&cert.spec));
+    problems.extend(export::template_problems(&cert.spec));
     if let Some(authority) = &cert.spec.certificate_authority_arn
         && let Err(refusal) =
             crate::authority::check(authority, &validator.issuance.certificate_authorities, validator.issuance.region.as_deref())
@@ -111,7 +111,7 @@ async fn review(State(validator): State<Validator>, Json(review): Json<Admission
         problems.push(format!("spec.certificateAuthorityArn: {}", refusal.message));
     }
     let old = request.old_object.as_ref().map(|old| &old.spec);
-    let warnings = admission::warnings(old, &cert.spec, validator.issuance.export_secrets);
+    let warnings = export::warnings(old, &cert.spec, validator.issuance.export_secrets);
     let mut response = verdict(response, &mut problems, validator.fail_closed, &cert.name_any());
     if response.allowed && !warnings.is_empty() {
         response.warnings.get_or_insert_with(Vec::new).extend(warnings);

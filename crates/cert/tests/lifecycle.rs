@@ -150,13 +150,22 @@ async fn a_validation_record_write_denied_fails_the_cert_and_is_written_again_on
 }
 
 #[tokio::test]
-async fn an_undecodable_a_label_stored_without_the_webhook_fails_the_cert_before_acm_is_asked() {
+async fn names_a_public_ca_refuses_stored_without_the_webhook_fail_the_cert_before_acm_is_asked() {
     let h = Harness::start("a-label", &["main"]).await;
-    let san = format!("xn--zz.{}", h.zones[0].name);
-    h.create("api", CertSpec { subject_alternative_names: vec![san.clone()], ..spec("api", "dev") }).await;
-    let cert = h.wait_for_state("api", CertState::Failed).await;
-    let message = status(&cert).message.clone().unwrap();
-    assert!(message.contains("xn--zz") && message.contains("A-label"), "{message}");
+    let zone = &h.zones[0].name;
+    let undecodable = vec![format!("xn--zz.{zone}")];
+    let symbol = vec![format!("xn--n3h.{zone}")];
+    let twice = vec![format!("www.{zone}"), format!("www.{zone}.")];
+    for (name, sans, says) in [
+        ("undecodable", undecodable, "spec.subjectAlternativeNames[0]: label \"xn--zz\""),
+        ("symbol", symbol, "spec.subjectAlternativeNames[0]: label \"xn--n3h\""),
+        ("twice", twice, "spec.subjectAlternativeNames[1]: "),
+    ] {
+        h.create(name, CertSpec { subject_alternative_names: sans, ..spec(name, "dev") }).await;
+        let cert = h.wait_for_state(name, CertState::Failed).await;
+        let message = status(&cert).message.clone().unwrap();
+        assert!(message.contains(says), "{name}: {message}");
+    }
     assert_eq!(h.proxy.calls("RequestCertificate"), 0, "nothing is requested");
 }
 

@@ -269,7 +269,36 @@ fn a_tenant_diff_names_every_changed_field_and_masks_account_ids() {
 // DNS names.
 
 fn dns_like() -> impl Strategy<Value = String> {
-    prop_oneof![text(), "(\\*\\.)?([a-z0-9-]{1,20}\\.){1,5}[a-z]{2,10}\\.?", "([a-z0-9-]{60,63}\\.){3,4}[a-z]{2,3}\\.?"]
+    prop_oneof![
+        text(),
+        "(\\*\\.)?([a-z0-9-]{1,20}\\.){1,5}[a-z]{2,10}\\.?",
+        "([a-z0-9-]{60,63}\\.){3,4}[a-z]{2,3}\\.?",
+        internationalized(),
+    ]
+}
+
+/// Names with a label of letters from several scripts, symbols, emoji, joiners, middle dots and
+/// Arabic-Indic digits, encoded as UTS #46 encodes them: A-labels IDNA2008 takes, and ones it
+/// refuses though UTS #46 encodes them.
+fn internationalized() -> impl Strategy<Value = String> {
+    "[a-z0-9\u{df}\u{b7}\u{3b1}-\u{3c9}\u{375}\u{430}-\u{44f}\u{5d0}-\u{5ea}\u{5f3}\u{627}-\u{64a}\u{660}-\u{669}\u{6f0}-\u{6f9}\u{30a2}-\u{30f3}\u{30fb}\u{4e00}-\u{4e2f}\u{200d}\u{2603}\u{2665}\u{1f4a9}-]{1,10}"
+        .prop_map(|label| {
+            let name = format!("{label}.example.com");
+            idna::domain_to_ascii(&name).unwrap_or(name)
+        })
+}
+
+/// Lists of names from a few domains, some with a trailing dot, some invalid.
+fn domain_lists() -> impl Strategy<Value = Vec<String>> {
+    let name = prop_oneof![
+        Just("a.example.com".to_owned()),
+        Just("b.example.com".to_owned()),
+        Just("xn--bcher-kva.example.com".to_owned()),
+        Just("zz--shop.example.com".to_owned()),
+        Just("xn--n3h.example.com".to_owned()),
+        dns_like(),
+    ];
+    prop::collection::vec((name, any::<bool>()).prop_map(|(name, dot)| if dot { format!("{name}.") } else { name }), 0..6)
 }
 
 #[test]
@@ -283,6 +312,20 @@ fn dns_normalization_is_idempotent_and_agrees_with_parse() {
 fn dns_names_the_controller_accepts_pass_the_crd_schema_and_the_schema_passes_every_plain_name_that_fits() {
     proptest!(|(name in dns_like())| {
         holds(dns::parse_and_the_crd_schema_agree(&name))?;
+    });
+}
+
+#[test]
+fn dns_names_the_controller_accepts_have_only_labels_a_public_ca_takes() {
+    proptest!(|(name in dns_like())| {
+        holds(dns::accepted_labels_are_ones_a_public_ca_takes(&name))?;
+    });
+}
+
+#[test]
+fn a_list_of_dns_names_is_taken_exactly_when_each_is_valid_and_none_repeats_another() {
+    proptest!(|(names in domain_lists())| {
+        holds(dns::a_list_names_each_domain_once(&names))?;
     });
 }
 

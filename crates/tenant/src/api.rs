@@ -104,7 +104,9 @@ pub const ROLE_ARN_RULE: &str =
 pub struct DomainName {
     /// A fully qualified domain name of lowercase DNS labels, optionally a wildcard
     /// (`*.example.com`) and absolute (`www.example.com.`, the same domain as without the dot).
-    /// Internationalized names are given as A-labels (`xn--…`), which must decode.
+    /// Internationalized names are given as A-labels (`xn--…`), which must decode to a label
+    /// IDNA2008 allows; a label with `--` in its third and fourth characters is an A-label or
+    /// refused (RFC 5891 reserves them).
     #[schemars(regex(pattern = blockwork_aws::dns_name::PATTERN), length(max = 254))]
     pub domain: String,
 }

@@ -7,7 +7,7 @@
 
 use std::collections::BTreeSet;
 
-use blockwork_aws::dns_name::{self, DnsNameError};
+use blockwork_aws::dns_name::{self, FieldError};
 use blockwork_aws::mask_accounts;
 
 use crate::api::{
@@ -37,12 +37,11 @@ pub enum SpecError {
     TooLong { field: String, max: usize },
     #[error("spec.{field} has too many items: at most {max}")]
     TooMany { field: &'static str, max: usize },
-    #[error("spec.domains: {0}")]
-    Domain(DnsNameError),
-    #[error("spec.domains lists {0} more than once (a trailing dot names the same domain)")]
-    DuplicateDomain(String),
-    #[error("spec.managedCertificateRequest.primaryDomainName: {0}")]
-    PrimaryDomainName(DnsNameError),
+    /// Every domain a public CA would refuse, and every domain listed twice.
+    #[error("{}", .0.iter().map(ToString::to_string).collect::<Vec<_>>().join("; "))]
+    Domains(Vec<FieldError>),
+    #[error("{0}")]
+    PrimaryDomainName(FieldError),
     #[error("spec.managedCertificateRequest.primaryDomainName {0} is not one of spec.domains")]
     PrimaryDomainNotADomain(String),
     #[error("spec.parameters: parameter {0:?} is given more than once")]
@@ -117,15 +116,10 @@ pub fn validate(name: &str, spec: &DistributionTenantSpec) -> Result<(), SpecErr
     if spec.domains.is_empty() {
         return Err(SpecError::Missing("domains"));
     }
-    let mut domains = BTreeSet::new();
-    for domain in &spec.domains {
-        let normal = dns_name::parse(&domain.domain).map_err(SpecError::Domain)?;
-        if !domains.insert(normal.clone()) {
-            return Err(SpecError::DuplicateDomain(normal));
-        }
-    }
+    let domains = dns_name::parse_list("spec.domains", spec.domains.iter().map(|d| d.domain.as_str())).map_err(SpecError::Domains)?;
     if let Some(primary) = spec.managed_certificate_request.as_ref().and_then(|r| r.primary_domain_name.as_deref()) {
-        let normal = dns_name::parse(primary).map_err(SpecError::PrimaryDomainName)?;
+        let normal =
+            dns_name::parse_field("spec.managedCertificateRequest.primaryDomainName", primary).map_err(SpecError::PrimaryDomainName)?;
         if !domains.contains(&normal) {
             return Err(SpecError::PrimaryDomainNotADomain(normal));
         }
@@ -422,15 +416,28 @@ mod tests {
     #[test]
     fn a_trailing_dot_names_the_same_domain_so_both_forms_are_a_duplicate() {
         let error = validate("tenant", &spec(&["www.example.com", "www.example.com."])).expect_err("one domain twice");
-        assert_eq!(error, SpecError::DuplicateDomain("www.example.com".to_owned()));
+        assert!(
+            matches!(&error, SpecError::Domains(problems) if matches!(problems.as_slice(), [FieldError::Duplicate { .. }])),
+            "{error:?}"
+        );
+        assert!(error.to_string().starts_with("spec.domains[1]: \"www.example.com.\" names www.example.com a second time"), "{error}");
         assert_eq!(validate("tenant", &spec(&["www.example.com."])), Ok(()));
     }
 
     #[test]
     fn a_domain_with_an_undecodable_a_label_is_refused_naming_the_label() {
         let error = validate("tenant", &spec(&["xn--zz.example.com"])).expect_err("xn--zz does not decode");
-        assert!(matches!(error, SpecError::Domain(DnsNameError::ALabel { .. })), "{error:?}");
-        assert!(error.to_string().starts_with("spec.domains: label \"xn--zz\""), "{error}");
+        assert!(error.to_string().starts_with("spec.domains[0]: label \"xn--zz\""), "{error}");
+    }
+
+    #[test]
+    fn domains_a_public_ca_would_refuse_are_all_refused_naming_the_field_and_the_label() {
+        let error =
+            validate("tenant", &spec(&["zz--shop.example.com", "www.example.com", "xn--n3h.example.com"])).expect_err("two refused");
+        let message = error.to_string();
+        assert!(message.starts_with("spec.domains[0]: label \"zz--shop\""), "{message}");
+        assert!(message.contains("; spec.domains[2]: label \"xn--n3h\"") && message.contains("U+2603"), "{message}");
+        assert_eq!(validate("tenant", &spec(&["xn--bcher-kva.example.com"])), Ok(()), "a valid IDN");
     }
 
     #[test]
@@ -445,7 +452,8 @@ mod tests {
         spec.managed_certificate_request = Some(request("shop.example.com"));
         assert_eq!(validate("tenant", &spec), Err(SpecError::PrimaryDomainNotADomain("shop.example.com".to_owned())));
         spec.managed_certificate_request = Some(request("xn--zz.example.com"));
-        assert!(matches!(validate("tenant", &spec), Err(SpecError::PrimaryDomainName(DnsNameError::ALabel { .. }))));
+        let error = validate("tenant", &spec).expect_err("xn--zz does not decode");
+        assert!(error.to_string().starts_with("spec.managedCertificateRequest.primaryDomainName: label \"xn--zz\""), "{error}");
     }
 
     #[test]

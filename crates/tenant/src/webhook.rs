@@ -1,8 +1,8 @@
 //! The validating admission webhook for DistributionTenant: the rules of [`crate::validate`] that
-//! need only the object — DNS names that CEL cannot check (IDNA A-labels that do not decode, the
-//! same domain with and without its trailing dot), the certificate's region, a web ACL override
-//! without its ARN, and the rest — answered before the object is stored, so a tenant CloudFront
-//! would refuse never gets a DNS record written for it. Served by every replica, leader or not.
+//! need only the object — DNS names that CEL cannot check (reserved labels, IDNA A-labels a
+//! public CA would refuse, the same domain with and without its trailing dot), the certificate's
+//! region, a web ACL override without its ARN, and the rest — answered before the object is
+//! stored, so a tenant CloudFront would refuse never gets a DNS record written for it. Served by every replica, leader or not.
 //! What needs AWS (the distribution's parameters, the certificate's names) the controller checks
 //! before its first write, and reports as a condition.
 
@@ -127,7 +127,7 @@ mod tests {
         let answered = answer(review(&["xn--zz.example.com"]), true);
         let response = response(&answered);
         assert!(!response.allowed);
-        assert!(response.result.message.contains("spec.domains: label \"xn--zz\""), "{}", response.result.message);
+        assert!(response.result.message.contains("spec.domains[0]: label \"xn--zz\""), "{}", response.result.message);
     }
 
     #[test]
@@ -136,6 +136,6 @@ mod tests {
         let response = response(&answered);
         assert!(response.allowed);
         let warnings = response.warnings.clone().unwrap_or_default();
-        assert!(warnings.iter().any(|w| w.contains("more than once")), "{warnings:?}");
+        assert!(warnings.iter().any(|w| w.contains("names www.example.com a second time")), "{warnings:?}");
     }
 }

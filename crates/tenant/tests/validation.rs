@@ -167,15 +167,22 @@ async fn trailing_dot_domain_is_the_same_domain_in_cloudfront_and_route53() {
 }
 
 #[tokio::test]
-async fn undecodable_a_label_is_refused_before_anything_is_written() {
+async fn domains_a_public_ca_refuses_are_refused_before_anything_is_written() {
     let h = Harness::start("dt-v-alabel").await;
-    let mut spec = h.dns_spec(&["www"], &h.zone_id, 300);
-    spec.domains = vec![DomainName { domain: format!("xn--zz.{}.example.com", h.namespace) }];
-    h.create("shop-alabel", spec).await;
-    let tenant = h.wait_for("shop-alabel", "Failed", failed).await;
-    let (_, reason, message) = condition(&tenant, "Ready").unwrap();
-    assert_eq!(reason, "InvalidSpec");
-    assert!(message.starts_with("spec.domains: label \"xn--zz\""), "{message}");
+    let suffix = format!("{}.example.com", h.namespace);
+    for (name, domains, says) in [
+        ("undecodable", vec![format!("xn--zz.{suffix}")], "spec.domains[0]: label \"xn--zz\""),
+        ("symbol", vec![format!("xn--n3h.{suffix}")], "spec.domains[0]: label \"xn--n3h\""),
+        ("reserved", vec![format!("zz--shop.{suffix}")], "spec.domains[0]: label \"zz--shop\""),
+    ] {
+        let mut spec = h.dns_spec(&["www"], &h.zone_id, 300);
+        spec.domains = domains.into_iter().map(|domain| DomainName { domain }).collect();
+        h.create(name, spec).await;
+        let tenant = h.wait_for(name, "Failed", failed).await;
+        let (_, reason, message) = condition(&tenant, "Ready").unwrap();
+        assert_eq!(reason, "InvalidSpec");
+        assert!(message.starts_with(says), "{name}: {message}");
+    }
     assert!(h.proxy.all_calls().is_empty(), "{:?}", h.proxy.all_calls());
     nothing_written(&h).await;
 }

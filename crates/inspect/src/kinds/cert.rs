@@ -1,0 +1,393 @@
+//! A Cert's report: the runtime's status, the ACM certificate as last observed, its validation
+//! records (as listed, and as Route 53 answers for them at explain time) and the ConfigMap it
+//! publishes its certificate's ARN in.
+
+use blockwork_aws::mask_accounts;
+use blockwork_cert::{Cert, CertState};
+use jiff::Timestamp;
+use k8s_openapi::api::core::v1::{ConfigMap, Event};
+use kube::ResourceExt;
+
+use crate::report::{self, Field, Kind, Origin, Owned, Policy, Reference, Report};
+use crate::text::{age, ago_or_in};
+
+/// How long ACM usually takes to issue once the validation records resolve.
+pub const ACM_USUAL_MINUTES: i64 = 30;
+
+/// A Cert: the runtime's status, the ACM certificate as last observed, its validation records.
+pub fn cert(cert: &Cert, events: &[Event], now: Timestamp) -> Report {
+    let mut report = Report::new(Kind::Cert, &cert.namespace().unwrap_or_default(), &cert.name_any());
+    report.deleting = cert.metadata.deletion_timestamp.is_some();
+    report::runtime_status(&mut report, cert.status.as_ref(), cert.metadata.generation);
+    report.set_events(events);
+    report.policies = report::runtime_policies(cert.annotations(), None, ("enforce", "the controller's"), "Delete");
+    report.policies.push(Policy {
+        name: "deleteOnRemoval",
+        value: cert.spec.delete_on_removal.to_string(),
+        origin: Origin::Spec,
+        source: "spec.deleteOnRemoval; the ACM certificate and its records go with the Cert only when true".to_owned(),
+    });
+    let Some(status) = cert.status.as_ref() else { return report };
+    let observation = &status.observation;
+    report.operator_state = observation.state.map(|s| s.as_str().to_owned());
+    match &observation.resolved_zone {
+        Some(zone) => report.references.push(Reference {
+            what: "hosted zone".into(),
+            name: zone_name(zone.name.as_deref(), zone.id.as_deref()),
+            state: "one of the controller's --dns-zones".into(),
+            ok: true,
+        }),
+        None if cert.spec.dns_zone.is_some() || cert.spec.domain_name.is_some() => report.references.push(Reference {
+            what: "hosted zone".into(),
+            name: cert
+                .spec
+                .dns_zone
+                .as_ref()
+                .map(|z| zone_name(z.name.as_deref(), z.id.as_deref()))
+                .unwrap_or_else(|| "(by domain)".into()),
+            state: "not resolved yet".into(),
+            ok: false,
+        }),
+        None => {}
+    }
+    if let Some(domain) = &observation.domain_name {
+        report.observed.push(Field::new("domain", domain));
+    }
+    if !cert.spec.subject_alternative_names.is_empty() {
+        report.observed.push(Field::new("alternative names", cert.spec.subject_alternative_names.join(", ")));
+    }
+    if let Some(arn) = &observation.certificate_arn {
+        report.observed.push(Field::new("ARN", mask_accounts(arn)));
+    }
+    let acm_status = match (observation.cert_ready, observation.state) {
+        (true, _) => Some("ISSUED"),
+        (false, Some(CertState::Created | CertState::Validated)) => Some("PENDING_VALIDATION"),
+        _ => None,
+    };
+    if let Some(acm_status) = acm_status {
+        report.observed.push(Field::new("ACM status", acm_status));
+    }
+    if let Some(expiry) = &observation.expiration_date {
+        report.observed.push(Field::new("expires", format!("{} ({})", expiry.0.strftime("%Y-%m-%d %H:%M UTC"), ago_or_in(expiry.0, now))));
+    }
+    if let Some(renewal) = &observation.renewal_status {
+        report.observed.push(Field::new("renewal", renewal));
+    }
+    for record in &observation.validation_records {
+        let written = if record.pending { "listed, not written yet" } else { "written" };
+        let owner = if record.owned { "made by Blockwork" } else { "someone else's, shared" };
+        report.observed.push(Field::new(
+            "validation record",
+            format!("{} CNAME {} in zone {} ({written}; {owner})", record.name, record.value, record.zone_id),
+        ));
+    }
+    if !observation.previous_certificate_arns.is_empty() {
+        report.observed.push(Field::new(
+            "replaced certificates",
+            format!("{} kept until the new one is issued", observation.previous_certificate_arns.len()),
+        ));
+    }
+    report.notes.extend(cert_notes(cert, now));
+    report
+}
+
+/// A Cert waiting for ACM: for how long, which records are in which zone, what is usual.
+fn cert_notes(cert: &Cert, now: Timestamp) -> Vec<String> {
+    let Some(status) = cert.status.as_ref() else { return Vec::new() };
+    let observation = &status.observation;
+    let mut notes = Vec::new();
+    let validating = matches!(observation.state, Some(CertState::Created | CertState::Validated)) && !observation.cert_ready;
+    if validating {
+        let since = status.reconcile_state_since.as_ref().map(|t| t.0);
+        let waited = since.map(|s| format!(" for {}", age(s, now))).unwrap_or_default();
+        let records = &observation.validation_records;
+        let written: Vec<&str> = records.iter().filter(|r| !r.pending).map(|r| r.name.as_str()).collect();
+        let zones: Vec<&str> = {
+            let mut zones: Vec<&str> = records.iter().map(|r| r.zone_id.as_str()).collect();
+            zones.dedup();
+            zones
+        };
+        let domain = observation.domain_name.as_deref().unwrap_or("the domain");
+        if records.is_empty() {
+            notes.push(format!(
+                "DNS validation of {domain} pending{waited}: ACM has not published the validation records yet (usually seconds after the request); the controller writes them on its next look."
+            ));
+        } else if written.len() < records.len() {
+            notes.push(format!(
+                "DNS validation of {domain} pending{waited}: {} of {} validation record(s) written to zone {}; the rest are written on the controller's next look.",
+                written.len(),
+                records.len(),
+                zones.join(", ")
+            ));
+        } else {
+            let overdue = since.is_some_and(|s| now.duration_since(s).as_secs() > ACM_USUAL_MINUTES * 60);
+            let advice = if overdue {
+                format!(
+                    " That is longer than the usual {ACM_USUAL_MINUTES} min: check that zone {} is the one the public DNS delegates to (`dig CNAME {}`).",
+                    zones.join(", "),
+                    written.first().copied().unwrap_or(domain)
+                )
+            } else {
+                String::new()
+            };
+            notes.push(format!(
+                "DNS validation of {domain} pending{waited}: the CNAME {} is written in zone {}; ACM usually issues within {ACM_USUAL_MINUTES} min once it resolves, and the Cert fails after the controller's --validation-timeout (72 h by default).{advice}",
+                written.join(", "),
+                zones.join(", ")
+            ));
+        }
+    }
+    if let Some(expiry) = &observation.expiration_date {
+        let days = expiry.0.duration_since(now).as_secs() / 86_400;
+        if observation.cert_ready && days < 30 && observation.renewal_status.as_deref() != Some("SUCCESS") {
+            notes.push(format!(
+                "The certificate expires in {days} days and ACM has not renewed it (renewal: {}): ACM renews only certificates in use whose validation records still resolve.",
+                observation.renewal_status.as_deref().unwrap_or("not started")
+            ));
+        }
+    }
+    notes
+}
+
+/// A validation record a Cert has written, as Route 53 answers for it at explain time.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RecordNow {
+    pub zone_id: String,
+    pub name: String,
+    /// The value ACM asked for.
+    pub want: String,
+    /// The CNAME's value in the zone now (`None`: no CNAME of that name); the error when Route 53
+    /// could not be read.
+    pub found: Result<Option<String>, String>,
+    /// The change that wrote it, as Route 53 reports it now (`None`: the Cert records no change
+    /// id for it — a record it did not write); the error when it could not be read.
+    pub change: Option<Result<ChangeNow, String>>,
+}
+
+/// A Route 53 change as GetChange answers at explain time.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ChangeNow {
+    pub id: String,
+    /// INSYNC (every Route 53 name server answers with the change), else PENDING.
+    pub in_sync: bool,
+    pub submitted_at: Option<Timestamp>,
+}
+
+impl RecordNow {
+    pub fn of(record: &blockwork_cert::ValidationRecordStatus, found: Result<Option<String>, String>) -> Self {
+        Self { zone_id: record.zone_id.clone(), name: record.name.clone(), want: record.value.clone(), found, change: None }
+    }
+}
+
+/// Route 53 applies a change on every name server within about a minute; a change PENDING
+/// longer than this is unusual.
+const ROUTE53_USUAL_MINUTES: i64 = 5;
+
+/// What `explain` says of the validation records as Route 53 has them now: present with ACM's
+/// value, missing, or with another value, and whether the change that wrote each is PENDING or
+/// INSYNC (with its age) — never more than was read.
+pub fn records_now_note(records: &[RecordNow], now: Timestamp) -> Option<String> {
+    if records.is_empty() {
+        return None;
+    }
+    let said: Vec<String> = records
+        .iter()
+        .map(|record| {
+            let found = match &record.found {
+                Ok(Some(value)) if same_name(value, &record.want) => {
+                    format!("the CNAME {} is in zone {} with the value ACM asked for", record.name, record.zone_id)
+                }
+                Ok(Some(value)) => format!(
+                    "the CNAME {} is in zone {} with the value {value}, not ACM's {}: someone else's record stands in the way (change it, or delete it and let the controller write it)",
+                    record.name, record.zone_id, record.want
+                ),
+                Ok(None) => format!(
+                    "the CNAME {} is NOT in zone {}: the controller writes it on its next look; if it stays missing, read the Cert's events and the operator's log for its Route 53 writes",
+                    record.name, record.zone_id
+                ),
+                Err(error) => format!("the CNAME {} in zone {} could not be read: {error}", record.name, record.zone_id),
+            };
+            format!("{found}{}", change_said(record.change.as_ref(), now))
+        })
+        .collect();
+    Some(format!("Route 53 now (read by explain): {}.", said.join("; ")))
+}
+
+/// ", and INSYNC (change C1, submitted 43m ago)" and the like, for [`records_now_note`].
+fn change_said(change: Option<&Result<ChangeNow, String>>, now: Timestamp) -> String {
+    let Some(change) = change else {
+        return " (the Cert records no Route 53 change for it — a record it did not write, or wrote before Blockwork recorded change ids — so whether it is INSYNC is not checked)"
+            .to_owned();
+    };
+    let change = match change {
+        Ok(change) => change,
+        Err(error) => return format!(" (whether its change is INSYNC could not be read: {error})"),
+    };
+    let id = change.id.trim_start_matches("/change/");
+    let submitted = change.submitted_at.map(|at| format!(", submitted {} ago", age(at, now))).unwrap_or_default();
+    if change.in_sync {
+        return format!(", and INSYNC (change {id}{submitted}): every Route 53 name server answers with it");
+    }
+    let overdue = change.submitted_at.is_some_and(|at| now.duration_since(at).as_secs() > ROUTE53_USUAL_MINUTES * 60);
+    let advice = if overdue {
+        format!("; longer than the usual minute or so: check the AWS Health Dashboard for Route 53 and `aws route53 get-change --id {id}`")
+    } else {
+        "; Route 53 usually applies a change within a minute".to_owned()
+    };
+    format!(", and PENDING (change {id}{submitted}): not yet on every Route 53 name server{advice}")
+}
+
+fn same_name(a: &str, b: &str) -> bool {
+    a.trim_end_matches('.').eq_ignore_ascii_case(b.trim_end_matches('.'))
+}
+
+/// The written validation records of a Cert waiting for ACM (none for any other Cert).
+pub fn records_to_read(cert: &Cert) -> Vec<&blockwork_cert::ValidationRecordStatus> {
+    let Some(status) = cert.status.as_ref() else { return Vec::new() };
+    let observation = &status.observation;
+    let validating = matches!(observation.state, Some(CertState::Created | CertState::Validated)) && !observation.cert_ready;
+    if !validating {
+        return Vec::new();
+    }
+    observation.validation_records.iter().filter(|r| !r.pending).collect()
+}
+
+/// The ConfigMap a Cert publishes its certificate's ARN in (`blockwork_cert::publish`), as read
+/// (`None`: it does not exist), against what the Cert would publish now.
+pub fn published(cert: &Cert, configmap: Option<&ConfigMap>) -> Option<Owned> {
+    let name = blockwork_cert::publish::configmap_name(&cert.name_any())?;
+    let observation = cert.status.as_ref().map(|s| &s.observation);
+    let issued = observation.is_some_and(|o| o.cert_ready);
+    let want = observation.and_then(blockwork_cert::publish::data);
+    let (state, ready) = match configmap {
+        None if !issued => ("not published until the certificate is issued".to_owned(), false),
+        None => ("missing: the controller writes it on its next look at the Cert".to_owned(), false),
+        Some(found) if !blockwork_cert::publish::owned_by(found, &cert.uid().unwrap_or_default()) => {
+            ("someone else's: the certificate ARN is not published there (rename or delete it)".to_owned(), false)
+        }
+        Some(found) if found.data == want => {
+            let keys: Vec<&str> = found.data.iter().flatten().map(|(k, _)| k.as_str()).collect();
+            (format!("published: {}", keys.join(", ")), true)
+        }
+        Some(_) => ("out of date: the controller rewrites it on its next look at the Cert".to_owned(), false),
+    };
+    Some(Owned { kind: "ConfigMap".into(), name, state, ready })
+}
+
+fn zone_name(name: Option<&str>, id: Option<&str>) -> String {
+    match (name, id) {
+        (Some(name), Some(id)) => format!("{name} ({id})"),
+        (Some(one), None) | (None, Some(one)) => one.to_owned(),
+        (None, None) => "(unnamed)".to_owned(),
+    }
+}
+
+/// A Cert another object depends on: its state and whether it is Ready, in a few words.
+pub(super) fn cert_reference(issuing: &Cert, now: Timestamp) -> Reference {
+    let report = cert(issuing, &[], now);
+    let since = report.state_since.map(|s| format!(" for {}", age(s, now))).unwrap_or_default();
+    let ready = report.ready == Some(true);
+    let why = report
+        .last_error
+        .as_ref()
+        .map(|e| format!(": {}", e.reason))
+        .or_else(|| report.condition("Ready").filter(|c| !c.is_true()).map(|c| format!(": {}", c.reason)))
+        .unwrap_or_default();
+    Reference {
+        what: "Cert".into(),
+        name: report.name.clone(),
+        state: format!(
+            "{}{since}, {}{why} (`blockwork explain {}`)",
+            report.state,
+            if ready { "Ready" } else { "not Ready" },
+            report.reference()
+        ),
+        ok: ready,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::kinds::fixtures::{at, validating_cert};
+
+    #[test]
+    fn a_cert_waiting_longer_than_acm_usually_takes_says_where_to_look() {
+        let report = cert(&validating_cert(false), &[], at(43 * 60));
+        let note = report.notes.first().expect("a note");
+        assert!(
+            note.starts_with(
+                "DNS validation of api-prod.k8s.example.com pending for 43m: the CNAME _x.api-prod.k8s.example.com. is written in zone Z123"
+            ),
+            "{note}"
+        );
+        assert!(note.contains("longer than the usual 30 min") && note.contains("`dig CNAME _x.api-prod.k8s.example.com.`"), "{note}");
+        assert!(!cert(&validating_cert(false), &[], at(10 * 60)).notes[0].contains("longer than the usual"), "10 minutes is usual");
+    }
+
+    fn written_by(change: Result<ChangeNow, String>) -> Vec<RecordNow> {
+        let record = &validating_cert(false).status.expect("a status").observation.validation_records[0];
+        vec![RecordNow { change: Some(change), ..RecordNow::of(record, Ok(Some("_y.acm-validations.aws".into()))) }]
+    }
+
+    #[test]
+    fn an_insync_change_is_named_with_its_zone_and_age() {
+        let change = ChangeNow { id: "/change/C1".into(), in_sync: true, submitted_at: Some(at(0)) };
+        let note = records_now_note(&written_by(Ok(change)), at(43 * 60)).expect("a note");
+        assert!(
+            note.contains("the CNAME _x.api-prod.k8s.example.com. is in zone Z123 with the value ACM asked for, and INSYNC (change C1, submitted 43m ago)"),
+            "{note}"
+        );
+    }
+
+    #[test]
+    fn a_change_pending_for_minutes_says_where_to_look_and_a_fresh_one_does_not() {
+        let change = ChangeNow { id: "/change/C1".into(), in_sync: false, submitted_at: Some(at(0)) };
+        let fresh = records_now_note(&written_by(Ok(change.clone())), at(30)).expect("a note");
+        assert!(
+            fresh.contains("and PENDING (change C1, submitted 30s ago)") && fresh.contains("usually applies a change within a minute"),
+            "{fresh}"
+        );
+        let stuck = records_now_note(&written_by(Ok(change)), at(7 * 60)).expect("a note");
+        assert!(stuck.contains("`aws route53 get-change --id C1`"), "{stuck}");
+    }
+
+    #[test]
+    fn a_change_that_cannot_be_read_is_said_so_not_guessed() {
+        let note = records_now_note(&written_by(Err("AccessDenied: no".into())), at(60)).expect("a note");
+        assert!(note.contains("whether its change is INSYNC could not be read: AccessDenied: no"), "{note}");
+        assert!(!note.contains("and INSYNC") && !note.contains("and PENDING"), "{note}");
+    }
+
+    #[test]
+    fn a_record_not_written_yet_is_counted() {
+        let report = cert(&validating_cert(true), &[], at(60));
+        assert!(report.notes[0].contains("0 of 1 validation record(s) written to zone Z123"), "{:?}", report.notes);
+    }
+
+    #[test]
+    fn a_cert_s_configmap_is_published_only_once_issued_and_only_if_it_is_the_cert_s() {
+        let mut cert = validating_cert(false);
+        cert.metadata.uid = Some("uid-1".into());
+        let pending = published(&cert, None).expect("a name");
+        assert_eq!((pending.name.as_str(), pending.ready), ("api-certificate", false));
+        assert!(pending.state.starts_with("not published until"), "{pending:?}");
+
+        if let Some(status) = cert.status.as_mut() {
+            status.observation.cert_ready = true;
+            status.observation.certificate_arn = Some("arn:aws:acm:us-east-1:123456789012:certificate/abc".into());
+        }
+        assert!(published(&cert, None).expect("a name").state.starts_with("missing"));
+        let ours = blockwork_cert::publish::configmap(&cert, &cert.status.as_ref().expect("a status").observation)
+            .expect("publishable")
+            .expect("an ARN to publish");
+        let current = published(&cert, Some(&ours)).expect("a name");
+        assert_eq!((current.state.as_str(), current.ready), ("published: certificateArn, domainName", true));
+        let mut stale = ours.clone();
+        stale.data = Some([("certificateArn".to_owned(), "arn:aws:acm:us-east-1:123456789012:certificate/old".to_owned())].into());
+        assert!(published(&cert, Some(&stale)).expect("a name").state.starts_with("out of date"));
+        let mut theirs = ours;
+        theirs.metadata.owner_references = None;
+        assert!(published(&cert, Some(&theirs)).expect("a name").state.starts_with("someone else's"));
+    }
+}

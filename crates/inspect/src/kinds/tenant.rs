@@ -1,0 +1,151 @@
+//! A DistributionTenant's report: the runtime's status, the tenant in CloudFront, its DNS and
+//! managed certificate, and the Cert its certificate comes from.
+
+use blockwork_aws::mask_accounts;
+use blockwork_cert::Cert;
+use blockwork_tenant::DistributionTenant;
+use jiff::Timestamp;
+use k8s_openapi::api::core::v1::Event;
+use kube::ResourceExt;
+
+use crate::kinds::cert::cert_reference;
+use crate::report::{self, ConditionView, Field, Kind, Reference, Report};
+use crate::text::ago_or_in;
+
+/// A DistributionTenant: the runtime's status, the tenant in CloudFront, its DNS and managed
+/// certificate. `certs` are the Certs of its namespace as read: the one whose ACM certificate the
+/// tenant names, if any, is a dependency, shown with its state.
+pub fn tenant(tenant: &DistributionTenant, events: &[Event], certs: &[Cert], now: Timestamp) -> Report {
+    let mut report = Report::new(Kind::DistributionTenant, &tenant.namespace().unwrap_or_default(), &tenant.name_any());
+    report.deleting = tenant.metadata.deletion_timestamp.is_some();
+    report::runtime_status(&mut report, tenant.status.as_ref(), tenant.metadata.generation);
+    report.set_events(events);
+    let spec = &tenant.spec;
+    let spec_drift = spec.drift_policy.map(|p| ("spec.driftPolicy", blockwork_runtime::DriftPolicy::from(p).to_string()));
+    report.policies = report::runtime_policies(
+        tenant.annotations(),
+        spec_drift,
+        ("enforce", "the controller's --drift-policy (enforce unless set)"),
+        "Delete",
+    );
+    let conditions = report.conditions.clone();
+    let condition = |type_: &str| conditions.iter().find(|c| c.type_ == type_).cloned();
+    report.references.push(Reference {
+        what: "distribution".into(),
+        name: spec.distribution_id.clone(),
+        state: match report.last_error.as_ref().map(|e| e.reason.as_str()) {
+            Some("DistributionNotFound") => "not found".into(),
+            _ => "named in spec.distributionId".into(),
+        },
+        ok: report.last_error.as_ref().is_none_or(|e| e.reason != "DistributionNotFound"),
+    });
+    if let Some(group) = &spec.connection_group_id {
+        let missing = report.last_error.as_ref().is_some_and(|e| e.reason == "ConnectionGroupNotFound");
+        report.references.push(Reference {
+            what: "connection group".into(),
+            name: group.clone(),
+            state: if missing { "not found".into() } else { "named in spec.connectionGroupId".into() },
+            ok: !missing,
+        });
+    }
+    if let Some(certificate) = spec.customizations.as_ref().and_then(|c| c.certificate.as_ref()) {
+        let certificate_ready = condition(blockwork_tenant::api::CERTIFICATE_READY);
+        report.references.push(Reference {
+            what: "certificate".into(),
+            name: mask_accounts(&certificate.arn),
+            state: certificate_ready.as_ref().map(|c| c.reason.clone()).unwrap_or_else(|| "named in the spec".into()),
+            ok: certificate_ready.as_ref().is_none_or(ConditionView::is_true),
+        });
+        let issuing = certs
+            .iter()
+            .find(|c| c.status.as_ref().and_then(|s| s.observation.certificate_arn.as_deref()) == Some(certificate.arn.as_str()));
+        if let Some(issuing) = issuing {
+            report.references.push(cert_reference(issuing, now));
+        }
+    }
+    if let Some(dns) = &spec.dns {
+        let dns_ready = condition(blockwork_tenant::api::DNS_READY);
+        report.references.push(Reference {
+            what: "hosted zone".into(),
+            name: dns.hosted_zone_id.clone(),
+            state: dns_ready.as_ref().map(|c| format!("{} ({})", c.reason, c.message)).unwrap_or_else(|| "not written yet".into()),
+            ok: dns_ready.as_ref().is_some_and(ConditionView::is_true),
+        });
+    }
+    report.observed.push(Field::new("domains", spec.domains.iter().map(|d| d.domain.as_str()).collect::<Vec<_>>().join(", ")));
+    let Some(status) = tenant.status.as_ref() else { return report };
+    let observation = &status.observation;
+    if let Some(id) = &observation.id {
+        report.observed.push(Field::new("tenant id", id));
+    }
+    if let Some(arn) = &observation.arn {
+        report.observed.push(Field::new("ARN", mask_accounts(arn)));
+    }
+    if let Some(aws_status) = &observation.distribution_tenant_status {
+        report.observed.push(Field::new("CloudFront status", aws_status));
+    }
+    if let Some(target) = &observation.dns_target {
+        report.observed.push(Field::new("DNS target", target));
+    }
+    if !observation.dns_records.is_empty() {
+        report.observed.push(Field::new("DNS records (CNAME, made by Blockwork)", observation.dns_records.join(", ")));
+    }
+    if let Some(change) = &observation.dns_change_id {
+        report.observed.push(Field::new("last Route53 change", change));
+    }
+    if let Some(certificate_status) = &observation.managed_certificate_status {
+        report.observed.push(Field::new("managed certificate", certificate_status));
+    }
+    if let Some(arn) = &observation.certificate_arn {
+        report.observed.push(Field::new("managed certificate ARN", mask_accounts(arn)));
+    }
+    if let Some(dns) =
+        condition(blockwork_tenant::api::DNS_READY).filter(|c| c.reason == "DNSPropagating" || c.reason == "DNSRecordCreating")
+    {
+        report.notes.push(format!(
+            "DNS change {} submitted to zone {} {} and not INSYNC yet; Route53 usually takes under a minute.",
+            observation.dns_change_id.as_deref().unwrap_or("(unknown)"),
+            spec.dns.as_ref().map(|d| d.hosted_zone_id.as_str()).unwrap_or("?"),
+            ago_or_in(dns.since, now)
+        ));
+    }
+    if observation.distribution_tenant_status.as_deref() == Some("InProgress") {
+        report.notes.push("CloudFront is deploying the tenant's last change (InProgress, usually a few minutes).".to_owned());
+    }
+    report
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::kinds::fixtures::{at, validating_cert};
+
+    #[test]
+    fn a_tenant_names_the_cert_its_certificate_comes_from_and_that_cert_s_wait() {
+        const ARN: &str = "arn:aws:acm:us-east-1:123456789012:certificate/abc";
+        let mut issuing = validating_cert(false);
+        if let Some(status) = issuing.status.as_mut() {
+            status.observation.certificate_arn = Some(ARN.into());
+        }
+        let mut other = validating_cert(false);
+        other.metadata.name = Some("web".into());
+        let shop = DistributionTenant::new(
+            "shop",
+            blockwork_tenant::api::DistributionTenantSpec {
+                distribution_id: "E123".into(),
+                customizations: Some(blockwork_tenant::api::Customizations {
+                    certificate: Some(blockwork_tenant::api::CertificateRef { arn: ARN.into() }),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            },
+        );
+        let report = tenant(&shop, &[], &[other, issuing], at(43 * 60));
+        let cert = report.references.iter().find(|r| r.what == "Cert").expect("the Cert is a dependency");
+        assert_eq!(cert.name, "api");
+        assert_eq!(cert.state, "Verifying for 43m, not Ready (`blockwork explain cert/api`)");
+        assert!(!cert.ok);
+        let unrelated = tenant(&shop, &[], &[validating_cert(false)], at(0));
+        assert!(unrelated.references.iter().all(|r| r.what != "Cert"), "a Cert of another certificate is no dependency");
+    }
+}
