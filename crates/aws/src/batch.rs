@@ -17,6 +17,8 @@
 
 use std::time::{Duration, Instant};
 
+use blockwork_runtime::Existence;
+
 /// Most `Change` elements in one request.
 pub const MAX_CHANGES: usize = 100;
 /// Most `ResourceRecord` elements in one request (an UPSERT's count twice).
@@ -196,6 +198,17 @@ pub fn is_refused_change(code: Option<&str>) -> bool {
     matches!(code, Some("InvalidChangeBatch" | "InvalidInput"))
 }
 
+/// What Route 53's refusal of a single DELETE (`InvalidChangeBatch`) says of the record: "it
+/// was not found" — it is absent; "the values provided do not match the current values" — it
+/// is no longer the one Blockwork wrote (someone repointed it; the ownership rule leaves it
+/// alone). Gone either way, as far as what Blockwork owns goes. Any other refusal leaves it
+/// unknown.
+pub fn refused_delete(code: Option<&str>, message: &str) -> Existence {
+    let message = message.to_ascii_lowercase();
+    let absent = message.contains("not found") || message.contains("values provided do not match");
+    if is_refused_change(code) && absent { Existence::Gone } else { Existence::Unknown }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -251,6 +264,16 @@ mod tests {
         assert_eq!(flush_at(policy, Some(now), Some(now), Some(last), false, now), Some(now + policy.gather), "someone waits");
         assert_eq!(flush_at(policy, None, Some(now), Some(last), true, now), Some(now), "a full batch goes at once");
         assert_eq!(flush_at(policy, None, None, Some(last), true, now), None, "nothing queued");
+    }
+
+    #[test]
+    fn a_delete_refused_because_the_record_is_absent_or_not_ours_any_more_is_gone() {
+        let absent = "[Tried to delete resource record set [name='www.example.com.', type='CNAME'] but it was not found]";
+        let repointed = "[Tried to delete resource record set [name='www.example.com.', type='CNAME'] but the values provided do not match the current values]";
+        assert_eq!(refused_delete(Some("InvalidChangeBatch"), absent), Existence::Gone);
+        assert_eq!(refused_delete(Some("InvalidChangeBatch"), repointed), Existence::Gone);
+        assert_eq!(refused_delete(Some("InvalidChangeBatch"), "FATAL problem: DomainLabelEmpty"), Existence::Unknown);
+        assert_eq!(refused_delete(Some("AccessDenied"), absent), Existence::Unknown, "only Route 53's refusal of the change says so");
     }
 
     #[test]

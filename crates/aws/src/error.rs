@@ -2,7 +2,7 @@ use aws_sdk_sts::error::{ProvideErrorMetadata, SdkError};
 /// How the caller reacts to a failed call: the runtime's classes, one vocabulary for every AWS
 /// call and every reconcile.
 pub use blockwork_runtime::ErrorClass;
-use blockwork_runtime::ExternalError;
+use blockwork_runtime::{Existence, ExternalError};
 
 use crate::sanitize::sanitize;
 
@@ -39,6 +39,18 @@ impl AwsError {
     pub fn is_transient(&self) -> bool {
         matches!(self.class, ErrorClass::Throttled | ErrorClass::Retryable)
     }
+
+    /// What this answer says of the thing the call was about, for a deletion: AWS says it does
+    /// not exist (or what held it does not: `NoSuchHostedZone` for a record) — gone; it is in
+    /// use — still there; anything else (access denied, throttling, 5xx, a timeout, an invalid
+    /// request) leaves it unknown.
+    pub fn existence(&self) -> Existence {
+        match (self.class, self.code.as_deref()) {
+            (ErrorClass::NotFound, _) => Existence::Gone,
+            (_, Some("ResourceInUseException")) => Existence::StillThere,
+            _ => Existence::Unknown,
+        }
+    }
 }
 
 /// The runtime's view of a failed AWS call: its class, the AWS error code as the reason, and
@@ -46,7 +58,7 @@ impl AwsError {
 impl From<&AwsError> for ExternalError {
     fn from(error: &AwsError) -> Self {
         let reason = error.code.clone().unwrap_or_else(|| "AwsError".to_owned());
-        ExternalError::new(error.class, reason, sanitize(&error.to_string()))
+        ExternalError { existence: error.existence(), ..ExternalError::new(error.class, reason, sanitize(&error.to_string())) }
     }
 }
 
@@ -176,6 +188,37 @@ mod tests {
         assert_eq!(external.message, "DeleteCertificate: User: [ARN] is not authorized");
         let throttled = AwsError { code: None, class: ErrorClass::Throttled, ..error };
         assert_eq!(ExternalError::from(throttled).reason, "AwsError");
+    }
+
+    fn answered(code: &str, status: u16) -> AwsError {
+        AwsError {
+            operation: "DeleteCertificate",
+            code: Some(code.to_owned()),
+            class: classify(Some(code), Some(status)),
+            message: "m".into(),
+        }
+    }
+
+    #[test]
+    fn an_answer_that_the_thing_or_its_hosted_zone_does_not_exist_proves_it_gone() {
+        for (code, status) in [("ResourceNotFoundException", 400), ("NoSuchHostedZone", 404), ("EntityNotFound", 404)] {
+            assert_eq!(answered(code, status).existence(), Existence::Gone, "{code}");
+            assert_eq!(ExternalError::from(answered(code, status)).existence, Existence::Gone, "{code}");
+        }
+    }
+
+    #[test]
+    fn a_certificate_in_use_is_still_there() {
+        assert_eq!(answered("ResourceInUseException", 400).existence(), Existence::StillThere);
+        assert_eq!(ExternalError::from(answered("ResourceInUseException", 400)).existence, Existence::StillThere);
+    }
+
+    #[test]
+    fn denied_throttled_failed_or_timed_out_answers_leave_existence_unknown() {
+        let timeout = AwsError { operation: "GetChange", code: None, class: classify(None, None), message: "timed out".into() };
+        for error in [answered("AccessDenied", 403), answered("Throttling", 400), answered("InternalFailure", 500), timeout] {
+            assert_eq!(error.existence(), Existence::Unknown, "{error}");
+        }
     }
 
     #[test]

@@ -29,6 +29,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use aws_sdk_route53::types::{ChangeAction, ChangeBatch, ChangeStatus, ResourceRecord, ResourceRecordSet, RrType};
+use blockwork_runtime::Existence;
 use futures::future::BoxFuture;
 use moka::future::Cache;
 use tokio::sync::{Notify, oneshot};
@@ -92,7 +93,8 @@ pub enum Written {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Deletion {
     Deleted,
-    /// Not there with these values (gone, or changed by someone else): nothing was deleted.
+    /// Not there with these values (gone, changed by someone else, or its hosted zone does not
+    /// exist): nothing was deleted, and nothing of ours is there.
     NotFound,
 }
 
@@ -489,12 +491,23 @@ impl Worker {
                     results.extend(self.apply(callers, second).await);
                     results
                 }
-                // A single DELETE refused: the record is not there with these values.
+                // A single DELETE refused because the record is absent or no longer has these
+                // values: nothing of ours is there.
                 Err(error)
-                    if batch::is_refused_change(error.code.as_deref()) && items.iter().all(|i| i.change.action == Action::Delete) =>
+                    if items.iter().all(|i| i.change.action == Action::Delete)
+                        && batch::refused_delete(error.code.as_deref(), &error.message) == Existence::Gone =>
                 {
                     vec![Ok(Outcome::NotFound)]
                 }
+                // The hosted zone does not exist: neither do the records to delete (never
+                // written, or gone with the zone); what was to be written fails.
+                Err(error) if error.existence() == Existence::Gone => items
+                    .iter()
+                    .map(|i| match i.change.action {
+                        Action::Delete => Ok(Outcome::NotFound),
+                        Action::Upsert => Err(error.clone()),
+                    })
+                    .collect(),
                 Err(error) => {
                     if error.class == ErrorClass::Terminal {
                         warn!(zone = %self.queue.zone.id, changes = items.len(), %error, "Route 53 refused a change");

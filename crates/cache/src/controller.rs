@@ -31,7 +31,7 @@ use tracing::{info, warn};
 use blockwork_runtime::events::Publisher;
 use blockwork_runtime::labels::managed_by_selector;
 use blockwork_runtime::namespaces::api as child_api;
-use blockwork_runtime::outcome::ErrorClass;
+use blockwork_runtime::outcome::{ErrorClass, Existence};
 use blockwork_runtime::status::{LastError, condition, set_condition};
 use blockwork_runtime::watches::on_its_own;
 
@@ -432,7 +432,7 @@ async fn apply_children(context: &Context, namespace: &str, cache: &Cache, desir
             }
             match Api::<PodDisruptionBudget>::namespaced(client.clone(), namespace).delete(&name, &DeleteParams::default()).await {
                 Ok(_) => {}
-                Err(kube::Error::Api(status)) if status.code == 404 => {}
+                Err(error) if Existence::of_kube(&error) == Existence::Gone => {}
                 Err(error) => return Err(ApplyFailed { action: "deleting", kind: "PodDisruptionBudget".into(), name, error }),
             }
         }
@@ -455,10 +455,11 @@ async fn cleanup(cache: &Cache, context: &Context) -> Result<Action, Error> {
             Api::<ConfigMap>::namespaced(client.clone(), &namespace).delete(&format!("{name}-config"), &params).await.map(|_| ()),
             Api::<PodDisruptionBudget>::namespaced(client.clone(), &namespace).delete(&name, &params).await.map(|_| ()),
         ];
+        // A child already gone is deleted; any other failure is told, never waited on.
         results
             .into_iter()
             .filter_map(Result::err)
-            .filter(|e| !matches!(e, kube::Error::Api(r) if r.code == 404))
+            .filter(|e| Existence::of_kube(e) != Existence::Gone)
             .map(|e| e.to_string())
             .collect::<Vec<_>>()
     };

@@ -32,6 +32,7 @@ use blockwork_aws::acm::{Acm, Certificate, CertificateRequest, Freshness};
 use blockwork_aws::pca::Pca;
 use blockwork_aws::route53::{Deletion, Record, Records, Written, Zone};
 use blockwork_aws::{AwsError, ErrorClass};
+use blockwork_runtime::Existence;
 
 use blockwork_runtime::{
     Conditions, DeleteOutcome, ExternalError, ExternalResource, MutateOutcome, Observed, Phase, Purpose, Report, Request, RequeuePolicy,
@@ -580,12 +581,14 @@ impl CertManager {
     }
 
     /// Deletes a certificate of this Cert: only if its owner tag names this object (one that
-    /// does not is someone else's, and only forgotten), and never one in use.
+    /// does not is someone else's, and only forgotten), and never one in use. A certificate ACM
+    /// no longer has is deleted already (`Existence::Gone`); errors name the certificate.
     async fn delete_owned(&self, arn: &str, uid: &str) -> Result<(), ExternalError> {
+        let named = |error: ExternalError| error.concerning(format!("deleting the ACM certificate {}", blockwork_aws::mask_accounts(arn)));
         let tags = match self.acm.list_tags(arn).await {
             Ok(tags) => tags,
-            Err(error) if error.class == ErrorClass::NotFound => return Ok(()),
-            Err(error) => return Err(ExternalError::from(&error)),
+            Err(error) if error.existence() == Existence::Gone => return Ok(()),
+            Err(error) => return Err(named(ExternalError::from(&error))),
         };
         if !decisions::owned_by(&tags, uid) {
             warn!(certificate = %blockwork_aws::sanitize(arn), "not deleting a certificate whose owner tag names another object");
@@ -596,14 +599,16 @@ impl CertManager {
         match self.acm.describe(arn).await {
             Ok(certificate) if !certificate.in_use_by.is_empty() => return Err(in_use(certificate.in_use_by.len())),
             Ok(_) => {}
-            Err(error) if error.class == ErrorClass::NotFound => return Ok(()),
-            Err(error) => return Err(ExternalError::from(&error)),
+            Err(error) if error.existence() == Existence::Gone => return Ok(()),
+            Err(error) => return Err(named(ExternalError::from(&error))),
         }
         match self.acm.delete(arn).await {
             Ok(()) => Ok(()),
-            Err(error) if error.class == ErrorClass::NotFound => Ok(()),
-            Err(error) if error.code.as_deref() == Some("ResourceInUseException") => Err(in_use(1)),
-            Err(error) => Err(ExternalError::from(&error)),
+            Err(error) => match error.existence() {
+                Existence::Gone => Ok(()),
+                Existence::StillThere => Err(in_use(1)),
+                Existence::Unknown => Err(named(ExternalError::from(&error))),
+            },
         }
     }
 
@@ -638,13 +643,16 @@ impl CertManager {
         let owned: Vec<ValidationRecordStatus> = observation.validation_records.iter().filter(|r| r.owned).cloned().collect();
         let (deleted, failure) = self.delete_records(&owned).await;
         observation.validation_records.retain(|r| r.owned && !deleted.contains(r));
-        failure.map_or(Ok(()), |error| Err(ExternalError::from(&error)))
+        let left: Vec<String> = observation.validation_records.iter().map(|r| format!("{} in hosted zone {}", r.name, r.zone_id)).collect();
+        let what = || format!("deleting the validation records {}", left.join(", "));
+        failure.map_or(Ok(()), |error| Err(ExternalError::from(&error).concerning(what())))
     }
 
     /// Deletes owned validation records, one Route 53 batch per zone, each only while it still
-    /// has the value written (see `blockwork_aws::route53`); returns those gone now (deleted, or
-    /// not there with that value) and the first failure. Progress is kept: a zone whose batch
-    /// fails leaves its records for the next look, the others' are gone.
+    /// has the value written (see `blockwork_aws::route53`); returns those gone now (deleted, not
+    /// there with that value, or in a hosted zone that does not exist) and the first failure.
+    /// Progress is kept: a zone whose batch fails leaves its records for the next look, the
+    /// others' are gone.
     async fn delete_records(&self, records: &[ValidationRecordStatus]) -> (Vec<ValidationRecordStatus>, Option<AwsError>) {
         let mut by_zone: BTreeMap<&str, Vec<&ValidationRecordStatus>> = BTreeMap::new();
         for record in records {
@@ -663,6 +671,8 @@ impl CertManager {
                         gone.push(record.clone());
                     }
                 }
+                // The zone does not exist: neither do its records (it is deleted only empty).
+                Err(error) if error.existence() == Existence::Gone => gone.extend(records.into_iter().cloned()),
                 Err(error) => {
                     failure.get_or_insert(error);
                 }
@@ -737,7 +747,7 @@ fn hold(observation: &mut CertObservation, arn: String) {
 }
 
 fn in_use(count: usize) -> ExternalError {
-    ExternalError::terminal(
+    ExternalError::still_there(
         "CertificateInUse",
         format!(
             "the ACM certificate is in use by {count} AWS resource(s) and is not deleted; detach it, or set deleteOnRemoval: false to keep it"

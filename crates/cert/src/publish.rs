@@ -8,8 +8,8 @@
 
 use std::collections::BTreeMap;
 
-use blockwork_runtime::ExternalError;
 use blockwork_runtime::labels::{MANAGED_BY, MANAGED_BY_LABEL, is_managed};
+use blockwork_runtime::{Existence, ExternalError};
 use k8s_openapi::api::core::v1::ConfigMap;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 use kube::api::{Api, DeleteParams, Patch, PatchParams};
@@ -116,7 +116,7 @@ pub async fn unpublish(client: &Client, cert: &Cert) -> Result<(), ExternalError
     }
     match api.delete(&name, &DeleteParams::default()).await {
         Ok(_) => Ok(()),
-        Err(kube::Error::Api(status)) if status.code == 404 => Ok(()),
+        Err(error) if Existence::of_kube(&error) == Existence::Gone => Ok(()),
         Err(error) => Err(kube_error("deleting", &name, &error)),
     }
 }

@@ -85,6 +85,61 @@ async fn a_certificate_in_use_is_not_deleted_and_the_status_says_why() {
     assert!(h.cnames(&h.zones[0]).await.is_empty());
 }
 
+/// Issue 26: a certificate someone deleted in AWS is deleted already; the Cert's records go and
+/// the Cert is released, without waiting on it.
+#[tokio::test]
+async fn a_cert_whose_certificate_was_deleted_in_aws_is_released_and_its_records_deleted() {
+    let h = Harness::start("cert-gone", &["main"]).await;
+    h.create("gone", CertSpec { delete_on_removal: true, ..spec("gone", "dev") }).await;
+    let cert = h.wait_for_state("gone", CertState::Ready).await;
+    let arn = status(&cert).observation.certificate_arn.clone().unwrap();
+    h.acm.delete_certificate().certificate_arn(&arn).send().await.unwrap();
+    h.delete_and_wait("gone").await;
+    assert!(h.cnames(&h.zones[0]).await.is_empty(), "its validation record went too");
+    assert_eq!(h.proxy.calls("DeleteCertificate"), 0, "nothing to delete in ACM");
+}
+
+/// Route 53 deletes only an empty zone: someone emptied and deleted the zone of a Cert's
+/// record. The record, gone with its zone, does not hold the Cert.
+#[tokio::test]
+async fn a_validation_record_whose_hosted_zone_was_deleted_does_not_hold_the_cert() {
+    let h = Harness::start("zone-gone", &["main"]).await;
+    h.create("api", CertSpec { delete_on_removal: true, ..spec("api", "dev") }).await;
+    let cert = h.wait_for_state("api", CertState::Ready).await;
+    let zone = &h.zones[0];
+    for record in &status(&cert).observation.validation_records {
+        blockwork_testenv::aws::delete_cname(&h.route53, &zone.id, &record.name).await;
+    }
+    h.route53.delete_hosted_zone().id(&zone.id).send().await.expect("the empty zone is deleted");
+    h.delete_and_wait("api").await;
+    let arn = status(&cert).observation.certificate_arn.clone().unwrap();
+    assert!(!h.certificate_exists(&arn).await, "the certificate is deleted");
+}
+
+/// Access denied on deleting the certificate: the Cert keeps its finalizer and, past
+/// `deletion_blocked_after` (2 s here), says what is unknown (the certificate, its account
+/// masked) and the two ways out; allowed again, the deletion finishes.
+#[tokio::test]
+async fn access_denied_on_deleting_the_certificate_keeps_the_cert_and_says_so_then_finishes_once_allowed() {
+    let h = Harness::start("denied", &["main"]).await;
+    h.create("api", CertSpec { delete_on_removal: true, ..spec("api", "dev") }).await;
+    let cert = h.wait_for_state("api", CertState::Ready).await;
+    let arn = status(&cert).observation.certificate_arn.clone().unwrap();
+    h.proxy.inject(Operation::named("DeleteCertificate"), Fault::AccessDenied, usize::MAX);
+    h.api().delete("api", &DeleteParams::default()).await.unwrap();
+    let blocked =
+        h.wait_for("api", "DeletionBlocked", |c| status(c).condition("Synced").is_some_and(|s| s.reason == "DeletionBlocked")).await;
+    let message = status(&blocked).condition("Synced").unwrap().message.clone();
+    assert!(message.contains("deleting the ACM certificate arn:aws:acm:") && message.contains("is not authorized"), "{message}");
+    assert!(message.contains("deletion-policy=Orphan") && message.contains("grant it"), "{message}");
+    assert!(!message.contains("123456789012"), "no account id: {message}");
+    assert!(h.certificate_exists(&arn).await, "kept while unknown");
+    h.proxy.clear();
+    h.wait_gone("api").await;
+    assert!(!h.certificate_exists(&arn).await);
+    assert!(h.cnames(&h.zones[0]).await.is_empty());
+}
+
 #[tokio::test]
 async fn throttling_and_server_errors_are_retried_without_a_duplicate() {
     let h = Harness::start("faults", &["main"]).await;

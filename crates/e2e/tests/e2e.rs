@@ -952,8 +952,29 @@ fn aws_examples_reach_ready(suite: &Suite) -> Result<()> {
         Err(error) => format!("{error:#}"),
     };
     ensure!(message.contains("denied the request") && message.contains("already exists"), "not the webhook's denial: {message}");
-    node.kubectl(&["-n", &namespace, "delete", "cert,distributiontenant", "--all", "--timeout=120s"])?;
-    node.kubectl(&["delete", "namespace", &namespace, "--wait=false"])?;
+
+    // Issue 26: a tenant whose hosted zone id has a typo never gets created, and its record is
+    // listed (before it would be written). Deleting the namespace — the node's namespace
+    // controller deletes the examples and it, and waits for their finalizers — completes.
+    let typo = format!(
+        "apiVersion: cloudfront.blockwork.dev/v1alpha1\nkind: DistributionTenant\nmetadata: {{name: typo, namespace: {namespace}}}\nspec: {{distributionId: {distribution}, connectionGroupId: {group}, domains: [{{domain: typo.k8s.example.com}}], dns: {{provider: route53, hostedZoneId: Z0TYPOTYPOTYPO}}}}\n"
+    );
+    node.kubectl_with_input(&["apply", "-f", "-"], &typo)?;
+    eventually("the typo tenant to fail on its hosted zone", Duration::from_secs(120), || {
+        let reason = node.kubectl(&[
+            "-n",
+            &namespace,
+            "get",
+            "distributiontenant",
+            "typo",
+            "-o",
+            "jsonpath={.status.conditions[?(@.type==\"DNSReady\")].reason}",
+        ])?;
+        if reason.trim() == "DNSError" { Ok(Some(())) } else { bail!("DNSReady reason {reason:?}") }
+    })?;
+    let started = Instant::now();
+    node.kubectl(&["delete", "namespace", &namespace, "--timeout=180s"])?;
+    println!("e2e: the namespace with the examples and the typo tenant was deleted in {:.1} s", started.elapsed().as_secs_f64());
     Ok(())
 }
 

@@ -108,6 +108,12 @@ pub const ENTRIES: &[Entry] = &[
         "Read the Ready condition's reason and message, fix the cause, then `blockwork retry KIND/NAME` to try at once.",
     ),
     waiting("Terminating", Runtime, "The object is being deleted and so is its external resource.", WAIT_STATE),
+    problem(
+        "DeletionBlocked",
+        Runtime,
+        "The deletion has been retried for longer than the controller's limit (5 minutes) on answers that leave unknown whether what it deletes still exists (access denied, throttling, AWS errors); the message names it. The finalizer stays so nothing leaks; answers that prove a thing gone (not found, its hosted zone gone) never block.",
+        "Either fix what the message names (grant the IAM action, or wait out an outage): the controller finishes the deletion on its next look (`blockwork retry KIND/NAME` for at once); or keep what may still exist and release the object: `kubectl annotate KIND NAME blockwork.dev/deletion-policy=Orphan`.",
+    ),
     // --- The runtime: Ready and Synced ------------------------------------------------------
     fine("Available", Runtime, "Ready: the external resource is ready for use.", NOTHING),
     waiting(

@@ -97,6 +97,11 @@ fn headline(report: &Report, now: Timestamp, next_retry: Option<&str>) -> String
             "The controller has not reconciled the latest spec (generation {generation}, status describes {observed}): is `blockwork run` running with this controller? `blockwork check` tells."
         );
     }
+    // The deletion says plainly what is unknown and the two ways out: that is the headline.
+    if let Some(error) = report.last_error.as_ref().filter(|e| report.deleting && e.reason == blockwork_runtime::machine::DELETION_BLOCKED)
+    {
+        return format!("Deletion blocked: {}.", error.message.trim_end_matches('.'));
+    }
     if let Some(error) = &report.last_error {
         let class = error.class.as_deref().map(|c| format!(" ({c})")).unwrap_or_default();
         let repeated = match (error.attempts, error.since) {
@@ -236,6 +241,26 @@ mod tests {
         let diagnosis = diagnose(&report, at(3_600));
         assert_eq!(diagnosis.headline, "Ready (Succeeded), but not in sync — DriftDetected: enabled is false, want true.");
         assert_eq!(diagnosis.hints[0].reason, "DriftDetected");
+    }
+
+    #[test]
+    fn a_blocked_deletion_is_the_headline_with_what_is_unknown_and_both_ways_out() {
+        let mut report = Report::new(Kind::DistributionTenant, "team-a", "shop");
+        report.state = "Terminating".into();
+        report.deleting = true;
+        let message = "the deletion has been blocked for 12 min: the answers leave unknown whether what it deletes still exists (the CNAME records of www.example.com in hosted zone Z1: AccessDenied). Two ways out: fix what the answer names (a missing permission: grant it, and the controller finishes on its next look), or annotate the object blockwork.dev/deletion-policy=Orphan to release it and keep whatever still exists";
+        report.last_error = Some(ErrorView {
+            reason: "DeletionBlocked".into(),
+            message: message.into(),
+            class: Some("Retryable".into()),
+            since: Some(at(0)),
+            attempts: Some(6),
+            retry_at: Some(at(900)),
+        });
+        let diagnosis = diagnose(&report, at(720));
+        assert_eq!(diagnosis.headline, format!("Deletion blocked: {message}."));
+        assert_eq!((diagnosis.hints[0].reason.as_str(), diagnosis.hints[0].severity), ("DeletionBlocked", Severity::Problem));
+        assert!(diagnosis.hints[0].fix.contains("deletion-policy=Orphan") && diagnosis.hints[0].fix.contains("grant"));
     }
 
     #[test]

@@ -7,6 +7,7 @@
 
 mod cache;
 mod cert;
+mod deletion;
 #[cfg(test)]
 mod fixtures;
 mod rotator;

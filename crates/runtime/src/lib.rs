@@ -43,7 +43,8 @@ pub use labels::{MANAGED_BY, MANAGED_BY_LABEL};
 pub use metrics::RuntimeMetrics;
 pub use namespaces::{Namespaces, run_in};
 pub use outcome::{
-    Conditions, DeleteOutcome, ErrorClass, ExternalError, MutateOutcome, Observed, Purpose, Upkeep, VerifyOutcome, WithConditions,
+    Conditions, DeleteOutcome, ErrorClass, Existence, ExternalError, MutateOutcome, Observed, Purpose, Upkeep, VerifyOutcome,
+    WithConditions,
 };
 pub use policy::{DeletionPolicy, DriftPolicy};
 pub use reconcile::{idempotency_token, reconcile};

@@ -1,8 +1,12 @@
 //! The state machine as pure functions: what to do given the state and what `verify` saw, and
 //! where each outcome leads. No I/O here, so every transition is unit tested.
 
-use crate::outcome::{DeleteOutcome, ErrorClass, ExternalError, MutateOutcome, Purpose, VerifyOutcome};
-use crate::policy::{AccessPermissions, DriftPolicy, Policies};
+use std::time::Duration;
+
+use jiff::Timestamp;
+
+use crate::outcome::{DeleteOutcome, ErrorClass, Existence, ExternalError, MutateOutcome, Purpose, VerifyOutcome};
+use crate::policy::{AccessPermissions, DELETION_POLICY_ANNOTATION, DriftPolicy, Policies};
 use crate::status::ReconcileState;
 
 /// What the reconciler does after `verify`.
@@ -173,7 +177,7 @@ pub fn after_update(outcome: MutateOutcome) -> AfterCall {
 pub fn after_recreate_delete(outcome: DeleteOutcome) -> AfterCall {
     match outcome {
         DeleteOutcome::Succeeded => AfterCall::MarkCreating,
-        DeleteOutcome::Error(e) if e.class == ErrorClass::NotFound => AfterCall::MarkCreating,
+        DeleteOutcome::Error(e) if e.existence == Existence::Gone => AfterCall::MarkCreating,
         DeleteOutcome::AwaitingVerification => AfterCall::MoveTo(ReconcileState::Recreating),
         DeleteOutcome::Error(error) => AfterCall::Error { retry_in: ReconcileState::Recreating, error },
     }
@@ -191,23 +195,68 @@ pub enum DeletePlan {
     Error(ExternalError),
 }
 
+/// An answer that proves the external resource gone releases the object; one that leaves it
+/// unknown, or says it is still there, is the deletion's error.
 pub fn plan_delete(verified: VerifyOutcome) -> DeletePlan {
     match verified {
         VerifyOutcome::Missing => DeletePlan::Release,
-        VerifyOutcome::Error(e) if e.class == ErrorClass::NotFound => DeletePlan::Release,
+        VerifyOutcome::Error(e) if e.existence == Existence::Gone => DeletePlan::Release,
         VerifyOutcome::Error(e) => DeletePlan::Error(e),
         VerifyOutcome::Deleting => DeletePlan::Wait,
         _ => DeletePlan::Delete,
     }
 }
 
-/// After `delete` during finalization: release, wait, or report. 404 is success.
+/// After `delete` during finalization: release, wait, or report. An error that proves the
+/// resource gone is success.
 pub fn after_delete(outcome: DeleteOutcome) -> DeletePlan {
     match outcome {
         DeleteOutcome::Succeeded => DeletePlan::Release,
         DeleteOutcome::AwaitingVerification => DeletePlan::Wait,
-        DeleteOutcome::Error(e) if e.class == ErrorClass::NotFound => DeletePlan::Release,
+        DeleteOutcome::Error(e) if e.existence == Existence::Gone => DeletePlan::Release,
         DeleteOutcome::Error(e) => DeletePlan::Error(e),
+    }
+}
+
+/// The reason a deletion blocked on an unknown answer for longer than
+/// `Timing::deletion_blocked_after` is told with, in `Synced`, the event and `explain`.
+pub const DELETION_BLOCKED: &str = "DeletionBlocked";
+
+/// How long a failing deletion has been blocked: since `Synced` went False (`unsynced_since`, the
+/// condition's transition time; `None` while it is True, when this is the first failure), and
+/// not before the object was deleted (`deleted_at`): an object already failing when it was
+/// deleted is blocked from its deletion on.
+pub fn blocked_for(unsynced_since: Option<Timestamp>, deleted_at: Timestamp, now: Timestamp) -> Duration {
+    let since = unsynced_since.map_or(now, |since| since.max(deleted_at));
+    now.duration_since(since).try_into().unwrap_or_default()
+}
+
+/// The error a deletion that failed ends its reconcile with, given how long it has been blocked
+/// ([`blocked_for`]). An answer that leaves the resource's existence unknown for `after` or
+/// longer is said plainly, as [`DELETION_BLOCKED`]: what is unknown (the operator's message
+/// names it) and the two ways out. Before that, and for a resource known to be still there
+/// (whose message says what to do), the error with the way to keep the resource.
+pub fn deletion_failed(error: ExternalError, blocked_for: Duration, after: Duration) -> ExternalError {
+    if error.existence == Existence::Unknown && blocked_for >= after {
+        let message = format!(
+            "the deletion has been blocked for {}: the answers leave unknown whether what it deletes still exists ({}). Two ways out: fix what the answer names (a missing permission: grant it, and the controller finishes on its next look), or annotate the object {DELETION_POLICY_ANNOTATION}=Orphan to release it and keep whatever still exists",
+            minutes(blocked_for),
+            error.message
+        );
+        return ExternalError { reason: DELETION_BLOCKED.to_owned(), message, ..error };
+    }
+    let message = format!(
+        "deleting the external resource failed: {}; to delete the object and keep the external resource, annotate it {DELETION_POLICY_ANNOTATION}=Orphan",
+        error.message
+    );
+    ExternalError { message, ..error }
+}
+
+/// "12 min", or "45 s" under a minute.
+fn minutes(duration: Duration) -> String {
+    match duration.as_secs() {
+        secs if secs < 60 => format!("{secs} s"),
+        secs => format!("{} min", secs / 60),
     }
 }
 
@@ -451,6 +500,60 @@ mod tests {
     fn deleting_a_missing_resource_releases_the_object() {
         assert_eq!(plan_delete(VerifyOutcome::Missing), DeletePlan::Release);
         assert_eq!(after_delete(DeleteOutcome::Error(error(ErrorClass::NotFound))), DeletePlan::Release);
+    }
+
+    #[test]
+    fn an_answer_that_proves_the_resource_gone_releases_the_object_and_others_do_not() {
+        let gone = ExternalError::not_found("NoSuchHostedZone", "no zone");
+        assert_eq!(plan_delete(VerifyOutcome::Error(gone.clone())), DeletePlan::Release);
+        assert_eq!(after_delete(DeleteOutcome::Error(gone.clone())), DeletePlan::Release);
+        assert_eq!(after_recreate_delete(DeleteOutcome::Error(gone)), AfterCall::MarkCreating);
+        let in_use = ExternalError::still_there("CertificateInUse", "in use");
+        assert_eq!(after_delete(DeleteOutcome::Error(in_use.clone())), DeletePlan::Error(in_use));
+        for unknown in [error(ErrorClass::Terminal), error(ErrorClass::Retryable), error(ErrorClass::Throttled)] {
+            assert_eq!(unknown.existence, Existence::Unknown);
+            assert_eq!(after_delete(DeleteOutcome::Error(unknown.clone())), DeletePlan::Error(unknown));
+        }
+    }
+
+    fn at(second: i64) -> Timestamp {
+        Timestamp::from_second(second).expect("valid")
+    }
+
+    #[test]
+    fn a_deletion_is_blocked_from_when_synced_went_false_but_not_before_the_deletion() {
+        assert_eq!(blocked_for(None, at(100), at(400)), Duration::ZERO, "Synced is True: the first failure");
+        assert_eq!(blocked_for(Some(at(200)), at(100), at(400)), Duration::from_secs(200));
+        assert_eq!(blocked_for(Some(at(0)), at(100), at(400)), Duration::from_secs(300), "failing before the deletion");
+    }
+
+    #[test]
+    fn an_unknown_blocking_longer_than_the_limit_is_said_plainly_with_both_ways_out() {
+        let limit = Duration::from_secs(300);
+        let denied = ExternalError::terminal("AccessDenied", "the CNAME records of www.example.com in hosted zone Z1: access denied");
+        let early = deletion_failed(denied.clone(), Duration::from_secs(299), limit);
+        assert_eq!(early.reason, "AccessDenied");
+        assert!(early.message.starts_with("deleting the external resource failed: the CNAME records"), "{}", early.message);
+        let blocked = deletion_failed(denied, Duration::from_secs(12 * 60), limit);
+        assert_eq!((blocked.reason.as_str(), blocked.class), (DELETION_BLOCKED, ErrorClass::Terminal));
+        assert!(blocked.message.starts_with("the deletion has been blocked for 12 min"), "{}", blocked.message);
+        assert!(
+            blocked.message.contains("(the CNAME records of www.example.com in hosted zone Z1: access denied)"),
+            "names what is unknown"
+        );
+        assert!(
+            blocked.message.contains("grant it") && blocked.message.contains("blockwork.dev/deletion-policy=Orphan"),
+            "{}",
+            blocked.message
+        );
+    }
+
+    #[test]
+    fn a_resource_known_to_be_still_there_is_not_called_unknown_however_long_it_waits() {
+        let in_use = ExternalError::still_there("CertificateInUse", "in use by 2 AWS resources; detach it");
+        let told = deletion_failed(in_use, Duration::from_secs(3600), Duration::from_secs(300));
+        assert_eq!(told.reason, "CertificateInUse");
+        assert!(told.message.contains("detach it") && told.message.contains("=Orphan"), "{}", told.message);
     }
 
     #[test]

@@ -33,6 +33,35 @@ impl ErrorClass {
     }
 }
 
+/// What an answer says of whether a thing being deleted still exists: one vocabulary for every
+/// deletion path of every operator, decided where the answer is read (`docs/adr/0013-deleting-what-does-not-exist.md`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Existence {
+    /// It cannot exist: the answer proves it (not found; the hosted zone that held it is gone;
+    /// never written). Deleting it is done.
+    Gone,
+    /// It exists and stays until someone acts (an ACM certificate in use): the deletion waits,
+    /// and the error says what to do.
+    StillThere,
+    /// The answer leaves it open (access denied, throttling, 5xx, a timeout): the deletion keeps
+    /// the finalizer and retries; blocked longer than `Timing::deletion_blocked_after`, it says
+    /// so plainly (reason `DeletionBlocked`).
+    Unknown,
+}
+
+impl Existence {
+    /// What a Kubernetes API answer says of the object it was about, for a deletion: 404 — gone;
+    /// 409 — still there (it changed since it was read); anything else (forbidden, a timeout, a
+    /// server error) — unknown.
+    pub fn of_kube(error: &kube::Error) -> Self {
+        match error {
+            kube::Error::Api(status) if status.code == 404 => Self::Gone,
+            kube::Error::Api(status) if status.code == 409 => Self::StillThere,
+            _ => Self::Unknown,
+        }
+    }
+}
+
 /// A failed external call, already sanitized of anything users must not read (account ids,
 /// ARNs): the message goes to status and events as it is.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
@@ -42,11 +71,24 @@ pub struct ExternalError {
     /// A CamelCase reason for conditions and events, e.g. the API's error code.
     pub reason: String,
     pub message: String,
+    /// What the failure says of the thing it was about, for a deletion: `Gone` for `NotFound`,
+    /// `StillThere` when the operator says so ([`Self::still_there`]), otherwise `Unknown`.
+    pub existence: Existence,
 }
 
 impl ExternalError {
     pub fn new(class: ErrorClass, reason: impl Into<String>, message: impl Into<String>) -> Self {
-        Self { class, reason: reason.into(), message: message.into() }
+        let existence = if class == ErrorClass::NotFound { Existence::Gone } else { Existence::Unknown };
+        Self { class, reason: reason.into(), message: message.into(), existence }
+    }
+    /// The thing exists and is not deleted until a person acts (terminal): the message says how.
+    pub fn still_there(reason: impl Into<String>, message: impl Into<String>) -> Self {
+        Self { existence: Existence::StillThere, ..Self::terminal(reason, message) }
+    }
+    /// The same failure, its message naming what it was about (`what: message`): a person
+    /// reading it learns which thing is refused or unknown.
+    pub fn concerning(self, what: impl fmt::Display) -> Self {
+        Self { message: format!("{what}: {}", self.message), ..self }
     }
     pub fn terminal(reason: impl Into<String>, message: impl Into<String>) -> Self {
         Self::new(ErrorClass::Terminal, reason, message)
@@ -264,5 +306,33 @@ impl fmt::Display for Operation {
             Self::Upkeep => "upkeep",
             Self::SuccessHook => "success_hook",
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn answered(code: u16) -> kube::Error {
+        let status: kube::core::Status = serde_json::from_value(serde_json::json!({"code": code, "message": "m"})).expect("a status");
+        kube::Error::Api(Box::new(status))
+    }
+
+    #[test]
+    fn a_kubernetes_object_not_found_is_gone_a_conflict_still_there_and_the_rest_unknown() {
+        assert_eq!(Existence::of_kube(&answered(404)), Existence::Gone);
+        assert_eq!(Existence::of_kube(&answered(409)), Existence::StillThere);
+        for code in [403, 429, 500] {
+            assert_eq!(Existence::of_kube(&answered(code)), Existence::Unknown, "{code}");
+        }
+    }
+
+    #[test]
+    fn only_a_not_found_error_proves_a_thing_gone_unless_the_operator_says_it_is_still_there() {
+        assert_eq!(ExternalError::not_found("NotFound", "m").existence, Existence::Gone);
+        assert_eq!(ExternalError::terminal("AccessDenied", "m").existence, Existence::Unknown);
+        assert_eq!(ExternalError::throttled("Throttling", "m").existence, Existence::Unknown);
+        assert_eq!(ExternalError::still_there("CertificateInUse", "m").existence, Existence::StillThere);
+        assert_eq!(ExternalError::still_there("CertificateInUse", "m").class, ErrorClass::Terminal);
     }
 }

@@ -27,7 +27,7 @@ use crate::outcome::{
 };
 use crate::policy::{self, AccessPermissions, AnnotationError, DeletionPolicy, DriftPolicy, Policies};
 use crate::resource::{ExternalResource, Phase, Report, Request, SpecChange};
-use crate::status::{ManagedStatus, ReconcileState};
+use crate::status::{ManagedStatus, ReconcileState, SYNCED};
 use crate::timing::Requeue;
 use crate::writes::{add_finalizer, patch_spec, release, write_status};
 
@@ -303,14 +303,17 @@ async fn reconcile_deleting<M: ExternalResource>(
             Conclusion::waiting(ReconcileState::Terminating, "Deleting", "waiting for the external resource to be deleted".to_owned())
         }
         DeletePlan::Error(error) => {
-            let message = format!(
-                "deleting the external resource failed: {}; to delete the object and keep the external resource, annotate it {}=Orphan",
-                error.message,
-                crate::policy::DELETION_POLICY_ANNOTATION
-            );
-            let class = if error.class == ErrorClass::Terminal { ErrorClass::Retryable } else { error.class };
-            let mut conclusion = Conclusion::error(ReconcileState::Terminating, ExternalError::new(class, error.reason, message));
-            if error.class == ErrorClass::Terminal {
+            let now = jiff::Timestamp::now();
+            let unsynced_since = current.condition(SYNCED).filter(|c| c.status == "False").map(|c| c.last_transition_time.0);
+            let deleted_at = object.meta().deletion_timestamp.as_ref().map_or(now, |t| t.0);
+            let blocked_for = machine::blocked_for(unsynced_since, deleted_at, now);
+            let error = machine::deletion_failed(error, blocked_for, context.config.timing.deletion_blocked_after);
+            // Terminal or not, a deletion is retried: on the Terminating state's interval when
+            // it needs a person (who may fix it at any time), else on the error backoff.
+            let terminal = error.class == ErrorClass::Terminal;
+            let class = if terminal { ErrorClass::Retryable } else { error.class };
+            let mut conclusion = Conclusion::error(ReconcileState::Terminating, ExternalError { class, ..error });
+            if terminal {
                 conclusion.requeue = Requeue::InState;
             }
             conclusion

@@ -39,6 +39,11 @@ pub struct Timing {
     pub error_backoff: RequeuePolicy,
     /// The shortest wait after the API throttled us.
     pub throttle_floor: Duration,
+    /// How long a deletion may be blocked on answers that leave the external resource's
+    /// existence unknown (access denied, throttling, 5xx) before it says so plainly, with the two
+    /// ways out (`machine::deletion_failed`). Long enough for throttling and passing outages to
+    /// clear, short enough that a namespace deletion or `helm uninstall` hanging on it is told.
+    pub deletion_blocked_after: Duration,
 }
 
 impl Timing {
@@ -68,6 +73,7 @@ impl Default for Timing {
             terminating: RequeuePolicy::exponential(secs(10), secs(300)),
             error_backoff: RequeuePolicy::exponential(secs(5), secs(300)),
             throttle_floor: secs(60),
+            deletion_blocked_after: secs(300),
         }
     }
 }

@@ -635,6 +635,33 @@ async fn failing_delete_keeps_the_object_and_says_how_to_release_it() {
     assert_eq!(h.backend.widgets().len(), 1, "the orphaned widget stays");
 }
 
+/// Issue 26: an answer that leaves the resource's existence unknown keeps the finalizer, and
+/// after `Timing::deletion_blocked_after` (2 s here) the object says so plainly, in `Synced` and
+/// an event; once the answer changes, the deletion finishes on its own.
+#[tokio::test]
+async fn a_deletion_blocked_on_an_unknown_answer_says_so_with_both_ways_out_and_finishes_once_allowed() {
+    let h = Harness::start("delete-blocked").await;
+    h.create(widget("a", 1)).await;
+    h.wait_for_state("a", ReconcileState::Succeeded).await;
+    for _ in 0..1000 {
+        h.backend.script("delete", Script::Fail(ExternalError::terminal("AccessDenied", "deleting widget w-1: not authorized")));
+    }
+    h.api().delete("a", &DeleteParams::default()).await.unwrap();
+    let w = h.wait_for("a", "DeletionBlocked", |w| condition(w, "Synced").is_some_and(|c| c.1 == "DeletionBlocked")).await;
+    let message = w.status.as_ref().and_then(|s| s.condition("Synced")).map(|c| c.message.clone()).unwrap();
+    assert!(message.starts_with("the deletion has been blocked for "), "{message}");
+    assert!(message.contains("(deleting widget w-1: not authorized)"), "names what is unknown: {message}");
+    assert!(message.contains("grant it") && message.contains(&format!("{DELETION_POLICY_ANNOTATION}=Orphan")), "{message}");
+    let events = h.wait_for_event("a", "DeletionBlocked").await;
+    assert!(
+        events.iter().any(|e| e.type_ == "Warning" && e.note.contains("blocked for") && e.note.contains("w-1: not authorized")),
+        "{events:?}"
+    );
+    h.backend.unscript("delete");
+    h.wait_gone("a").await;
+    assert!(h.backend.widgets().is_empty(), "deleted once allowed");
+}
+
 #[tokio::test]
 async fn paused_object_is_left_alone_until_unpaused() {
     let h = Harness::start("pause").await;

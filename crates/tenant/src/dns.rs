@@ -17,6 +17,7 @@ use std::sync::Arc;
 
 use blockwork_aws::route53::{Record, Records, Zone};
 use blockwork_aws::{AwsError, dns_name};
+use blockwork_runtime::Existence;
 
 use tracing::info;
 
@@ -41,7 +42,8 @@ pub enum DnsStatus {
 pub trait DnsRecords: Send + Sync + 'static {
     /// Creates or updates a CNAME `domain → target` for each domain.
     fn upsert(&self, config: &DnsConfig, domains: &[String], target: &str) -> impl Future<Output = Result<DnsChange, AwsError>> + Send;
-    /// Deletes the CNAMEs that still point at `target`; records already gone are not an error.
+    /// Deletes the CNAMEs that still point at `target`; records already gone, or in a hosted
+    /// zone that does not exist (never written, or gone with the zone), are not an error.
     fn delete(&self, config: &DnsConfig, domains: &[String], target: &str) -> impl Future<Output = Result<DnsChange, AwsError>> + Send;
     fn status(&self, config: &DnsConfig, change_id: &str) -> impl Future<Output = Result<DnsStatus, AwsError>> + Send;
 }
@@ -89,7 +91,14 @@ impl DnsRecords for Route53 {
 
     async fn delete(&self, config: &DnsConfig, domains: &[String], target: &str) -> Result<DnsChange, AwsError> {
         let zone = zone(config);
-        let found = self.records.lookup(crate::CONTROLLER, &zone, domains).await?;
+        let found = match self.records.lookup(crate::CONTROLLER, &zone, domains).await {
+            Ok(found) => found,
+            Err(error) if error.existence() == Existence::Gone => {
+                info!(zone = %config.hosted_zone_id, ?domains, "the hosted zone does not exist: no CNAME record of ours can be there");
+                return Ok(DnsChange { change_id: None });
+            }
+            Err(error) => return Err(error),
+        };
         // Only records that still point where this operator pointed them, with their own TTL
         // (the spec's may have changed since they were written).
         let ours: Vec<Record> =

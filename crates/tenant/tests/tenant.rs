@@ -10,7 +10,7 @@ use std::time::Duration;
 use blockwork_runtime::{DriftPolicy, ReconcileState};
 use blockwork_tenant::api::{CertificateRef, Customizations, DriftPolicyName, ValidationTokenHost};
 use blockwork_tenant::{DistributionTenant, DistributionTenantSpec, Timing};
-use blockwork_testenv::aws::{cnames, upsert_cname};
+use blockwork_testenv::aws::{cnames, delete_cname, delete_distribution, upsert_cname};
 use blockwork_testenv::emulators::Emulator;
 use blockwork_testenv::fault_proxy::{Fault, Operation};
 use blockwork_testenv::harness::{TIMEOUT, eventually};
@@ -615,4 +615,107 @@ async fn crash_while_deleting_the_records_still_deletes_them_and_releases_the_ob
     h.start_controller().await;
     h.wait_gone("shop-dns-crash").await;
     assert!(cnames(&h.route53, &h.zone_id).await.is_empty(), "nothing leaked");
+}
+
+// --- deleting never hangs on what does not exist (issue 26) -----------------------------------
+
+/// A hosted zone id with a typo: the DNS-first step fails, the record is listed as the object's
+/// (listed before it is written), and the deletion finds the zone does not exist — so no record
+/// of the object's can either — and releases the object at its first look.
+#[tokio::test]
+async fn a_tenant_whose_hosted_zone_never_existed_is_released_at_its_first_deletion_look() {
+    let h = Harness::start("dt-gone-zone").await;
+    h.create("shop-typo", h.dns_spec(&["www"], "Z0TYPOTYPOTYPO", 300)).await;
+    let failed = h.wait_for("shop-typo", "DNSError", |t| condition(t, "DNSReady").is_some_and(|c| c.1 == "DNSError")).await;
+    assert!(condition(&failed, "DNSReady").unwrap().2.contains("No hosted zone found"), "{:?}", failed.status);
+    assert_eq!(failed.status.unwrap().observation.dns_records, [h.domain("www")], "listed before it is written");
+    let listed = h.dns_proxy.calls("ListResourceRecordSets");
+    h.delete_and_wait("shop-typo").await;
+    assert_eq!(h.dns_proxy.calls("ListResourceRecordSets") - listed, 1, "one look at the zone, then released");
+    assert_eq!(h.proxy.calls("CreateDistributionTenant"), 0, "nothing was ever created");
+}
+
+/// Route 53 deletes only an empty zone: someone deleted the records, then the zone. The tenant
+/// goes, and the records, gone with their zone, do not hold the object.
+#[tokio::test]
+async fn records_whose_hosted_zone_was_deleted_after_they_were_written_do_not_hold_the_deletion() {
+    let h = Harness::start("dt-zone-deleted").await;
+    h.create("shop-zone", h.dns_spec(&["www"], &h.zone_id, 300)).await;
+    h.wait_ready("shop-zone").await;
+    delete_cname(&h.route53, &h.zone_id, &h.domain("www")).await;
+    h.route53.delete_hosted_zone().id(&h.zone_id).send().await.expect("the empty zone is deleted");
+    h.delete_and_wait("shop-zone").await;
+    assert!(h.aws_tenant("shop-zone").await.is_none(), "the tenant is deleted");
+}
+
+/// The tenant and then its distribution were deleted in AWS: nothing is left to disable or
+/// delete but the records, which go before the object is released.
+#[tokio::test]
+async fn a_tenant_whose_distribution_was_deleted_in_aws_is_released_with_its_records_deleted() {
+    let h = Harness::start("dt-dist-deleted").await;
+    let distribution = h.distribution("retired", false, &[]).await;
+    let spec = DistributionTenantSpec { distribution_id: distribution.clone(), ..h.dns_spec(&["www"], &h.zone_id, 300) };
+    h.create("shop-retired", spec).await;
+    h.wait_ready("shop-retired").await;
+    h.delete_outside("shop-retired").await;
+    delete_distribution(&h.aws, &distribution).await;
+    h.delete_and_wait("shop-retired").await;
+    assert!(h.record_names().await.is_empty(), "the record went before the object");
+    assert_eq!(h.proxy.calls("DeleteDistributionTenant"), 0);
+}
+
+/// Someone deleted one of the tenant's records: the deletion of the others is not held by it.
+#[tokio::test]
+async fn a_record_someone_already_deleted_does_not_hold_the_deletion() {
+    let h = Harness::start("dt-record-gone").await;
+    h.create("shop-record", h.dns_spec(&["www", "api"], &h.zone_id, 300)).await;
+    h.wait_ready("shop-record").await;
+    delete_cname(&h.route53, &h.zone_id, &h.domain("api")).await;
+    h.delete_and_wait("shop-record").await;
+    assert!(h.record_names().await.is_empty(), "the other record is deleted");
+    assert!(h.aws_tenant("shop-record").await.is_none());
+}
+
+/// Access denied on deleting the records leaves their existence unknown: the object keeps its
+/// finalizer and, past `deletion_blocked_after`, says so (what is unknown, sanitized, and the two
+/// ways out) in `Synced` and an event; allowed again, the deletion finishes on its own.
+#[tokio::test]
+async fn access_denied_on_deleting_the_records_keeps_the_object_and_says_so_then_finishes_once_allowed() {
+    let timing = Timing { deletion_blocked_after: Duration::from_secs(2), ..quick_timing() };
+    let h = Harness::start_configured("dt-delete-denied", DriftPolicy::Enforce, timing).await;
+    h.create("shop-denied", h.dns_spec(&["www"], &h.zone_id, 300)).await;
+    h.wait_ready("shop-denied").await;
+    h.dns_proxy.inject(Operation::named("ChangeResourceRecordSets"), Fault::AccessDenied, usize::MAX);
+    h.api().delete("shop-denied", &DeleteParams::default()).await.unwrap();
+    let blocked = h.wait_for("shop-denied", "DeletionBlocked", |t| condition(t, "Synced").is_some_and(|c| c.1 == "DeletionBlocked")).await;
+    let message = condition(&blocked, "Synced").unwrap().2;
+    let what = format!("the CNAME records of {} in hosted zone {}", h.domain("www"), h.zone_id);
+    assert!(message.contains(&what) && message.contains("is not authorized"), "names what is unknown: {message}");
+    assert!(message.contains("blockwork.dev/deletion-policy=Orphan") && message.contains("grant it"), "{message}");
+    assert!(!message.contains("123456789012"), "no account id: {message}");
+    let events = h.wait_for_event("shop-denied", "DeletionBlocked").await;
+    assert!(events.iter().all(|e| e.type_ == "Warning" && e.note.contains(&what) && !e.note.contains("123456789012")), "{events:?}");
+    assert_eq!(h.record_names().await, [h.domain("www")], "kept while unknown");
+    h.dns_proxy.clear();
+    h.wait_gone("shop-denied").await;
+    assert!(h.record_names().await.is_empty(), "deleted once allowed");
+}
+
+/// The namespace of such a tenant is deleted, as `kubectl delete namespace` does: the namespace
+/// controller (kube-controller-manager's) deletes the tenant and waits for its finalizer, and
+/// the namespace goes.
+#[tokio::test]
+async fn deleting_the_namespace_of_a_tenant_whose_hosted_zone_never_existed_completes() {
+    let h = Harness::start("dt-ns-typo").await;
+    h.plane.start_namespace_controller().await.expect("kube-controller-manager starts");
+    h.create("shop-typo", h.dns_spec(&["www"], "Z0TYPOTYPOTYPO", 300)).await;
+    h.wait_for("shop-typo", "DNSError", |t| condition(t, "DNSReady").is_some_and(|c| c.1 == "DNSError")).await;
+    let namespaces: kube::Api<k8s_openapi::api::core::v1::Namespace> = kube::Api::all(h.client.clone());
+    namespaces.delete(&h.namespace, &DeleteParams::default()).await.unwrap();
+    eventually("the namespace to be deleted", Duration::from_secs(60), async || match namespaces.get_opt(&h.namespace).await {
+        Ok(None) => Ok(()),
+        Ok(Some(namespace)) => Err(format!("{:?}", namespace.status)),
+        Err(error) => Err(error.to_string()),
+    })
+    .await;
 }

@@ -144,6 +144,20 @@ pub async fn upsert_cname(route53: &aws_sdk_route53::Client, zone_id: &str, name
     expect("ChangeResourceRecordSets", route53.change_resource_record_sets().hosted_zone_id(zone_id).change_batch(batch).send().await);
 }
 
+/// Deletes the CNAME `name` of `zone_id` with the values it has, as someone cleaning up
+/// outside Kubernetes would.
+pub async fn delete_cname(route53: &aws_sdk_route53::Client, zone_id: &str, name: &str) {
+    let listed = expect("ListResourceRecordSets", route53.list_resource_record_sets().hosted_zone_id(zone_id).send().await);
+    let wanted = name.trim_end_matches('.');
+    let Some(set) = listed.resource_record_sets().iter().find(|s| s.r#type() == &RrType::Cname && s.name().trim_end_matches('.') == wanted)
+    else {
+        return;
+    };
+    let change = expect("change", Change::builder().action(ChangeAction::Delete).resource_record_set(set.clone()).build());
+    let batch = expect("change batch", ChangeBatch::builder().changes(change).build());
+    expect("ChangeResourceRecordSets", route53.change_resource_record_sets().hosted_zone_id(zone_id).change_batch(batch).send().await);
+}
+
 /// Requests a DNS-validated ACM certificate for `names` (the first is its domain name).
 pub async fn request_certificate(acm: &aws_sdk_acm::Client, names: &[String]) -> String {
     let requested = acm
@@ -190,4 +204,17 @@ pub async fn tenant_only_distribution(
         .tenant_config(TenantConfig::builder().set_parameter_definitions(Some(definitions.collect())).build());
     let created = cloudfront.create_distribution().distribution_config(expect("distribution", config.build())).send().await;
     expect("CreateDistribution", created).distribution().map(|d| d.id().to_owned()).unwrap_or_default()
+}
+
+/// Disables and deletes the distribution `id`, as someone retiring it outside Kubernetes would
+/// (CloudFront deletes only a disabled distribution without tenants).
+pub async fn delete_distribution(cloudfront: &aws_sdk_cloudfront::Client, id: &str) {
+    let read = expect("GetDistributionConfig", cloudfront.get_distribution_config().id(id).send().await);
+    let mut config = read.distribution_config().cloned();
+    if let Some(config) = config.as_mut() {
+        config.enabled = false;
+    }
+    let updated = cloudfront.update_distribution().id(id).if_match(read.e_tag().unwrap_or_default()).set_distribution_config(config);
+    let updated = expect("UpdateDistribution", updated.send().await);
+    expect("DeleteDistribution", cloudfront.delete_distribution().id(id).if_match(updated.e_tag().unwrap_or_default()).send().await);
 }

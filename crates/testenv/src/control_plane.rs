@@ -32,6 +32,9 @@ pub struct ControlPlane {
     apiserver_args: Vec<String>,
     restarts: AtomicUsize,
     routes: std::sync::Arc<crate::egress::Routes>,
+    /// kube-controller-manager running only its namespace controller, started by the first test
+    /// that deletes a namespace and waits for it ([`Self::start_namespace_controller`]).
+    namespace_controller: OnceCell<Process>,
 }
 
 static CONTROL_PLANE: OnceCell<ControlPlane> = OnceCell::const_new();
@@ -119,7 +122,29 @@ impl ControlPlane {
             apiserver_args,
             restarts: AtomicUsize::new(0),
             routes,
+            namespace_controller: OnceCell::new(),
         })
+    }
+
+    /// Starts kube-controller-manager with only its namespace controller (once per test
+    /// binary), so that a deleted namespace empties and goes as in a cluster: it deletes every
+    /// object in the namespace, waits for their finalizers, then removes the namespace. Only the
+    /// tests that delete a namespace need it; the rest of the control plane runs without
+    /// controllers. The binary is built with the end-to-end node's tools
+    /// (`scripts/install-test-tools node`, which `make test` runs).
+    pub async fn start_namespace_controller(&self) -> Result<(), Error> {
+        let args = vec![
+            format!("--kubeconfig={}", self.kubeconfig.display()),
+            "--controllers=namespace-controller".into(),
+            "--leader-elect=false".into(),
+            "--secure-port=0".into(),
+            "--v=1".into(),
+        ];
+        let tool = tool("kube-controller-manager")?;
+        self.namespace_controller
+            .get_or_try_init(|| async { Process::start("kube-controller-manager", &tool, &args, &[], &self.dir) })
+            .await
+            .map(|_| ())
     }
 
     /// Kills kube-apiserver (SIGKILL) and starts it again on the same port with the same flags

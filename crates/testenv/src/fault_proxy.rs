@@ -41,7 +41,8 @@
 //!   whose DELETE names a record set that is gone or whose TTL or values differ from the
 //!   current ones (`InvalidChangeBatch`); moto accepts a DELETE whose values matched *any* past
 //!   write of the record. The proxy reads the record set from moto first and answers as AWS
-//!   would. Blockwork's ownership rule rests on this check.
+//!   would (a change to a hosted zone that does not exist goes on to moto, which answers
+//!   `NoSuchHostedZone` as AWS does). Blockwork's ownership rule rests on this check.
 
 use std::collections::HashMap;
 use std::convert::Infallible;
@@ -554,6 +555,11 @@ async fn refused_delete(
         }
         let request = request.body(Full::new(Bytes::new())).ok()?;
         let response = client.request(request).await.ok()?;
+        // A zone that does not exist (NoSuchHostedZone): the change goes on to the emulator,
+        // which answers that as AWS does.
+        if !response.status().is_success() {
+            return None;
+        }
         let listed = response.into_body().collect().await.ok()?.to_bytes();
         let listed = String::from_utf8_lossy(&listed);
         let current = elements(&listed, "ResourceRecordSet")

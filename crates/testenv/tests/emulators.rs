@@ -129,6 +129,31 @@ async fn route53_prior_request_not_complete_and_pending_changes() {
     assert_eq!(settled.status, ChangeStatus::Insync);
 }
 
+/// The proxy answers a DELETE that does not match the record as AWS does (InvalidChangeBatch),
+/// after reading the record set; a DELETE in a hosted zone that does not exist goes on to moto,
+/// which answers NoSuchHostedZone as AWS does (issue 26).
+#[tokio::test]
+async fn a_delete_in_a_hosted_zone_that_does_not_exist_is_answered_no_such_hosted_zone() {
+    let proxy = proxy().await;
+    let route53 = aws_sdk_route53::Client::new(&sdk_config(&proxy.endpoint(), RetryConfig::disabled()).await);
+    let set = ResourceRecordSet::builder()
+        .name("a.proxy-gone.example.com")
+        .r#type(RrType::Cname)
+        .ttl(60)
+        .resource_records(ResourceRecord::builder().value("b.example.com").build().unwrap())
+        .build()
+        .unwrap();
+    let delete = Change::builder().action(ChangeAction::Delete).resource_record_set(set).build().unwrap();
+    let refused = route53
+        .change_resource_record_sets()
+        .hosted_zone_id("Z0TYPOTYPOTYPO")
+        .change_batch(ChangeBatch::builder().changes(delete).build().unwrap())
+        .send()
+        .await
+        .unwrap_err();
+    assert_eq!(refused.code(), Some("NoSuchHostedZone"), "{refused:?}");
+}
+
 #[tokio::test]
 async fn latency_delays_the_call() {
     let proxy = proxy().await;

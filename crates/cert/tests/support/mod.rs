@@ -68,6 +68,7 @@ pub fn fast_timing() -> Timing {
         terminating: RequeuePolicy::exponential(ms(200), ms(1000)),
         error_backoff: RequeuePolicy::exponential(ms(200), ms(1000)),
         throttle_floor: ms(300),
+        deletion_blocked_after: Duration::from_secs(2),
     }
 }
 

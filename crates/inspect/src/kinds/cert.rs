@@ -10,6 +10,7 @@ use k8s_openapi::api::core::v1::{ConfigMap, Event, Secret};
 use kube::ResourceExt;
 use kube::core::PartialObjectMeta;
 
+use crate::kinds::deletion::left_to_delete;
 use crate::report::{self, Field, Kind, Origin, Owned, Policy, Reference, Report};
 use crate::text::{age, ago_or_in};
 
@@ -102,7 +103,36 @@ pub fn cert(cert: &Cert, events: &[Event], now: Timestamp) -> Report {
         ));
     }
     report.notes.extend(cert_notes(cert, now));
+    if report.deleting {
+        report.notes.push(deletion_note(cert));
+    }
     report
+}
+
+/// What the deletion of a Cert still deletes: with deleteOnRemoval its certificates, then the
+/// validation records it wrote; without, nothing.
+fn deletion_note(cert: &Cert) -> String {
+    if !cert.spec.delete_on_removal {
+        return "Being deleted: the ACM certificate and its validation records are kept (deleteOnRemoval is false); nothing to delete."
+            .to_owned();
+    }
+    let observation = cert.status.as_ref().map(|s| &s.observation);
+    let mut left: Vec<String> = observation
+        .map(|o| {
+            o.certificate_arn
+                .iter()
+                .chain(&o.previous_certificate_arns)
+                .map(|arn| format!("the ACM certificate {}", mask_accounts(arn)))
+                .collect()
+        })
+        .unwrap_or_default();
+    let records: Vec<String> = observation
+        .map(|o| o.validation_records.iter().filter(|r| r.owned).map(|r| format!("{} in hosted zone {}", r.name, r.zone_id)).collect())
+        .unwrap_or_default();
+    if !records.is_empty() {
+        left.push(format!("the validation records {}", records.join(", ")));
+    }
+    left_to_delete(&left)
 }
 
 /// A Cert waiting for ACM: for how long, which records are in which zone, what is usual.

@@ -9,6 +9,7 @@ use k8s_openapi::api::core::v1::Event;
 use kube::ResourceExt;
 
 use crate::kinds::cert::cert_reference;
+use crate::kinds::deletion::left_to_delete;
 use crate::report::{self, ConditionView, Field, Kind, Reference, Report};
 use crate::text::ago_or_in;
 
@@ -112,13 +113,52 @@ pub fn tenant(tenant: &DistributionTenant, events: &[Event], certs: &[Cert], now
     if observation.distribution_tenant_status.as_deref() == Some("InProgress") {
         report.notes.push("CloudFront is deploying the tenant's last change (InProgress, usually a few minutes).".to_owned());
     }
+    if report.deleting {
+        report.notes.push(deletion_note(tenant));
+    }
     report
+}
+
+/// What the deletion of a tenant still deletes, in the order it goes.
+fn deletion_note(tenant: &DistributionTenant) -> String {
+    let observation = tenant.status.as_ref().map(|s| &s.observation);
+    let mut left = Vec::new();
+    if let Some(id) = observation.and_then(|o| o.id.as_deref()) {
+        left.push(format!("the tenant {id} (disabled, then deleted once Deployed)"));
+    }
+    if let (Some(dns), Some(records)) = (&tenant.spec.dns, observation.map(|o| &o.dns_records).filter(|r| !r.is_empty())) {
+        left.push(format!("the CNAME records of {} in hosted zone {}", records.join(", "), dns.hosted_zone_id));
+    }
+    left_to_delete(&left)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::kinds::fixtures::{at, validating_cert};
+
+    #[test]
+    fn a_tenant_being_deleted_says_what_is_left_to_delete_in_order() {
+        let dns = serde_json::json!({"provider": "route53", "hostedZoneId": "Z0TYPO"});
+        let mut shop = DistributionTenant::new(
+            "shop",
+            blockwork_tenant::api::DistributionTenantSpec {
+                distribution_id: "E123".into(),
+                dns: Some(serde_json::from_value(dns).expect("a DNS config")),
+                ..Default::default()
+            },
+        );
+        shop.metadata.deletion_timestamp = Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(at(0)));
+        let mut status = blockwork_tenant::DistributionTenantStatus::default();
+        status.observation.dns_records = vec!["www.example.com".into()];
+        shop.status = Some(status);
+        let note = tenant(&shop, &[], &[], at(60)).notes.pop().expect("a note");
+        assert!(
+            note.starts_with("Being deleted: left to delete, in this order: the CNAME records of www.example.com in hosted zone Z0TYPO."),
+            "{note}"
+        );
+        assert!(note.contains("a hosted zone that does not exist) counts as deleted") && note.contains("DeletionBlocked"), "{note}");
+    }
 
     #[test]
     fn a_tenant_names_the_cert_its_certificate_comes_from_and_that_cert_s_wait() {

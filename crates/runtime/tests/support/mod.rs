@@ -110,6 +110,10 @@ impl Backend {
     pub fn script(&self, operation: &'static str, script: Script) {
         self.0.lock().unwrap().scripts.entry(operation).or_default().push_back(script);
     }
+    /// Drops what is still scripted for `operation`: its next calls do what the cloud does.
+    pub fn unscript(&self, operation: &'static str) {
+        self.0.lock().unwrap().scripts.remove(operation);
+    }
     pub fn calls(&self, operation: &'static str) -> usize {
         self.0.lock().unwrap().calls.iter().filter(|c| c.operation == operation).count()
     }
@@ -200,6 +204,7 @@ pub fn widget_timing(slow_states: &[ReconcileState]) -> Timing {
         terminating: slow(ReconcileState::Terminating, quick),
         error_backoff: quick,
         throttle_floor: Duration::from_secs(1),
+        deletion_blocked_after: Duration::from_secs(2),
     }
 }
 

@@ -1,12 +1,16 @@
 //! The deletion steps, one per reconcile: disable the tenant, wait for Deployed, delete it with
-//! its ETag, delete its DNS records.
+//! its ETag, delete its DNS records. Every answer is read in the runtime's one vocabulary
+//! (`blockwork_runtime::Existence`): a tenant found gone at any step is forgotten and the records
+//! are deleted in the same call; records in a hosted zone that does not exist are gone; only
+//! answers that leave something unknown fail the call, naming what.
 
-use blockwork_runtime::{Conditions, DeleteOutcome, ExternalError, Request, VerifyOutcome};
-use kube::Resource;
+use blockwork_runtime::{Conditions, DeleteOutcome, Existence, ExternalError, Request, VerifyOutcome};
+use kube::{Resource, ResourceExt};
+use tracing::warn;
 
 use crate::api::{DistributionTenant, TenantObservation};
 use crate::classify::{CallContext, Category};
-use crate::cloudfront::{Acm, CloudFront, TenantWrite};
+use crate::cloudfront::{Acm, CloudFront, ObservedTenant, TenantWrite};
 use crate::diff::TenantConfig;
 use crate::dns::DnsRecords;
 use crate::lifecycle::{DeletionStep, deletion_step};
@@ -24,7 +28,7 @@ impl<C: CloudFront + Acm, D: DnsRecords> TenantManager<C, D> {
             Ok(tenant) => tenant,
             // Not ours: nothing of this object's to delete.
             Err(error) if error.reason == TENANT_NAME_TAKEN => return VerifyOutcome::Missing,
-            Err(error) => return VerifyOutcome::Error(error),
+            Err(error) => return VerifyOutcome::Error(error.concerning(tenant_named(request.object, observation))),
         };
         if let Some(tenant) = &tenant {
             record(observation, tenant);
@@ -49,53 +53,96 @@ impl<C: CloudFront + Acm, D: DnsRecords> TenantManager<C, D> {
         let tenant = match self.observe(object, request.idempotency_token, observation).await {
             Ok(tenant) => tenant,
             Err(error) if error.reason == TENANT_NAME_TAKEN => return DeleteOutcome::Succeeded,
-            Err(error) => return DeleteOutcome::Error(error),
+            Err(error) => return DeleteOutcome::Error(error.concerning(tenant_named(object, observation))),
         };
         if let Some(tenant) = &tenant {
             record(observation, tenant);
         }
         let dns_remain = dns_records_remain(&object.spec, observation);
-        match (deletion_step(tenant.as_ref().map(observed), dns_remain), tenant) {
-            (DeletionStep::Disable, Some(tenant)) => {
-                let disabled = TenantConfig { enabled: false, ..tenant.config.clone() };
-                let write = TenantWrite { config: &disabled, managed_certificate_request: None };
-                match self.update_with_etag(&tenant.id, tenant.e_tag.clone(), write).await {
-                    Ok(updated) => {
-                        record(observation, &updated);
-                        DeleteOutcome::AwaitingVerification
-                    }
-                    Err(error) => DeleteOutcome::Error(error),
-                }
+        let step = deletion_step(tenant.as_ref().map(observed), dns_remain);
+        let done = match (step, tenant) {
+            (DeletionStep::Disable, Some(tenant)) => self.disable(&tenant, observation).await,
+            (DeletionStep::DeleteTenant, Some(tenant)) => {
+                self.delete_with_etag(&tenant.id, tenant.e_tag.clone()).await.map(|()| DeleteOutcome::Succeeded)
             }
-            (DeletionStep::DeleteTenant, Some(tenant)) => match self.delete_with_etag(&tenant.id, tenant.e_tag.clone()).await {
-                Ok(()) => {
-                    forget(observation);
-                    if dns_remain { DeleteOutcome::AwaitingVerification } else { DeleteOutcome::Succeeded }
-                }
-                Err(error) => DeleteOutcome::Error(error),
-            },
-            (DeletionStep::DeleteDns, _) => {
-                let Some(dns) = &request.derived.dns else {
-                    return DeleteOutcome::Succeeded;
-                };
-                let target = match self.dns_target(&object.spec, observation).await {
-                    Ok(target) => target,
-                    Err(error) => return DeleteOutcome::Error(error),
-                };
-                let owned = observation.dns_records.clone();
-                match dns.records.delete(&dns.zone, &owned, &target).await {
-                    Ok(_) => {
-                        observation.dns_records.clear();
-                        observation.dns_change_id = None;
-                        observation.dns_change_domains.clear();
-                        DeleteOutcome::Succeeded
-                    }
-                    Err(error) => DeleteOutcome::Error(self.dns_error(&error, conditions, object.meta().generation)),
-                }
+            (DeletionStep::WaitForDeployed, _) => Ok(DeleteOutcome::AwaitingVerification),
+            (DeletionStep::DeleteDns | DeletionStep::Done, _) | (DeletionStep::Disable | DeletionStep::DeleteTenant, None) => {
+                Ok(DeleteOutcome::Succeeded)
             }
-            (DeletionStep::WaitForDeployed, _) => DeleteOutcome::AwaitingVerification,
-            (DeletionStep::Done, _) | (DeletionStep::Disable | DeletionStep::DeleteTenant, None) => DeleteOutcome::Succeeded,
+        };
+        let deleted_now = match done {
+            // Disabling: the next look waits for Deployed.
+            Ok(DeleteOutcome::AwaitingVerification) => return DeleteOutcome::AwaitingVerification,
+            Ok(_) => step == DeletionStep::DeleteTenant,
+            // Gone since it was read (deleted outside, or by a racing reconcile): its records
+            // follow in this call.
+            Err(error) if error.existence == Existence::Gone => false,
+            Err(error) => return DeleteOutcome::Error(error.concerning(tenant_named(object, observation))),
+        };
+        forget(observation);
+        // A tenant this call deleted is looked at once more before its records go (seed 001's
+        // one step per reconcile).
+        if deleted_now && dns_remain {
+            return DeleteOutcome::AwaitingVerification;
         }
+        match self.delete_records(request, observation, conditions).await {
+            Ok(()) => DeleteOutcome::Succeeded,
+            Err(error) => DeleteOutcome::Error(error),
+        }
+    }
+
+    async fn disable(&self, tenant: &ObservedTenant, observation: &mut TenantObservation) -> Result<DeleteOutcome, ExternalError> {
+        let disabled = TenantConfig { enabled: false, ..tenant.config.clone() };
+        let write = TenantWrite { config: &disabled, managed_certificate_request: None };
+        let updated = self.update_with_etag(&tenant.id, tenant.e_tag.clone(), write).await?;
+        record(observation, &updated);
+        Ok(DeleteOutcome::AwaitingVerification)
+    }
+
+    /// Deletes the CNAMEs the object owns, each only while it still points at the tenant's
+    /// routing endpoint. Records in a hosted zone that does not exist are gone with it (never
+    /// written, or deleted with the zone): the DNS implementation says so as success.
+    async fn delete_records(
+        &self,
+        request: &Request<'_, DistributionTenant, Desired<D>>,
+        observation: &mut TenantObservation,
+        conditions: &mut Conditions,
+    ) -> Result<(), ExternalError> {
+        let object = request.object;
+        let Some(dns) = &request.derived.dns else { return Ok(()) };
+        if observation.dns_records.is_empty() {
+            return Ok(());
+        }
+        let owned = observation.dns_records.clone();
+        let what = format!("the CNAME records of {} in hosted zone {}", owned.join(", "), dns.zone.hosted_zone_id);
+        let group = object.spec.connection_group_id.as_deref();
+        let target = match observation.dns_target.clone() {
+            Some(target) => Some(target),
+            None => match self.routing_endpoint(group).await {
+                Ok(target) => Some(target),
+                // No routing endpoint was recorded and the connection group does not exist: no
+                // record can be told to be ours (the ownership rule needs the value written),
+                // and none was written without one (a connection group id with a typo).
+                Err(error) if error.existence() == Existence::Gone => {
+                    warn!(tenant = %object.name_any(), records = ?owned, "the connection group does not exist: no record can be ours; none deleted");
+                    None
+                }
+                Err(error) => {
+                    let context = CallContext { connection_group_lookup: group.is_some(), ..CallContext::default() };
+                    return Err(self.cloudfront_error(&error, context).error.concerning(format!("the routing endpoint {what} point at")));
+                }
+            },
+        };
+        if let Some(target) = target {
+            dns.records
+                .delete(&dns.zone, &owned, &target)
+                .await
+                .map_err(|e| self.dns_error(&e, conditions, object.meta().generation).concerning(&what))?;
+        }
+        observation.dns_records.clear();
+        observation.dns_change_id = None;
+        observation.dns_change_domains.clear();
+        Ok(())
     }
 
     async fn delete_with_etag(&self, id: &str, e_tag: Option<String>) -> Result<(), ExternalError> {
@@ -118,5 +165,13 @@ impl<C: CloudFront + Acm, D: DnsRecords> TenantManager<C, D> {
             }
         }
         Err(ExternalError::retryable("PreconditionFailed", "the tenant kept changing while it was being deleted; retrying"))
+    }
+}
+
+/// "distribution tenant shop (id T1)", for the errors of a deletion.
+fn tenant_named(object: &DistributionTenant, observation: &TenantObservation) -> String {
+    match &observation.id {
+        Some(id) => format!("distribution tenant {} (id {id})", object.name_any()),
+        None => format!("distribution tenant {}", object.name_any()),
     }
 }
