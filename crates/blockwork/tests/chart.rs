@@ -521,6 +521,8 @@ fn exported() -> BTreeMap<String, BTreeSet<String>> {
                 cert.certificate("u1", "ns", "a", blockwork_cert::CertState::Ready, Some(5.0));
                 cert.certificate("u2", "ns", "b", blockwork_cert::CertState::Ready, Some(6.0));
                 cert.reconciled(blockwork_cert::CertState::Ready, true, Duration::from_millis(5));
+                cert.export.exported("first");
+                cert.export.failed("SecretConflict");
             }
             "tenant" => {
                 let tenant = blockwork_tenant::TenantMetrics::register(registry);
