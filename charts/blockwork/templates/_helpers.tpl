@@ -44,6 +44,15 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 {{- end }}
 {{- end }}
 
+{{/* A Cache image: `registry/repository:tag@digest`, from (dict "registry" R "image" I). */}}
+{{- define "blockwork.cacheImage" -}}
+{{- $image := .image.repository }}
+{{- with .registry }}{{ $image = printf "%s/%s" (trimSuffix "/" .) $image }}{{ end }}
+{{- with .image.tag }}{{ $image = printf "%s:%s" $image . }}{{ end }}
+{{- with .image.digest }}{{ $image = printf "%s@%s" $image . }}{{ end }}
+{{- $image }}
+{{- end }}
+
 {{- define "blockwork.webhookServiceName" -}}
 {{- printf "%s-webhook" (include "blockwork.fullname" .) | trunc 63 | trimSuffix "-" }}
 {{- end }}
@@ -61,8 +70,10 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 {{- define "blockwork.enabledControllers" -}}
 {{- $declared := (include "blockwork.declarations" . | fromYaml).controllers }}
 {{- $enabled := list }}
+{{- $aws := or $.Values.controllers.cert.enabled $.Values.controllers.tenant.enabled }}
 {{- range $name, $_ := $declared }}
-{{- if (get $.Values.controllers $name | default dict).enabled }}
+{{- /* aws_identity keeps the AwsIdentity mappings' status and serves their webhook: with the controllers that act in AWS. */}}
+{{- if or (get $.Values.controllers $name | default dict).enabled (and (eq $name "aws_identity") $aws) }}
 {{- $enabled = append $enabled $name }}
 {{- end }}
 {{- end }}

@@ -27,16 +27,13 @@ use tracing::{debug, warn};
 use crate::cache::Cached;
 use crate::edge::{Aws, Call};
 use crate::error::{AwsError, ErrorClass, classify_sdk_error};
-use crate::limiter::{Account, Scope};
+use crate::limiter::Scope;
+use crate::metrics::{DESCRIBE_CACHE, LISTING_CACHE, Seed};
+use crate::principal::Principal;
 use crate::quota::Service;
 
 mod export;
 pub use export::{Exported, decrypt};
-
-/// The `cache` label of described certificates (seed 000's `arn` lookups).
-pub const DESCRIBE_CACHE: &str = "acm-describe";
-/// The `cache` label of the certificate listing (seed 000's `fqdn` lookups).
-pub const LISTING_CACHE: &str = "acm-listing";
 
 /// ACM begins managed renewal this long before a certificate expires ("Managed certificate
 /// renewal in AWS Certificate Manager", ACM User Guide).
@@ -209,12 +206,13 @@ struct Snapshot {
     certificates: HashMap<String, Summary>,
 }
 
-/// ACM of one account and region, for one controller.
+/// ACM of one account and region, for one controller, as one principal (an AwsIdentity, or the
+/// operator's own identity).
 pub struct Acm {
     aws: Arc<Aws>,
     caller: &'static str,
     region: Option<String>,
-    client: tokio::sync::OnceCell<aws_sdk_acm::Client>,
+    principal: Principal,
     config: AcmConfig,
     describes: Cached<String, Certificate>,
     latest: Mutex<Arc<Snapshot>>,
@@ -229,15 +227,15 @@ pub struct Acm {
 }
 
 impl Acm {
-    /// ACM for `caller` in `region` (default: the process's).
-    pub fn new(aws: &Arc<Aws>, caller: &'static str, region: Option<&str>, config: AcmConfig) -> Arc<Self> {
+    /// ACM for `caller` in `region` (default: the process's), acting as `principal`.
+    pub fn new(aws: &Arc<Aws>, caller: &'static str, region: Option<&str>, principal: Principal, config: AcmConfig) -> Arc<Self> {
         let describes = Cached::new(aws.metrics(), caller, DESCRIBE_CACHE, config.describe_ttl, config.describe_capacity);
         let empty = Snapshot { taken: None, certificates: HashMap::new() };
         Arc::new(Self {
             aws: Arc::clone(aws),
             caller,
             region: region.map(str::to_owned),
-            client: tokio::sync::OnceCell::new(),
+            principal,
             config,
             describes,
             latest: Mutex::new(Arc::new(empty)),
@@ -249,8 +247,9 @@ impl Acm {
         })
     }
 
-    async fn client(&self) -> &aws_sdk_acm::Client {
-        self.client.get_or_init(|| self.aws.acm(self.caller, self.region.as_deref())).await
+    /// Who its listing sweeps act as.
+    pub fn principal(&self) -> &Principal {
+        &self.principal
     }
 
     /// The region this ACM calls: the one it was made for, else the process's.
@@ -261,23 +260,37 @@ impl Acm {
         }
     }
 
-    async fn call<T, F, Fut>(&self, operation: &'static str, attempt: F) -> Result<T, AwsError>
+    /// A client with `principal`'s current credentials (an assumed role's are renewed before
+    /// they expire, so a client is not kept).
+    async fn client(&self, principal: &Principal) -> Result<aws_sdk_acm::Client, AwsError> {
+        self.aws.acm(self.caller, self.region.as_deref(), principal).await
+    }
+
+    async fn call<T, F, Fut>(&self, principal: &Principal, operation: &'static str, attempt: F) -> Result<T, AwsError>
     where
         F: Fn() -> Fut,
         Fut: std::future::Future<Output = Result<T, AwsError>>,
     {
         let region = self.region().await;
-        let call =
-            Call { callers: &[self.caller], scope: Scope::new(Account::Own, Service::Acm, region.as_deref()), operation, changes: 0 };
+        let call = Call {
+            callers: &[self.caller],
+            identity: principal.identity(),
+            scope: Scope::new(principal.account(), Service::Acm, region.as_deref()),
+            operation,
+            changes: 0,
+        };
         self.aws.call(call, attempt).await
     }
 
-    /// DescribeCertificate, read now. A missing certificate is an error of class `NotFound`.
-    pub async fn describe(&self, arn: &str) -> Result<Certificate, AwsError> {
+    /// DescribeCertificate as `principal` (of the listing's account: a namespace of its
+    /// identity), read now. A missing certificate is an error of class `NotFound`.
+    pub async fn describe(&self, principal: &Principal, arn: &str) -> Result<Certificate, AwsError> {
         const OP: &str = "DescribeCertificate";
-        let client = self.client().await;
+        let client = self.client(principal).await?;
         let output = self
-            .call(OP, || async { client.describe_certificate().certificate_arn(arn).send().await.map_err(|e| classify_sdk_error(OP, &e)) })
+            .call(principal, OP, || async {
+                client.describe_certificate().certificate_arn(arn).send().await.map_err(|e| classify_sdk_error(OP, &e))
+            })
             .await?;
         let detail = output.certificate.ok_or_else(|| AwsError {
             operation: OP,
@@ -304,28 +317,28 @@ impl Acm {
 
     /// DescribeCertificate, reused for `describe_ttl` once issued (a pending certificate is
     /// read fresh, to see the moment ACM issues it).
-    pub async fn describe_recent(&self, arn: &str) -> Result<Certificate, AwsError> {
+    pub async fn describe_recent(&self, principal: &Principal, arn: &str) -> Result<Certificate, AwsError> {
         match self.describes.get(arn).await {
             Some(certificate) => Ok(certificate),
-            None => self.describe(arn).await,
+            None => self.describe(principal, arn).await,
         }
     }
 
-    /// ListTagsForCertificate.
-    pub async fn list_tags(&self, arn: &str) -> Result<Vec<(String, String)>, AwsError> {
+    /// ListTagsForCertificate as `principal`.
+    pub async fn list_tags(&self, principal: &Principal, arn: &str) -> Result<Vec<(String, String)>, AwsError> {
         const OP: &str = "ListTagsForCertificate";
-        let client = self.client().await;
+        let client = self.client(principal).await?;
         let output = self
-            .call(OP, || async {
+            .call(principal, OP, || async {
                 client.list_tags_for_certificate().certificate_arn(arn).send().await.map_err(|e| classify_sdk_error(OP, &e))
             })
             .await?;
         Ok(output.tags().iter().map(|t| (t.key().to_owned(), t.value().unwrap_or_default().to_owned())).collect())
     }
 
-    /// RequestCertificate, with DNS validation or from a private CA; returns the ARN. Idempotent
-    /// under the token.
-    pub async fn request(&self, request: &CertificateRequest) -> Result<String, AwsError> {
+    /// RequestCertificate as `principal`, with DNS validation or from a private CA; returns the
+    /// ARN. Idempotent under the token.
+    pub async fn request(&self, principal: &Principal, request: &CertificateRequest) -> Result<String, AwsError> {
         const OP: &str = "RequestCertificate";
         let tags = request
             .tags
@@ -345,9 +358,9 @@ impl Acm {
                 (Some(ValidationMethod::Dns), request.exportable.then(|| CertificateOptions::builder().export(export).build()))
             }
         };
-        let client = self.client().await;
+        let client = self.client(principal).await?;
         let output = self
-            .call(OP, || {
+            .call(principal, OP, || {
                 let call = client
                     .request_certificate()
                     .domain_name(&request.domain)
@@ -363,12 +376,12 @@ impl Acm {
         output.certificate_arn.ok_or_else(|| AwsError::incomplete(OP, "the certificate's ARN"))
     }
 
-    /// DeleteCertificate. A certificate in use fails with `ResourceInUseException`.
-    pub async fn delete(&self, arn: &str) -> Result<(), AwsError> {
+    /// DeleteCertificate as `principal`. A certificate in use fails with `ResourceInUseException`.
+    pub async fn delete(&self, principal: &Principal, arn: &str) -> Result<(), AwsError> {
         const OP: &str = "DeleteCertificate";
-        let client = self.client().await;
+        let client = self.client(principal).await?;
         let result = self
-            .call(OP, || async {
+            .call(principal, OP, || async {
                 client.delete_certificate().certificate_arn(arn).send().await.map(|_| ()).map_err(|e| classify_sdk_error(OP, &e))
             })
             .await;
@@ -450,8 +463,8 @@ impl Acm {
         Ok(snapshot)
     }
 
-    fn seeds(&self) -> Vec<crate::metrics::Seed> {
-        crate::metrics::Seed::of(self.caller).into_iter().collect()
+    fn seeds(&self) -> Vec<Seed> {
+        Seed::of(self.caller).into_iter().collect()
     }
 
     fn latest(&self) -> Arc<Snapshot> {
@@ -463,12 +476,12 @@ impl Acm {
     async fn sweep(&self, previous: &Snapshot) -> Result<(Arc<Snapshot>, Vec<String>), AwsError> {
         const OP: &str = "ListCertificates";
         let taken = Instant::now();
-        let client = self.client().await;
+        let client = self.client(&self.principal).await?;
         let mut certificates = HashMap::with_capacity(previous.certificates.len() + 16);
         let mut token: Option<String> = None;
         loop {
             let page = self
-                .call(OP, || {
+                .call(&self.principal, OP, || {
                     let request = client.list_certificates().max_items(PAGE_SIZE).set_next_token(token.clone());
                     async move { request.send().await.map_err(|e| classify_sdk_error(OP, &e)) }
                 })

@@ -146,6 +146,15 @@ pub fn from_route53(name: &str) -> String {
     normalize(&unescaped)
 }
 
+/// Whether `name` is `ancestor` or below it, by whole labels, whatever the case or trailing dots:
+/// `api.example.com` is within `example.com`, `fooexample.com` is not. A wildcard name is within
+/// where its base is (`*.shop.example.com` within `shop.example.com`).
+pub fn within(name: &str, ancestor: &str) -> bool {
+    let (name, ancestor) = (normalize(name), normalize(ancestor));
+    let name = name.strip_prefix("*.").unwrap_or(&name);
+    name == ancestor || name.strip_suffix(ancestor.as_str()).is_some_and(|rest| rest.ends_with('.'))
+}
+
 /// Checks `name` against the rule and returns its normal form.
 pub fn parse(name: &str) -> Result<String, DnsNameError> {
     let relative = name.strip_suffix('.').unwrap_or(name);
@@ -226,6 +235,15 @@ mod tests {
 
     /// Found by the 20,000-case fuzz run (issue 15): `"е ."` normalized to `"е "`, whose normal form
     /// is `"е"`.
+    #[test]
+    fn a_name_is_within_its_ancestors_by_whole_labels() {
+        assert!(super::within("api.Example.com.", "example.com"));
+        assert!(super::within("example.com", "example.com."));
+        assert!(super::within("*.shop.example.com", "shop.example.com"));
+        assert!(!super::within("fooexample.com", "example.com"));
+        assert!(!super::within("example.com", "api.example.com"));
+    }
+
     #[test]
     fn a_blank_before_the_trailing_dot_goes_with_it_and_normalizing_twice_changes_nothing() {
         for name in ["е .", "Example.COM .", " . . ", "www.example.com.\t"] {

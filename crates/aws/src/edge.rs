@@ -10,9 +10,8 @@
 //! so a call is retried in one place, each retry draws tokens like the first attempt, and every
 //! attempt lands in the one metrics family.
 
-use std::collections::HashMap;
 use std::future::Future;
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
 use aws_config::retry::RetryConfig;
@@ -22,11 +21,14 @@ use backon::{ExponentialBuilder, Retryable};
 use tokio::sync::OnceCell;
 use tracing::debug;
 
+use crate::credentials::Credentials;
 use crate::error::{AwsError, classify_sdk_error};
 use crate::limiter::{Account, Limiter, Scope};
 use crate::metrics::{AwsMetrics, Seed};
+use crate::principal::{AssumedRole, OPERATOR, Principal};
 use crate::quota::{Quotas, Service};
 use crate::route53::BatchPolicy;
+use crate::throttled::{BACKING_OFF, Throttled, held_back};
 
 /// Backoff between attempts of one call: `min(max_delay, base_delay × 2^n)` with jitter, at
 /// most `max_retries` retries (seed 000: from 1 s, doubling, 5 retries).
@@ -83,21 +85,18 @@ impl Default for AwsConfig {
     }
 }
 
-/// One AWS call as the layer sees it: for whom, against which quota, which operation, and how
-/// many record changes it makes (Route 53's change throughput).
+/// One AWS call as the layer sees it: for whom, as whom, against which quota, which operation,
+/// and how many record changes it makes (Route 53's change throughput).
 #[derive(Clone, Debug)]
 pub struct Call<'a> {
     /// The controllers the call serves (a Route 53 batch may serve several).
     pub callers: &'a [&'static str],
+    /// The AwsIdentity it acts as (or `operator`): the metrics' `identity` label.
+    pub identity: &'a str,
     pub scope: Scope,
     pub operation: &'static str,
     pub changes: u32,
 }
-
-/// Credentials of an assumed role are used until this long before they expire.
-const CREDENTIAL_MARGIN: Duration = Duration::from_secs(300);
-/// The STS session name, as it shows in the other account's CloudTrail.
-const SESSION_NAME_PREFIX: &str = "blockwork";
 
 /// The process's AWS layer.
 pub struct Aws {
@@ -105,8 +104,12 @@ pub struct Aws {
     base: OnceCell<SdkConfig>,
     limiter: Limiter,
     metrics: Arc<AwsMetrics>,
-    /// Assumed roles: their SDK configuration and when its credentials expire.
-    roles: Mutex<HashMap<String, (SdkConfig, SystemTime)>>,
+    /// Assumed roles' credentials.
+    credentials: Credentials,
+    /// Accounts whose calls back off after AWS throttled them.
+    throttled: Throttled,
+    /// The operator's own account id, once asked (GetCallerIdentity).
+    own_account: OnceCell<String>,
     records: std::sync::OnceLock<Arc<crate::route53::Records>>,
 }
 
@@ -132,7 +135,16 @@ impl Aws {
 
     fn build(config: AwsConfig, metrics: Arc<AwsMetrics>, base: OnceCell<SdkConfig>) -> Arc<Self> {
         let limiter = Limiter::new(config.quotas.clone(), Arc::clone(&metrics));
-        Arc::new(Self { config, base, limiter, metrics, roles: Mutex::default(), records: std::sync::OnceLock::new() })
+        Arc::new(Self {
+            config,
+            base,
+            limiter,
+            metrics,
+            credentials: Credentials::new(),
+            throttled: Throttled::default(),
+            own_account: OnceCell::new(),
+            records: std::sync::OnceLock::new(),
+        })
     }
 
     pub fn config(&self) -> &AwsConfig {
@@ -185,85 +197,140 @@ impl Aws {
         TimeoutConfig::builder().operation_timeout(self.config.timeout).build()
     }
 
-    /// An ACM client for `controller`, in `region` (default: the process's).
-    pub async fn acm(&self, controller: &str, region: Option<&str>) -> aws_sdk_acm::Client {
-        let mut builder =
-            aws_sdk_acm::config::Builder::from(self.base().await).retry_config(RetryConfig::disabled()).timeout_config(self.timeouts());
+    /// The SDK configuration `principal` calls with: the operator's own, or an assumed role's
+    /// (STS AssumeRole with its ExternalId and session name, cached; see [`crate::credentials`]).
+    pub async fn sdk(&self, controller: &'static str, principal: &Principal) -> Result<SdkConfig, AwsError> {
+        match principal.role() {
+            None => Ok(self.base().await.clone()),
+            // On the heap: the AssumeRole call's future is large, and every client asks here.
+            Some(role) => Box::pin(self.credentials.get(role, Box::pin(self.assume(controller, principal.identity(), role)))).await,
+        }
+    }
+
+    /// An ACM client for `controller` acting as `principal`, in `region` (default: the process's).
+    pub async fn acm(
+        &self,
+        controller: &'static str,
+        region: Option<&str>,
+        principal: &Principal,
+    ) -> Result<aws_sdk_acm::Client, AwsError> {
+        let sdk = self.sdk(controller, principal).await?;
+        let mut builder = aws_sdk_acm::config::Builder::from(&sdk).retry_config(RetryConfig::disabled()).timeout_config(self.timeouts());
         if let Some(url) = self.endpoint(controller, Service::Acm) {
             builder = builder.endpoint_url(url);
         }
         if let Some(region) = region {
             builder = builder.region(Region::new(region.to_owned()));
         }
-        aws_sdk_acm::Client::from_conf(builder.build())
+        Ok(aws_sdk_acm::Client::from_conf(builder.build()))
     }
 
-    /// An AWS Private CA client for `controller`, in `region` (default: the process's).
-    pub async fn acm_pca(&self, controller: &str, region: Option<&str>) -> aws_sdk_acmpca::Client {
-        let mut builder =
-            aws_sdk_acmpca::config::Builder::from(self.base().await).retry_config(RetryConfig::disabled()).timeout_config(self.timeouts());
+    /// An AWS Private CA client for `controller` acting as `principal`, in `region` (default: the process's).
+    pub async fn acm_pca(
+        &self,
+        controller: &'static str,
+        region: Option<&str>,
+        principal: &Principal,
+    ) -> Result<aws_sdk_acmpca::Client, AwsError> {
+        let sdk = self.sdk(controller, principal).await?;
+        let mut builder = aws_sdk_acmpca::config::Builder::from(&sdk).retry_config(RetryConfig::disabled()).timeout_config(self.timeouts());
         if let Some(url) = self.endpoint(controller, Service::AcmPca) {
             builder = builder.endpoint_url(url);
         }
         if let Some(region) = region {
             builder = builder.region(Region::new(region.to_owned()));
         }
-        aws_sdk_acmpca::Client::from_conf(builder.build())
+        Ok(aws_sdk_acmpca::Client::from_conf(builder.build()))
     }
 
-    /// A CloudFront client for `controller`.
-    pub async fn cloudfront(&self, controller: &str) -> aws_sdk_cloudfront::Client {
-        let mut builder = aws_sdk_cloudfront::config::Builder::from(self.base().await)
-            .retry_config(RetryConfig::disabled())
-            .timeout_config(self.timeouts());
+    /// A CloudFront client for `controller` acting as `principal`.
+    pub async fn cloudfront(&self, controller: &'static str, principal: &Principal) -> Result<aws_sdk_cloudfront::Client, AwsError> {
+        let sdk = self.sdk(controller, principal).await?;
+        let mut builder =
+            aws_sdk_cloudfront::config::Builder::from(&sdk).retry_config(RetryConfig::disabled()).timeout_config(self.timeouts());
         if let Some(url) = self.endpoint(controller, Service::CloudFront) {
             builder = builder.endpoint_url(url);
         }
-        aws_sdk_cloudfront::Client::from_conf(builder.build())
+        Ok(aws_sdk_cloudfront::Client::from_conf(builder.build()))
     }
 
-    /// A Route 53 client for `controller`, with the operator's credentials or (`role`) an
-    /// assumed role's, and the account whose quota its calls draw from.
-    pub async fn route53(&self, controller: &'static str, role: Option<&str>) -> Result<(aws_sdk_route53::Client, Account), AwsError> {
-        let (sdk, account) = match role {
-            None => (self.base().await.clone(), Account::Own),
-            Some(role) => (self.assume(controller, role).await?, Account::of_role(role)),
-        };
+    /// A Route 53 client for `controller` acting as `principal` (whose account its calls draw
+    /// from: [`Principal::account`]).
+    pub async fn route53(&self, controller: &'static str, principal: &Principal) -> Result<aws_sdk_route53::Client, AwsError> {
+        let sdk = self.sdk(controller, principal).await?;
         let mut builder =
             aws_sdk_route53::config::Builder::from(&sdk).retry_config(RetryConfig::disabled()).timeout_config(self.timeouts());
         if let Some(url) = self.endpoint(controller, Service::Route53) {
             builder = builder.endpoint_url(url);
         }
-        Ok((aws_sdk_route53::Client::from_conf(builder.build()), account))
+        Ok(aws_sdk_route53::Client::from_conf(builder.build()))
     }
 
-    /// The STS client of `controller` (GetCallerIdentity for `blockwork check`; AssumeRole).
+    /// The STS client of `controller` with the operator's own credentials (AssumeRole;
+    /// GetCallerIdentity for `blockwork check`).
     pub async fn sts(&self, controller: &str) -> aws_sdk_sts::Client {
-        let mut builder =
-            aws_sdk_sts::config::Builder::from(self.base().await).retry_config(RetryConfig::disabled()).timeout_config(self.timeouts());
+        self.sts_with(controller, self.base().await)
+    }
+
+    /// An STS client acting as `principal` (GetCallerIdentity: which account a role is in).
+    pub async fn sts_as(&self, controller: &'static str, principal: &Principal) -> Result<aws_sdk_sts::Client, AwsError> {
+        Ok(self.sts_with(controller, &self.sdk(controller, principal).await?))
+    }
+
+    fn sts_with(&self, controller: &str, sdk: &SdkConfig) -> aws_sdk_sts::Client {
+        let mut builder = aws_sdk_sts::config::Builder::from(sdk).retry_config(RetryConfig::disabled()).timeout_config(self.timeouts());
         if let Some(url) = self.endpoint(controller, Service::Sts) {
             builder = builder.endpoint_url(url);
         }
         aws_sdk_sts::Client::from_conf(builder.build())
     }
 
-    /// The SDK configuration with `role`'s credentials (STS AssumeRole), reused until shortly
-    /// before they expire.
-    async fn assume(&self, controller: &'static str, role: &str) -> Result<SdkConfig, AwsError> {
-        let cached = self.roles.lock().unwrap_or_else(PoisonError::into_inner).get(role).cloned();
-        if let Some((sdk, expires)) = cached
-            && SystemTime::now() + CREDENTIAL_MARGIN < expires
-        {
-            return Ok(sdk);
+    /// The account id of `principal`: its role's, from the ARN; for the operator's own identity,
+    /// asked once with GetCallerIdentity (which needs no permission). `None` when it cannot be
+    /// told. For comparing accounts only: never shown to users.
+    pub async fn account_id(&self, controller: &'static str, principal: &Principal) -> Option<String> {
+        if let Some(role) = principal.role() {
+            return crate::principal::account_of_arn(&role.arn).map(str::to_owned);
         }
+        const OP: &str = "GetCallerIdentity";
+        let sts = self.sts(controller).await;
+        let asked = self
+            .own_account
+            .get_or_try_init(|| async {
+                let call = Call {
+                    callers: &[controller],
+                    identity: OPERATOR,
+                    scope: Scope::new(Account::Own, Service::Sts, None),
+                    operation: OP,
+                    changes: 0,
+                };
+                let output =
+                    self.call(call, || async { sts.get_caller_identity().send().await.map_err(|e| classify_sdk_error(OP, &e)) }).await?;
+                output.account().map(str::to_owned).ok_or_else(|| AwsError::incomplete(OP, "the account"))
+            })
+            .await;
+        match asked {
+            Ok(account) => Some(account.clone()),
+            Err(error) => {
+                debug!(%error, "the operator's own account could not be told");
+                None
+            }
+        }
+    }
+
+    /// AssumeRole of `role` for `identity`, through the layer (the operator's STS bucket, counted,
+    /// retried): the SDK configuration with its credentials, and when they expire.
+    async fn assume(&self, controller: &'static str, identity: &str, role: &AssumedRole) -> Result<(SdkConfig, SystemTime), AwsError> {
         const OP: &str = "AssumeRole";
         let sts = self.sts(controller).await;
-        let call = Call { callers: &[controller], scope: Scope::new(Account::Own, Service::Sts, None), operation: OP, changes: 0 };
+        let call =
+            Call { callers: &[controller], identity, scope: Scope::new(Account::Own, Service::Sts, None), operation: OP, changes: 0 };
         let output = self
             .call(call, || async {
                 sts.assume_role()
-                    .role_arn(role)
-                    .role_session_name(format!("{SESSION_NAME_PREFIX}-{controller}-dns"))
+                    .role_arn(&role.arn)
+                    .set_external_id(role.external_id.clone())
+                    .role_session_name(&role.session_name)
                     .send()
                     .await
                     .map_err(|e| classify_sdk_error(OP, &e))
@@ -280,26 +347,32 @@ impl Aws {
         );
         let sdk =
             self.base().await.to_builder().credentials_provider(aws_sdk_sts::config::SharedCredentialsProvider::new(provider)).build();
-        self.roles.lock().unwrap_or_else(PoisonError::into_inner).insert(role.to_owned(), (sdk.clone(), expires));
-        Ok(sdk)
+        Ok((sdk, expires))
     }
 
     /// Runs one AWS call: tokens, attempt, and on throttling or a transient failure another
-    /// attempt after a backoff (each drawing tokens again), up to the retry policy's limit.
+    /// attempt after a backoff (each drawing tokens again), up to the retry policy's limit. While
+    /// another call of the account's service backs off after AWS throttled it, the call is not
+    /// sent at all ([`crate::throttled`]).
     pub async fn call<T, F, Fut>(&self, call: Call<'_>, attempt: F) -> Result<T, AwsError>
     where
         F: Fn() -> Fut,
         Fut: Future<Output = Result<T, AwsError>>,
     {
         let seeds: Vec<Seed> = call.callers.iter().filter_map(|c| Seed::of(c)).collect();
+        let (account, service) = (&call.scope.account, call.scope.service);
+        let ticket = self.throttled.ticket();
         let once = || async {
+            if let Some(until) = self.throttled.held(ticket, account, service, Instant::now()) {
+                return Err(held_back(call.operation, service, call.identity, until.saturating_duration_since(Instant::now())));
+            }
             let waited = self.limiter.acquire(&call.scope, call.operation, call.changes).await;
-            self.metrics.limiter_wait(&seeds, call.scope.service, waited);
+            self.metrics.limiter_wait(&seeds, service, waited);
             let started = Instant::now();
             // On the heap: an SDK call's future is large, and reconciles nest several.
             let result = Box::pin(attempt()).await;
             let outcome = result.as_ref().map(|_| ()).map_err(|e| e.class);
-            self.metrics.call(&seeds, call.scope.service, call.operation, outcome, started.elapsed());
+            self.metrics.call(&seeds, call.identity, service, call.operation, outcome, started.elapsed());
             result
         };
         let retry = self.config.retry;
@@ -309,12 +382,15 @@ impl Aws {
             .with_factor(2.0)
             .with_max_times(retry.max_retries)
             .with_jitter();
-        Box::pin(
-            once.retry(backoff)
-                .when(AwsError::is_transient)
-                .notify(|error, delay| debug!(operation = error.operation, class = ?error.class, ?delay, %error, "retrying an AWS call")),
-        )
-        .await
+        let result = Box::pin(once.retry(backoff).when(|error| error.is_transient() && error.code.as_deref() != Some(BACKING_OFF)).notify(
+            |error, delay| {
+                self.throttled.backing_off(ticket, account, service, error, delay);
+                debug!(operation = error.operation, class = ?error.class, ?delay, %error, "retrying an AWS call");
+            },
+        ))
+        .await;
+        self.throttled.done(ticket, account, service);
+        result
     }
 }
 
@@ -336,6 +412,7 @@ mod tests {
     fn describe() -> Call<'static> {
         Call {
             callers: &["cert"],
+            identity: OPERATOR,
             scope: Scope::new(Account::Own, Service::Acm, Some("us-east-1")),
             operation: "DescribeCertificate",
             changes: 0,
@@ -392,6 +469,45 @@ mod tests {
             .await;
         assert_eq!(result.unwrap_err().class, ErrorClass::Throttled);
         assert_eq!(attempts.load(Ordering::SeqCst), 4, "one attempt and three retries");
+    }
+
+    #[tokio::test]
+    async fn while_a_call_backs_off_after_aws_throttled_its_account_the_others_of_that_account_are_not_sent() {
+        let aws = Aws::with_sdk_config(
+            AwsConfig {
+                retry: RetryPolicy { base_delay: Duration::from_millis(300), max_delay: Duration::from_millis(300), max_retries: 1 },
+                ..AwsConfig::default()
+            },
+            SdkConfig::builder().build(),
+            Arc::new(AwsMetrics::unregistered()),
+        );
+        let first_attempts = AtomicUsize::new(0);
+        let throttled = aws.call(describe(), || async {
+            first_attempts.fetch_add(1, Ordering::SeqCst);
+            Err::<(), _>(failing(ErrorClass::Throttled))
+        });
+        let others = async {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            let sent = AtomicUsize::new(0);
+            let held: Result<(), AwsError> = aws
+                .call(describe(), || async {
+                    sent.fetch_add(1, Ordering::SeqCst);
+                    Ok(())
+                })
+                .await;
+            let elsewhere =
+                Call { scope: Scope::new(Account::Other("210987654321".into()), Service::Acm, Some("us-east-1")), ..describe() };
+            let other_account = aws.call(elsewhere, || async { Ok::<_, AwsError>(7) }).await;
+            (held, sent.load(Ordering::SeqCst), other_account)
+        };
+        let (first, (held, sent, other_account)) = tokio::join!(throttled, others);
+        assert_eq!(first.unwrap_err().class, ErrorClass::Throttled);
+        assert_eq!(first_attempts.load(Ordering::SeqCst), 2, "the first call retried once");
+        let held = held.unwrap_err();
+        assert_eq!((held.class, held.code.as_deref(), sent), (ErrorClass::Throttled, Some(BACKING_OFF), 0), "{held}");
+        assert_eq!(other_account.unwrap(), 7, "another account is not held back");
+        let after: Result<(), AwsError> = aws.call(describe(), || async { Ok(()) }).await;
+        assert!(after.is_ok(), "the mark goes with the call that set it");
     }
 
     #[test]

@@ -1,9 +1,11 @@
 //! Blockwork's AWS layer: one per process, shared by every controller.
 //!
-//! - [`Aws`] ([`edge`]): the SDK clients (region, endpoint overrides, assumed roles; the SDK's
-//!   own retries off) and the one path of every call: the process's token buckets, then the
-//!   attempt, timed, classified and counted, then a retry with backoff and jitter on throttling
-//!   and transient failures.
+//! - [`Aws`] ([`edge`]): the SDK clients (region, endpoint overrides; the SDK's own retries
+//!   off) for a [`Principal`] — the operator's own identity or a role assumed for a namespace's
+//!   AwsIdentity ([`principal`], its credentials cached in `credentials`) — and the one path of
+//!   every call: the process's token buckets, then the attempt, timed, classified and counted,
+//!   then a retry with backoff and jitter on throttling and transient failures, except while
+//!   another call of the account backs off after AWS throttled it ([`throttled`]).
 //! - [`quota`]: the quota model, per account (and region for ACM): account-level,
 //!   per-operation and Route 53 change-throughput buckets at AWS's published values times a
 //!   safety factor. [`limiter`] holds them (governor). [`config`]: the process's AWS flags.
@@ -20,6 +22,7 @@ pub mod acm;
 pub mod batch;
 pub mod cache;
 pub mod config;
+mod credentials;
 pub mod dns_name;
 pub mod edge;
 mod error;
@@ -27,15 +30,18 @@ pub mod idna2008;
 pub mod limiter;
 pub mod metrics;
 pub mod pca;
+pub mod principal;
 pub mod quota;
 pub mod route53;
 mod sanitize;
+pub mod throttled;
 
 pub use config::{AwsArgs, parse_duration};
 pub use edge::{Aws, AwsConfig, Call, Endpoint, RetryPolicy};
 pub use error::{AwsError, ErrorClass, HttpStatus, classify, classify_sdk_error};
 pub use limiter::{Account, Scope};
 pub use metrics::{AwsMetrics, Seed};
+pub use principal::{AssumedRole, OPERATOR, Principal};
 pub use quota::{Quotas, Service};
 pub use sanitize::{mask_accounts, sanitize};
 

@@ -3,9 +3,9 @@
 //!
 //! | metric | labels |
 //! |---|---|
-//! | `blockwork_aws_calls_total` | `service`, `operation`, `result` (`success` or the error class) |
-//! | `blockwork_aws_call_duration_seconds` | `service`, `operation` |
-//! | `blockwork_aws_throttling_events_total` | `service`, `operation` |
+//! | `blockwork_aws_calls_total` | `service`, `operation`, `result` (`success` or the error class), `identity` |
+//! | `blockwork_aws_call_duration_seconds` | `service`, `operation`, `identity` |
+//! | `blockwork_aws_throttling_events_total` | `service`, `operation`, `identity` |
 //! | `blockwork_aws_limiter_wait_seconds` | `service` |
 //! | `blockwork_aws_limiter_tokens` | `service`, `bucket` (`account`, `changes` or the operation): tokens left after the last call took its own |
 //! | `blockwork_aws_cache_lookups_total` | `cache`, `result` (`hit`, `miss`) |
@@ -14,10 +14,12 @@
 //! families of the seed of the controller that made the call ([`Seed`]): seed 000's
 //! `cert_operator_aws_api_calls_total{operation,success}` and its neighbours for the `cert`
 //! controller, seed 001's `cloudfront_tenant_operator_aws_api_call_duration_seconds{operation}`
-//! for `tenant`. Labels are bounded: services, operations, classes, bucket and cache names. No
-//! account id appears (a role's account is not a label).
+//! for `tenant`. Labels are bounded: services, operations, classes, bucket and cache names, and
+//! `identity`, the AwsIdentity a call acted as (`operator` for the operator's own identity),
+//! which the platform team creates (ADR 0014). No account id appears (a role's account is not a
+//! label).
 
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 use std::sync::atomic::AtomicU64;
 use std::sync::{Mutex, PoisonError};
 use std::time::Duration;
@@ -32,17 +34,24 @@ use prometheus_client::registry::Registry;
 use crate::error::ErrorClass;
 use crate::quota::Service;
 
+/// The `cache` label of described certificates (seed 000's `arn` lookups).
+pub const DESCRIBE_CACHE: &str = "acm-describe";
+/// The `cache` label of the certificate listing (seed 000's `fqdn` lookups).
+pub const LISTING_CACHE: &str = "acm-listing";
+
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct CallLabels {
     service: &'static str,
     operation: String,
     result: &'static str,
+    identity: String,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct OperationLabels {
     service: &'static str,
     operation: String,
+    identity: String,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -183,6 +192,8 @@ pub struct AwsMetrics {
     tenant: TenantSeed,
     /// The last tokens seen per (service, bucket), for the seed's per-service minimum.
     last_tokens: Mutex<HashMap<(Service, String), f64>>,
+    /// The identities calls were made as, for the totals tests read.
+    seen: Mutex<BTreeSet<String>>,
 }
 
 impl AwsMetrics {
@@ -218,20 +229,42 @@ impl AwsMetrics {
             cert: CertSeed::new(),
             tenant: TenantSeed::new(),
             last_tokens: Mutex::default(),
+            seen: Mutex::default(),
         }
     }
 
-    /// One attempt of a call made for `seeds`, its outcome and duration.
-    pub fn call(&self, seeds: &[Seed], service: Service, operation: &str, outcome: Result<(), ErrorClass>, latency: Duration) {
+    /// One attempt of a call made for `seeds` as `identity`, its outcome and duration.
+    pub fn call(
+        &self,
+        seeds: &[Seed],
+        identity: &str,
+        service: Service,
+        operation: &str,
+        outcome: Result<(), ErrorClass>,
+        latency: Duration,
+    ) {
         let result = match outcome {
             Ok(()) => "success",
             Err(class) => class.as_str(),
         };
         let seconds = latency.as_secs_f64();
-        self.calls.get_or_create(&CallLabels { service: service.as_str(), operation: operation.to_owned(), result }).inc();
-        self.duration.get_or_create(&OperationLabels { service: service.as_str(), operation: operation.to_owned() }).observe(seconds);
+        let mut seen = self.seen.lock().unwrap_or_else(PoisonError::into_inner);
+        if !seen.contains(identity) {
+            seen.insert(identity.to_owned());
+        }
+        drop(seen);
+        let labels = OperationLabels { service: service.as_str(), operation: operation.to_owned(), identity: identity.to_owned() };
+        self.calls
+            .get_or_create(&CallLabels {
+                service: labels.service,
+                operation: labels.operation.clone(),
+                result,
+                identity: labels.identity.clone(),
+            })
+            .inc();
+        self.duration.get_or_create(&labels).observe(seconds);
         if outcome == Err(ErrorClass::Throttled) {
-            self.throttling.get_or_create(&OperationLabels { service: service.as_str(), operation: operation.to_owned() }).inc();
+            self.throttling.get_or_create(&labels).inc();
         }
         for seed in seeds {
             match seed {
@@ -275,7 +308,7 @@ impl AwsMetrics {
         self.cache.get_or_create(&CacheLabels { cache, result: if hit { "hit" } else { "miss" } }).inc();
         if seeds.contains(&Seed::Cert) {
             let lookup_type = match cache {
-                crate::acm::LISTING_CACHE => "fqdn",
+                LISTING_CACHE => "fqdn",
                 _ => "arn",
             };
             let family = if hit { &self.cert.cache_hits } else { &self.cert.cache_misses };
@@ -283,19 +316,37 @@ impl AwsMetrics {
         }
     }
 
-    /// Attempts of `operation` (any result), for tests and benchmarks.
+    /// Attempts of `operation` (any result, any identity), for tests and benchmarks.
     pub fn calls(&self, service: Service, operation: &str) -> u64 {
+        self.identities().iter().map(|identity| self.calls_as(identity, service, operation)).sum()
+    }
+
+    /// Attempts of `operation` made as `identity` (any result), for tests and benchmarks.
+    pub fn calls_as(&self, identity: &str, service: Service, operation: &str) -> u64 {
         ["success", "terminal", "retryable", "throttled", "not_found"]
             .iter()
             .map(|result| {
-                self.calls.get_or_create(&CallLabels { service: service.as_str(), operation: operation.to_owned(), result }).get()
+                let labels =
+                    CallLabels { service: service.as_str(), operation: operation.to_owned(), result, identity: identity.to_owned() };
+                self.calls.get(&labels).map_or(0, |counter| counter.get())
             })
             .sum()
     }
 
-    /// Throttling answers to `operation`, for tests and benchmarks.
+    /// Throttling answers to `operation` (any identity), for tests and benchmarks.
     pub fn throttling_events(&self, service: Service, operation: &str) -> u64 {
-        self.throttling.get_or_create(&OperationLabels { service: service.as_str(), operation: operation.to_owned() }).get()
+        self.identities().iter().map(|identity| self.throttling_events_as(identity, service, operation)).sum()
+    }
+
+    /// Throttling answers to `operation` made as `identity`, for tests and benchmarks.
+    pub fn throttling_events_as(&self, identity: &str, service: Service, operation: &str) -> u64 {
+        let labels = OperationLabels { service: service.as_str(), operation: operation.to_owned(), identity: identity.to_owned() };
+        self.throttling.get(&labels).map_or(0, |counter| counter.get())
+    }
+
+    /// The identities calls were made as.
+    fn identities(&self) -> Vec<String> {
+        self.seen.lock().unwrap_or_else(PoisonError::into_inner).iter().cloned().collect()
     }
 
     /// (hits, misses) of `cache`, for tests.
@@ -321,13 +372,13 @@ mod tests {
     fn a_call_is_counted_once_in_the_family_and_in_the_seed_of_each_controller_it_served() {
         let mut registry = Registry::default();
         let metrics = AwsMetrics::register(&mut registry, &[Seed::Cert, Seed::Tenant]);
-        metrics.call(&[Seed::Cert, Seed::Tenant], Service::Route53, "ChangeResourceRecordSets", Ok(()), Duration::from_millis(4));
-        metrics.call(&[Seed::Cert], Service::Acm, "RequestCertificate", Err(ErrorClass::Throttled), Duration::from_millis(2));
+        metrics.call(&[Seed::Cert, Seed::Tenant], "team-a", Service::Route53, "ChangeResourceRecordSets", Ok(()), Duration::from_millis(4));
+        metrics.call(&[Seed::Cert], "operator", Service::Acm, "RequestCertificate", Err(ErrorClass::Throttled), Duration::from_millis(2));
         let text = scrape(&registry);
         for line in [
-            r#"blockwork_aws_calls_total{service="route53",operation="ChangeResourceRecordSets",result="success"} 1"#,
-            r#"blockwork_aws_calls_total{service="acm",operation="RequestCertificate",result="throttled"} 1"#,
-            r#"blockwork_aws_throttling_events_total{service="acm",operation="RequestCertificate"} 1"#,
+            r#"blockwork_aws_calls_total{service="route53",operation="ChangeResourceRecordSets",result="success",identity="team-a"} 1"#,
+            r#"blockwork_aws_calls_total{service="acm",operation="RequestCertificate",result="throttled",identity="operator"} 1"#,
+            r#"blockwork_aws_throttling_events_total{service="acm",operation="RequestCertificate",identity="operator"} 1"#,
             r#"cert_operator_aws_api_calls_total{operation="ChangeResourceRecordSets",success="true"} 1"#,
             r#"cert_operator_aws_api_calls_total{operation="RequestCertificate",success="false"} 1"#,
             r#"cert_operator_throttling_events_total{operation="RequestCertificate"} 1"#,
@@ -340,10 +391,22 @@ mod tests {
     }
 
     #[test]
+    fn totals_add_up_every_identity_and_tell_each_apart() {
+        let metrics = AwsMetrics::unregistered();
+        for identity in ["team-a", "team-a", "team-b"] {
+            metrics.call(&[], identity, Service::Acm, "RequestCertificate", Err(ErrorClass::Throttled), Duration::from_millis(1));
+        }
+        assert_eq!(metrics.calls(Service::Acm, "RequestCertificate"), 3);
+        assert_eq!(metrics.calls_as("team-a", Service::Acm, "RequestCertificate"), 2);
+        assert_eq!(metrics.throttling_events_as("team-b", Service::Acm, "RequestCertificate"), 1);
+        assert_eq!(metrics.throttling_events(Service::Acm, "RequestCertificate"), 3);
+    }
+
+    #[test]
     fn seed_families_are_registered_only_for_controllers_that_run() {
         let mut registry = Registry::default();
         let metrics = AwsMetrics::register(&mut registry, &[Seed::Tenant]);
-        metrics.call(&[Seed::Tenant], Service::CloudFront, "GetDistributionTenant", Ok(()), Duration::from_millis(1));
+        metrics.call(&[Seed::Tenant], "operator", Service::CloudFront, "GetDistributionTenant", Ok(()), Duration::from_millis(1));
         let text = scrape(&registry);
         assert!(text.contains(r#"cloudfront_tenant_operator_aws_api_call_duration_seconds_count{operation="GetDistributionTenant"} 1"#));
         assert!(!text.contains("cert_operator_"), "{text}");
@@ -366,11 +429,11 @@ mod tests {
     fn cache_lookups_keep_the_seed_s_lookup_types() {
         let mut registry = Registry::default();
         let metrics = AwsMetrics::register(&mut registry, &[Seed::Cert]);
-        metrics.cache_lookup(&[Seed::Cert], crate::acm::LISTING_CACHE, true);
-        metrics.cache_lookup(&[Seed::Cert], crate::acm::DESCRIBE_CACHE, false);
+        metrics.cache_lookup(&[Seed::Cert], LISTING_CACHE, true);
+        metrics.cache_lookup(&[Seed::Cert], DESCRIBE_CACHE, false);
         let text = scrape(&registry);
         assert!(text.contains(r#"cert_operator_cache_hits_total{lookup_type="fqdn"} 1"#), "{text}");
         assert!(text.contains(r#"cert_operator_cache_misses_total{lookup_type="arn"} 1"#), "{text}");
-        assert_eq!(metrics.cache_counts(crate::acm::LISTING_CACHE), (1, 0));
+        assert_eq!(metrics.cache_counts(LISTING_CACHE), (1, 0));
     }
 }

@@ -12,7 +12,8 @@ use aws_sdk_acmpca::types::CertificateAuthorityStatus;
 use crate::cache::Cached;
 use crate::edge::{Aws, Call};
 use crate::error::{AwsError, ErrorClass, classify_sdk_error};
-use crate::limiter::{Account, Scope};
+use crate::limiter::Scope;
+use crate::principal::Principal;
 use crate::quota::Service;
 
 /// The `cache` label of described CAs.
@@ -72,48 +73,38 @@ pub struct Authority {
     pub not_after: Option<jiff::Timestamp>,
 }
 
-/// AWS Private CA of one account, for one controller.
+/// AWS Private CA for one controller, as whichever principal a namespace acts as: a CA is
+/// described with the namespace's credentials (a CA in another account is not the operator's to
+/// read), and a description is reused only by the principal that read it.
 pub struct Pca {
     aws: Arc<Aws>,
     caller: &'static str,
-    clients: tokio::sync::Mutex<std::collections::HashMap<String, aws_sdk_acmpca::Client>>,
-    described: Cached<String, Authority>,
+    described: Cached<(Principal, String), Authority>,
 }
 
 impl Pca {
     pub fn new(aws: &Arc<Aws>, caller: &'static str) -> Self {
-        Self {
-            aws: Arc::clone(aws),
-            caller,
-            clients: tokio::sync::Mutex::default(),
-            described: Cached::new(aws.metrics(), caller, DESCRIBE_CACHE, DESCRIBE_TTL, 100),
-        }
+        Self { aws: Arc::clone(aws), caller, described: Cached::new(aws.metrics(), caller, DESCRIBE_CACHE, DESCRIBE_TTL, 100) }
     }
 
-    /// DescribeCertificateAuthority of `arn`, in its own region (from the ARN), reused for a
-    /// minute. A CA that does not exist is an error of class `NotFound`.
-    pub async fn describe(&self, arn: &str) -> Result<Authority, AwsError> {
-        self.described.get_or_load(arn, self.describe_now(arn)).await
+    /// DescribeCertificateAuthority of `arn` as `principal`, in the CA's own region (from the
+    /// ARN), reused for a minute by that principal. A CA that does not exist (or that the
+    /// principal cannot see) is an error of class `NotFound`.
+    pub async fn describe(&self, principal: &Principal, arn: &str) -> Result<Authority, AwsError> {
+        let key = (principal.clone(), arn.to_owned());
+        self.described.get_or_load(&key, self.describe_now(principal, arn)).await
     }
 
-    async fn describe_now(&self, arn: &str) -> Result<Authority, AwsError> {
+    async fn describe_now(&self, principal: &Principal, arn: &str) -> Result<Authority, AwsError> {
         const OP: &str = "DescribeCertificateAuthority";
-        let region = region_of(arn).map(str::to_owned);
-        let client = {
-            let mut clients = self.clients.lock().await;
-            let key = region.clone().unwrap_or_default();
-            match clients.get(&key) {
-                Some(client) => client.clone(),
-                None => {
-                    let client = self.aws.acm_pca(self.caller, region.as_deref()).await;
-                    clients.insert(key, client.clone());
-                    client
-                }
-            }
-        };
+        let region = region_of(arn);
+        // A client with the principal's current credentials (an assumed role's are renewed before
+        // they expire, so a client is not kept).
+        let client = self.aws.acm_pca(self.caller, region, principal).await?;
         let call = Call {
             callers: &[self.caller],
-            scope: Scope::new(Account::Own, Service::AcmPca, region.as_deref()),
+            identity: principal.identity(),
+            scope: Scope::new(principal.account(), Service::AcmPca, region),
             operation: OP,
             changes: 0,
         };

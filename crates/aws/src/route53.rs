@@ -4,7 +4,9 @@
 //! **Batching.** Every change goes through the queue of its hosted zone (per account: a zone in
 //! another account is reached with an assumed role), which sends one ChangeResourceRecordSets at
 //! a time per zone, holding as many queued changes as AWS's per-request limits allow, when
-//! [`batch::flush_at`] says so. One request per zone at a time is also what Route 53 expects:
+//! [`batch::flush_at`] says so. A batch holds only changes made as one principal (the same role
+//! and session, ADR 0014): each change is signed by, and attributed in CloudTrail to, the
+//! namespace it was made for. One request per zone at a time is also what Route 53 expects:
 //! it answers PriorRequestNotComplete to a change of a zone still processing the previous one
 //! (classified as throttling, retried after a backoff). A batch Route 53 refuses for one of its
 //! changes (InvalidChangeBatch) is split in halves and each half tried again, down to single
@@ -41,23 +43,25 @@ use crate::dns_name;
 use crate::edge::{Aws, Call};
 use crate::error::{AwsError, ErrorClass, classify_sdk_error};
 use crate::limiter::{Account, Scope};
+use crate::principal::Principal;
 use crate::quota::Service;
 
-/// A hosted zone, and the role that reaches it when it belongs to another account.
+/// A hosted zone, and who reaches it: the operator's own identity, or a role (of the zone's
+/// account when it is another one).
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct Zone {
     /// Without the `/hostedzone/` prefix.
     pub id: String,
-    pub role: Option<String>,
+    pub principal: Principal,
 }
 
 impl Zone {
-    pub fn new(id: &str, role: Option<&str>) -> Self {
-        Self { id: id.trim_start_matches("/hostedzone/").to_owned(), role: role.map(str::to_owned) }
+    pub fn new(id: &str, principal: Principal) -> Self {
+        Self { id: id.trim_start_matches("/hostedzone/").to_owned(), principal }
     }
 
     fn account(&self) -> Account {
-        self.role.as_deref().map_or(Account::Own, Account::of_role)
+        self.principal.account()
     }
 }
 
@@ -110,6 +114,8 @@ type Reply = oneshot::Sender<Result<Applied, AwsError>>;
 
 struct Request {
     caller: &'static str,
+    /// Who sends it: a batch holds requests of one principal only.
+    principal: Principal,
     changes: Vec<Change>,
     urgency: Urgency,
     since: Instant,
@@ -128,7 +134,9 @@ struct QueueState {
 }
 
 struct Queue {
-    zone: Zone,
+    /// The zone's id, and the account whose quota its batches draw from.
+    zone_id: String,
+    account: Account,
     state: Mutex<QueueState>,
     arrived: Notify,
 }
@@ -256,11 +264,17 @@ impl Records {
 
     async fn list_cnames(&self, caller: &'static str, zone: &Zone) -> Result<Arc<HashMap<String, Record>>, AwsError> {
         const OP: &str = "ListResourceRecordSets";
-        let (client, account) = self.aws.route53(caller, zone.role.as_deref()).await?;
+        let client = self.aws.route53(caller, &zone.principal).await?;
         let mut cnames = HashMap::new();
         let mut start: Option<(String, RrType)> = None;
         loop {
-            let call = Call { callers: &[caller], scope: Scope::new(account.clone(), Service::Route53, None), operation: OP, changes: 0 };
+            let call = Call {
+                callers: &[caller],
+                identity: zone.principal.identity(),
+                scope: Scope::new(zone.account(), Service::Route53, None),
+                operation: OP,
+                changes: 0,
+            };
             let page = self
                 .aws
                 .call(call, || {
@@ -297,8 +311,14 @@ impl Records {
     /// the change asks [`Records::in_sync`]).
     pub async fn change(&self, caller: &'static str, zone: &Zone, change_id: &str) -> Result<ChangeState, AwsError> {
         const OP: &str = "GetChange";
-        let (client, account) = self.aws.route53(caller, zone.role.as_deref()).await?;
-        let call = Call { callers: &[caller], scope: Scope::new(account, Service::Route53, None), operation: OP, changes: 0 };
+        let client = self.aws.route53(caller, &zone.principal).await?;
+        let call = Call {
+            callers: &[caller],
+            identity: zone.principal.identity(),
+            scope: Scope::new(zone.account(), Service::Route53, None),
+            operation: OP,
+            changes: 0,
+        };
         let output = self
             .aws
             .call(call, || async { client.get_change().id(change_id).send().await.map_err(|e| classify_sdk_error(OP, &e)) })
@@ -329,15 +349,16 @@ impl Records {
         let (reply, receiver) = oneshot::channel();
         let queue = {
             let mut queues = self.queues.lock().unwrap_or_else(PoisonError::into_inner);
-            let queue = queues
-                .entry((zone.account(), zone.id.clone()))
-                .or_insert_with(|| Arc::new(Queue { zone: zone.clone(), state: Mutex::default(), arrived: Notify::new() }));
+            let queue = queues.entry((zone.account(), zone.id.clone())).or_insert_with(|| {
+                Arc::new(Queue { zone_id: zone.id.clone(), account: zone.account(), state: Mutex::default(), arrived: Notify::new() })
+            });
             Arc::clone(queue)
         };
         let start = {
             let mut state = queue.state.lock().unwrap_or_else(PoisonError::into_inner);
             state.requests.push(Request {
                 caller,
+                principal: zone.principal.clone(),
                 changes,
                 urgency,
                 since: Instant::now(),
@@ -404,9 +425,10 @@ impl Worker {
     /// When to send next; `None` (and the worker stops) when nothing is queued.
     fn next_flush(&self) -> Option<Instant> {
         let mut state = self.queue.state.lock().unwrap_or_else(PoisonError::into_inner);
-        let oldest = |urgency: Urgency| state.requests.iter().filter(|r| r.urgency == urgency).map(|r| r.since).min();
+        let eligible: Vec<&Request> = eligible(&state.requests).into_iter().map(|i| &state.requests[i]).collect();
+        let oldest = |urgency: Urgency| eligible.iter().filter(|r| r.urgency == urgency).map(|r| r.since).min();
         let (waiting, background) = (oldest(Urgency::Waiting), oldest(Urgency::Background));
-        let pending: Vec<&[Change]> = state.requests.iter().map(|r| &r.changes[r.sent..]).collect();
+        let pending: Vec<&[Change]> = eligible.iter().map(|r| &r.changes[r.sent..]).collect();
         let taken = batch::next_batch(&pending, self.max_tokens());
         let taken_size: usize = taken.iter().map(|(_, count)| count).sum();
         let full = taken_size < pending.iter().map(|c| c.len()).sum::<usize>() || taken_size >= batch::MAX_CHANGES;
@@ -418,14 +440,17 @@ impl Worker {
     }
 
     async fn flush(&self) {
-        let (items, callers) = {
+        let (items, callers, principal) = {
             let mut state = self.queue.state.lock().unwrap_or_else(PoisonError::into_inner);
             state.last = Some(Instant::now());
-            let pending: Vec<&[Change]> = state.requests.iter().map(|r| &r.changes[r.sent..]).collect();
+            let eligible = eligible(&state.requests);
+            let Some(principal) = eligible.first().map(|i| state.requests[*i].principal.clone()) else { return };
+            let pending: Vec<&[Change]> = eligible.iter().map(|i| &state.requests[*i].changes[state.requests[*i].sent..]).collect();
             let taken = batch::next_batch(&pending, self.max_tokens());
             let mut items = Vec::new();
             let mut callers: Vec<&'static str> = Vec::new();
-            for (index, count) in taken {
+            for (position, count) in taken {
+                let index = eligible[position];
                 let request = &mut state.requests[index];
                 items.extend(
                     request.changes[request.sent..request.sent + count]
@@ -437,10 +462,10 @@ impl Worker {
                     callers.push(request.caller);
                 }
             }
-            (items, callers)
+            (items, callers, principal)
         };
-        let results = self.apply(&callers, items.clone()).await;
-        self.listings.invalidate(&(self.queue.zone.account(), self.queue.zone.id.clone())).await;
+        let results = self.apply(&callers, &principal, items.clone()).await;
+        self.listings.invalidate(&(self.queue.account.clone(), self.queue.zone_id.clone())).await;
         let mut state = self.queue.state.lock().unwrap_or_else(PoisonError::into_inner);
         let mut failed: HashMap<usize, AwsError> = HashMap::new();
         for (item, result) in items.iter().zip(results) {
@@ -480,15 +505,20 @@ impl Worker {
 
     /// Sends `items` as one batch; if Route 53 refuses it for one of its changes, each half
     /// again, down to single changes.
-    fn apply<'a>(&'a self, callers: &'a [&'static str], items: Vec<Item>) -> BoxFuture<'a, Vec<Result<Outcome, AwsError>>> {
+    fn apply<'a>(
+        &'a self,
+        callers: &'a [&'static str],
+        principal: &'a Principal,
+        items: Vec<Item>,
+    ) -> BoxFuture<'a, Vec<Result<Outcome, AwsError>>> {
         Box::pin(async move {
-            match self.send(callers, &items).await {
+            match self.send(callers, principal, &items).await {
                 Ok(change_id) => items.iter().map(|_| Ok(Outcome::Changed(change_id.clone()))).collect(),
                 Err(error) if batch::is_refused_change(error.code.as_deref()) && items.len() > 1 => {
                     let second = items[items.len() / 2..].to_vec();
                     let first = items[..items.len() / 2].to_vec();
-                    let mut results = self.apply(callers, first).await;
-                    results.extend(self.apply(callers, second).await);
+                    let mut results = self.apply(callers, principal, first).await;
+                    results.extend(self.apply(callers, principal, second).await);
                     results
                 }
                 // A single DELETE refused because the record is absent or no longer has these
@@ -510,7 +540,7 @@ impl Worker {
                     .collect(),
                 Err(error) => {
                     if error.class == ErrorClass::Terminal {
-                        warn!(zone = %self.queue.zone.id, changes = items.len(), %error, "Route 53 refused a change");
+                        warn!(zone = %self.queue.zone_id, changes = items.len(), %error, "Route 53 refused a change");
                     }
                     items.iter().map(|_| Err(error.clone())).collect()
                 }
@@ -518,18 +548,24 @@ impl Worker {
         })
     }
 
-    async fn send(&self, callers: &[&'static str], items: &[Item]) -> Result<String, AwsError> {
+    async fn send(&self, callers: &[&'static str], principal: &Principal, items: &[Item]) -> Result<String, AwsError> {
         const OP: &str = "ChangeResourceRecordSets";
         let changes: Vec<Change> = items.iter().map(|i| i.change.clone()).collect();
         let size = Size::of(&changes);
         let batch = change_batch(&changes)?;
-        let zone = &self.queue.zone;
-        let (client, account) = self.aws.route53(callers.first().copied().unwrap_or_default(), zone.role.as_deref()).await?;
-        let call = Call { callers, scope: Scope::new(account, Service::Route53, None), operation: OP, changes: size.tokens };
+        let zone_id = &self.queue.zone_id;
+        let client = self.aws.route53(callers.first().copied().unwrap_or_default(), principal).await?;
+        let call = Call {
+            callers,
+            identity: principal.identity(),
+            scope: Scope::new(self.queue.account.clone(), Service::Route53, None),
+            operation: OP,
+            changes: size.tokens,
+        };
         let output = self
             .aws
             .call(call, || {
-                let request = client.change_resource_record_sets().hosted_zone_id(&zone.id).change_batch(batch.clone());
+                let request = client.change_resource_record_sets().hosted_zone_id(zone_id).change_batch(batch.clone());
                 async move { request.send().await.map_err(|e| classify_sdk_error(OP, &e)) }
             })
             .await?;
@@ -540,6 +576,13 @@ impl Worker {
 enum Outcome {
     Changed(String),
     NotFound,
+}
+
+/// The requests the next batch may take, by position: those made as the principal of the oldest
+/// one (requests queue in the order they came).
+fn eligible(requests: &[Request]) -> Vec<usize> {
+    let Some(first) = requests.first() else { return Vec::new() };
+    requests.iter().enumerate().filter(|(_, request)| request.principal == first.principal).map(|(index, _)| index).collect()
 }
 
 fn change_batch(changes: &[Change]) -> Result<ChangeBatch, AwsError> {

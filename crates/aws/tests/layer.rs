@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use blockwork_aws::acm::{Acm, AcmConfig, CertificateRequest, Freshness};
 use blockwork_aws::quota::{Quotas, Service};
 use blockwork_aws::route53::{BatchPolicy, Deletion, Record, Zone};
-use blockwork_aws::{Aws, AwsConfig, AwsMetrics, RetryPolicy};
+use blockwork_aws::{Aws, AwsConfig, AwsMetrics, Principal, RetryPolicy};
 use blockwork_testenv::aws::{hosted_zone, layer_config, sdk_config};
 use blockwork_testenv::emulators::moto;
 use blockwork_testenv::fault_proxy::{Fault, FaultProxy, Operation};
@@ -70,7 +70,7 @@ async fn concurrent_changes_to_one_zone_go_in_one_request_and_share_its_status()
     let (id, route53) = zone("batch").await;
     let name = zone_name(&route53, &id).await;
     let records = aws.records();
-    let zone = Zone::new(&id, None);
+    let zone = Zone::new(&id, Principal::operator());
     let writes = (0..10).map(|i| {
         let (records, zone) = (Arc::clone(&records), zone.clone());
         let record = cname(&format!("r{i}.{name}"), "target.example.net");
@@ -86,6 +86,27 @@ async fn concurrent_changes_to_one_zone_go_in_one_request_and_share_its_status()
     assert_eq!(proxy.calls("GetChange"), 1, "one GetChange for every waiter: {:?}", proxy.all_calls());
 }
 
+/// A batch is signed by one principal: changes of two namespaces' identities in one zone go in
+/// two requests (CloudTrail attributes each to its namespace), one at a time.
+#[tokio::test]
+async fn changes_made_as_two_principals_go_in_a_request_each() {
+    let proxy = FaultProxy::start(&moto().await.unwrap().endpoint()).await.unwrap();
+    let aws = layer(&proxy, generous(), BatchPolicy { gather: Duration::from_millis(300), interval: Duration::from_secs(60) }).await;
+    let (id, route53) = zone("principals").await;
+    let name = zone_name(&route53, &id).await;
+    let records = aws.records();
+    let writes = (0..6).map(|i| {
+        let principal = Principal::new(if i % 2 == 0 { "team-a" } else { "team-b" }, None);
+        let (records, zone) = (Arc::clone(&records), Zone::new(&id, principal));
+        let record = cname(&format!("p{i}.{name}"), "target.example.net");
+        async move { records.upsert("cert", &zone, vec![record]).await.unwrap() }
+    });
+    futures::future::join_all(writes).await;
+    assert_eq!(proxy.calls("ChangeResourceRecordSets"), 2, "one request per principal: {:?}", proxy.all_calls());
+    assert_eq!(aws.metrics().calls_as("team-a", Service::Route53, "ChangeResourceRecordSets"), 1);
+    assert_eq!(cnames(&route53, &id).await.len(), 6);
+}
+
 #[tokio::test]
 async fn a_refused_change_fails_only_its_own_request() {
     let proxy = FaultProxy::start(&moto().await.unwrap().endpoint()).await.unwrap();
@@ -93,7 +114,7 @@ async fn a_refused_change_fails_only_its_own_request() {
     let (id, route53) = zone("split").await;
     let name = zone_name(&route53, &id).await;
     let records = aws.records();
-    let zone = Zone::new(&id, None);
+    let zone = Zone::new(&id, Principal::operator());
     let good = |i: usize| {
         let (records, zone) = (Arc::clone(&records), zone.clone());
         let record = cname(&format!("ok{i}.{name}"), "target.example.net");
@@ -119,7 +140,7 @@ async fn a_record_is_deleted_only_with_the_value_written() {
     let (id, route53) = zone("owned").await;
     let name = zone_name(&route53, &id).await;
     let records = aws.records();
-    let zone = Zone::new(&id, None);
+    let zone = Zone::new(&id, Principal::operator());
     let ours = cname(&format!("ours.{name}"), "target.example.net");
     let repointed = cname(&format!("repointed.{name}"), "target.example.net");
     records.upsert("tenant", &zone, vec![ours.clone(), repointed.clone()]).await.unwrap();
@@ -137,7 +158,7 @@ async fn lookups_read_the_zone_once_and_compare_names_in_the_normal_form() {
     let (id, route53) = zone("lookup").await;
     let name = zone_name(&route53, &id).await;
     let records = aws.records();
-    let zone = Zone::new(&id, None);
+    let zone = Zone::new(&id, Principal::operator());
     records
         .upsert("cert", &zone, vec![cname(&format!("*.{name}"), "wild.example.net"), cname(&format!("a.{name}"), "a.example.net")])
         .await
@@ -160,7 +181,7 @@ async fn background_writes_are_told_when_done() {
     let records = aws.records();
     let mut completions = records.completions();
     let record = cname(&format!("_v.{name}."), "_x.acm-validations.aws.");
-    records.upsert_in_background("cert", &Zone::new(&id, None), vec![record.clone()]);
+    records.upsert_in_background("cert", &Zone::new(&id, Principal::operator()), vec![record.clone()]);
     assert!(matches!(
         records.written(&id, &record.name),
         Some(blockwork_aws::route53::Written::Queued | blockwork_aws::route53::Written::Done(_))
@@ -178,7 +199,10 @@ async fn prior_request_not_complete_is_waited_out_per_zone() {
     let (id, route53) = zone("prior").await;
     let name = zone_name(&route53, &id).await;
     proxy.inject(Operation::named("ChangeResourceRecordSets"), Fault::PriorRequestNotComplete, 2);
-    aws.records().upsert("tenant", &Zone::new(&id, None), vec![cname(&format!("p.{name}"), "t.example.net")]).await.unwrap();
+    aws.records()
+        .upsert("tenant", &Zone::new(&id, Principal::operator()), vec![cname(&format!("p.{name}"), "t.example.net")])
+        .await
+        .unwrap();
     assert_eq!(proxy.calls("ChangeResourceRecordSets"), 3);
     assert_eq!(cnames(&route53, &id).await.len(), 1);
 }
@@ -187,7 +211,7 @@ async fn prior_request_not_complete_is_waited_out_per_zone() {
 async fn readers_missing_the_certificate_listing_at_once_share_one_sweep() {
     let proxy = FaultProxy::start(&moto().await.unwrap().endpoint()).await.unwrap();
     let aws = layer(&proxy, generous(), BatchPolicy::default()).await;
-    let acm = Acm::new(&aws, "cert", None, AcmConfig::default());
+    let acm = Acm::new(&aws, "cert", None, Principal::operator(), AcmConfig::default());
     let request = CertificateRequest {
         domain: format!("l{}.example.com", uuid_suffix()),
         sans: Vec::new(),
@@ -196,7 +220,7 @@ async fn readers_missing_the_certificate_listing_at_once_share_one_sweep() {
         exportable: false,
         authority: None,
     };
-    let arn = acm.request(&request).await.unwrap();
+    let arn = acm.request(&Principal::operator(), &request).await.unwrap();
     let listings = futures::future::join_all((0..6).map(|_| acm.list_certificates(Freshness::Recent))).await;
     assert!(listings.iter().all(|l| l.as_ref().unwrap().iter().any(|(_, a)| *a == arn)));
     assert_eq!(proxy.calls("ListCertificates"), 1, "six readers, one sweep: {:?}", proxy.all_calls());
@@ -210,7 +234,7 @@ async fn readers_missing_the_certificate_listing_at_once_share_one_sweep() {
 async fn a_sweep_tells_which_certificates_changed() {
     let proxy = FaultProxy::start(&moto().await.unwrap().endpoint()).await.unwrap();
     let aws = layer(&proxy, generous(), BatchPolicy::default()).await;
-    let acm = Acm::new(&aws, "cert", None, AcmConfig::default());
+    let acm = Acm::new(&aws, "cert", None, Principal::operator(), AcmConfig::default());
     let request = CertificateRequest {
         domain: format!("c{}.example.com", uuid_suffix()),
         sans: Vec::new(),
@@ -219,7 +243,7 @@ async fn a_sweep_tells_which_certificates_changed() {
         exportable: false,
         authority: None,
     };
-    let arn = acm.request(&request).await.unwrap();
+    let arn = acm.request(&Principal::operator(), &request).await.unwrap();
     acm.list_certificates(Freshness::Current).await.unwrap();
     let mut changes = acm.changes();
     proxy.set_certificate_status(&arn, "REVOKED");
@@ -264,7 +288,8 @@ async fn the_throttling_emulator_throttles_per_zone_pacing_and_not_the_layer() {
     proxy.clear();
     proxy.enforce_quotas(Quotas::aws());
     let aws = layer(&proxy, Quotas::aws().scaled(blockwork_aws::quota::DEFAULT_SAFETY_FACTOR).unwrap(), BatchPolicy::default()).await;
-    let (client, account) = aws.route53("tenant", None).await.unwrap();
+    let client = aws.route53("tenant", &Principal::operator()).await.unwrap();
+    let account = Principal::operator().account();
     let started = Instant::now();
     let layered = (0..ZONES).map(|_| {
         let (aws, client, account, id) = (Arc::clone(&aws), client.clone(), account.clone(), id.clone());
@@ -272,6 +297,7 @@ async fn the_throttling_emulator_throttles_per_zone_pacing_and_not_the_layer() {
             while started.elapsed() < Duration::from_secs(SECONDS) {
                 let call = blockwork_aws::Call {
                     callers: &["tenant"],
+                    identity: blockwork_aws::OPERATOR,
                     scope: blockwork_aws::Scope::new(account.clone(), Service::Route53, None),
                     operation: "ListResourceRecordSets",
                     changes: 0,

@@ -223,6 +223,9 @@ pub struct RunArgs {
     #[command(flatten, next_help_heading = "AWS (every controller: one set of quotas, retries and clients for the process)")]
     pub aws: blockwork_aws::AwsArgs,
 
+    #[command(flatten, next_help_heading = "AWS identities: which namespaces act as whom (AwsIdentity, docs/multi-account.md)")]
+    pub identity: blockwork_identity::IdentityArgs,
+
     #[command(flatten, next_help_heading = "Cert: ACM certificates (controller `cert`)")]
     pub cert: blockwork_cert::CertArgs,
 
@@ -231,6 +234,9 @@ pub struct RunArgs {
 
     #[command(flatten, next_help_heading = "Key rotator (controller `rotator`)")]
     pub rotator: blockwork_rotator::RotatorArgs,
+
+    #[command(flatten, next_help_heading = "Cache: the pods of every Cache (controller `cache`)")]
+    pub cache: blockwork_cache::settings::CacheArgs,
 }
 
 /// `--webhook-certificate-secret` and what goes with it: Blockwork keeps its own CA and serving

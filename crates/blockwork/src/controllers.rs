@@ -115,6 +115,9 @@ pub struct Host {
     /// The process's AWS layer: every controller's AWS calls go through it, so they share the
     /// account's quotas (`blockwork_aws`).
     pub aws: Arc<blockwork_aws::Aws>,
+    /// The platform team's mappings of namespaces to AWS identities (one watch per process, from
+    /// its first use): which identity each object's AWS calls act as (ADR 0014).
+    pub identities: Arc<blockwork_identity::Identities>,
     /// The command line, for the controller's own flags (flattened into [`RunArgs`]).
     pub args: Arc<RunArgs>,
 }
@@ -146,6 +149,8 @@ pub struct WebhookContext {
     pub client: Client,
     /// `--webhook-fail-closed`: deny invalid requests (default), or allow them with a warning.
     pub fail_closed: bool,
+    /// The process's mappings of namespaces to AWS identities, shared with the controllers.
+    pub identities: Arc<blockwork_identity::Identities>,
     /// The command line, for the controller's own flags.
     pub args: Arc<RunArgs>,
 }
@@ -160,11 +165,27 @@ pub fn registered() -> Vec<Controller> {
             opt_in_rbac: &[],
             webhooks: Webhooks { routes: |_| Ok(blockwork_cache::conversion::router()), validating: Vec::new },
             metrics_prefix: "blockwork_cache",
-            start: |_| runnable(run_cache),
+            start: |registry| {
+                let metrics = blockwork_cache::metrics::CacheMetrics::register(registry);
+                runnable(move |host| run_cache(host, metrics))
+            },
+        },
+        Controller {
+            name: blockwork_identity::CONTROLLER,
+            crds: || vec![blockwork_identity::crd()],
+            rbac: blockwork_identity::rbac,
+            opt_in_rbac: &[],
+            webhooks: Webhooks {
+                routes: |ctx| Ok(blockwork_identity::webhook::router(Arc::clone(&ctx.identities), ctx.fail_closed)),
+                validating: || vec![blockwork_identity::webhook::validating_webhook()],
+            },
+            metrics_prefix: "blockwork_aws_identity",
+            start: |_| runnable(run_aws_identity),
         },
         Controller {
             name: blockwork_cert::CONTROLLER,
-            crds: || vec![blockwork_cert::crd()],
+            // The mappings are read by the controller: its CRD is required with it.
+            crds: || vec![blockwork_cert::crd(), blockwork_identity::crd()],
             rbac: blockwork_cert::rbac,
             opt_in_rbac: &[OptInRbac { name: "export-secrets", rules: blockwork_cert::export_rbac }],
             webhooks: Webhooks { routes: cert_webhook, validating: || vec![blockwork_cert::webhook::validating_webhook()] },
@@ -177,11 +198,11 @@ pub fn registered() -> Vec<Controller> {
         },
         Controller {
             name: blockwork_tenant::CONTROLLER,
-            crds: || vec![blockwork_tenant::crd()],
+            crds: || vec![blockwork_tenant::crd(), blockwork_identity::crd()],
             rbac: blockwork_tenant::rbac,
             opt_in_rbac: &[],
             webhooks: Webhooks {
-                routes: |ctx| Ok(blockwork_tenant::webhook::router(ctx.fail_closed)),
+                routes: |ctx| Ok(blockwork_tenant::webhook::router(Arc::clone(&ctx.identities), ctx.fail_closed)),
                 validating: || vec![blockwork_tenant::webhook::validating_webhook()],
             },
             // Seed 001's names.
@@ -218,20 +239,30 @@ fn cert_webhook(ctx: &WebhookContext) -> anyhow::Result<axum::Router> {
         certificate_authorities: config.certificate_authorities,
         region: ctx.args.aws.region.clone(),
     };
-    Ok(blockwork_cert::webhook::router(ctx.client.clone(), config.zones, ctx.fail_closed, issuance))
+    Ok(blockwork_cert::webhook::router(ctx.client.clone(), Arc::clone(&ctx.identities), &config.zones, ctx.fail_closed, issuance))
 }
 
 async fn run_cert(host: Host, metrics: Arc<blockwork_cert::CertMetrics>) -> anyhow::Result<()> {
     let config = cert_config(&host.args)?;
     let shutdown = host.shutdown.wait_owned();
-    blockwork_cert::run(host.client, config, host.aws, host.runtime_metrics, metrics, host.namespaces, host.concurrency, shutdown).await;
+    let (aws, identities) = (host.aws, host.identities);
+    blockwork_cert::run(host.client, config, aws, identities, host.runtime_metrics, metrics, host.namespaces, host.concurrency, shutdown)
+        .await;
+    Ok(())
+}
+
+/// The mappings' status (`Ready`), kept by the leader.
+async fn run_aws_identity(host: Host) -> anyhow::Result<()> {
+    blockwork_identity::status::run(host.client, host.identities, host.aws, host.shutdown.wait_owned()).await;
     Ok(())
 }
 
 async fn run_tenant(host: Host, metrics: Arc<blockwork_tenant::TenantMetrics>) -> anyhow::Result<()> {
     let args = host.args.tenant.clone();
     let shutdown = host.shutdown.wait_owned();
-    blockwork_tenant::run(host.client, args, host.aws, host.runtime_metrics, metrics, host.namespaces, host.concurrency, shutdown).await;
+    let (aws, identities) = (host.aws, host.identities);
+    blockwork_tenant::run(host.client, args, aws, identities, host.runtime_metrics, metrics, host.namespaces, host.concurrency, shutdown)
+        .await;
     Ok(())
 }
 
@@ -255,9 +286,22 @@ fn rotator_config(
     Ok(blockwork_rotator::Config::new(args, &global, concurrency)?)
 }
 
-async fn run_cache(host: Host) -> anyhow::Result<()> {
+fn cache_settings(args: &RunArgs) -> anyhow::Result<blockwork_cache::settings::Settings> {
+    blockwork_cache::settings::Settings::from_args(&args.cache).context("controller `cache` cannot build pods with these settings")
+}
+
+/// Checks the flags of the `selected` controllers that need no connection, so a value no
+/// controller could work with stops the process before anything starts, with the flag named.
+pub fn check_args(selected: &[Controller], args: &RunArgs) -> anyhow::Result<()> {
+    if selected.iter().any(|c| c.name == "cache") {
+        cache_settings(args)?;
+    }
+    Ok(())
+}
+
+async fn run_cache(host: Host, metrics: Arc<blockwork_cache::metrics::CacheMetrics>) -> anyhow::Result<()> {
     use blockwork_cache::controller::{Context, run};
-    let context = Context::new(host.client.clone());
+    let context = Context::new(host.client.clone(), cache_settings(&host.args)?, metrics);
     blockwork_runtime::run_in(&host.namespaces, |scope| {
         let api = blockwork_runtime::namespaces::api(&host.client, scope.as_deref());
         run(Arc::clone(&context), api, scope, host.concurrency, host.shutdown.wait_owned())

@@ -1,7 +1,7 @@
 //! `blockwork rbac`: the least-privilege RBAC for the selected controllers, generated from what
 //! each controller declares beside its code, plus what the process itself needs.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, PolicyRule, Role, RoleBinding, RoleRef, Subject};
 use kube::api::ObjectMeta;
@@ -72,18 +72,52 @@ pub fn check_opt_ins(controllers: &[Controller], wanted: &[String]) -> Result<()
     Err(format!("unknown opt-in(s): {}; valid: {valid}", unknown.join(", ")))
 }
 
-/// Read access to the controllers' own kinds. In namespaced mode it stays cluster-wide: an
-/// admission webhook compares an object with every other of its kind (e.g. a domain two Certs
-/// claim in different namespaces).
+/// Read access to the controllers' own namespaced kinds. In namespaced mode it stays
+/// cluster-wide: an admission webhook compares an object with every other of its kind (e.g. a
+/// domain two Certs claim in different namespaces). People's default roles aggregate these too;
+/// a cluster-scoped kind (AwsIdentity, which grants AWS accounts) is never among them.
 pub fn own_kind_reads(controllers: &[Controller]) -> Vec<PolicyRule> {
     let mut rules: Vec<PolicyRule> = controllers
         .iter()
         .flat_map(|c| (c.crds)())
+        .filter(|crd| crd.spec.scope != "Cluster")
         .map(|crd| rule(&crd.spec.group, &[crd.spec.names.plural.as_str()], &["get", "list", "watch"]))
         .collect();
     rules.sort_by(|a, b| (&a.api_groups, &a.resources).cmp(&(&b.api_groups, &b.resources)));
     rules.dedup();
     rules
+}
+
+/// The (group, plural) of the cluster-scoped kinds among the controllers' CRDs.
+fn cluster_scoped_kinds(controllers: &[Controller]) -> BTreeSet<(String, String)> {
+    controllers
+        .iter()
+        .flat_map(|c| (c.crds)())
+        .filter(|crd| crd.spec.scope == "Cluster")
+        .map(|crd| (crd.spec.group.clone(), crd.spec.names.plural.clone()))
+        .collect()
+}
+
+/// Whether a merged rule (one group, one resource) is about a cluster-scoped kind or one of its
+/// subresources.
+fn on_cluster_scoped(rule: &PolicyRule, kinds: &BTreeSet<(String, String)>) -> bool {
+    let group = rule.api_groups.iter().flatten().next().cloned().unwrap_or_default();
+    let resource = rule.resources.iter().flatten().next().map(|r| r.split('/').next().unwrap_or_default().to_owned()).unwrap_or_default();
+    kinds.contains(&(group, resource))
+}
+
+/// The controllers' rules on cluster-scoped kinds (reading the AwsIdentity mappings, writing
+/// their status): a Role cannot grant them, so in namespaced mode they stay in the ClusterRole.
+pub fn cluster_scoped_rules(controllers: &[Controller], opt_ins: &[String]) -> Vec<PolicyRule> {
+    let kinds = cluster_scoped_kinds(controllers);
+    cluster_rules(controllers, opt_ins).into_iter().filter(|rule| on_cluster_scoped(rule, &kinds)).collect()
+}
+
+/// The process's and the controllers' rules on namespaced objects: in namespaced mode, a Role
+/// in each watched namespace.
+pub fn namespaced_rules(controllers: &[Controller], opt_ins: &[String]) -> Vec<PolicyRule> {
+    let kinds = cluster_scoped_kinds(controllers);
+    cluster_rules(controllers, opt_ins).into_iter().filter(|rule| !on_cluster_scoped(rule, &kinds)).collect()
 }
 
 /// How the operator is installed, beyond its identity.
@@ -107,7 +141,8 @@ pub struct WebhookCertificates {
 
 /// The roles and bindings, as multi-document YAML:
 /// - the controllers' rules in a ClusterRole, or (namespaced) in a Role per watched namespace
-///   plus a ClusterRole reading Blockwork's own kinds;
+///   plus a ClusterRole reading Blockwork's own kinds and holding the rules on cluster-scoped
+///   kinds;
 /// - the leader-election Role in the operator's namespace;
 /// - with self-managed webhook certificates, a Role for their Secret in the operator's
 ///   namespace and a ClusterRole patching the `caBundle` of the CRDs and the webhook
@@ -135,7 +170,10 @@ pub fn manifests(controllers: &[Controller], identity: &Identity, scope: &Scope)
     let namespaces = crate::controllers::Namespaces::from_list(scope.namespaces.clone());
     match &namespaces {
         crate::controllers::Namespaces::All => cluster_role(&identity.name, cluster_rules(controllers, &scope.opt_ins))?,
-        crate::controllers::Namespaces::Only(_) => cluster_role(&identity.name, own_kind_reads(controllers))?,
+        crate::controllers::Namespaces::Only(_) => cluster_role(
+            &identity.name,
+            own_kind_reads(controllers).into_iter().chain(cluster_scoped_rules(controllers, &scope.opt_ins)).collect(),
+        )?,
     }
     let injection = scope.webhook_certificates.as_ref().filter(|_| crate::certificates::has_webhooks(controllers)).map(|certificates| {
         let crds = crate::certificates::conversion_crds(controllers);
@@ -156,7 +194,7 @@ pub fn manifests(controllers: &[Controller], identity: &Identity, scope: &Scope)
     };
     if let crate::controllers::Namespaces::Only(watched) = &namespaces {
         for namespace in watched {
-            role(&identity.name, namespace, cluster_rules(controllers, &scope.opt_ins))?;
+            role(&identity.name, namespace, namespaced_rules(controllers, &scope.opt_ins))?;
         }
     }
     role(&format!("{}-leader-election", identity.name), &identity.namespace, leader_election_rules())?;

@@ -45,6 +45,7 @@ const SERVICE_ACCOUNT_NAMESPACE: &str = "/var/run/secrets/kubernetes.io/servicea
 pub async fn run(args: RunArgs, controllers: Vec<Controller>) -> anyhow::Result<()> {
     // Bad settings fail before anything starts, with the flag in the message.
     let self_managed = SelfManaged::from_args(&args.webhook_certificates, &controllers, &pod_namespace())?;
+    crate::controllers::check_args(&controllers, &args)?;
     let (trigger, shutdown) = shutdown::channel();
     let signals = Signals::install()?;
     tokio::spawn(signals.forward(trigger));
@@ -63,7 +64,13 @@ pub async fn run(args: RunArgs, controllers: Vec<Controller>) -> anyhow::Result<
     // Before the servers: webhooks check requests against the cluster. Builds no connection yet.
     let client = blockwork_runtime::client::infer().await.context("building the Kubernetes client")?;
     let (servers_trigger, servers_stop) = shutdown::channel();
-    let webhook_context = WebhookContext { client: client.clone(), fail_closed: args.webhook_fail_closed, args: Arc::new(args.clone()) };
+    let identities = blockwork_identity::Identities::new(client.clone(), args.identity.settings());
+    let webhook_context = WebhookContext {
+        client: client.clone(),
+        fail_closed: args.webhook_fail_closed,
+        identities: Arc::clone(&identities),
+        args: Arc::new(args.clone()),
+    };
     let servers = Servers::start(
         &args,
         &controllers,
@@ -105,6 +112,7 @@ pub async fn run(args: RunArgs, controllers: Vec<Controller>) -> anyhow::Result<
         shutdown: controllers_shutdown,
         runtime_metrics,
         aws,
+        identities,
         args: Arc::new(args.clone()),
     };
     let mut running = Running::start(runnables, &host);

@@ -8,7 +8,8 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use blockwork_cert::{Cert, CertSpec};
-use blockwork_tenant::api::DomainName;
+use blockwork_identity::{AwsIdentity, AwsIdentitySpec, HostedZoneGrant};
+use blockwork_tenant::api::{DnsConfig, DnsProvider, DomainName};
 use blockwork_tenant::{DistributionTenant, DistributionTenantSpec};
 use blockwork_testenv::commands::kubectl_ok;
 use blockwork_testenv::operator::Operator;
@@ -18,12 +19,13 @@ use tokio::sync::Mutex;
 
 const BIN: &str = env!("CARGO_BIN_EXE_blockwork");
 const ZONES: &str = "k8s.example.com:Z0000000000000000001";
-const CONTROLLERS: &str = "cert,tenant";
+const CONTROLLERS: &str = "aws_identity,cert,tenant";
 
 /// One registration at a time.
 static REGISTRATION: Mutex<()> = Mutex::const_new(());
 
-/// `blockwork run --controllers cert,tenant` with their webhooks on a free port, registered.
+/// `blockwork run --controllers aws_identity,cert,tenant` with their webhooks on a free port,
+/// registered.
 async fn start_webhooks(kubeconfig: &Path, fail_closed: bool) -> Operator {
     let fail_closed = fail_closed.to_string();
     let mut operator = Operator::new(Path::new(BIN), kubeconfig)
@@ -42,7 +44,7 @@ async fn start_webhooks(kubeconfig: &Path, fail_closed: bool) -> Operator {
 
 async fn cluster() -> (kube::Client, PathBuf) {
     let plane = blockwork_testenv::control_plane::control_plane().await.unwrap();
-    plane.install_crds(&[blockwork_cert::crd(), blockwork_tenant::crd()]).await.unwrap();
+    plane.install_crds(&[blockwork_cert::crd(), blockwork_tenant::crd(), blockwork_identity::crd()]).await.unwrap();
     (plane.client(), plane.kubeconfig_path().to_path_buf())
 }
 
@@ -133,6 +135,96 @@ async fn a_cert_san_with_an_undecodable_a_label_is_rejected_naming_the_label_and
     idn.spec.subject_alternative_names = vec!["xn--zz.k8s.example.com".into()];
     let message = create(&api, &idn).await.expect_err("xn--zz does not decode");
     assert!(message.contains("spec.subjectAlternativeNames[0]: label \"xn--zz\""), "{message}");
+}
+
+/// An AwsIdentity named `name` mapping `namespaces`, granting `zones` (id, name, role).
+fn identity(name: &str, namespaces: &[&str], zones: &[(&str, &str, Option<&str>)]) -> AwsIdentity {
+    let hosted_zones = zones
+        .iter()
+        .map(|(id, zone, role)| HostedZoneGrant {
+            id: (*id).to_owned(),
+            name: (*zone).to_owned(),
+            role_arn: role.map(str::to_owned),
+            ..HostedZoneGrant::default()
+        })
+        .collect();
+    AwsIdentity::new(
+        name,
+        AwsIdentitySpec { namespaces: namespaces.iter().map(|n| (*n).to_owned()).collect(), hosted_zones, ..AwsIdentitySpec::default() },
+    )
+}
+
+#[tokio::test]
+async fn an_aws_identity_listing_a_namespace_another_lists_is_refused_naming_both() {
+    let _one = REGISTRATION.lock().await;
+    let (client, kubeconfig) = cluster().await;
+    let webhook = start_webhooks(&kubeconfig, true).await;
+    let team = namespace("webhook-overlap").await;
+    let identities: Api<AwsIdentity> = Api::all(client);
+    let first = format!("{team}-first");
+    create(&identities, &identity(&first, &[&team], &[])).await.unwrap_or_else(|e| panic!("{e}\n{}", webhook.logs()));
+    // The webhook knows the others from a watch: dry runs until it has seen the first.
+    let dry_run = PostParams { dry_run: true, ..PostParams::default() };
+    for _ in 0..100 {
+        if identities.create(&dry_run, &identity(&format!("{team}-second"), &[&team], &[])).await.is_err() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let message = create(&identities, &identity(&format!("{team}-second"), &[&team], &[])).await.expect_err("an overlap");
+    assert!(message.contains(&format!("spec.namespaces: {team} is already mapped by AwsIdentity {first}")), "{message}");
+}
+
+/// Creates `object` until the webhook, which learns mappings from a watch, refuses it with a
+/// message containing `expected`; each admitted attempt is deleted again.
+async fn refused_once_mapped<K>(api: &Api<K>, object: &K, name: &str, expected: &str) -> String
+where
+    K: kube::Resource + Clone + serde::Serialize + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    for _ in 0..100 {
+        match create(api, object).await {
+            Err(refused) if refused.contains(expected) => return refused,
+            Err(other) => panic!("{other}"),
+            Ok(_) => {
+                api.delete(name, &Default::default()).await.unwrap();
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        }
+    }
+    panic!("never refused with {expected:?}")
+}
+
+#[tokio::test]
+async fn a_tenant_or_cert_reaching_outside_its_namespace_s_grant_is_refused_at_admission_naming_the_field() {
+    let _one = REGISTRATION.lock().await;
+    let (client, kubeconfig) = cluster().await;
+    let webhook = start_webhooks(&kubeconfig, true).await;
+    let team = namespace("webhook-grant").await;
+    let identities: Api<AwsIdentity> = Api::all(client.clone());
+    let granted = identity(&format!("{team}-grant"), &[&team], &[("Z0000000000000000009", "team.example.org", None)]);
+    create(&identities, &granted).await.unwrap_or_else(|e| panic!("{e}\n{}", webhook.logs()));
+    let tenants: Api<DistributionTenant> = Api::namespaced(client.clone(), &team);
+    let dns = |zone: &str, role: Option<&str>| DnsConfig {
+        provider: DnsProvider::Route53,
+        hosted_zone_id: zone.to_owned(),
+        assume_role_arn: role.map(str::to_owned),
+        ttl: blockwork_tenant::api::DEFAULT_TTL,
+    };
+    // The confused deputy: a role that trusts the operator, which no mapping grants this namespace.
+    let mut hostile = tenant("hostile", &["www.team.example.org"]);
+    hostile.spec.dns = Some(dns("Z0000000000000000009", Some("arn:aws:iam::999999999999:role/OrganizationAccountAccessRole")));
+    let message = create(&tenants, &hostile).await.expect_err("a role not granted");
+    assert!(message.contains("spec.dns.assumeRoleArn") && !message.contains("999999999999"), "{message}");
+    let mut elsewhere = tenant("elsewhere", &["www.team.example.org"]);
+    elsewhere.spec.dns = Some(dns("Z0000000000000000008", None));
+    let message = refused_once_mapped(&tenants, &elsewhere, "elsewhere", "spec.dns.hostedZoneId").await;
+    assert!(message.contains("Z0000000000000000008") && message.contains(&format!("AwsIdentity {team}-grant")), "{message}");
+    // A domain of the operator's --dns-zones is not this mapped namespace's.
+    let certs: Api<Cert> = Api::namespaced(client, &team);
+    let mut outside = cert("outside", "shop", "prod");
+    outside.spec.domain_name = Some("shop.k8s.example.com".into());
+    let message = refused_once_mapped(&certs, &outside, "outside", "is not in the zone").await;
+    assert!(message.contains("shop.k8s.example.com is not in the zone team.example.org"), "{message}");
 }
 
 fn tenant(name: &str, domains: &[&str]) -> DistributionTenant {

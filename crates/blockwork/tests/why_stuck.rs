@@ -234,7 +234,7 @@ async fn check_passes_against_a_working_install_and_names_the_fix_of_each_failur
     line(&report, &format!("PASS  cert: hosted zone {zone_id}: found: {zone_name}, records readable"));
     // The shared moto has no policy simulator (crates/inspect/tests/permissions.rs uses one that has).
     line(&report, "SKIP  cert: IAM permissions: cannot verify");
-    line(&report, "findings: 11 pass, 0 warn, 0 fail, 1 skip");
+    line(&report, "findings: 12 pass, 0 warn, 0 fail, 1 skip");
     assert!(!report.contains(blockwork_testenv::emulators::ACCOUNT_ID), "no account id: {report}");
 
     // A zone that does not exist, and one that is another zone than its name says.
@@ -280,8 +280,9 @@ async fn check_warns_about_a_missing_lease_and_fails_an_unconfigured_controller(
         .output()
         .unwrap();
     let report = text(&output);
-    assert_eq!(output.status.code(), Some(1), "{report}");
-    line(&report, "FAIL  cert: configuration");
+    assert_eq!(output.status.code(), Some(1), "no AWS credentials: {report}");
+    line(&report, "WARN  cert: configuration: no --dns-zones");
+    line(&report, "FAIL  cert: AWS credentials");
 }
 
 #[tokio::test]

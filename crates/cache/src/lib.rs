@@ -4,11 +4,20 @@
 pub mod api;
 pub mod applied;
 pub mod build;
+pub mod children;
 pub mod controller;
 pub mod conversion;
 pub mod crd;
+pub mod metrics;
+pub mod pod;
 pub mod refs;
+pub mod render;
+pub mod replication;
 pub mod sentinel;
+pub mod settings;
+pub mod shape;
+pub mod startup;
+pub mod status;
 
 use blockwork_runtime::rbac::rule;
 use k8s_openapi::api::rbac::v1::PolicyRule;
@@ -25,5 +34,8 @@ pub fn rbac() -> Vec<PolicyRule> {
         // The TLS Secret: watched by metadata (its changes clear the ResolvedRefs condition), read
         // only to check that it has the keys the pods need; never written.
         rule("", &["secrets"], &["get", "list", "watch"]),
+        // Why a Cache's pods do not start: its pods (by label) and the StatefulSets'
+        // FailedCreate events, watched; never written.
+        rule("", &["pods", "events"], &["get", "list", "watch"]),
     ]
 }

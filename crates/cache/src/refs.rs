@@ -8,7 +8,7 @@ use blockwork_runtime::policy::{self, AnnotationError, PAUSED_ANNOTATION, RECONC
 use k8s_openapi::api::core::v1::Secret;
 
 use crate::api::{Cache, HIGH_AVAILABILITY_ANNOTATION};
-use crate::build::{Topology, topology};
+use crate::shape::{Topology, topology};
 
 /// The `blockwork.dev/` annotations the Cache controller reads.
 /// (`reconcile-requested-at`: any value; its change reconciles the Cache at once, and the

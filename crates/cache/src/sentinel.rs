@@ -141,7 +141,7 @@ pub fn condition(report: Option<&Report>, asked: &[String], generation: Option<i
                 "no Sentinel answered within {} s (asked {} on port {}); the status keeps the last primary known, and the operator's log has each error",
                 CALL_TIMEOUT.as_secs(),
                 asked.join(", "),
-                crate::build::SENTINEL_PORT
+                crate::shape::SENTINEL_PORT
             ),
             generation,
         ),

@@ -1,5 +1,5 @@
 //! The Cache operator against a real kube-apiserver, with the conversion webhook served by this
-//! test binary; and the rendered configuration against real redis-server and memcached.
+//! test binary. (The rendered files run by real servers: tests/servers.rs.)
 
 #![allow(clippy::unwrap_used, clippy::panic)]
 
@@ -8,7 +8,8 @@ use std::sync::OnceLock;
 use std::time::Duration;
 
 use blockwork_cache::api::{Cache, CacheSpec, Engine, EvictionPolicy, HighAvailability, Phase, Tls, v1alpha1};
-use blockwork_cache::{build, controller, conversion, crd, sentinel};
+use blockwork_cache::settings::Settings;
+use blockwork_cache::{controller, conversion, crd};
 use blockwork_testenv::control_plane::control_plane;
 use blockwork_testenv::harness::{ControllerTask, TIMEOUT, TestNamespace, eventually};
 use blockwork_testenv::kube_proxy::{ApiFault, KubeProxy, Requests};
@@ -77,7 +78,7 @@ impl Harness {
         });
         control_plane().await.unwrap().install_crds(&[crd]).await.unwrap();
         let namespace = TestNamespace::new(prefix).await;
-        let context = controller::Context::new(controller_client.clone());
+        let context = controller::Context::new(controller_client.clone(), Settings::default(), metrics());
         let api: Api<Cache> = Api::namespaced(controller_client, &namespace.namespace);
         let mut controller = ControllerTask::default();
         controller.start(controller::run(context, api, Some(namespace.namespace.clone()), 2, std::future::pending()));
@@ -680,7 +681,9 @@ async fn an_older_copy_of_a_cache_from_the_watch_is_not_written_back() {
     let mut older = settled.clone();
     older.status = None;
     tokio::time::sleep(Duration::from_millis(1100)).await;
-    controller::reconcile(std::sync::Arc::new(older), controller::Context::new(h.client.clone())).await.unwrap();
+    controller::reconcile(std::sync::Arc::new(older), controller::Context::new(h.client.clone(), Settings::default(), metrics()))
+        .await
+        .unwrap();
     let after = h.api().get("c").await.unwrap();
     assert_eq!(after.resource_version(), settled.resource_version(), "written back: {:?}", after.status);
 }
@@ -720,206 +723,6 @@ async fn defaults_are_applied_by_the_api_server() {
     assert!(created.spec.high_availability.unwrap().auto_failover);
 }
 
-// --- The rendered configuration, run by the real servers -------------------------------------
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
-}
-
-fn request(port: u16, payload: &[u8], until: &str) -> String {
-    use std::io::{Read, Write};
-    let deadline = std::time::Instant::now() + Duration::from_secs(10);
-    let mut stream = loop {
-        match std::net::TcpStream::connect(("127.0.0.1", port)) {
-            Ok(stream) => break stream,
-            Err(e) if std::time::Instant::now() < deadline => {
-                let _ = e;
-                std::thread::sleep(Duration::from_millis(50));
-            }
-            Err(e) => panic!("server on {port} never accepted: {e}"),
-        }
-    };
-    stream.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
-    stream.write_all(payload).unwrap();
-    let mut reply = String::new();
-    let mut buffer = [0u8; 4096];
-    while !reply.contains(until) {
-        let n = stream.read(&mut buffer).unwrap();
-        assert!(n > 0, "connection closed; got {reply:?}");
-        reply.push_str(&String::from_utf8_lossy(&buffer[..n]));
-    }
-    reply
-}
-
-struct Server(std::process::Child);
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-fn rendered(engine: Engine, memory: &str, policy: EvictionPolicy) -> String {
-    let mut c = cache("c", engine, memory, 1);
-    c.spec.eviction_policy = policy;
-    build::render_config(&c).unwrap()
-}
-
-fn redis_like_server_accepts_the_rendered_configuration(binary: &str) {
-    let dir = tempfile_dir();
-    let port = free_port();
-    // The pod listens on 6379; here another port, appended last so it wins.
-    let config = rendered(Engine::Redis, "100Mi", EvictionPolicy::VolatileLru) + &format!("port {port}\nbind 127.0.0.1\n");
-    let path = dir.join("redis.conf");
-    std::fs::write(&path, config).unwrap();
-    let _server = Server(std::process::Command::new(binary).arg(&path).stdout(std::process::Stdio::null()).spawn().unwrap());
-    let maxmemory = request(port, b"CONFIG GET maxmemory\r\n", &format!("{}\r\n", (100u64 << 20) / 5 * 4));
-    assert!(maxmemory.contains("maxmemory"), "{maxmemory}");
-    let policy = request(port, b"CONFIG GET maxmemory-policy\r\n", "volatile-lru\r\n");
-    assert!(policy.contains("maxmemory-policy"), "{policy}");
-}
-
-fn tempfile_dir() -> std::path::PathBuf {
-    let dir = std::env::temp_dir().join(format!("blockwork-cache-test-{}-{}", std::process::id(), free_port()));
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
-}
-
-#[test]
-fn redis_server_accepts_the_rendered_configuration() {
-    redis_like_server_accepts_the_rendered_configuration("/usr/bin/redis-server");
-}
-
-#[test]
-fn valkey_server_accepts_the_rendered_configuration() {
-    let binary = "/usr/bin/valkey-server";
-    if !std::path::Path::new(binary).exists() {
-        println!("skipped: valkey-server is not packaged in this Debian release (redis-server covers the same configuration format)");
-        return;
-    }
-    redis_like_server_accepts_the_rendered_configuration(binary);
-}
-
-#[test]
-fn memcached_accepts_the_rendered_arguments() {
-    let port = free_port();
-    let args = rendered(Engine::Memcached, "64Mi", EvictionPolicy::Noeviction);
-    let mut args: Vec<String> =
-        args.lines().filter(|a| !a.starts_with("--port") && !a.starts_with("--listen")).map(str::to_owned).collect();
-    args.extend([format!("--port={port}"), "--listen=127.0.0.1".to_owned(), "--user=nobody".to_owned()]);
-    let _server = Server(std::process::Command::new("/usr/bin/memcached").args(&args).spawn().unwrap());
-    let stats = request(port, b"stats settings\r\n", "END\r\n");
-    let limit = (((64u64 << 20) / 5 * 4) >> 20) << 20;
-    assert!(stats.contains(&format!("STAT maxbytes {limit}\r\n")), "{stats}");
-    assert!(stats.contains("STAT evictions off\r\n"), "{stats}");
-}
-
-// --- High availability, run by real redis-server processes -----------------------------------
-
-fn redis_cli(port: u16, args: &[&str]) -> String {
-    let output = std::process::Command::new("/usr/bin/redis-cli").args(["-p", &port.to_string(), "--raw"]).args(args).output().unwrap();
-    String::from_utf8_lossy(&output.stdout).trim().to_owned()
-}
-
-fn wait_until(what: &str, timeout: Duration, mut check: impl FnMut() -> bool) {
-    let deadline = std::time::Instant::now() + timeout;
-    while !check() {
-        assert!(std::time::Instant::now() < deadline, "timed out waiting for {what}");
-        std::thread::sleep(Duration::from_millis(200));
-    }
-}
-
-/// One pod of a replicated Cache on this machine: its rendered files, run by `sh` with the
-/// environment the StatefulSet gives the pod (loopback addresses instead of pod DNS names).
-struct Node {
-    server_port: u16,
-    sentinel_port: u16,
-    _server: Server,
-    _sentinel: Server,
-}
-
-impl Node {
-    fn start(files: &std::collections::BTreeMap<String, String>, ordinal: usize, primary_port: u16, server_port: u16) -> Node {
-        let sentinel_port = free_port();
-        let dir = tempfile_dir();
-        let (config, data) = (dir.join("config"), dir.join("data"));
-        std::fs::create_dir_all(&config).unwrap();
-        std::fs::create_dir_all(&data).unwrap();
-        for (name, content) in files {
-            // The pod listens on 6379; here on a free loopback port, appended last so it wins.
-            let content = if name == "redis.conf" { format!("{content}port {server_port}\nbind 127.0.0.1\n") } else { content.clone() };
-            std::fs::write(config.join(name), content).unwrap();
-        }
-        let run = |script: &str, port: u16| {
-            let child = std::process::Command::new("sh")
-                .arg(config.join(script))
-                .env("POD_NAME", format!("c-cache-{ordinal}"))
-                .env("CACHE_NAME", "c")
-                .env("CACHE_SERVER", "/usr/bin/redis-server")
-                .env("CACHE_CLI", "/usr/bin/redis-cli")
-                .env("CACHE_CONFIG_DIR", &config)
-                .env("CACHE_DATA_DIR", &data)
-                .env("CACHE_PRIMARY_HOST", "127.0.0.1")
-                .env("CACHE_PRIMARY_PORT", primary_port.to_string())
-                .env("CACHE_ANNOUNCE_HOST", "127.0.0.1")
-                .env("CACHE_SENTINEL_SERVICE", "127.0.0.1")
-                .env("CACHE_SENTINEL_PORT", port.to_string())
-                .stdout(std::process::Stdio::null())
-                .spawn()
-                .unwrap();
-            Server(child)
-        };
-        let server = run("start.sh", server_port);
-        wait_until("the server", Duration::from_secs(10), || redis_cli(server_port, &["PING"]) == "PONG");
-        let sentinel = run("sentinel.sh", sentinel_port);
-        Node { server_port, sentinel_port, _server: server, _sentinel: sentinel }
-    }
-}
-
-/// `highAvailability` with `autoFailover`: pod 0 starts as the primary, the others replicate
-/// from it, and when the primary dies the Sentinels promote a replica.
-#[test]
-fn replicated_redis_fails_over_to_a_replica() {
-    let mut c = cache("c", Engine::Redis, "64Mi", 3);
-    c.metadata.namespace = Some("ns".into());
-    c.spec.high_availability = Some(HighAvailability { enabled: true, auto_failover: true });
-    let files = build::desired(&c).unwrap().config_map.data.unwrap();
-
-    let ports: Vec<u16> = (0..3).map(|_| free_port()).collect();
-    let mut nodes: Vec<Node> = (0..3).map(|i| Node::start(&files, i, ports[0], ports[i])).collect();
-    assert!(redis_cli(ports[0], &["INFO", "replication"]).contains("role:master"));
-    assert!(redis_cli(ports[1], &["INFO", "replication"]).contains("role:slave"));
-    assert_eq!(redis_cli(ports[0], &["SET", "key", "before-failover"]), "OK");
-    wait_until("the write to replicate", Duration::from_secs(10), || redis_cli(ports[2], &["GET", "key"]) == "before-failover");
-    let sentinel = nodes[1].sentinel_port;
-    wait_until("the Sentinels to agree on pod 0", Duration::from_secs(15), || {
-        redis_cli(sentinel, &["SENTINEL", "get-master-addr-by-name", "c"]).ends_with(&ports[0].to_string())
-            && redis_cli(sentinel, &["SENTINEL", "sentinels", "c"]).matches("127.0.0.1").count() >= 2
-    });
-    // What the controller reads for the status (the address is a pod's hostname on a node).
-    let runtime = tokio::runtime::Runtime::new().unwrap();
-    let ask = || runtime.block_on(sentinel::ask(&["127.0.0.1".to_owned()], sentinel, "c"));
-    let (before, errors) = ask();
-    assert!(errors.is_empty(), "{errors:?}");
-    assert_eq!((before[0].config_epoch, before[0].failing_over()), (0, false), "{before:?}");
-
-    drop(nodes.remove(0));
-    let mut promoted = 0;
-    wait_until("a replica to be promoted", Duration::from_secs(45), || {
-        let reply = redis_cli(sentinel, &["SENTINEL", "get-master-addr-by-name", "c"]);
-        promoted = reply.lines().nth(1).and_then(|p| p.parse().ok()).unwrap_or(ports[0]);
-        promoted != ports[0] && redis_cli(promoted, &["INFO", "replication"]).contains("role:master")
-    });
-    assert!(nodes.iter().any(|n| n.server_port == promoted));
-    // Sentinel names the new address before it ends the failover: the report says so until then.
-    let mut after = Vec::new();
-    wait_until("Sentinel to end the failover", Duration::from_secs(30), || {
-        after = ask().0;
-        after.first().is_some_and(|report| !report.failing_over())
-    });
-    assert!(after[0].config_epoch > before[0].config_epoch, "a failover raises the epoch: {after:?}");
-    assert!(after[0].primary_for < Duration::from_secs(75), "promoted during this test: {after:?}");
-    assert_eq!(redis_cli(promoted, &["GET", "key"]), "before-failover", "no acknowledged data is lost");
-    assert_eq!(redis_cli(promoted, &["SET", "key", "after-failover"]), "OK", "the new primary takes writes");
+fn metrics() -> std::sync::Arc<blockwork_cache::metrics::CacheMetrics> {
+    blockwork_cache::metrics::CacheMetrics::register(&mut prometheus_client::registry::Registry::default())
 }

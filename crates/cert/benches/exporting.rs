@@ -79,10 +79,12 @@ async fn child() {
     let metrics = CertMetrics::register(registry.sub_registry_with_prefix("cert_operator"));
     let runtime_metrics = RuntimeMetrics::register(registry.sub_registry_with_prefix("blockwork"));
     let aws = Aws::new(aws_config, Arc::new(AwsMetrics::register(&mut registry, &[Seed::Cert])));
+    let identities = blockwork_identity::Identities::new(client.clone(), blockwork_identity::Settings::default());
     blockwork_cert::run(
         client,
         config,
         aws,
+        identities,
         runtime_metrics,
         metrics,
         blockwork_runtime::Namespaces::All,

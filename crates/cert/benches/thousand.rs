@@ -115,10 +115,12 @@ async fn child() {
         }
     });
     let aws = Aws::new(aws_config, aws_metrics);
+    let identities = blockwork_identity::Identities::new(client.clone(), blockwork_identity::Settings::default());
     blockwork_cert::run(
         client,
         config,
         aws,
+        identities,
         runtime_metrics,
         metrics,
         blockwork_runtime::Namespaces::All,

@@ -82,12 +82,15 @@ impl FqdnIndex {
         self.by_fqdn.entry(normalize(fqdn)).or_default().push(holder);
     }
 
-    /// The index of `certs` by the FQDN each spec resolves to; specs that do not resolve (no
-    /// zone) are left out.
-    pub fn from_certs(certs: &[crate::api::Cert], registry: &ZoneRegistry) -> Self {
+    /// The index of `certs` by the FQDN each spec resolves to with its namespace's zones
+    /// (`zones_of`); specs that do not resolve (no zone, no grant) are left out.
+    pub fn from_certs(certs: &[crate::api::Cert], zones_of: impl Fn(&str) -> Option<ZoneRegistry>) -> Self {
         let mut index = Self::default();
+        let mut registries: HashMap<String, Option<ZoneRegistry>> = HashMap::new();
         for cert in certs {
-            if let Ok(desired) = desired(&cert.spec, registry) {
+            let namespace = cert.metadata.namespace.clone().unwrap_or_default();
+            let registry = registries.entry(namespace.clone()).or_insert_with(|| zones_of(&namespace));
+            if let Some(Ok(desired)) = registry.as_ref().map(|registry| desired(&cert.spec, registry)) {
                 let holder = Holder {
                     namespace: cert.metadata.namespace.clone().unwrap_or_default(),
                     name: cert.metadata.name.clone().unwrap_or_default(),
@@ -212,7 +215,7 @@ mod tests {
         first.metadata.namespace = Some("team".into());
         first.metadata.uid = Some("u1".into());
         let explicit = crate::api::Cert::new("other", CertSpec { domain_name: Some("www.other.org".into()), ..spec("x", "y") });
-        let index = FqdnIndex::from_certs(&[first, explicit], &zones());
+        let index = FqdnIndex::from_certs(&[first, explicit], |_| Some(zones()));
         assert_eq!(index.other_holder("api-prod.example.com", Some("u2")).map(|h| h.name.as_str()), Some("first"));
         assert!(index.other_holder("API-prod.example.com.", Some("u1")).is_none());
         assert!(index.other_holder("www.other.org", None).is_some());

@@ -54,8 +54,9 @@ pub struct CertSpec {
     /// Environment of the service (e.g. dev, staging, prod), an RFC 1123 label.
     #[schemars(regex(pattern = r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$"), length(min = 1, max = 63))]
     pub environment: String,
-    /// The certificate's primary domain, overriding the generated one; must lie in a configured
-    /// hosted zone. A leading `*.` requests a wildcard certificate. Internationalized names are
+    /// The certificate's primary domain, overriding the generated one; must lie in a hosted zone
+    /// granted to the namespace (its AwsIdentity's `hostedZones`, or the operator's
+    /// `--dns-zones`). A leading `*.` requests a wildcard certificate. Internationalized names are
     /// given as A-labels (`xn--…`), which must decode to a label IDNA2008 allows; a label with
     /// `--` in its third and fourth characters is an A-label or refused (RFC 5891 reserves them).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -65,9 +66,9 @@ pub struct CertSpec {
     )]
     pub domain_name: Option<String>,
     /// Additional domains on the same certificate (at most 100), each once (a trailing dot names
-    /// the same domain) and under the same rules as `domainName`. Each must lie in a configured
-    /// hosted zone; SANs in other zones than the primary domain's get their validation records
-    /// in their own zone.
+    /// the same domain) and under the same rules as `domainName`. Each must lie in a hosted zone
+    /// granted to the namespace; SANs in other zones than the primary domain's get their
+    /// validation records in their own zone (through that zone's role, in its account).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(
         length(max = 100),
@@ -83,9 +84,8 @@ pub struct CertSpec {
     /// A certificate that is in use is never deleted; the status says why.
     #[serde(default)]
     pub delete_on_removal: bool,
-    /// The hosted zone for the domain, by id or name, among those the operator is configured
-    /// with (`--dns-zones`). Default: the zone with the longest suffix of the domain, else the
-    /// first configured zone.
+    /// The hosted zone for the domain, by id or name, among those granted to the namespace.
+    /// Default: the zone with the longest suffix of the domain, else the first granted zone.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub dns_zone: Option<DnsZoneRef>,
     /// Export the certificate, with its chain and private key, into a `kubernetes.io/tls` Secret
@@ -238,6 +238,10 @@ pub struct CertObservation {
     /// The hosted zone of the primary domain.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub resolved_zone: Option<DnsZoneRef>,
+    /// The AwsIdentity this Cert acts through (`operator`: the operator's own identity), as its
+    /// namespace's mapping says; its certificate is in that identity's account.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub aws_identity: Option<String>,
     /// ACM's managed renewal status (PENDING_AUTO_RENEWAL, PENDING_VALIDATION, SUCCESS, FAILED)
     /// while a renewal is under way or after one.
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -1,7 +1,8 @@
 //! Private certificates (issue 30): a Cert naming an ACM Private CA (`spec.certificateAuthorityArn`)
 //! gets a certificate that CA signs — no DNS validation, no Route 53 record, always exportable.
 //! Which CAs Certs may name is the installation's choice (`--certificate-authorities`): a CA the
-//! operator's role can use is not necessarily one every namespace should issue from. The rules
+//! operator's role can use is not necessarily one every namespace should issue from; the CA is
+//! read (and the certificate requested) as the Cert's namespace's identity (ADR 0014). The rules
 //! here are pure; the admission webhook applies them first, `create` again before asking ACM
 //! (and then the CA's state, which only AWS knows).
 
@@ -54,7 +55,10 @@ pub fn state_problem(authority: &Authority) -> Option<Refusal> {
 
 /// The CA does not exist (deleted for good, or a wrong ARN).
 pub fn not_found() -> Refusal {
-    refusal("CertificateAuthorityNotFound", "the private CA does not exist (deleted, or a wrong ARN): name another CA".to_owned())
+    refusal(
+        "CertificateAuthorityNotFound",
+        "the private CA does not exist, or the namespace's AWS identity cannot see it (deleted, a wrong ARN, or not shared with its account): name another CA, or share it with the account".to_owned(),
+    )
 }
 
 /// What ACM's failure reason of a private certificate means (ACM User Guide, "Handling

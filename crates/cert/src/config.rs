@@ -14,7 +14,9 @@ use blockwork_runtime::Timing;
 
 #[derive(Clone, Debug, PartialEq, clap::Args)]
 pub struct CertArgs {
-    /// Route53 hosted zones for validation records, `name:id,...`; the first is the default.
+    /// Route53 hosted zones for validation records of namespaces no AwsIdentity maps (the
+    /// operator's own identity), `name:id,...`; the first is the default. Mapped namespaces use
+    /// their AwsIdentity's `hostedZones`.
     #[arg(id = "cert_dns_zones", long = "dns-zones", env = "CERT_DNS_ZONES", default_value = "", value_name = "NAME:ID,...")]
     pub dns_zones: String,
 
@@ -118,10 +120,8 @@ pub struct CertConfig {
 
 impl CertConfig {
     pub fn from_args(args: &CertArgs) -> Result<Self, ConfigError> {
+        // Empty is valid: every namespace may be mapped to an AwsIdentity with zones of its own.
         let zones: ZoneRegistry = args.dns_zones.parse()?;
-        if zones.is_empty() {
-            return Err(ZoneError::NoZones.into());
-        }
         if args.cache_max_size == 0 {
             return Err(ConfigError::Invalid("--cache-max-size must be at least 1".to_owned()));
         }
@@ -216,7 +216,11 @@ mod tests {
 
     #[test]
     fn bad_configurations_are_refused() {
-        assert!(matches!(CertConfig::from_args(&CertArgs::default()), Err(ConfigError::Zones(ZoneError::NoZones))));
+        assert!(CertConfig::from_args(&CertArgs::default()).is_ok_and(|c| c.zones.is_empty()), "mapped namespaces need no --dns-zones");
+        assert!(matches!(
+            CertConfig::from_args(&CertArgs { dns_zones: "a.com".into(), ..CertArgs::default() }),
+            Err(ConfigError::Zones(_))
+        ));
         let zero = CertArgs { dns_zones: "a.com:Z1".into(), cache_max_size: 0, ..CertArgs::default() };
         assert!(CertConfig::from_args(&zero).is_err());
         assert!(parse_duration("soon").is_err());

@@ -28,25 +28,30 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use blockwork_aws::acm::{Acm, Certificate, CertificateRequest, Freshness};
+use blockwork_aws::acm::{Certificate, CertificateRequest, Freshness};
 use blockwork_aws::pca::Pca;
-use blockwork_aws::route53::{Deletion, Record, Records, Written, Zone};
+use blockwork_aws::route53::{Deletion, Record, Records, Written};
 use blockwork_aws::{AwsError, ErrorClass};
 use blockwork_runtime::Existence;
 
 use blockwork_runtime::{
-    Conditions, DeleteOutcome, ExternalError, ExternalResource, MutateOutcome, Observed, Phase, Purpose, Report, Request, RequeuePolicy,
-    Timing, Upkeep, VerifyOutcome, WithConditions,
+    Conditions, DeleteOutcome, ExternalError, ExternalResource, MutateOutcome, Observed, Phase, Publisher, Purpose, Report, Request,
+    RequeuePolicy, Timing, Upkeep, VerifyOutcome, WithConditions,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use kube::Resource as _;
+use kube::runtime::events::EventType;
 use kube::{Client, ResourceExt};
 use tracing::warn;
 
+use blockwork_identity::placement::{AWS_IDENTITY_CHANGED, Placement, placement};
+
+use crate::account::{Accounts, CertAccount};
 use crate::admission;
 use crate::api::{Cert, CertObservation, CertState, ValidationRecordStatus};
 use crate::decisions::{self, Assessment, Desired};
 use crate::metrics::CertMetrics;
-use crate::zones::{ZoneRegistry, normalize};
+use crate::zones::normalize;
 
 /// The Cert's intervals: seed 000's, but a minute between looks while ACM validates (a Cert
 /// waiting for issuance is woken by the listing's sweeps anyway, see `crate::wake`), and hourly
@@ -59,19 +64,21 @@ pub fn default_timing() -> Timing {
 /// TTL of the validation records: ACM only reads them at validation and renewal.
 pub const VALIDATION_RECORD_TTL: i64 = 300;
 
-/// The Cert operator's manager, over the process's AWS layer.
+/// The Cert operator's manager, over the process's AWS layer: each Cert acts in its namespace's
+/// account ([`crate::account`]).
 pub struct CertManager {
-    pub(crate) acm: Arc<Acm>,
+    accounts: Arc<Accounts>,
     records: Arc<Records>,
-    zones: ZoneRegistry,
     validation_timeout: Duration,
     pub(crate) metrics: Arc<CertMetrics>,
     /// Deletes the published ConfigMap when the Cert goes (see [`crate::publish`]); reads and
     /// writes exported Secrets ([`crate::export`]).
     pub(crate) client: Client,
+    /// Tells what a Cert released while held by a mapping change leaves in AWS.
+    events: Publisher,
     /// Certs may export into Secrets (`--export-secrets`).
     pub(crate) export_secrets: bool,
-    /// Private CAs: the ones Certs may name, and their states.
+    /// Private CAs: the ones Certs may name, and their states (read as each namespace's principal).
     authorities: Vec<String>,
     pca: Pca,
 }
@@ -87,55 +94,100 @@ pub struct Issuing {
 
 impl CertManager {
     pub fn new(
-        acm: Arc<Acm>,
+        accounts: Arc<Accounts>,
         records: Arc<Records>,
-        zones: ZoneRegistry,
         validation_timeout: Duration,
         metrics: Arc<CertMetrics>,
         client: Client,
         issuing: Issuing,
     ) -> Self {
         let Issuing { export_secrets, authorities, pca } = issuing;
-        Self { acm, records, zones, validation_timeout, metrics, client, export_secrets, authorities, pca }
+        let events = Publisher::new(client.clone(), format!("blockwork-{}", crate::CONTROLLER));
+        Self { accounts, records, validation_timeout, metrics, client, events, export_secrets, authorities, pca }
     }
 
-    /// Whether a private certificate can be requested from `authority` now: a CA this
-    /// installation issues from, in ACM's region, `ACTIVE`. Otherwise a terminal error saying why
-    /// (nothing is requested: ACM would make a failed certificate).
-    async fn check_authority(&self, authority: &str) -> Result<(), ExternalError> {
+    /// Whether a private certificate can be requested from `authority` now, as the namespace's
+    /// account: a CA this installation issues from, in ACM's region, `ACTIVE` as the namespace's
+    /// principal sees it. Otherwise a terminal error saying why (nothing is requested: ACM would
+    /// make a failed certificate).
+    async fn check_authority(&self, account: &CertAccount, authority: &str) -> Result<(), ExternalError> {
         let terminal = |refusal: crate::authority::Refusal| ExternalError::terminal(refusal.reason, refusal.message);
-        crate::authority::check(authority, &self.authorities, self.acm.region().await.as_deref()).map_err(terminal)?;
-        match self.pca.describe(authority).await {
+        crate::authority::check(authority, &self.authorities, account.acm.region().await.as_deref()).map_err(terminal)?;
+        match self.pca.describe(account.principal(), authority).await {
             Ok(described) => crate::authority::state_problem(&described).map_or(Ok(()), |refusal| Err(terminal(refusal))),
             Err(error) if error.class == ErrorClass::NotFound => Err(terminal(crate::authority::not_found())),
             Err(error) => Err(ExternalError::from(&error)),
         }
     }
 
-    /// The ACM of this controller, whose listing [`crate::wake`] follows.
-    pub fn acm(&self) -> &Arc<Acm> {
-        &self.acm
+    /// The accounts of this controller's Certs, whose listings [`crate::wake`] follows.
+    pub fn accounts(&self) -> &Arc<Accounts> {
+        &self.accounts
+    }
+
+    /// The Cert's account, resolved before any AWS call; the status names its identity. When
+    /// the namespace's mapping changed to another account than the one holding the Cert's
+    /// certificates, the Cert is held (`AwsIdentityChanged`) and the status keeps naming the
+    /// identity they were made with.
+    pub(crate) async fn account(&self, object: &Cert, observation: &mut CertObservation) -> Result<CertAccount, ExternalError> {
+        let account = self.accounts.of(&object.namespace().unwrap_or_default()).await?;
+        let now = account.grant.identity.to_string();
+        let before = observation.aws_identity.clone();
+        let held: Vec<&str> =
+            observation.certificate_arn.iter().chain(&observation.previous_certificate_arns).map(String::as_str).collect();
+        let same = before.as_deref() == Some(now.as_str());
+        let current = match (held.is_empty(), same && account.grant.principal.role().is_none()) {
+            // Nothing held, or the operator's own identity as before: nothing to compare.
+            (true, _) | (_, true) => None,
+            _ => self.accounts.account_id(&account.grant.principal).await,
+        };
+        match placement(held.iter().copied(), current.as_deref()) {
+            Placement::Elsewhere => return Err(moved(before.as_deref(), &account.grant.describe())),
+            Placement::Unknown if !same => {
+                return Err(ExternalError::retryable(
+                    "AwsIdentityAccountUnknown",
+                    format!(
+                        "the namespace now acts as {}, whose account could not be told yet (STS GetCallerIdentity); retried",
+                        account.grant.describe()
+                    ),
+                ));
+            }
+            Placement::Here | Placement::Unknown => {}
+        }
+        observation.aws_identity = Some(now);
+        Ok(account)
+    }
+
+    /// Queues the validation records with their zones' next background batches.
+    async fn write_records(&self, request: &Request<'_, Cert>, by_zone: BTreeMap<String, Vec<Record>>) -> Result<(), ExternalError> {
+        let account = self.accounts.of(&request.object.namespace().unwrap_or_default()).await?;
+        for (zone_id, records) in by_zone {
+            let zone = account.zone(&zone_id).map_err(ExternalError::from)?;
+            self.records.upsert_in_background(crate::CONTROLLER, &zone, records);
+        }
+        Ok(())
     }
 
     /// The certificate of the ARN in status, list-first: its listed summary when that tells all
     /// this look needs, else its description too. `None` when ACM no longer has it.
     async fn read(
         &self,
+        account: &CertAccount,
         arn: &str,
         request: &Request<'_, Cert>,
         desired: &Desired,
         observation: &CertObservation,
     ) -> Result<Option<Found>, AwsError> {
-        let described = match self.acm.summary(arn, Freshness::Listed).await? {
+        let described = match account.acm.summary(arn, Freshness::Listed).await? {
             Some(summary) => {
                 let known = decisions::records_known(desired, &observation.validation_records);
                 match decisions::description_needed(&summary, request.spec_change.changed, known, jiff::Timestamp::now()) {
                     None => return Ok(Some(Found { certificate: decisions::listed(&summary), described: false })),
-                    Some(_) => self.acm.describe_recent(arn).await,
+                    Some(_) => account.acm.describe_recent(account.principal(), arn).await,
                 }
             }
             // Not listed yet (requested since the last sweep) or gone: ask.
-            None => self.acm.describe(arn).await,
+            None => account.acm.describe(account.principal(), arn).await,
         };
         match described {
             Ok(certificate) => Ok(Some(Found::described(certificate))),
@@ -164,10 +216,10 @@ impl CertManager {
         );
     }
 
-    fn desired(&self, object: &Cert, observation: &mut CertObservation) -> Result<Desired, ExternalError> {
+    fn desired(&self, account: &CertAccount, object: &Cert, observation: &mut CertObservation) -> Result<Desired, ExternalError> {
         // The webhook's rules, for objects stored without it (webhook off or failing open),
-        // before ACM is asked.
-        let desired = admission::admissible(&object.spec, &self.zones)
+        // before ACM is asked; the zones are those granted to the namespace.
+        let desired = admission::admissible(&object.spec, &account.zones)
             .map_err(|violations| ExternalError::terminal("InvalidSpec", violations.join("; ")))?;
         observation.domain_name = Some(desired.domain.clone());
         observation.resolved_zone = Some(desired.zone.to_ref());
@@ -178,9 +230,9 @@ impl CertManager {
     /// a certificate whose ARN never reached the status (the status write after it was refused,
     /// or the process died). The runtime calls `create` only under a marker written for the
     /// current spec, so the marker's spec and time identify that request exactly.
-    fn marked(&self, request: &Request<'_, Cert>) -> Option<Marked> {
+    fn marked(&self, account: &CertAccount, request: &Request<'_, Cert>) -> Option<Marked> {
         let marker = request.create_pending?;
-        let Some(desired) = decisions::marked_desired(marker.spec.as_deref(), &request.object.spec, &self.zones) else {
+        let Some(desired) = decisions::marked_desired(marker.spec.as_deref(), &request.object.spec, &account.zones) else {
             warn!(cert = %request.object.name_any(), "the create-pending marker's spec no longer resolves to a configured zone; its request is not looked for");
             return None;
         };
@@ -191,24 +243,30 @@ impl CertManager {
     /// The certificate of this object: by the ARN in status; else the one the create-pending
     /// marker's request made, if any; else, without a marker, one of ours for exactly these names
     /// (an adoption after the status was lost, e.g. by a restore).
-    async fn find(&self, request: &Request<'_, Cert>, desired: &Desired, observation: &CertObservation) -> Result<Option<Found>, AwsError> {
+    async fn find(
+        &self,
+        account: &CertAccount,
+        request: &Request<'_, Cert>,
+        desired: &Desired,
+        observation: &CertObservation,
+    ) -> Result<Option<Found>, AwsError> {
         if let Some(arn) = &observation.certificate_arn
-            && let Some(found) = self.read(arn, request, desired, observation).await?
+            && let Some(found) = self.read(account, arn, request, desired, observation).await?
         {
             return Ok(Some(found));
         }
         let uid = request.object.uid().unwrap_or_default();
-        if let Some(marked) = self.marked(request) {
+        if let Some(marked) = self.marked(account, request) {
             let freshness = decisions::marked_lookup(false, marked.desired != *desired, marked.at, jiff::Timestamp::now());
-            let listing = self.acm.list_certificates(freshness).await?;
-            return Ok(self.find_requested(&listing, &marked, &uid).await?.map(Found::described));
+            let listing = account.acm.list_certificates(freshness).await?;
+            return Ok(self.find_requested(account, &listing, &marked, &uid).await?.map(Found::described));
         }
-        let listing = self.acm.list_certificates(Freshness::Recent).await?;
-        for (arn, _) in self.owned_candidates(&listing, &desired.domain, &uid).await? {
+        let listing = account.acm.list_certificates(Freshness::Recent).await?;
+        for (arn, _) in self.owned_candidates(account, &listing, &desired.domain, &uid).await? {
             if observation.previous_certificate_arns.contains(&arn) {
                 continue;
             }
-            match self.acm.describe(&arn).await {
+            match account.acm.describe(account.principal(), &arn).await {
                 Ok(certificate) if decisions::certificate_differs(&certificate, desired).is_none() => {
                     return Ok(Some(Found::described(certificate)));
                 }
@@ -221,12 +279,18 @@ impl CertManager {
     }
 
     /// The certificate of the marker's request: ours (owner UID) and requested with its token.
-    async fn find_requested(&self, listing: &[(String, String)], marked: &Marked, uid: &str) -> Result<Option<Certificate>, AwsError> {
-        for (arn, tags) in self.owned_candidates(listing, &marked.desired.domain, uid).await? {
+    async fn find_requested(
+        &self,
+        account: &CertAccount,
+        listing: &[(String, String)],
+        marked: &Marked,
+        uid: &str,
+    ) -> Result<Option<Certificate>, AwsError> {
+        for (arn, tags) in self.owned_candidates(account, listing, &marked.desired.domain, uid).await? {
             if decisions::tag(&tags, decisions::TAG_TOKEN) != Some(marked.token.as_str()) {
                 continue;
             }
-            match self.acm.describe(&arn).await {
+            match account.acm.describe(account.principal(), &arn).await {
                 Ok(certificate) => return Ok(Some(certificate)),
                 Err(error) if error.class == ErrorClass::NotFound => {}
                 Err(error) => return Err(error),
@@ -238,13 +302,14 @@ impl CertManager {
     /// The listed certificates for `domain` whose tags name this object as owner, with the tags.
     async fn owned_candidates(
         &self,
+        account: &CertAccount,
         listing: &[(String, String)],
         domain: &str,
         uid: &str,
     ) -> Result<Vec<(String, Vec<(String, String)>)>, AwsError> {
         let mut owned = Vec::new();
         for (_, arn) in listing.iter().filter(|(d, _)| normalize(d) == domain) {
-            match self.acm.list_tags(arn).await {
+            match account.acm.list_tags(account.principal(), arn).await {
                 Ok(tags) if decisions::owned_by(&tags, uid) => owned.push((arn.clone(), tags)),
                 Ok(_) => {}
                 // Deleted since the listing.
@@ -266,6 +331,7 @@ impl CertManager {
     /// like someone else's (and never deleted). `complete`: every record ACM asks for is written.
     async fn record_progress(
         &self,
+        account: &CertAccount,
         described: Option<&Certificate>,
         desired: &Desired,
         observation: &mut CertObservation,
@@ -295,7 +361,7 @@ impl CertManager {
             return Err(ExternalError::from(&error));
         }
         let complete = match described {
-            Some(certificate) => self.list_records(certificate, desired, observation).await?,
+            Some(certificate) => self.list_records(account, certificate, desired, observation).await?,
             None => decisions::records_known(desired, &observation.validation_records),
         };
         let complete = complete && observation.validation_records.iter().all(|r| !r.pending);
@@ -308,6 +374,7 @@ impl CertManager {
     /// them: used, never deleted). True when ACM has published every record.
     async fn list_records(
         &self,
+        account: &CertAccount,
         certificate: &Certificate,
         desired: &Desired,
         observation: &mut CertObservation,
@@ -326,8 +393,8 @@ impl CertManager {
         }
         for (zone_id, planned) in unlisted {
             let names: Vec<String> = planned.iter().map(|p| p.record.name.clone()).collect();
-            let existing =
-                self.records.lookup(crate::CONTROLLER, &Zone::new(&zone_id, None), &names).await.map_err(|e| ExternalError::from(&e))?;
+            let zone = account.zone(&zone_id).map_err(ExternalError::from)?;
+            let existing = self.records.lookup(crate::CONTROLLER, &zone, &names).await.map_err(ExternalError::from)?;
             for (planned, existing) in planned.into_iter().zip(existing) {
                 let owned = existing.map(|record| normalize(&record.value)) != Some(normalize(&planned.record.value));
                 observation.validation_records.push(ValidationRecordStatus {
@@ -349,7 +416,15 @@ impl CertManager {
             let outcome = match object.spec.delete_on_removal {
                 // The certificates (and their records) stay whatever AWS says: nothing to look up.
                 false => VerifyOutcome::Missing,
-                true => self.observe_held(request, observation).await.map_err(|e| ExternalError::from(&e))?,
+                true => match self.account(object, observation).await {
+                    Ok(account) => self.observe_held(&account, request, observation).await.map_err(|e| ExternalError::from(&e))?,
+                    // Held by a mapping change: released without touching either account.
+                    Err(error) if error.reason == AWS_IDENTITY_CHANGED => {
+                        self.release_held(request, observation).await;
+                        VerifyOutcome::Missing
+                    }
+                    Err(error) => return Err(error),
+                },
             };
             // Nothing left to delete in AWS: the runtime releases the object next, and with it
             // the published ConfigMap goes (the owner reference covers clusters with a garbage
@@ -358,8 +433,9 @@ impl CertManager {
                 (outcome == VerifyOutcome::Missing).then_some(Upkeep { purpose: Purpose::Release, work: CertUpkeep::Unpublish });
             return Ok(Observed::from(outcome).with_upkeep(unpublish));
         }
-        let desired = self.desired(object, observation)?;
-        let Some(found) = self.find(request, &desired, observation).await.map_err(|e| ExternalError::from(&e))? else {
+        let account = &self.account(object, observation).await?;
+        let desired = self.desired(account, object, observation)?;
+        let Some(found) = self.find(account, request, &desired, observation).await.map_err(|e| ExternalError::from(&e))? else {
             observation.certificate_arn = None;
             observation.cert_ready = false;
             observation.expiration_date = None;
@@ -392,7 +468,7 @@ impl CertManager {
                 let renewing = certificate.renewal_status.as_deref() == Some("PENDING_VALIDATION");
                 let unwritten = observation.validation_records.iter().any(|r| r.pending);
                 if (renewing || unwritten) && request.policies.access.create {
-                    upkeep.extend(self.record_progress(described.filter(|_| renewing), &desired, observation).await?.write);
+                    upkeep.extend(self.record_progress(account, described.filter(|_| renewing), &desired, observation).await?.write);
                 }
                 if let Some(message) = decisions::renewal_message(certificate.renewal_status.as_deref()) {
                     warn!(cert = %object.name_any(), namespace = ?object.namespace(), "{message}");
@@ -403,7 +479,7 @@ impl CertManager {
                     // Which records the current certificate still needs is only described.
                     let current = match described {
                         Some(certificate) => Ok(certificate.clone()),
-                        None => self.acm.describe_recent(&certificate.arn).await,
+                        None => account.acm.describe_recent(account.principal(), &certificate.arn).await,
                     };
                     match current {
                         Ok(current) => {
@@ -418,7 +494,7 @@ impl CertManager {
                 observation.cert_ready = false;
                 if desired.authority.is_some() {
                     observation.state = Some(CertState::Validated);
-                    self.acm.await_issue(&certificate.arn);
+                    account.acm.await_issue(&certificate.arn);
                     return Ok(VerifyOutcome::InProgress("waiting for the private CA to issue the certificate".to_owned()).into());
                 }
                 if observation.state != Some(CertState::Validated) {
@@ -431,8 +507,8 @@ impl CertManager {
                     )
                     .into());
                 }
-                self.acm.await_issue(&certificate.arn);
-                let progress = self.record_progress(described, &desired, observation).await?;
+                account.acm.await_issue(&certificate.arn);
+                let progress = self.record_progress(account, described, &desired, observation).await?;
                 let outcome = if progress.complete {
                     observation.state = Some(CertState::Validated);
                     VerifyOutcome::InProgress(format!("the validation records are in place; waiting for ACM to issue {}", desired.domain))
@@ -448,15 +524,42 @@ impl CertManager {
         }
     }
 
+    /// A Cert being deleted while held by a mapping change: released without touching either
+    /// account; a Warning event names what stays in the old one (accounts masked).
+    async fn release_held(&self, request: &Request<'_, Cert>, observation: &mut CertObservation) {
+        let certificates: Vec<String> = observation
+            .certificate_arn
+            .iter()
+            .chain(&observation.previous_certificate_arns)
+            .map(|arn| blockwork_aws::mask_accounts(arn))
+            .collect();
+        let records = observation.validation_records.iter().filter(|r| r.owned).count();
+        let before = observation.aws_identity.as_deref().unwrap_or("it acted as before");
+        let note = format!(
+            "released without deleting: its namespace acts in another account now; {} and {records} validation record(s) stay in the account of AwsIdentity {before}: delete them there, or map the namespace back and delete the Cert again",
+            certificates.join(", ")
+        );
+        self.events.publish(&request.object.object_ref(&()), EventType::Warning, AWS_IDENTITY_CHANGED, "Release", &note).await;
+        warn!(cert = %request.object.name_any(), "{note}");
+        observation.certificate_arn = None;
+        observation.previous_certificate_arns.clear();
+        observation.validation_records.clear();
+    }
+
     /// A Cert with deleteOnRemoval being deleted: everything it holds must go before it is
     /// released — its certificate, the ones it replaced, and the one the create-pending marker's
     /// request may have made, looked for in a current listing (a cached one could miss a
     /// certificate requested seconds ago, and the Cert would be released with it).
-    async fn observe_held(&self, request: &Request<'_, Cert>, observation: &mut CertObservation) -> Result<VerifyOutcome, AwsError> {
-        if let Some(marked) = self.marked(request) {
+    async fn observe_held(
+        &self,
+        account: &CertAccount,
+        request: &Request<'_, Cert>,
+        observation: &mut CertObservation,
+    ) -> Result<VerifyOutcome, AwsError> {
+        if let Some(marked) = self.marked(account, request) {
             let uid = request.object.uid().unwrap_or_default();
-            let listing = self.acm.list_certificates(Freshness::Current).await?;
-            if let Some(found) = self.find_requested(&listing, &marked, &uid).await? {
+            let listing = account.acm.list_certificates(Freshness::Current).await?;
+            if let Some(found) = self.find_requested(account, &listing, &marked, &uid).await? {
                 hold(observation, found.arn);
             }
         }
@@ -469,7 +572,8 @@ impl CertManager {
 
     async fn request(&self, request: &Request<'_, Cert>, observation: &mut CertObservation) -> Result<(), ExternalError> {
         let object = request.object;
-        let desired = self.desired(object, observation)?;
+        let account = &self.account(object, observation).await?;
+        let desired = self.desired(account, object, observation)?;
         // The runtime creates only under a marker written for this spec; its time is part of
         // the token, so every attempt of this create returns the same certificate.
         let Some(marker) = request.create_pending else {
@@ -480,7 +584,7 @@ impl CertManager {
             return Err(ExternalError::terminal("ExportNotEnabled", crate::export::look::not_enabled_message()));
         }
         if let Some(authority) = &desired.authority {
-            self.check_authority(authority).await?;
+            self.check_authority(account, authority).await?;
         }
         let token = decisions::acm_token(request.idempotency_token, marker.since.0.as_second(), &desired);
         let uid = object.uid().unwrap_or_default();
@@ -493,11 +597,11 @@ impl CertManager {
             exportable: desired.exportable,
             authority: desired.authority.clone(),
         };
-        let arn = self.acm.request(&certificate).await.map_err(|e| ExternalError::from(&e))?;
+        let arn = account.acm.request(account.principal(), &certificate).await.map_err(|e| ExternalError::from(&e))?;
         observation.certificate_arn = Some(arn.clone());
         observation.state = Some(CertState::Created);
         observation.cert_ready = false;
-        self.acm.await_issue(&arn);
+        account.acm.await_issue(&arn);
         if desired.authority.is_some() {
             // A private certificate is signed by its CA: no validation record.
             return Ok(());
@@ -505,9 +609,9 @@ impl CertManager {
         // ACM usually publishes the validation records within seconds: list them now (with
         // whether each is ours), so that the next look writes them. If it has not yet, a later
         // look lists them.
-        match self.acm.describe(&arn).await {
+        match account.acm.describe(account.principal(), &arn).await {
             Ok(certificate) => {
-                if let Err(error) = self.list_records(&certificate, &desired, observation).await {
+                if let Err(error) = self.list_records(account, &certificate, &desired, observation).await {
                     warn!(cert = %object.name_any(), %error, "listing the validation records failed; verify retries");
                 }
             }
@@ -543,7 +647,13 @@ impl CertManager {
     /// or forgets them (without: e.g. after the field was switched off), and with them the
     /// validation records only they used. One that is in use, or whose deletion fails, stays
     /// listed with its records for the next look; the Cert is Ready meanwhile.
-    async fn settle_previous(&self, request: &Request<'_, Cert>, current: &Certificate, observation: &mut CertObservation) {
+    async fn settle_previous(
+        &self,
+        account: &CertAccount,
+        request: &Request<'_, Cert>,
+        current: &Certificate,
+        observation: &mut CertObservation,
+    ) {
         let object = request.object;
         let uid = object.uid().unwrap_or_default();
         let mut needed = decisions::record_names(current);
@@ -554,9 +664,9 @@ impl CertManager {
             if !object.spec.delete_on_removal {
                 continue;
             }
-            if let Err(error) = self.delete_owned(&arn, &uid).await {
+            if let Err(error) = self.delete_owned(account, &arn, &uid).await {
                 warn!(cert = %object.name_any(), %error, "a replaced certificate is not deleted yet; the next look tries again");
-                match self.acm.describe(&arn).await {
+                match account.acm.describe(account.principal(), &arn).await {
                     Ok(certificate) if !certificate.validations.is_empty() => needed.extend(decisions::record_names(&certificate)),
                     _ => needs_known = false,
                 }
@@ -569,7 +679,7 @@ impl CertManager {
         }
         let unneeded = decisions::unneeded_records(&observation.validation_records, &needed);
         let owned: Vec<ValidationRecordStatus> = unneeded.iter().filter(|r| object.spec.delete_on_removal && r.owned).cloned().collect();
-        let (deleted, failure) = self.delete_records(&owned).await;
+        let (deleted, failure) = self.delete_records(account, &owned).await;
         if let Some(error) = failure {
             warn!(cert = %object.name_any(), %error, "a replaced certificate's validation records are not deleted yet");
         }
@@ -583,9 +693,9 @@ impl CertManager {
     /// Deletes a certificate of this Cert: only if its owner tag names this object (one that
     /// does not is someone else's, and only forgotten), and never one in use. A certificate ACM
     /// no longer has is deleted already (`Existence::Gone`); errors name the certificate.
-    async fn delete_owned(&self, arn: &str, uid: &str) -> Result<(), ExternalError> {
+    async fn delete_owned(&self, account: &CertAccount, arn: &str, uid: &str) -> Result<(), ExternalError> {
         let named = |error: ExternalError| error.concerning(format!("deleting the ACM certificate {}", blockwork_aws::mask_accounts(arn)));
-        let tags = match self.acm.list_tags(arn).await {
+        let tags = match account.acm.list_tags(account.principal(), arn).await {
             Ok(tags) => tags,
             Err(error) if error.existence() == Existence::Gone => return Ok(()),
             Err(error) => return Err(named(ExternalError::from(&error))),
@@ -595,14 +705,14 @@ impl CertManager {
             return Ok(());
         }
         // In-use status changes outside our view: ask AWS, not the cache.
-        self.acm.invalidate(arn).await;
-        match self.acm.describe(arn).await {
+        account.acm.invalidate(arn).await;
+        match account.acm.describe(account.principal(), arn).await {
             Ok(certificate) if !certificate.in_use_by.is_empty() => return Err(in_use(certificate.in_use_by.len())),
             Ok(_) => {}
             Err(error) if error.existence() == Existence::Gone => return Ok(()),
             Err(error) => return Err(named(ExternalError::from(&error))),
         }
-        match self.acm.delete(arn).await {
+        match account.acm.delete(account.principal(), arn).await {
             Ok(()) => Ok(()),
             Err(error) => match error.existence() {
                 Existence::Gone => Ok(()),
@@ -624,11 +734,12 @@ impl CertManager {
             observation.state = Some(CertState::Pending);
             return Ok(());
         }
+        let account = &self.account(request.object, observation).await?;
         let uid = request.object.uid().unwrap_or_default();
         let held: Vec<String> = observation.certificate_arn.iter().chain(&observation.previous_certificate_arns).cloned().collect();
         for arn in held {
             // Progress is kept: a certificate deleted is forgotten even if the next one fails.
-            self.delete_owned(&arn, &uid).await?;
+            self.delete_owned(account, &arn, &uid).await?;
             if observation.certificate_arn.as_deref() == Some(arn.as_str()) {
                 observation.certificate_arn = None;
             }
@@ -641,7 +752,7 @@ impl CertManager {
         // makes the runtime call delete again. A pending record may have been written by a look
         // whose status write was lost: it is ours either way.
         let owned: Vec<ValidationRecordStatus> = observation.validation_records.iter().filter(|r| r.owned).cloned().collect();
-        let (deleted, failure) = self.delete_records(&owned).await;
+        let (deleted, failure) = self.delete_records(account, &owned).await;
         observation.validation_records.retain(|r| r.owned && !deleted.contains(r));
         let left: Vec<String> = observation.validation_records.iter().map(|r| format!("{} in hosted zone {}", r.name, r.zone_id)).collect();
         let what = || format!("deleting the validation records {}", left.join(", "));
@@ -653,7 +764,11 @@ impl CertManager {
     /// there with that value, or in a hosted zone that does not exist) and the first failure.
     /// Progress is kept: a zone whose batch fails leaves its records for the next look, the
     /// others' are gone.
-    async fn delete_records(&self, records: &[ValidationRecordStatus]) -> (Vec<ValidationRecordStatus>, Option<AwsError>) {
+    async fn delete_records(
+        &self,
+        account: &CertAccount,
+        records: &[ValidationRecordStatus],
+    ) -> (Vec<ValidationRecordStatus>, Option<AwsError>) {
         let mut by_zone: BTreeMap<&str, Vec<&ValidationRecordStatus>> = BTreeMap::new();
         for record in records {
             by_zone.entry(record.zone_id.as_str()).or_default().push(record);
@@ -662,7 +777,11 @@ impl CertManager {
         let mut failure = None;
         for (zone_id, records) in by_zone {
             let cnames = records.iter().map(|r| cname(r)).collect();
-            match self.records.delete(crate::CONTROLLER, &Zone::new(zone_id, None), cnames).await {
+            let deleted = match account.zone(zone_id) {
+                Ok(zone) => self.records.delete(crate::CONTROLLER, &zone, cnames).await,
+                Err(error) => Err(error),
+            };
+            match deleted {
                 Ok(deletions) => {
                     for (record, deletion) in records.into_iter().zip(deletions) {
                         if deletion == Deletion::NotFound {
@@ -755,6 +874,11 @@ fn in_use(count: usize) -> ExternalError {
     )
 }
 
+/// A Cert held because its namespace's mapping moved it to another account.
+fn moved(before: Option<&str>, now: &str) -> ExternalError {
+    blockwork_identity::placement::held("Cert", "its certificate", before, now)
+}
+
 /// Terminal errors put the object in Failed; its `state` says so too.
 fn settle_state(observation: &mut CertObservation, error: &ExternalError) {
     if error.class == blockwork_runtime::ErrorClass::Terminal {
@@ -800,15 +924,15 @@ impl ExternalResource for CertManager {
         let done = match work {
             CertUpkeep::Export(work) => self.write_export(request, observation, work, &mut conditions).await,
             CertUpkeep::WriteRecords(by_zone) => {
-                for (zone_id, records) in by_zone {
-                    self.records.upsert_in_background(crate::CONTROLLER, &Zone::new(&zone_id, None), records);
+                self.write_records(request, by_zone).await.inspect_err(|error| settle_state(observation, error))
+            }
+            CertUpkeep::SettlePrevious(current) => match self.account(request.object, observation).await {
+                Ok(account) => {
+                    self.settle_previous(&account, request, &current, observation).await;
+                    Ok(())
                 }
-                Ok(())
-            }
-            CertUpkeep::SettlePrevious(current) => {
-                self.settle_previous(request, &current, observation).await;
-                Ok(())
-            }
+                Err(error) => Err(error),
+            },
             CertUpkeep::Unpublish => {
                 self.release_published(request.object, observation).await.inspect_err(|error| settle_state(observation, error))
             }

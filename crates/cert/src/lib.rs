@@ -15,6 +15,7 @@
 //! It runs as the `cert` controller of `blockwork run`, with [`CertArgs`] flattened into that
 //! command's flags.
 
+pub mod account;
 pub mod admission;
 pub mod api;
 pub mod authority;
@@ -32,7 +33,7 @@ use std::future::Future;
 use std::sync::Arc;
 
 use blockwork_aws::Aws;
-use blockwork_aws::acm::Acm;
+use blockwork_identity::Identities;
 use blockwork_runtime::namespaces::{self, Namespaces, run_in};
 use blockwork_runtime::{Context, ControllerConfig, RuntimeMetrics};
 use futures::FutureExt as _;
@@ -40,6 +41,7 @@ use k8s_openapi::api::rbac::v1::PolicyRule;
 use kube::{Api, Client};
 use tracing::info;
 
+pub use account::{Accounts, CertAccount};
 pub use api::{Cert, CertObservation, CertSpec, CertState, CertStatus, DnsZoneRef, GROUP, ValidationRecordStatus, crd};
 pub use blockwork_runtime::Timing;
 pub use config::{CertArgs, CertConfig, ConfigError};
@@ -50,14 +52,15 @@ pub use metrics::CertMetrics;
 /// The controller's name: metric label, event reporter, `--controllers` entry.
 pub const CONTROLLER: &str = "cert";
 
-/// Runs the controller over `namespaces` until `shutdown` completes, calling AWS
-/// through the process's layer `aws`. It keeps the account's certificate listing swept while it
-/// runs.
+/// Runs the controller over `namespaces` until `shutdown` completes, calling AWS through the
+/// process's layer `aws` as each namespace's identity among `identities` (ADR 0014). It keeps
+/// each identity's certificate listing swept while it runs.
 #[allow(clippy::too_many_arguments)]
 pub async fn run(
     client: Client,
     config: CertConfig,
     aws: Arc<Aws>,
+    identities: Arc<Identities>,
     runtime_metrics: Arc<RuntimeMetrics>,
     metrics: Arc<CertMetrics>,
     namespaces: Namespaces,
@@ -65,13 +68,11 @@ pub async fn run(
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) {
     metrics.set_tracking_limits(config.expiry_threshold_days, config.max_tracked_certificates);
-    let acm = Acm::new(&aws, CONTROLLER, None, config.acm);
     let records = aws.records();
-    let _sweeps = Background(tokio::spawn(Arc::clone(&acm).keep_swept()));
+    let accounts = Arc::new(Accounts::new(Arc::clone(&aws), identities, &config.zones, config.acm));
     let manager = CertManager::new(
-        Arc::clone(&acm),
+        Arc::clone(&accounts),
         Arc::clone(&records),
-        config.zones.clone(),
         config.validation_timeout,
         Arc::clone(&metrics),
         client.clone(),
@@ -83,7 +84,12 @@ pub async fn run(
     );
     let context =
         Context::new(client.clone(), manager, ControllerConfig::new(CONTROLLER, GROUP).with_timing(config.timing), runtime_metrics);
-    let _wakes = Background(tokio::spawn(wake::follow(Arc::clone(&context), acm, records)));
+    let operator_zones = accounts.operator_zones().to_vec();
+    let mappings = blockwork_identity::wake::follow(Arc::clone(&context), Arc::clone(accounts.identities()), operator_zones, |o| {
+        o.aws_identity.as_deref()
+    });
+    let _mapped = Background(tokio::spawn(mappings));
+    let _wakes = Background(tokio::spawn(wake::follow(Arc::clone(&context), accounts, records)));
     // Only with the Secret permissions that come with export (a watch without them fails forever).
     let _secrets = config
         .export_secrets
@@ -118,6 +124,9 @@ pub fn rbac() -> Vec<PolicyRule> {
         rule(GROUP, &["certs/finalizers"], &["update"]),
         rule("", &["configmaps"], &["get", "create", "patch", "delete"]),
     ]
+    .into_iter()
+    .chain(blockwork_identity::read_rules())
+    .collect()
 }
 
 /// The permissions export needs ([`export`]), granted only when it is enabled at install
@@ -135,11 +144,12 @@ mod tests {
     use super::*;
 
     #[test]
-    fn rbac_covers_certs_status_finalizers_and_the_published_configmaps_only() {
+    fn rbac_covers_certs_status_finalizers_the_published_configmaps_and_reading_the_aws_identities() {
         let rules = rbac();
         let resources: Vec<&str> = rules.iter().flat_map(|r| r.resources.iter().flatten().map(String::as_str)).collect();
-        assert_eq!(resources, ["certs", "certs/status", "certs/finalizers", "configmaps"]);
-        let (certs, configmaps) = rules.split_at(3);
+        assert_eq!(resources, ["certs", "certs/status", "certs/finalizers", "configmaps", "awsidentities"]);
+        assert_eq!(rules[4].verbs, ["get", "list", "watch"], "the mappings are only read");
+        let (certs, configmaps) = rules[..4].split_at(3);
         assert!(certs.iter().all(|r| r.api_groups.as_deref() == Some(&[GROUP.to_owned()][..])));
         assert!(certs.iter().all(|r| !r.verbs.iter().any(|v| v == "delete" || v == "create" || v == "*")));
         assert_eq!(configmaps[0].api_groups.as_deref(), Some(&[String::new()][..]));

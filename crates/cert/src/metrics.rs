@@ -259,12 +259,12 @@ mod tests {
         metrics.certificate("u1", "ns", "a", CertState::Ready, Some(5.0));
         metrics.reconciled(CertState::Ready, true, Duration::from_millis(50));
         metrics.not_tracked.inc();
-        aws.call(&[Seed::Cert], Service::Acm, "DescribeCertificate", Ok(()), Duration::from_millis(5));
-        aws.call(&[Seed::Cert], Service::Acm, "RequestCertificate", Err(ErrorClass::Throttled), Duration::from_millis(5));
+        aws.call(&[Seed::Cert], "operator", Service::Acm, "DescribeCertificate", Ok(()), Duration::from_millis(5));
+        aws.call(&[Seed::Cert], "operator", Service::Acm, "RequestCertificate", Err(ErrorClass::Throttled), Duration::from_millis(5));
         aws.limiter_wait(&[Seed::Cert], Service::Acm, Duration::from_millis(2));
         aws.limiter_tokens(Service::Acm, "RequestCertificate", 3.0);
-        aws.cache_lookup(&[Seed::Cert], blockwork_aws::acm::LISTING_CACHE, true);
-        aws.cache_lookup(&[Seed::Cert], blockwork_aws::acm::LISTING_CACHE, false);
+        aws.cache_lookup(&[Seed::Cert], blockwork_aws::metrics::LISTING_CACHE, true);
+        aws.cache_lookup(&[Seed::Cert], blockwork_aws::metrics::LISTING_CACHE, false);
     }
 
     #[test]

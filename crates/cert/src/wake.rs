@@ -21,7 +21,6 @@ use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::Duration;
 
-use blockwork_aws::acm::Acm;
 use blockwork_aws::dns_name;
 use blockwork_aws::route53::Records;
 use blockwork_runtime::Context;
@@ -30,6 +29,7 @@ use kube::runtime::reflector::ObjectRef;
 use tokio::sync::broadcast::error::RecvError;
 use tracing::debug;
 
+use crate::account::Accounts;
 use crate::api::Cert;
 use crate::external::CertManager;
 
@@ -38,8 +38,8 @@ use crate::external::CertManager;
 const LISTED_CHECK: Duration = Duration::from_secs(1);
 
 /// Follows the listing's and the records' changes until they end (the process stops).
-pub async fn follow(context: Arc<Context<CertManager>>, acm: Arc<Acm>, records: Arc<Records>) {
-    let mut certificates = acm.changes();
+pub async fn follow(context: Arc<Context<CertManager>>, accounts: Arc<Accounts>, records: Arc<Records>) {
+    let mut certificates = accounts.changes();
     let mut written = records.completions();
     let mut check = tokio::time::interval(LISTED_CHECK);
     check.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);

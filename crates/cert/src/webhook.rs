@@ -1,7 +1,8 @@
-//! The validating admission webhook for Cert: the checks the CRD schema cannot make — zone
-//! consistency against the operator's `--dns-zones`, and a domain already held by another Cert
-//! in any namespace (an index over all Certs, kept by a watch) — answered before the object is
-//! stored. Served by every replica, leader or not.
+//! The validating admission webhook for Cert: the checks the CRD schema cannot make — whether the
+//! namespace may act at all and the domains lie in the hosted zones (and names) its grant gives
+//! (ADR 0014: its AwsIdentity's, or the operator's `--dns-zones`), and a domain already held by
+//! another Cert in any namespace (an index over all Certs, kept by a watch) — answered before the
+//! object is stored. Served by every replica, leader or not.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -17,6 +18,8 @@ use kube::runtime::reflector::{self, Store};
 use kube::runtime::{WatchStreamExt as _, watcher};
 use kube::{Client, ResourceExt as _};
 use tracing::warn;
+
+use blockwork_identity::{AwsIdentity, Identities, OperatorZone};
 
 use crate::admission::{FqdnIndex, validate};
 use crate::api::{Cert, GROUP, VERSION};
@@ -53,7 +56,9 @@ pub fn validating_webhook() -> ValidatingWebhook {
 #[derive(Clone)]
 struct Validator {
     certs: Store<Cert>,
-    zones: Arc<ZoneRegistry>,
+    identities: Arc<Identities>,
+    /// What the operator's own identity grants unmapped namespaces (`--dns-zones`).
+    operator_zones: Arc<Vec<OperatorZone>>,
     fail_closed: bool,
     issuance: Arc<Issuance>,
 }
@@ -71,8 +76,8 @@ pub struct Issuance {
 }
 
 /// The route, with a watch of every Cert feeding the domain index (started here, on the
-/// current runtime; it ends with the process).
-pub fn router(client: Client, zones: ZoneRegistry, fail_closed: bool, issuance: Issuance) -> Router {
+/// current runtime; it ends with the process), over the process's mappings.
+pub fn router(client: Client, identities: Arc<Identities>, operator_zones: &ZoneRegistry, fail_closed: bool, issuance: Issuance) -> Router {
     let (certs, writer) = reflector::store();
     let watch = watcher(Api::<Cert>::all(client), watcher::Config::default().any_semantic()).default_backoff().reflect(writer).for_each(
         |event| async move {
@@ -82,7 +87,8 @@ pub fn router(client: Client, zones: ZoneRegistry, fail_closed: bool, issuance: 
         },
     );
     tokio::spawn(watch);
-    let validator = Validator { certs, zones: Arc::new(zones), fail_closed, issuance: Arc::new(issuance) };
+    let operator_zones = operator_zones.zones().iter().map(|z| OperatorZone { id: z.id.clone(), name: z.name.clone() }).collect();
+    let validator = Validator { certs, identities, operator_zones: Arc::new(operator_zones), fail_closed, issuance: Arc::new(issuance) };
     Router::new().route(PATH, post(review)).with_state(validator)
 }
 
@@ -95,13 +101,30 @@ async fn review(State(validator): State<Validator>, Json(review): Json<Admission
     let Some(cert) = request.object else {
         return Json(response.into_review());
     };
+    let namespace = request.namespace.clone().or_else(|| cert.metadata.namespace.clone()).unwrap_or_default();
     let ready = tokio::time::timeout(INDEX_WAIT, validator.certs.wait_until_ready()).await;
-    let mut problems = if matches!(ready, Ok(Ok(()))) {
-        let all: Vec<Cert> = validator.certs.state().iter().map(|c| (**c).clone()).collect();
-        let index = FqdnIndex::from_certs(&all, &validator.zones);
-        validate(&cert.spec, &validator.zones, cert.metadata.uid.as_deref(), &index)
-    } else {
-        vec!["the webhook's index of Certs is not ready yet, so a duplicate domain cannot be ruled out; retry in a few seconds".to_owned()]
+    let mappings = validator.identities.all().await;
+    let mut problems = match (ready, mappings) {
+        (Ok(Ok(())), Some(mappings)) => {
+            let mappings: Vec<&AwsIdentity> = mappings.iter().map(AsRef::as_ref).collect();
+            let settings = validator.identities.settings();
+            let zones_of = |namespace: &str| {
+                blockwork_identity::grant::grant(namespace, &mappings, settings, &validator.operator_zones)
+                    .map(|grant| crate::account::registry(&grant))
+            };
+            match zones_of(&namespace) {
+                Ok(zones) => {
+                    let all: Vec<Cert> = validator.certs.state().iter().map(|c| (**c).clone()).collect();
+                    let index = FqdnIndex::from_certs(&all, |namespace| zones_of(namespace).ok());
+                    validate(&cert.spec, &zones, cert.metadata.uid.as_deref(), &index)
+                }
+                Err(refusal) => vec![refusal.to_string()],
+            }
+        }
+        _ => vec![
+            "the webhook has not read the Certs and AwsIdentities yet, so a duplicate domain or the namespace's grant cannot be checked; retry in a few seconds"
+                .to_owned(),
+        ],
     };
     problems.extend(export::template_problems(&cert.spec));
     if let Some(authority) = &cert.spec.certificate_authority_arn

@@ -1,18 +1,21 @@
-//! The hosted zones the operator may write validation records into (`--dns-zones`), and which
-//! zone each domain of a certificate belongs to.
+//! The hosted zones a Cert may write validation records into — its namespace's grant (ADR 0014):
+//! an AwsIdentity's `hostedZones`, or `--dns-zones` for namespaces the operator acts for with its
+//! own identity — and which zone each domain of a certificate belongs to.
 
 use std::fmt;
 use std::str::FromStr;
 
 use crate::api::DnsZoneRef;
 
-/// A Route53 hosted zone the operator is configured with.
+/// A Route53 hosted zone a Cert may use.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Zone {
     /// Lowercase, without a trailing dot.
     pub name: String,
     /// The hosted zone id without the `/hostedzone/` prefix.
     pub id: String,
+    /// Only these names of the zone and below (normal form); empty: the whole zone.
+    pub domains: Vec<String>,
 }
 
 impl Zone {
@@ -23,8 +26,22 @@ impl Zone {
     /// Whether `domain` is the zone's apex or below it, label-aligned: `api.example.com` is in
     /// `example.com`, `fooexample.com` is not (the seed's plain suffix test got that wrong).
     pub fn contains(&self, domain: &str) -> bool {
-        let domain = base_domain(domain);
-        domain == self.name || domain.strip_suffix(self.name.as_str()).is_some_and(|rest| rest.ends_with('.'))
+        blockwork_aws::dns_name::within(domain, &self.name)
+    }
+
+    /// Whether a Cert may use `domain` in this zone: in the zone and, where only some of its
+    /// names are granted, in one of them.
+    pub fn allows(&self, domain: &str) -> bool {
+        self.contains(domain)
+            && (self.domains.is_empty() || self.domains.iter().any(|granted| blockwork_aws::dns_name::within(domain, granted)))
+    }
+
+    /// `domain` in this zone, if the grant allows it.
+    fn check(&self, domain: &str) -> Result<(), ZoneError> {
+        if self.allows(domain) {
+            return Ok(());
+        }
+        Err(ZoneError::NotGranted { domain: domain.to_owned(), zone: self.name.clone(), granted: self.domains.join(", ") })
     }
 }
 
@@ -40,14 +57,18 @@ pub enum ZoneError {
     InvalidEntry(String),
     #[error("--dns-zones names zone {0} twice")]
     Duplicate(String),
-    #[error("no DNS zones are configured (--dns-zones)")]
+    #[error(
+        "no hosted zone is granted to this namespace (an AwsIdentity's hostedZones, or --dns-zones where the operator acts with its own identity)"
+    )]
     NoZones,
-    #[error("dnsZone {0} is not one of the configured zones")]
+    #[error("dnsZone {0} is not one of the hosted zones granted to this namespace")]
     UnknownZone(String),
     #[error("{domain} is not in the zone {zone}")]
     NotInZone { domain: String, zone: String },
-    #[error("{0} is in none of the configured zones")]
+    #[error("{0} is in none of the hosted zones granted to this namespace")]
     NoZoneFor(String),
+    #[error("{domain} is in the zone {zone}, where this namespace is granted only {granted}")]
+    NotGranted { domain: String, zone: String, granted: String },
 }
 
 /// The configured zones, in configuration order (the first is the default).
@@ -75,7 +96,7 @@ impl FromStr for ZoneRegistry {
             if zones.iter().any(|z| z.name == name || z.id == id) {
                 return Err(ZoneError::Duplicate(name));
             }
-            zones.push(Zone { name, id });
+            zones.push(Zone { name, id, domains: Vec::new() });
         }
         Ok(Self { zones })
     }
@@ -120,10 +141,11 @@ impl ZoneRegistry {
             },
             (None, None) => self.zones.first().ok_or(ZoneError::NoZones)?,
         };
-        if let Some(domain) = domain_name
-            && !zone.contains(domain)
-        {
-            return Err(ZoneError::NotInZone { domain: domain.to_owned(), zone: zone.name.clone() });
+        if let Some(domain) = domain_name {
+            if !zone.contains(domain) {
+                return Err(ZoneError::NotInZone { domain: domain.to_owned(), zone: zone.name.clone() });
+            }
+            zone.check(domain)?;
         }
         Ok(zone)
     }
@@ -131,7 +153,9 @@ impl ZoneRegistry {
     /// The zone of a SAN: the longest match among the configured zones, so a SAN in a
     /// delegated subzone gets its record where resolvers look for it.
     pub fn resolve_san(&self, san: &str) -> Result<&Zone, ZoneError> {
-        self.longest_match(san).ok_or_else(|| ZoneError::NoZoneFor(san.to_owned()))
+        let zone = self.longest_match(san).ok_or_else(|| ZoneError::NoZoneFor(san.to_owned()))?;
+        zone.check(san)?;
+        Ok(zone)
     }
 }
 
@@ -217,6 +241,21 @@ mod tests {
     #[test]
     fn no_zones_configured_is_an_error() {
         assert_eq!(ZoneRegistry::default().resolve_primary(None, None), Err(ZoneError::NoZones));
+    }
+
+    #[test]
+    fn a_zone_granted_in_part_allows_only_its_granted_names() {
+        let shared = Zone { name: "example.com".into(), id: "Z1".into(), domains: vec!["shop.example.com".into()] };
+        let zones = ZoneRegistry::new(vec![shared]);
+        assert!(zones.resolve_san("www.shop.example.com").is_ok());
+        let refused = zones.resolve_san("api.example.com").unwrap_err();
+        assert_eq!(
+            refused.to_string(),
+            "api.example.com is in the zone example.com, where this namespace is granted only shop.example.com"
+        );
+        let explicit = DnsZoneRef { id: None, name: Some("example.com".into()) };
+        assert!(zones.resolve_primary(Some(&explicit), Some("api.example.com")).is_err());
+        assert!(zones.resolve_primary(None, Some("shop.example.com")).is_ok());
     }
 
     #[test]

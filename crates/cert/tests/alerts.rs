@@ -76,12 +76,12 @@ fn exported() -> BTreeMap<String, BTreeSet<String>> {
     cert.export.exported("renewed");
     cert.export.failed("SecretConflict");
     let aws = AwsMetrics::register(&mut registry, &[Seed::Cert]);
-    aws.call(&[Seed::Cert], Service::Acm, "DescribeCertificate", Ok(()), Duration::from_millis(5));
-    aws.call(&[Seed::Cert], Service::Acm, "RequestCertificate", Err(ErrorClass::Throttled), Duration::from_millis(5));
+    aws.call(&[Seed::Cert], "operator", Service::Acm, "DescribeCertificate", Ok(()), Duration::from_millis(5));
+    aws.call(&[Seed::Cert], "operator", Service::Acm, "RequestCertificate", Err(ErrorClass::Throttled), Duration::from_millis(5));
     aws.limiter_wait(&[Seed::Cert], Service::Acm, Duration::from_millis(1));
     aws.limiter_tokens(Service::Acm, "DescribeCertificate", 8.0);
-    aws.cache_lookup(&[Seed::Cert], blockwork_aws::acm::DESCRIBE_CACHE, true);
-    aws.cache_lookup(&[Seed::Cert], blockwork_aws::acm::DESCRIBE_CACHE, false);
+    aws.cache_lookup(&[Seed::Cert], blockwork_aws::metrics::DESCRIBE_CACHE, true);
+    aws.cache_lookup(&[Seed::Cert], blockwork_aws::metrics::DESCRIBE_CACHE, false);
     runtime.reconciled("cert", "success", Duration::from_millis(5));
     runtime.external_call("cert", "verify", "success", Duration::from_millis(5));
     runtime.object_state("cert", "u1", Some(ReconcileState::Succeeded));

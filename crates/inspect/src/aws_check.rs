@@ -1,18 +1,31 @@
 //! `blockwork check`'s AWS probes: the credentials, and each read call the enabled controllers
 //! make, against what they are configured with (the Cert's `--dns-zones`) or asked for (the
-//! distributions and hosted zones DistributionTenants name). Read calls only: the write
+//! distributions and hosted zones DistributionTenants name) — as the operator's own identity,
+//! and again as each AwsIdentity (ADR 0014: its role, its zones through theirs;
+//! [`crate::identity_check`] checks the mappings themselves). Read calls only: the write
 //! permissions are proven by IAM's policy simulator instead ([`crate::permissions`]).
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
 
-use blockwork_aws::{Aws, AwsError, AwsMetrics, ErrorClass, classify_sdk_error, mask_accounts};
+use blockwork_aws::{Aws, AwsError, AwsMetrics, ErrorClass, Principal, classify_sdk_error, mask_accounts};
+use blockwork_identity::{AwsIdentity, IdentityArgs};
 use blockwork_tenant::DistributionTenant;
 use kube::api::ListParams;
-use kube::{Api, Client};
+use kube::{Api, Client, ResourceExt as _};
 
-use crate::check::{CheckArgs, Finding, Verdict};
+use crate::finding::{Finding, Verdict};
+use crate::identity_check;
 use crate::permissions::{self, Targets};
+
+/// What the AWS probes are given: the operator's flags, as `blockwork run` takes them.
+pub struct AwsSettings<'a> {
+    pub aws: &'a blockwork_aws::AwsArgs,
+    pub cert: &'a blockwork_cert::CertArgs,
+    pub identity: &'a IdentityArgs,
+    /// `--iam-principal`.
+    pub iam_principal: Option<&'a str>,
+}
 
 const CERT_POLICY: &str = "docs/iam/cert-operator-policy.json";
 const TENANT_POLICY: &str = "docs/iam/cloudfront-tenant-operator-policy.json";
@@ -30,9 +43,9 @@ fn record_writes() -> Vec<(String, Vec<String>)> {
     ]
 }
 
-/// The findings of one controller's AWS access.
-pub async fn findings(controller: &str, args: &CheckArgs, client: &Client) -> Vec<Finding> {
-    if !matches!(controller, "cert" | "tenant") {
+/// The findings of one controller's AWS access, as the operator and as each AwsIdentity.
+pub async fn findings(controller: &str, args: &AwsSettings<'_>, client: &Client) -> Vec<Finding> {
+    if !matches!(controller, "cert" | "tenant" | "aws_identity") {
         return Vec::new();
     }
     // The process's AWS layer, as `blockwork run` builds it from the same flags: the same
@@ -51,10 +64,86 @@ pub async fn findings(controller: &str, args: &CheckArgs, client: &Client) -> Ve
             }];
         }
     };
-    match controller {
-        "cert" => cert(args, &aws, &iam).await,
-        _ => tenant(args, &aws, &iam, client).await,
+    // Mappings that cannot be read are skipped; the operator's own identity is checked anyway.
+    let (mappings, unreadable) = match identity_check::mappings(client).await {
+        Ok(mappings) => (mappings, None),
+        Err(unreadable) if controller == "aws_identity" => return vec![unreadable],
+        Err(unreadable) => (Vec::new(), Some(unreadable)),
+    };
+    let settings = args.identity.settings();
+    let mut findings = match controller {
+        "aws_identity" => {
+            let existing = identity_check::namespaces(client).await;
+            let refs: Vec<&AwsIdentity> = mappings.iter().collect();
+            let mut findings = Vec::new();
+            for identity in &mappings {
+                findings.extend(identity_check::mapping_findings(identity, &refs, existing.as_ref()));
+                findings.extend(identity_check::role_findings(&aws, identity, &settings).await);
+            }
+            findings
+        }
+        "cert" => {
+            let mut findings = cert(args, &aws, &iam).await;
+            for identity in &mappings {
+                let grant = blockwork_identity::grant::shared_grant(identity, &settings);
+                let check = format!("cert: AwsIdentity {}", identity.name_any());
+                findings.push(call_finding(format!("{check}: ACM read access"), acm_read(&aws, &grant.shared).await, CERT_POLICY));
+                findings.extend(granted_zones(&aws, &grant, &check, "cert", CERT_POLICY).await);
+            }
+            findings
+        }
+        _ => {
+            let mut findings = tenant(args, &aws, &iam, client).await;
+            for identity in &mappings {
+                let grant = blockwork_identity::grant::shared_grant(identity, &settings);
+                let check = format!("tenant: AwsIdentity {}", identity.name_any());
+                findings.push(call_finding(
+                    format!("{check}: CloudFront read access"),
+                    cloudfront_read(&aws, &grant.shared).await,
+                    TENANT_POLICY,
+                ));
+                findings.extend(granted_zones(&aws, &grant, &check, "tenant", TENANT_POLICY).await);
+            }
+            findings
+        }
+    };
+    findings.extend(unreadable);
+    findings
+}
+
+/// ACM's listing, as `principal` (ListCertificates, one item).
+async fn acm_read(aws: &Aws, principal: &Principal) -> Result<String, AwsError> {
+    let acm = aws.acm("cert", None, principal).await?;
+    acm.list_certificates()
+        .max_items(1)
+        .send()
+        .await
+        .map(|_| "allowed (acm:ListCertificates)".to_owned())
+        .map_err(|e| classify_sdk_error("ListCertificates", &e))
+}
+
+/// CloudFront's connection groups, as `principal`.
+async fn cloudfront_read(aws: &Aws, principal: &Principal) -> Result<String, AwsError> {
+    let cloudfront = aws.cloudfront("tenant", principal).await?;
+    cloudfront
+        .list_connection_groups()
+        .send()
+        .await
+        .map(|out| format!("allowed (cloudfront:ListConnectionGroups: {} group(s))", out.connection_groups().len()))
+        .map_err(|e| classify_sdk_error("ListConnectionGroups", &e))
+}
+
+/// Each hosted zone a mapping grants, read as the grant reaches it (through the zone's role).
+async fn granted_zones(aws: &Aws, grant: &blockwork_identity::Grant, check: &str, controller: &'static str, policy: &str) -> Vec<Finding> {
+    let mut findings = Vec::new();
+    for zone in &grant.zones {
+        let finding = match aws.route53(controller, &zone.principal).await {
+            Ok(route53) => zone_finding(&route53, &zone.id, Some(&zone.name), controller, policy).await,
+            Err(error) => call_finding(format!("{controller}: hosted zone {}", zone.id), Err(error), policy),
+        };
+        findings.push(Finding { check: format!("{check}: hosted zone {}", zone.id), ..finding });
     }
+    findings
 }
 
 /// A read call's outcome as a finding: what it shows when allowed, the fix when not.
@@ -93,7 +182,7 @@ impl ActionName for AwsError {
         let service = match self.operation {
             "ListCertificates" | "DescribeCertificate" => "acm",
             "ListResourceRecordSets" | "GetHostedZone" => "route53",
-            "GetCallerIdentity" => "sts",
+            "GetCallerIdentity" | "AssumeRole" => "sts",
             _ => "cloudfront",
         };
         format!("{service}:{}", self.operation)
@@ -164,8 +253,8 @@ pub async fn permissions_finding(
 }
 
 /// The Cert controller: configured zones, credentials, ACM and Route53 reads.
-async fn cert(args: &CheckArgs, aws: &Aws, iam: &aws_sdk_iam::Client) -> Vec<Finding> {
-    let config = match blockwork_cert::CertConfig::from_args(&args.cert) {
+async fn cert(args: &AwsSettings<'_>, aws: &Aws, iam: &aws_sdk_iam::Client) -> Vec<Finding> {
+    let config = match blockwork_cert::CertConfig::from_args(args.cert) {
         Ok(config) => config,
         Err(error) => {
             return vec![Finding {
@@ -176,23 +265,24 @@ async fn cert(args: &CheckArgs, aws: &Aws, iam: &aws_sdk_iam::Client) -> Vec<Fin
             }];
         }
     };
+    let mut findings = Vec::new();
+    if config.zones.is_empty() {
+        findings.push(Finding::with(
+            Verdict::Warn,
+            "cert: configuration",
+            "no --dns-zones: Certs of namespaces no AwsIdentity maps have no hosted zone",
+            "fine when every namespace with Certs is mapped (docs/multi-account.md); else pass --dns-zones NAME:ID,… (CERT_DNS_ZONES)",
+        ));
+    }
     let (credentials, caller) = identity(aws, "cert", "cert: AWS credentials").await;
-    let mut findings = vec![credentials];
-    if findings[0].verdict == Verdict::Fail {
+    let failed = credentials.verdict == Verdict::Fail;
+    findings.push(credentials);
+    if failed {
         return findings;
     }
-    let listed = aws
-        .acm("cert", None)
-        .await
-        .list_certificates()
-        .max_items(1)
-        .send()
-        .await
-        .map(|_| "allowed (acm:ListCertificates)".to_owned())
-        .map_err(|e| classify_sdk_error("ListCertificates", &e));
-    findings.push(call_finding("cert: ACM read access".into(), listed, CERT_POLICY));
-    match aws.route53("cert", None).await {
-        Ok((route53, _)) => {
+    findings.push(call_finding("cert: ACM read access".into(), acm_read(aws, &Principal::operator()).await, CERT_POLICY));
+    match aws.route53("cert", &Principal::operator()).await {
+        Ok(route53) => {
             for zone in config.zones.zones() {
                 findings.push(zone_finding(&route53, &zone.id, Some(&zone.name), "cert", CERT_POLICY).await);
             }
@@ -200,7 +290,7 @@ async fn cert(args: &CheckArgs, aws: &Aws, iam: &aws_sdk_iam::Client) -> Vec<Fin
         Err(error) => findings.push(call_finding("cert: Route 53".into(), Err(error), CERT_POLICY)),
     }
     let zones: Vec<(String, String)> = config.zones.zones().iter().map(|zone| (zone.id.clone(), zone.name.clone())).collect();
-    let principal = args.iam_principal.as_deref();
+    let principal = args.iam_principal;
     findings.push(permissions_finding("cert", principal, iam, caller.as_deref(), CERT, cert_targets(&zones)).await);
     findings
 }
@@ -237,13 +327,19 @@ async fn zone_finding(route53: &aws_sdk_route53::Client, id: &str, name: Option<
 
 /// The DistributionTenant controller: credentials, CloudFront reads, and the distributions and
 /// hosted zones the tenants in the cluster name.
-async fn tenant(args: &CheckArgs, aws: &Aws, iam: &aws_sdk_iam::Client, client: &Client) -> Vec<Finding> {
+async fn tenant(args: &AwsSettings<'_>, aws: &Aws, iam: &aws_sdk_iam::Client, client: &Client) -> Vec<Finding> {
     let (credentials, caller) = identity(aws, "tenant", "tenant: AWS credentials").await;
     let mut findings = vec![credentials];
     if findings[0].verdict == Verdict::Fail {
         return findings;
     }
-    let cloudfront = aws.cloudfront("tenant").await;
+    let cloudfront = match aws.cloudfront("tenant", &Principal::operator()).await {
+        Ok(cloudfront) => cloudfront,
+        Err(error) => {
+            findings.push(call_finding("tenant: CloudFront read access".into(), Err(error), TENANT_POLICY));
+            return findings;
+        }
+    };
     let groups = cloudfront
         .list_connection_groups()
         .send()
@@ -268,8 +364,8 @@ async fn tenant(args: &CheckArgs, aws: &Aws, iam: &aws_sdk_iam::Client, client: 
             .map_err(|e| classify_sdk_error(OP, &e));
         findings.push(call_finding(format!("tenant: distribution {id}"), result, TENANT_POLICY));
     }
-    let route53 = match aws.route53("tenant", None).await {
-        Ok((route53, _)) => route53,
+    let route53 = match aws.route53("tenant", &Principal::operator()).await {
+        Ok(route53) => route53,
         Err(error) => {
             findings.push(call_finding("tenant: Route 53".into(), Err(error), TENANT_POLICY));
             return findings;
@@ -287,7 +383,7 @@ async fn tenant(args: &CheckArgs, aws: &Aws, iam: &aws_sdk_iam::Client, client: 
     let roles: BTreeSet<&str> = tenants.iter().filter_map(|t| t.spec.dns.as_ref()).filter_map(|d| d.assume_role_arn.as_deref()).collect();
     let zones: Vec<String> = zones.into_iter().map(str::to_owned).collect();
     let targets = tenant_targets(&zones, &roles.into_iter().map(str::to_owned).collect::<Vec<_>>());
-    findings.push(permissions_finding("tenant", args.iam_principal.as_deref(), iam, caller.as_deref(), TENANT, targets).await);
+    findings.push(permissions_finding("tenant", args.iam_principal, iam, caller.as_deref(), TENANT, targets).await);
     findings
 }
 

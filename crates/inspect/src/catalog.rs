@@ -22,6 +22,9 @@ pub enum Scope {
     Rotator,
     /// An AWS error code passed on as the reason (Cert, DistributionTenant).
     Aws,
+    /// Who may act where (ADR 0014): on Certs and DistributionTenants whose namespace's AwsIdentity
+    /// refuses them, and the AwsIdentity's own `Ready`.
+    Identity,
 }
 
 impl Scope {
@@ -33,6 +36,7 @@ impl Scope {
             Self::Cache => "Cache",
             Self::Rotator => "key rotator (Secrets)",
             Self::Aws => "AWS error code (Cert, DistributionTenant)",
+            Self::Identity => "AWS identity (Cert, DistributionTenant; AwsIdentity's Ready)",
         }
     }
 }
@@ -73,12 +77,15 @@ const fn problem(reason: &'static str, scope: Scope, meaning: &'static str, fix:
     Entry { reason, scope, severity: Severity::Problem, meaning, fix }
 }
 
-use Scope::{Aws, Cache, Cert, DistributionTenant as Tenant, Rotator, Runtime};
+use Scope::{Aws, Cache, Cert, DistributionTenant as Tenant, Identity, Rotator, Runtime};
 
 const NOTHING: &str = "Nothing to do.";
 const WAIT_STATE: &str = "Nothing to do unless it lasts; `blockwork explain` shows how long it has and what it waits for.";
-const ACCESS: &str = "Grant the operator's IAM identity the action named in the message (docs/iam/ has each controller's policy; \
-`blockwork check` tests the identity), then `blockwork retry KIND/NAME`.";
+const ACCESS: &str = "Grant the IAM identity the call acts as the action named in the message: the operator's, or the role of the \
+namespace's AwsIdentity (`status.awsIdentity` names it; docs/iam/ has each controller's policy; `blockwork check` tests every mapped \
+role), then `blockwork retry KIND/NAME`.";
+const MAPPING: &str = "Ask the platform team to fix the AwsIdentity mappings (docs/multi-account.md; `kubectl get awsidentities` shows \
+each one's Ready); the objects of its namespaces are looked at again as soon as a mapping changes.";
 const THROTTLED: &str = "Nothing to do for a burst: the controller backs off (at least a minute) and retries. If it lasts, lower the \
 operator's rate limits (--acm-rate-limit, --route53-rate-limit) or ask AWS for a higher quota.";
 
@@ -318,8 +325,8 @@ pub const ENTRIES: &[Entry] = &[
     problem(
         "CertificateAuthorityNotFound",
         Cert,
-        "The private CA does not exist (deleted for good, or a wrong ARN); nothing is requested.",
-        "Fix spec.certificateAuthorityArn, or name another CA.",
+        "The private CA does not exist, or the namespace's AWS identity cannot see it (deleted for good, a wrong ARN, or not shared with its account); nothing is requested.",
+        "Fix spec.certificateAuthorityArn, name another CA, or share the CA with the account the namespace acts in (docs/multi-account.md).",
     ),
     problem(
         "CertificateAuthorityFailed",
@@ -473,6 +480,74 @@ pub const ENTRIES: &[Entry] = &[
         "A CloudFront call failed without an error code (a timeout, a refused connection); retried with backoff.",
         "Check the operator's network path to CloudFront (--tenant-aws-endpoint-url) if it lasts; `blockwork check` tests it.",
     ),
+    // --- Who may act where (ADR 0014) ------------------------------------------------------------
+    problem(
+        "NoAwsIdentity",
+        Identity,
+        "No AwsIdentity lists the object's namespace, and the operator acts for such namespaces only when allowed (--aws-unmapped-namespaces refuse): nothing was asked of AWS.",
+        MAPPING,
+    ),
+    problem(
+        "AwsIdentityConflict",
+        Identity,
+        "Two AwsIdentities list the object's namespace: Blockwork acts for it through neither, and asked nothing of AWS.",
+        MAPPING,
+    ),
+    problem(
+        "AwsIdentityInvalid",
+        Identity,
+        "The AwsIdentity of the object's namespace contradicts itself or another (a zone reached through two accounts, a zone granted twice, a name outside its zone): nothing was asked of AWS.",
+        MAPPING,
+    ),
+    waiting(
+        "AwsIdentitiesNotRead",
+        Identity,
+        "The operator has not read the AwsIdentity mappings yet (just started), so it cannot tell which identity the namespace acts as; retried.",
+        "Nothing to do unless it lasts; then check that the AwsIdentity CRD is installed and the operator may list awsidentities (`blockwork check`).",
+    ),
+    problem(
+        "NotGranted",
+        Identity,
+        "spec.dns names a hosted zone, a role (spec.dns.assumeRoleArn) or domains the namespace's AwsIdentity does not grant; refused before any AWS call.",
+        "Use a zone the mapping grants and leave spec.dns.assumeRoleArn out (the mapping says how to reach the zone), or ask the platform team to grant it.",
+    ),
+    problem(
+        "HostedZoneNotGranted",
+        Identity,
+        "A validation record is in a hosted zone the namespace is no longer granted: it is neither written nor deleted there.",
+        "Grant the zone again in the namespace's AwsIdentity, or remove the record by hand and `blockwork retry` the Cert.",
+    ),
+    waiting(
+        "AccountBackingOff",
+        Identity,
+        "AWS throttles the calls of this object's account (someone else spends its quota): while one call backs off, the others of that account are not sent, so the other accounts' objects keep the workers.",
+        "Nothing to do for a burst; if it lasts, find who else uses the account's quota, or ask AWS for a higher one.",
+    ),
+    problem(
+        "AwsIdentityChanged",
+        Identity,
+        "The namespace's mapping now acts in another AWS account than the one holding the object's certificate or tenant: the object is held, nothing is created in the new account and nothing touched in the old one. As an event: the object was deleted while held and released, and the event names what stays in the old account.",
+        "Map the namespace back to go on; or delete the object (released, its resources stay where they are; delete them there) and create it again. docs/multi-account.md, \"Changing a mapping\".",
+    ),
+    waiting(
+        "AwsIdentityAccountUnknown",
+        Identity,
+        "The namespace acts through another identity than before, and the account it acts in could not be told yet (STS GetCallerIdentity failed), so whether the object moved accounts is unknown; nothing was written; retried.",
+        "Nothing to do unless it lasts; then check the operator's access to STS (`blockwork check`).",
+    ),
+    problem(
+        "InvalidMapping",
+        Identity,
+        "(AwsIdentity) The mapping lists a namespace another lists, or contradicts itself or another; its namespaces' objects are refused (AwsIdentityConflict, AwsIdentityInvalid).",
+        "Fix the fields the message names; `kubectl get awsidentities` shows the others.",
+    ),
+    problem(
+        "AssumeRoleFailed",
+        Identity,
+        "(AwsIdentity) A role the mapping names cannot be assumed: its trust policy does not trust the operator's role, wants another ExternalId, or the operator may not call sts:AssumeRole on it.",
+        "Fix the role's trust policy (docs/multi-account.md has the one Blockwork needs) or the mapping's roleArn and externalId.",
+    ),
+    fine("Ready", Identity, "(AwsIdentity) The mapping is valid among the others and every role it names was assumed.", NOTHING),
     // --- AWS error codes passed on as reasons ---------------------------------------------------
     problem("AccessDenied", Aws, "AWS refused the call: the operator's IAM identity lacks a permission.", ACCESS),
     problem("AccessDeniedException", Aws, "AWS refused the call: the operator's IAM identity lacks a permission.", ACCESS),
@@ -615,7 +690,7 @@ pub const ENTRIES: &[Entry] = &[
         "ReplicasNotReady",
         Cache,
         "Some replicas' pods are not ready; the message counts them.",
-        "Nothing to do unless it lasts; then look at the pods `blockwork explain` lists (events, image pulls, scheduling).",
+        "Nothing to do unless it lasts; then look at the pods `blockwork explain` lists (events, image pulls, scheduling). In a Cache with Sentinel a restarted primary's pod is not ready until the Sentinels promote a replica (seconds, at most 140 s): `kubectl logs POD -c cache` says `the Sentinels name this pod the primary: waiting ...`.",
     ),
     fine("ResolvedRefs", Cache, "Every Secret the Cache references exists with the keys it needs.", NOTHING),
     problem(
@@ -641,6 +716,48 @@ pub const ENTRIES: &[Entry] = &[
         Cache,
         "The API server refused one of the Cache's objects (StatefulSet, Service, ConfigMap, PodDisruptionBudget); the message quotes it.",
         "Fix what the API server names (often a quota or a policy admission webhook); refusals wait for a spec change, other errors are retried.",
+    ),
+    problem(
+        "PodSecurityRejected",
+        Cache,
+        "The namespace's Pod Security level refused the Cache's pods (the message quotes the API server); no pod starts.",
+        "Blockwork's pods meet `restricted` as shipped: look for an image or setting given at install that breaks it (`blockwork check`), or a namespace label stricter than the standards.",
+    ),
+    problem(
+        "QuotaExceeded",
+        Cache,
+        "A ResourceQuota of the namespace refused a pod: the Cache's memory (request = limit = spec.memory) or CPU does not fit.",
+        "Raise the quota, or lower spec.memory or spec.replicas; the StatefulSet retries by itself.",
+    ),
+    problem(
+        "PodCreateRefused",
+        Cache,
+        "The API server refused to create a pod (a LimitRange, an admission webhook, a policy engine); the message quotes it.",
+        "Fix what the message names; the StatefulSet retries by itself.",
+    ),
+    problem(
+        "Unschedulable",
+        Cache,
+        "No node can take a pod; the scheduler's message says why (resources, taints, spread with --cache-node-spread=required).",
+        "Add capacity, lower spec.memory, or allow the pods where the message says; the scheduler retries by itself.",
+    ),
+    problem(
+        "ImagePullFailed",
+        Cache,
+        "A node cannot pull an image of the Cache's pods (a wrong reference, a registry it cannot reach, a missing pull Secret).",
+        "Check the images set at install (`blockwork check` lists them) and that the pull Secrets exist in the Cache's namespace; the kubelet retries by itself.",
+    ),
+    problem(
+        "ContainerConfigError",
+        Cache,
+        "A container of the Cache's pods cannot be created (a missing Secret or key, a runtime error); the message quotes the kubelet.",
+        "Fix what the message names (for TLS, the Secret's keys); the kubelet retries by itself.",
+    ),
+    problem(
+        "ContainerCrashing",
+        Cache,
+        "A container keeps exiting (CrashLoopBackOff); the message has its exit code and last words.",
+        "Read `kubectl logs POD -c CONTAINER --previous`; an image without sh, timeout or the engine's CLI cannot run the start scripts.",
     ),
     fine("SentinelReported", Cache, "status.primary is the primary Sentinel reports now.", NOTHING),
     waiting(

@@ -13,9 +13,10 @@ use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomRe
 use kube::api::{DynamicObject, PostParams};
 use kube::discovery::ApiResource;
 use kube::{Api, Client};
-use serde::Serialize;
 
+use crate::aws_check::AwsSettings;
 use crate::commands::{KubeArgs, Output};
+use crate::finding::{Finding, Verdict};
 
 #[derive(Clone, Debug, Args)]
 pub struct CheckArgs {
@@ -42,6 +43,15 @@ pub struct CheckArgs {
     pub cert: blockwork_cert::CertArgs,
     #[command(flatten, next_help_heading = "DistributionTenant: CloudFront tenants (controller `tenant`), as `blockwork run` takes them")]
     pub tenant: blockwork_tenant::TenantArgs,
+    #[command(flatten, next_help_heading = "AWS identities (AwsIdentity), as `blockwork run` takes them")]
+    pub identity: blockwork_identity::IdentityArgs,
+}
+
+impl CheckArgs {
+    /// What the AWS probes are given.
+    fn aws_settings(&self) -> AwsSettings<'_> {
+        AwsSettings { aws: &self.aws, cert: &self.cert, identity: &self.identity, iam_principal: self.iam_principal.as_deref() }
+    }
 }
 
 /// What a controller needs installed, from the binary's registry.
@@ -50,36 +60,6 @@ pub struct Expected {
     pub controller: &'static str,
     pub crds: Vec<CustomResourceDefinition>,
     pub webhooks: Vec<ValidatingWebhook>,
-}
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "camelCase")]
-pub enum Verdict {
-    Pass,
-    /// Works, but not as it should in production.
-    Warn,
-    Fail,
-    /// Not checked, with why.
-    Skip,
-}
-
-/// One finding.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
-pub struct Finding {
-    pub check: String,
-    pub verdict: Verdict,
-    pub detail: String,
-    /// What to do, for anything but a pass.
-    pub fix: Option<String>,
-}
-
-impl Finding {
-    fn pass(check: impl Into<String>, detail: impl Into<String>) -> Self {
-        Self { check: check.into(), verdict: Verdict::Pass, detail: detail.into(), fix: None }
-    }
-    fn with(verdict: Verdict, check: impl Into<String>, detail: impl Into<String>, fix: impl Into<String>) -> Self {
-        Self { check: check.into(), verdict, detail: detail.into(), fix: Some(fix.into()) }
-    }
 }
 
 const APPLY_CRDS: &str = "install them: `blockwork crds | kubectl apply --server-side -f -`";
@@ -280,15 +260,22 @@ pub async fn run(args: &CheckArgs, expected: &[Expected]) -> anyhow::Result<(Str
     }
     findings.extend(validating_webhooks(&client, &selected, &namespace, now).await);
     match Api::<Lease>::namespaced(client.clone(), &args.leader_election_namespace).get_opt(&args.leader_election_id).await {
-        Ok(lease) => findings.push(lease_finding(&args.leader_election_namespace, &args.leader_election_id, lease.as_ref(), now)),
+        Ok(lease) => {
+            findings.push(lease_finding(&args.leader_election_namespace, &args.leader_election_id, lease.as_ref(), now));
+            let holder = lease.and_then(|l| l.spec).and_then(|s| s.holder_identity).filter(|h| !h.is_empty());
+            if let (Some(holder), true) = (holder, selected.iter().any(|e| e.controller == "cache")) {
+                findings.push(crate::cache_check::check(&client, &args.leader_election_namespace, &holder).await);
+            }
+        }
         Err(error) => findings.push(unreadable(
             format!("leader Lease {}/{}", args.leader_election_namespace, args.leader_election_id),
             "Leases",
             &error,
         )),
     }
+    let settings = args.aws_settings();
     for expected in &selected {
-        findings.extend(crate::aws_check::findings(expected.controller, args, &client).await);
+        findings.extend(crate::aws_check::findings(expected.controller, &settings, &client).await);
     }
     Ok(print(&findings, args.output))
 }

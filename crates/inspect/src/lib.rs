@@ -9,10 +9,13 @@
 
 pub mod actions;
 pub mod aws_check;
+pub mod cache_check;
 pub mod catalog;
 pub mod check;
 pub mod commands;
 pub mod diagnose;
+pub mod finding;
+pub mod identity_check;
 pub mod kinds;
 pub mod permissions;
 pub mod read;

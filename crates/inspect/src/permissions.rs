@@ -20,7 +20,7 @@ use aws_config::timeout::TimeoutConfig;
 use aws_sdk_iam::types::{ContextEntry, ContextKeyTypeEnum, PolicyEvaluationDecisionType};
 use blockwork_aws::{AwsConfig, AwsError, ErrorClass, classify_sdk_error, mask_accounts};
 
-use crate::check::{Finding, Verdict};
+use crate::finding::{Finding, Verdict};
 
 /// One call to the simulator: every action of a policy statement on the resources it applies
 /// to here, with the condition values the controller's requests carry.

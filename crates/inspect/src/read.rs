@@ -334,9 +334,17 @@ pub async fn export_in(layer: &std::sync::Arc<blockwork_aws::Aws>, client: &Clie
     };
     let serial = match cert.status.as_ref().and_then(|s| s.observation.certificate_arn.as_deref()) {
         Some(arn) => {
-            let acm = blockwork_aws::acm::Acm::new(layer, blockwork_cert::CONTROLLER, None, blockwork_aws::acm::AcmConfig::default());
+            // As the reader's own credentials, as the records are read (see records_in_route53).
+            let reader = blockwork_aws::Principal::operator();
+            let acm = blockwork_aws::acm::Acm::new(
+                layer,
+                blockwork_cert::CONTROLLER,
+                None,
+                reader.clone(),
+                blockwork_aws::acm::AcmConfig::default(),
+            );
             const READ_FOR: std::time::Duration = std::time::Duration::from_secs(10);
-            tokio::time::timeout(READ_FOR, acm.describe(arn)).await.ok().and_then(Result::ok).and_then(|c| c.serial)
+            tokio::time::timeout(READ_FOR, acm.describe(&reader, arn)).await.ok().and_then(Result::ok).and_then(|c| c.serial)
         }
         None => None,
     };
@@ -353,7 +361,7 @@ pub async fn records_in_route53(layer: &std::sync::Arc<blockwork_aws::Aws>, cert
     let mut changes: std::collections::HashMap<(String, String), Result<kinds::ChangeNow, String>> = std::collections::HashMap::new();
     let mut now = Vec::new();
     for record in records {
-        let zone = blockwork_aws::route53::Zone::new(&record.zone_id, None);
+        let zone = blockwork_aws::route53::Zone::new(&record.zone_id, blockwork_aws::Principal::operator());
         let found = layer
             .records()
             .lookup(blockwork_cert::CONTROLLER, &zone, std::slice::from_ref(&record.name))
@@ -425,10 +433,10 @@ where
 /// The StatefulSet, Services and pods of a Cache, and its TLS Secret.
 async fn cache_objects(client: &Client, cache: &Cache) -> anyhow::Result<CacheObjects> {
     let namespace = cache.namespace().unwrap_or_default();
-    let name = blockwork_cache::build::resource_name(cache);
+    let name = blockwork_cache::shape::resource_name(cache);
     let stateful_set = Api::<StatefulSet>::namespaced(client.clone(), &namespace).get_opt(&name).await?;
     let mut services = Vec::new();
-    for service in [name.clone(), blockwork_cache::build::headless_name(cache)] {
+    for service in [name.clone(), blockwork_cache::shape::headless_name(cache)] {
         if let Some(found) = Api::<Service>::namespaced(client.clone(), &namespace).get_opt(&service).await? {
             services.push(found);
         }

@@ -6,7 +6,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use blockwork_inspect::aws_check::{CERT, TENANT, cert_targets, permissions_finding, tenant_targets};
-use blockwork_inspect::check::{Finding, Verdict};
+use blockwork_inspect::finding::{Finding, Verdict};
 use blockwork_testenv::emulators::Emulator;
 
 const SIMULATE: &str = r#"{"Version": "2012-10-17", "Statement": [

@@ -54,7 +54,11 @@ async fn moto() -> (Arc<Aws>, FaultProxy, aws_sdk_route53::Client) {
 async fn write(layer: &Arc<Aws>, zone: &str, records: &[(&str, &str)]) -> String {
     let records =
         records.iter().map(|(name, value)| blockwork_aws::route53::Record { name: (*name).into(), value: (*value).into(), ttl: 300 });
-    let change = layer.records().upsert("cert", &blockwork_aws::route53::Zone::new(zone, None), records.collect()).await.expect("written");
+    let change = layer
+        .records()
+        .upsert("cert", &blockwork_aws::route53::Zone::new(zone, blockwork_aws::Principal::operator()), records.collect())
+        .await
+        .expect("written");
     change.expect("Route 53 answers a change id")
 }
 

@@ -133,7 +133,10 @@ mod tests {
             "spec": {"distributionId": "E1ABCDEF2GHIJ", "domains": []},
         });
         let kind = ("cloudfront.blockwork.dev", "v1alpha1", "DistributionTenant", "distributiontenants");
-        let router = blockwork_tenant::webhook::router(true);
+        let router = blockwork_tenant::webhook::router(
+            blockwork_identity::Identities::fixed(Vec::new(), blockwork_identity::Settings::default()),
+            true,
+        );
         for operation in ["CREATE", "UPDATE", "DELETE"] {
             let review = admission_review(kind, object.clone(), operation, "uid-1");
             assert!(review["request"].get("name").is_none(), "{review}");

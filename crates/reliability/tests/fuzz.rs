@@ -122,7 +122,8 @@ fn cert_router() -> &'static axum::Router {
             let plane = blockwork_testenv::control_plane::control_plane().await.unwrap();
             plane.install_crds(&[blockwork_cert::crd()]).await.unwrap();
             let zones: blockwork_cert::zones::ZoneRegistry = "k8s.example.com:Z0000000000000000001".parse().unwrap();
-            blockwork_cert::webhook::router(plane.client(), zones, true, Default::default())
+            let identities = blockwork_identity::Identities::fixed(Vec::new(), blockwork_identity::Settings::default());
+            blockwork_cert::webhook::router(plane.client(), identities, &zones, true, Default::default())
         })
     })
 }
@@ -138,7 +139,8 @@ fn the_cert_admission_webhook_answers_every_review_with_a_well_formed_verdict() 
 
 #[test]
 fn the_tenant_admission_webhook_answers_every_review_with_a_well_formed_verdict() {
-    let router = blockwork_tenant::webhook::router(true);
+    let router =
+        blockwork_tenant::webhook::router(blockwork_identity::Identities::fixed(Vec::new(), blockwork_identity::Settings::default()), true);
     proptest!(|(object in tenant_object(), op in operation(), uid in "[a-f0-9-]{1,36}")| {
         let review = admission_review(("cloudfront.blockwork.dev", "v1alpha1", "DistributionTenant", "distributiontenants"), object, op, &uid);
         holds(webhook::answers_the_admission_review(&router, blockwork_tenant::webhook::PATH, &review, &uid))?;
@@ -147,7 +149,8 @@ fn the_tenant_admission_webhook_answers_every_review_with_a_well_formed_verdict(
 
 #[test]
 fn the_admission_webhooks_refuse_arbitrary_bodies_with_a_client_error_never_a_crash() {
-    let tenant = blockwork_tenant::webhook::router(true);
+    let tenant =
+        blockwork_tenant::webhook::router(blockwork_identity::Identities::fixed(Vec::new(), blockwork_identity::Settings::default()), true);
     let cert = cert_router();
     proptest!(|(body in prop_oneof![json_value().prop_map(|v| serde_json::to_vec(&v).unwrap()), prop::collection::vec(any::<u8>(), 0..512)])| {
         for (router, path) in [(&tenant, blockwork_tenant::webhook::PATH), (cert, blockwork_cert::webhook::PATH)] {

@@ -103,7 +103,9 @@ async fn bench() {
     let runtime_metrics = RuntimeMetrics::register(&mut registry);
     let aws_metrics = Arc::new(AwsMetrics::register(&mut registry, &[Seed::Tenant]));
     let aws = Aws::with_sdk_config(config, sdk_config(&proxy.endpoint()).await, Arc::clone(&aws_metrics));
-    let manager = TenantManager::new(Sdk::new(&aws), Some(Route53::new(aws.records())), Arc::clone(&metrics), aws.metrics());
+    let identities = blockwork_identity::Identities::new(plane.client(), blockwork_identity::Settings::default());
+    let manager =
+        TenantManager::new(Sdk::new(&aws), Some(Route53::new(aws.records())), identities, Arc::clone(&metrics), &aws, plane.client());
     let config = ControllerConfig::new(CONTROLLER, GROUP).with_timing(blockwork_tenant::default_timing());
     let context = Context::new(plane.client(), manager, config, runtime_metrics);
     let api: Api<DistributionTenant> = Api::namespaced(plane.client(), &namespace);

@@ -235,11 +235,13 @@ pub enum TransparencyPreference {
 pub struct DnsConfig {
     /// The DNS service holding the zone. Only `route53`.
     pub provider: DnsProvider,
-    /// The Route53 hosted zone the CNAMEs are written to.
+    /// The Route53 hosted zone the CNAMEs are written to: one the namespace's AwsIdentity grants
+    /// (or, for a namespace the operator acts for with its own identity, one of its account).
     #[schemars(length(min = 1, max = MAX_ID_LENGTH))]
     pub hosted_zone_id: String,
-    /// An IAM role (`arn:aws:iam::ACCOUNT:role/NAME`) to assume for Route53 calls only, when the
-    /// zone is in another account.
+    /// The IAM role (`arn:aws:iam::ACCOUNT:role/NAME`) that reaches the zone when it is in another
+    /// account. Optional: the namespace's AwsIdentity says how each zone it grants is reached; when
+    /// given it must be that role, or the tenant is refused (naming this field).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub assume_role_arn: Option<String>,
     /// The records' TTL in seconds, 60–172800.
@@ -320,6 +322,10 @@ pub struct TenantObservation {
     /// it may delete, once a domain leaves the spec or the object is deleted.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub dns_records: Vec<String>,
+    /// The AwsIdentity this tenant acts through (`operator`: the operator's own identity), as
+    /// its namespace's mapping says; the tenant is in that identity's account.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub aws_identity: Option<String>,
 }
 
 /// The CustomResourceDefinition, for `blockwork crds`.

@@ -13,7 +13,7 @@ use aws_sdk_cloudfront::types::{
     ValidationTokenHost as SdkTokenHost, WebAclCustomization,
 };
 use blockwork_aws::acm::AcmConfig;
-use blockwork_aws::{Account, Aws, AwsError, Call, ErrorClass as AwsClass, Scope, Service, classify_sdk_error};
+use blockwork_aws::{Aws, AwsError, Call, ErrorClass as AwsClass, Principal, Scope, Service, classify_sdk_error};
 
 use crate::api::{GeoRestrictionType, ManagedCertificateRequest, TransparencyPreference, ValidationTokenHost, WebAclAction};
 use crate::diff::{TenantConfig, WebAcl, normal_geo};
@@ -54,61 +54,79 @@ pub struct TenantWrite<'a> {
 /// The tenant APIs the operator uses.
 pub trait CloudFront: Send + Sync + 'static {
     /// By id, ARN or name; `None` when it does not exist.
-    fn get_tenant(&self, identifier: &str) -> impl Future<Output = Result<Option<ObservedTenant>, AwsError>> + Send;
+    fn get_tenant(&self, principal: &Principal, identifier: &str) -> impl Future<Output = Result<Option<ObservedTenant>, AwsError>> + Send;
     /// Tags the tenant with [`OWNER_TAG`] = `owner`.
     fn create_tenant(
         &self,
+        principal: &Principal,
         name: &str,
         owner: &str,
         write: TenantWrite<'_>,
     ) -> impl Future<Output = Result<ObservedTenant, AwsError>> + Send;
     fn update_tenant(
         &self,
+        principal: &Principal,
         id: &str,
         if_match: &str,
         write: TenantWrite<'_>,
     ) -> impl Future<Output = Result<ObservedTenant, AwsError>> + Send;
-    fn delete_tenant(&self, id: &str, if_match: &str) -> impl Future<Output = Result<(), AwsError>> + Send;
+    fn delete_tenant(&self, principal: &Principal, id: &str, if_match: &str) -> impl Future<Output = Result<(), AwsError>> + Send;
     /// The named connection group's routing endpoint, or (`None`) the account's default one's.
-    fn routing_endpoint(&self, connection_group_id: Option<&str>) -> impl Future<Output = Result<String, AwsError>> + Send;
+    fn routing_endpoint(
+        &self,
+        principal: &Principal,
+        connection_group_id: Option<&str>,
+    ) -> impl Future<Output = Result<String, AwsError>> + Send;
     /// `None` when CloudFront has no managed certificate for the tenant.
-    fn managed_certificate(&self, tenant: &str) -> impl Future<Output = Result<Option<ManagedCertificate>, AwsError>> + Send;
+    fn managed_certificate(
+        &self,
+        principal: &Principal,
+        tenant: &str,
+    ) -> impl Future<Output = Result<Option<ManagedCertificate>, AwsError>> + Send;
     /// What the distribution asks of its tenants; `None` when it does not exist.
-    fn distribution(&self, id: &str) -> impl Future<Output = Result<Option<DistributionRules>, AwsError>> + Send;
+    fn distribution(&self, principal: &Principal, id: &str) -> impl Future<Output = Result<Option<DistributionRules>, AwsError>> + Send;
 }
 
 /// The ACM call behind the certificate coverage check.
 pub trait Acm: Send + Sync + 'static {
     /// The certificate's domain name and subject alternative names.
-    fn certificate_names(&self, arn: &str) -> impl Future<Output = Result<Vec<String>, AwsError>> + Send;
+    fn certificate_names(&self, principal: &Principal, arn: &str) -> impl Future<Output = Result<Vec<String>, AwsError>> + Send;
 }
 
-/// aws-sdk-cloudfront and ACM, on the process's AWS layer.
+/// aws-sdk-cloudfront and ACM, on the process's AWS layer; each call acts as the principal it is
+/// given (the tenant's namespace's identity, ADR 0014).
 pub struct Sdk {
     aws: Arc<Aws>,
-    client: tokio::sync::OnceCell<aws_sdk_cloudfront::Client>,
     acm: Arc<blockwork_aws::acm::Acm>,
 }
 
 impl Sdk {
     pub fn new(aws: &Arc<Aws>) -> Self {
-        // CloudFront only takes certificates from us-east-1, whatever the operator's region.
-        let acm = blockwork_aws::acm::Acm::new(aws, crate::CONTROLLER, Some(crate::validate::CERTIFICATE_REGION), AcmConfig::default());
-        Self { aws: Arc::clone(aws), client: tokio::sync::OnceCell::new(), acm }
+        // CloudFront only takes certificates from us-east-1, whatever the operator's region. Only
+        // descriptions are read (as each call's principal): the listing is never swept.
+        let region = Some(crate::validate::CERTIFICATE_REGION);
+        let acm = blockwork_aws::acm::Acm::new(aws, crate::CONTROLLER, region, Principal::operator(), AcmConfig::default());
+        Self { aws: Arc::clone(aws), acm }
     }
 
-    async fn client(&self) -> &aws_sdk_cloudfront::Client {
-        self.client.get_or_init(|| self.aws.cloudfront(crate::CONTROLLER)).await
+    /// A client with `principal`'s current credentials.
+    async fn client(&self, principal: &Principal) -> Result<aws_sdk_cloudfront::Client, AwsError> {
+        self.aws.cloudfront(crate::CONTROLLER, principal).await
     }
 
     /// One CloudFront call through the layer: CloudFront's quota is the account's, global.
-    async fn call<T, F, Fut>(&self, operation: &'static str, attempt: F) -> Result<T, AwsError>
+    async fn call<T, F, Fut>(&self, principal: &Principal, operation: &'static str, attempt: F) -> Result<T, AwsError>
     where
         F: Fn() -> Fut,
         Fut: Future<Output = Result<T, AwsError>>,
     {
-        let call =
-            Call { callers: &[crate::CONTROLLER], scope: Scope::new(Account::Own, Service::CloudFront, None), operation, changes: 0 };
+        let call = Call {
+            callers: &[crate::CONTROLLER],
+            identity: principal.identity(),
+            scope: Scope::new(principal.account(), Service::CloudFront, None),
+            operation,
+            changes: 0,
+        };
         self.aws.call(call, attempt).await
     }
 }
@@ -231,11 +249,11 @@ fn missing_tenant(operation: &'static str) -> AwsError {
 }
 
 impl CloudFront for Sdk {
-    async fn get_tenant(&self, identifier: &str) -> Result<Option<ObservedTenant>, AwsError> {
+    async fn get_tenant(&self, principal: &Principal, identifier: &str) -> Result<Option<ObservedTenant>, AwsError> {
         const OP: &str = "GetDistributionTenant";
-        let client = self.client().await;
+        let client = &self.client(principal).await?;
         let result = self
-            .call(OP, || async {
+            .call(principal, OP, || async {
                 client.get_distribution_tenant().identifier(identifier).send().await.map_err(|e| classify_sdk_error(OP, &e))
             })
             .await;
@@ -246,13 +264,19 @@ impl CloudFront for Sdk {
         }
     }
 
-    async fn create_tenant(&self, name: &str, owner: &str, write: TenantWrite<'_>) -> Result<ObservedTenant, AwsError> {
+    async fn create_tenant(
+        &self,
+        principal: &Principal,
+        name: &str,
+        owner: &str,
+        write: TenantWrite<'_>,
+    ) -> Result<ObservedTenant, AwsError> {
         const OP: &str = "CreateDistributionTenant";
         let SdkWrite { domains, parameters, customizations, managed } = sdk_write(OP, write)?;
         let tag = Tag::builder().key(OWNER_TAG).value(owner).build().map_err(|e| build_error(OP, &e))?;
         let request = self
-            .client()
-            .await
+            .client(principal)
+            .await?
             .create_distribution_tenant()
             .name(name)
             .distribution_id(&write.config.distribution_id)
@@ -264,7 +288,7 @@ impl CloudFront for Sdk {
             .enabled(write.config.enabled)
             .tags(Tags::builder().items(tag).build());
         let output = self
-            .call(OP, || {
+            .call(principal, OP, || {
                 let request = request.clone();
                 async move { request.send().await.map_err(|e| classify_sdk_error(OP, &e)) }
             })
@@ -272,12 +296,18 @@ impl CloudFront for Sdk {
         output.distribution_tenant().map(|t| observed(t, output.e_tag())).ok_or_else(|| missing_tenant(OP))
     }
 
-    async fn update_tenant(&self, id: &str, if_match: &str, write: TenantWrite<'_>) -> Result<ObservedTenant, AwsError> {
+    async fn update_tenant(
+        &self,
+        principal: &Principal,
+        id: &str,
+        if_match: &str,
+        write: TenantWrite<'_>,
+    ) -> Result<ObservedTenant, AwsError> {
         const OP: &str = "UpdateDistributionTenant";
         let SdkWrite { domains, parameters, customizations, managed } = sdk_write(OP, write)?;
         let request = self
-            .client()
-            .await
+            .client(principal)
+            .await?
             .update_distribution_tenant()
             .id(id)
             .if_match(if_match)
@@ -289,7 +319,7 @@ impl CloudFront for Sdk {
             .set_managed_certificate_request(managed)
             .enabled(write.config.enabled);
         let output = self
-            .call(OP, || {
+            .call(principal, OP, || {
                 let request = request.clone();
                 async move { request.send().await.map_err(|e| classify_sdk_error(OP, &e)) }
             })
@@ -297,22 +327,22 @@ impl CloudFront for Sdk {
         output.distribution_tenant().map(|t| observed(t, output.e_tag())).ok_or_else(|| missing_tenant(OP))
     }
 
-    async fn delete_tenant(&self, id: &str, if_match: &str) -> Result<(), AwsError> {
+    async fn delete_tenant(&self, principal: &Principal, id: &str, if_match: &str) -> Result<(), AwsError> {
         const OP: &str = "DeleteDistributionTenant";
-        let client = self.client().await;
-        self.call(OP, || async move {
+        let client = &self.client(principal).await?;
+        self.call(principal, OP, || async move {
             client.delete_distribution_tenant().id(id).if_match(if_match).send().await.map_err(|e| classify_sdk_error(OP, &e))
         })
         .await
         .map(|_| ())
     }
 
-    async fn routing_endpoint(&self, connection_group_id: Option<&str>) -> Result<String, AwsError> {
+    async fn routing_endpoint(&self, principal: &Principal, connection_group_id: Option<&str>) -> Result<String, AwsError> {
         if let Some(id) = connection_group_id {
             const OP: &str = "GetConnectionGroup";
-            let client = self.client().await;
-            let output =
-                self.call(OP, || async move {
+            let client = &self.client(principal).await?;
+            let output = self
+                .call(principal, OP, || async move {
                     client.get_connection_group().identifier(id).send().await.map_err(|e| classify_sdk_error(OP, &e))
                 })
                 .await?;
@@ -325,11 +355,11 @@ impl CloudFront for Sdk {
         }
         const OP: &str = "ListConnectionGroups";
         let mut marker: Option<String> = None;
-        let client = self.client().await;
+        let client = &self.client(principal).await?;
         loop {
             let request = client.list_connection_groups().set_marker(marker.take());
             let output = self
-                .call(OP, || {
+                .call(principal, OP, || {
                     let request = request.clone();
                     async move { request.send().await.map_err(|e| classify_sdk_error(OP, &e)) }
                 })
@@ -352,21 +382,24 @@ impl CloudFront for Sdk {
         }
     }
 
-    async fn distribution(&self, id: &str) -> Result<Option<DistributionRules>, AwsError> {
+    async fn distribution(&self, principal: &Principal, id: &str) -> Result<Option<DistributionRules>, AwsError> {
         const OP: &str = "GetDistribution";
-        let client = self.client().await;
-        match self.call(OP, || async move { client.get_distribution().id(id).send().await.map_err(|e| classify_sdk_error(OP, &e)) }).await {
+        let client = &self.client(principal).await?;
+        match self
+            .call(principal, OP, || async move { client.get_distribution().id(id).send().await.map_err(|e| classify_sdk_error(OP, &e)) })
+            .await
+        {
             Ok(output) => Ok(output.distribution().map(distribution_rules)),
             Err(error) if error.class == AwsClass::NotFound => Ok(None),
             Err(error) => Err(error),
         }
     }
 
-    async fn managed_certificate(&self, tenant: &str) -> Result<Option<ManagedCertificate>, AwsError> {
+    async fn managed_certificate(&self, principal: &Principal, tenant: &str) -> Result<Option<ManagedCertificate>, AwsError> {
         const OP: &str = "GetManagedCertificateDetails";
-        let client = self.client().await;
+        let client = &self.client(principal).await?;
         let output = self
-            .call(OP, || async move {
+            .call(principal, OP, || async move {
                 client.get_managed_certificate_details().identifier(tenant).send().await.map_err(|e| classify_sdk_error(OP, &e))
             })
             .await?;
@@ -408,8 +441,8 @@ pub fn distribution_rules(distribution: &aws_sdk_cloudfront::types::Distribution
 }
 
 impl Acm for Sdk {
-    async fn certificate_names(&self, arn: &str) -> Result<Vec<String>, AwsError> {
-        let certificate = self.acm.describe(arn).await?;
+    async fn certificate_names(&self, principal: &Principal, arn: &str) -> Result<Vec<String>, AwsError> {
+        let certificate = self.acm.describe(principal, arn).await?;
         let mut names = certificate.sans;
         names.push(certificate.domain);
         Ok(names)

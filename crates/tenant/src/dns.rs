@@ -1,8 +1,10 @@
 //! DNS management. The manager drives DNS through [`DnsRecords`] only: upsert the CNAMEs of the
 //! tenant's domains to the routing endpoint, poll the change until it is in sync, delete them
-//! after the tenant (and when a domain leaves the spec). [`Route53`] is the implementation, over
-//! the process's Route 53 records (`blockwork_aws::route53`: batched per hosted zone with every
-//! other controller's changes, an assumed role for `spec.dns.assumeRoleArn`); [`NoDns`] manages
+//! after the tenant (and when a domain leaves the spec), in a [`DnsZone`]: `spec.dns` and who
+//! reaches the zone, as the namespace's grant says (ADR 0014: through the zone's role when it is
+//! in another account). [`Route53`] is the implementation, over the process's Route 53 records
+//! (`blockwork_aws::route53`: batched per hosted zone with every other controller's changes);
+//! [`NoDns`] manages
 //! nothing (a manager built without DNS fails tenants with `spec.dns` with `DNSError` rather
 //! than creating them without their records).
 //!
@@ -16,12 +18,19 @@ use std::future::Future;
 use std::sync::Arc;
 
 use blockwork_aws::route53::{Record, Records, Zone};
-use blockwork_aws::{AwsError, dns_name};
+use blockwork_aws::{AwsError, Principal, dns_name};
 use blockwork_runtime::Existence;
 
 use tracing::info;
 
 use crate::api::DnsConfig;
+
+/// Where a tenant's records go: its `spec.dns`, and who reaches that hosted zone.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DnsZone {
+    pub config: DnsConfig,
+    pub principal: Principal,
+}
 
 /// A submitted record change.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -41,11 +50,11 @@ pub enum DnsStatus {
 /// after a crash. Errors should be classified with [`crate::classify::classify_dns`].
 pub trait DnsRecords: Send + Sync + 'static {
     /// Creates or updates a CNAME `domain → target` for each domain.
-    fn upsert(&self, config: &DnsConfig, domains: &[String], target: &str) -> impl Future<Output = Result<DnsChange, AwsError>> + Send;
+    fn upsert(&self, dns: &DnsZone, domains: &[String], target: &str) -> impl Future<Output = Result<DnsChange, AwsError>> + Send;
     /// Deletes the CNAMEs that still point at `target`; records already gone, or in a hosted
     /// zone that does not exist (never written, or gone with the zone), are not an error.
-    fn delete(&self, config: &DnsConfig, domains: &[String], target: &str) -> impl Future<Output = Result<DnsChange, AwsError>> + Send;
-    fn status(&self, config: &DnsConfig, change_id: &str) -> impl Future<Output = Result<DnsStatus, AwsError>> + Send;
+    fn delete(&self, dns: &DnsZone, domains: &[String], target: &str) -> impl Future<Output = Result<DnsChange, AwsError>> + Send;
+    fn status(&self, dns: &DnsZone, change_id: &str) -> impl Future<Output = Result<DnsStatus, AwsError>> + Send;
 }
 
 /// DNS not managed (`spec.dns` absent): no records, nothing to wait for.
@@ -53,15 +62,15 @@ pub trait DnsRecords: Send + Sync + 'static {
 pub struct NoDns;
 
 impl DnsRecords for NoDns {
-    async fn upsert(&self, _config: &DnsConfig, _domains: &[String], _target: &str) -> Result<DnsChange, AwsError> {
+    async fn upsert(&self, _dns: &DnsZone, _domains: &[String], _target: &str) -> Result<DnsChange, AwsError> {
         Ok(DnsChange { change_id: None })
     }
 
-    async fn delete(&self, _config: &DnsConfig, _domains: &[String], _target: &str) -> Result<DnsChange, AwsError> {
+    async fn delete(&self, _dns: &DnsZone, _domains: &[String], _target: &str) -> Result<DnsChange, AwsError> {
         Ok(DnsChange { change_id: None })
     }
 
-    async fn status(&self, _config: &DnsConfig, _change_id: &str) -> Result<DnsStatus, AwsError> {
+    async fn status(&self, _dns: &DnsZone, _change_id: &str) -> Result<DnsStatus, AwsError> {
         Ok(DnsStatus::InSync)
     }
 }
@@ -77,24 +86,24 @@ impl Route53 {
     }
 }
 
-fn zone(config: &DnsConfig) -> Zone {
-    Zone::new(&config.hosted_zone_id, config.assume_role_arn.as_deref())
+fn hosted_zone(dns: &DnsZone) -> Zone {
+    Zone::new(&dns.config.hosted_zone_id, dns.principal.clone())
 }
 
 impl DnsRecords for Route53 {
-    async fn upsert(&self, config: &DnsConfig, domains: &[String], target: &str) -> Result<DnsChange, AwsError> {
-        let records = domains.iter().map(|domain| Record { name: domain.clone(), value: target.to_owned(), ttl: config.ttl }).collect();
-        let change_id = self.records.upsert(crate::CONTROLLER, &zone(config), records).await?;
-        info!(zone = %config.hosted_zone_id, ?domains, "upserted CNAME records");
+    async fn upsert(&self, dns: &DnsZone, domains: &[String], target: &str) -> Result<DnsChange, AwsError> {
+        let records = domains.iter().map(|domain| Record { name: domain.clone(), value: target.to_owned(), ttl: dns.config.ttl }).collect();
+        let change_id = self.records.upsert(crate::CONTROLLER, &hosted_zone(dns), records).await?;
+        info!(zone = %dns.config.hosted_zone_id, ?domains, "upserted CNAME records");
         Ok(DnsChange { change_id })
     }
 
-    async fn delete(&self, config: &DnsConfig, domains: &[String], target: &str) -> Result<DnsChange, AwsError> {
-        let zone = zone(config);
+    async fn delete(&self, dns: &DnsZone, domains: &[String], target: &str) -> Result<DnsChange, AwsError> {
+        let zone = hosted_zone(dns);
         let found = match self.records.lookup(crate::CONTROLLER, &zone, domains).await {
             Ok(found) => found,
             Err(error) if error.existence() == Existence::Gone => {
-                info!(zone = %config.hosted_zone_id, ?domains, "the hosted zone does not exist: no CNAME record of ours can be there");
+                info!(zone = %dns.config.hosted_zone_id, ?domains, "the hosted zone does not exist: no CNAME record of ours can be there");
                 return Ok(DnsChange { change_id: None });
             }
             Err(error) => return Err(error),
@@ -104,17 +113,17 @@ impl DnsRecords for Route53 {
         let ours: Vec<Record> =
             found.into_iter().flatten().filter(|record| dns_name::from_route53(&record.value) == dns_name::normalize(target)).collect();
         if ours.is_empty() {
-            info!(zone = %config.hosted_zone_id, ?domains, "no CNAME record of ours to delete");
+            info!(zone = %dns.config.hosted_zone_id, ?domains, "no CNAME record of ours to delete");
             return Ok(DnsChange { change_id: None });
         }
         let deleted: Vec<&str> = ours.iter().map(|record| record.name.as_str()).collect();
-        info!(zone = %config.hosted_zone_id, ?deleted, "deleting CNAME records");
+        info!(zone = %dns.config.hosted_zone_id, ?deleted, "deleting CNAME records");
         self.records.delete(crate::CONTROLLER, &zone, ours).await?;
         Ok(DnsChange { change_id: None })
     }
 
-    async fn status(&self, config: &DnsConfig, change_id: &str) -> Result<DnsStatus, AwsError> {
-        let in_sync = self.records.in_sync(crate::CONTROLLER, &zone(config), change_id).await?;
+    async fn status(&self, dns: &DnsZone, change_id: &str) -> Result<DnsStatus, AwsError> {
+        let in_sync = self.records.in_sync(crate::CONTROLLER, &hosted_zone(dns), change_id).await?;
         Ok(if in_sync { DnsStatus::InSync } else { DnsStatus::Pending })
     }
 }

@@ -37,6 +37,7 @@ mod deletion;
 mod manager;
 mod records;
 
+use blockwork_identity::placement::AWS_IDENTITY_CHANGED;
 use blockwork_runtime::{
     Asks, Conditions, DeleteOutcome, DriftPolicy, ExternalError, ExternalResource, MutateOutcome, Observed, Phase, Purpose, Request,
     Upkeep, VerifyOutcome, WithConditions,
@@ -73,7 +74,7 @@ impl<C: CloudFront + Acm, D: DnsRecords> TenantManager<C, D> {
             own_records(observation, &marked_dns_domains(request));
         }
         if request.phase == Phase::Deleting {
-            return self.verify_deletion(request, observation).await.into();
+            return self.verify_deletion(&desired.principal, request, observation).await.into();
         }
         let spec = &object.spec;
         let generation = object.meta().generation;
@@ -95,7 +96,8 @@ impl<C: CloudFront + Acm, D: DnsRecords> TenantManager<C, D> {
             observation.dns_change_id = None;
             observation.dns_change_domains.clear();
         }
-        let tenant = match self.observe(object, request.idempotency_token, observation).await {
+        let principal = &desired.principal;
+        let tenant = match self.observe(principal, object, request.idempotency_token, observation).await {
             Ok(Some(tenant)) => tenant,
             Ok(None) => {
                 forget(observation);
@@ -104,8 +106,8 @@ impl<C: CloudFront + Acm, D: DnsRecords> TenantManager<C, D> {
             Err(error) => return VerifyOutcome::Error(error).into(),
         };
         record(observation, &tenant);
-        self.resolve_dns_target(tenant.config.connection_group_id.as_deref(), observation).await;
-        let certificate = match self.follow_certificate(spec, &tenant, observation, conditions, generation).await {
+        self.resolve_dns_target(principal, tenant.config.connection_group_id.as_deref(), observation).await;
+        let certificate = match self.follow_certificate(principal, spec, &tenant, observation, conditions, generation).await {
             Ok(step) => step,
             Err(error) => return VerifyOutcome::Error(error).into(),
         };
@@ -161,12 +163,13 @@ impl<C: CloudFront + Acm, D: DnsRecords> TenantManager<C, D> {
         let object = request.object;
         let spec = &object.spec;
         let name = object.name_any();
-        if let Err(error) = self.check_before_writing(spec).await {
+        let desired = request.derived;
+        let principal = &desired.principal;
+        if let Err(error) = self.check_before_writing(principal, spec).await {
             return MutateOutcome::Error(error);
         }
-        let desired = request.derived;
         if let Some(dns) = &desired.dns {
-            match self.dns_first(dns, &desired.domains(), object, observation, conditions).await {
+            match self.dns_first(principal, dns, &desired.domains(), object, observation, conditions).await {
                 Ok(true) => {}
                 Ok(false) => return MutateOutcome::AwaitingVerification,
                 Err(error) => return MutateOutcome::Error(error),
@@ -174,25 +177,29 @@ impl<C: CloudFront + Acm, D: DnsRecords> TenantManager<C, D> {
         }
         let write = TenantWrite { config: &desired.config, managed_certificate_request: spec.managed_certificate_request.as_ref() };
         let context = CallContext { creating: true, cloudfront_validates: cloudfront_validates(spec), ..CallContext::default() };
-        match self.cloudfront.create_tenant(&name, request.idempotency_token, write).await {
+        match self.cloudfront.create_tenant(principal, &name, request.idempotency_token, write).await {
             Ok(tenant) => {
                 record(observation, &tenant);
                 certificate_progress(spec, observation, conditions, tenant.config.certificate_arn.as_deref(), object.meta().generation);
                 // A Deployed tenant is Ready at once: the target must be in this status write.
-                self.resolve_dns_target(tenant.config.connection_group_id.as_deref(), observation).await;
+                self.resolve_dns_target(principal, tenant.config.connection_group_id.as_deref(), observation).await;
                 settled(&tenant, spec, &desired.config, observation)
             }
             // The tenant name is taken: by our own create that crashed before its status write
             // (verify missed it only if it landed after the read), so adopt it by name.
-            Err(error) if error.code.as_deref() == Some("EntityAlreadyExists") => match self.cloudfront.get_tenant(&name).await {
-                Ok(Some(tenant)) if tenant.owner.as_deref() != Some(request.idempotency_token) => MutateOutcome::Error(name_taken(&name)),
-                Ok(Some(tenant)) => {
-                    record(observation, &tenant);
-                    MutateOutcome::AwaitingVerification
+            Err(error) if error.code.as_deref() == Some("EntityAlreadyExists") => {
+                match self.cloudfront.get_tenant(principal, &name).await {
+                    Ok(Some(tenant)) if tenant.owner.as_deref() != Some(request.idempotency_token) => {
+                        MutateOutcome::Error(name_taken(&name))
+                    }
+                    Ok(Some(tenant)) => {
+                        record(observation, &tenant);
+                        MutateOutcome::AwaitingVerification
+                    }
+                    Ok(None) => MutateOutcome::Error(self.cloudfront_error(&error, context).error),
+                    Err(error) => MutateOutcome::Error(self.cloudfront_error(&error, CallContext::default()).error),
                 }
-                Ok(None) => MutateOutcome::Error(self.cloudfront_error(&error, context).error),
-                Err(error) => MutateOutcome::Error(self.cloudfront_error(&error, CallContext::default()).error),
-            },
+            }
             Err(error) => MutateOutcome::Error(self.cloudfront_error(&error, context).error),
         }
     }
@@ -205,19 +212,20 @@ impl<C: CloudFront + Acm, D: DnsRecords> TenantManager<C, D> {
     ) -> MutateOutcome {
         let object = request.object;
         let spec = &object.spec;
-        if let Err(error) = self.check_before_writing(spec).await {
+        let desired = request.derived;
+        let principal = &desired.principal;
+        if let Err(error) = self.check_before_writing(principal, spec).await {
             return MutateOutcome::Error(error);
         }
         let Some(id) = observation.id.clone() else {
             return MutateOutcome::Error(ExternalError::retryable("NotObserved", "the tenant's id is not known yet"));
         };
-        let desired = request.derived;
         if let Some(dns) = &desired.dns {
             // Seed 001: upsert the records of the current domains, then push the tenant; records
             // of removed domains go once the tenant no longer has them (`TenantUpkeep`).
             let generation = object.meta().generation;
             observation.dns_target = None;
-            let target = match self.dns_target(spec, observation).await {
+            let target = match self.dns_target(principal, spec, observation).await {
                 Ok(target) => target,
                 Err(error) => return MutateOutcome::Error(error),
             };
@@ -233,7 +241,7 @@ impl<C: CloudFront + Acm, D: DnsRecords> TenantManager<C, D> {
         // Each request makes CloudFront request a new certificate: send it only when it is new.
         let request = new_certificate_request(spec, request.spec_change.last_applied.as_ref());
         let write = TenantWrite { config: &desired.config, managed_certificate_request: request };
-        match self.update_with_etag(&id, observation.e_tag.clone(), write).await {
+        match self.update_with_etag(principal, &id, observation.e_tag.clone(), write).await {
             Ok(tenant) => {
                 // The connection group may have changed: the next verify resolves the target again
                 // (with DNS managed, it was resolved for the upsert above).
@@ -289,7 +297,21 @@ impl<C: CloudFront + Acm, D: DnsRecords> ExternalResource for TenantManager<C, D
         if request.object.spec.managed_certificate_request.is_none() {
             conditions.remove(CERTIFICATE_READY);
         }
-        let desired = self.desired(&request.object.spec);
+        let (desired, refused) = self.desired(request.object, observation).await;
+        if let Some(identity) = &desired.identity {
+            observation.aws_identity = Some(identity.clone());
+        }
+        if let Some(error) = refused {
+            let outcome = match request.phase {
+                // Held by a mapping change and deleted: released without touching either account.
+                Phase::Deleting if error.reason == AWS_IDENTITY_CHANGED => {
+                    self.release_held(request, observation).await;
+                    VerifyOutcome::Missing
+                }
+                _ => VerifyOutcome::Error(error),
+            };
+            return Observed { outcome, upkeep: Vec::new(), conditions, spec_patch: None, derived: desired };
+        }
         let Observed { outcome, upkeep, spec_patch, .. } = self.verifying(request, &desired, observation, &mut conditions).await;
         Observed { outcome, upkeep, conditions, spec_patch, derived: desired }
     }

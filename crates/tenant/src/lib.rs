@@ -30,6 +30,7 @@ use std::future::Future;
 use std::sync::Arc;
 
 use blockwork_aws::Aws;
+use blockwork_identity::Identities;
 use blockwork_runtime::namespaces::{self, Namespaces, run_in};
 use blockwork_runtime::rbac::rule;
 use blockwork_runtime::{Context, ControllerConfig, RuntimeMetrics};
@@ -53,13 +54,14 @@ pub const CONTROLLER: &str = "tenant";
 /// the roles named in `spec.dns.assumeRoleArn`.
 pub const IAM_POLICY: &str = include_str!("../../../docs/iam/cloudfront-tenant-operator-policy.json");
 
-/// Runs the controller over `namespaces` until `shutdown` completes, calling AWS
-/// through the process's layer `aws`.
+/// Runs the controller over `namespaces` until `shutdown` completes, calling AWS through the
+/// process's layer `aws` as each namespace's identity among `identities` (ADR 0014).
 #[allow(clippy::too_many_arguments)]
 pub async fn run(
     client: Client,
     args: TenantArgs,
     aws: Arc<Aws>,
+    identities: Arc<Identities>,
     runtime_metrics: Arc<RuntimeMetrics>,
     metrics: Arc<TenantMetrics>,
     namespaces: Namespaces,
@@ -68,10 +70,12 @@ pub async fn run(
 ) {
     let cloudfront = cloudfront::Sdk::new(&aws);
     let route53 = dns::Route53::new(aws.records());
-    let manager = TenantManager::new(cloudfront, Some(route53), Arc::clone(&metrics), aws.metrics());
+    let manager = TenantManager::new(cloudfront, Some(route53), Arc::clone(&identities), Arc::clone(&metrics), &aws, client.clone());
     let config = ControllerConfig::new(CONTROLLER, GROUP).with_timing(default_timing()).with_default_drift(args.drift_policy);
     let context = Context::new(client.clone(), manager, config, runtime_metrics);
     info!(?namespaces, drift_policy = %args.drift_policy, "starting the tenant controller");
+    let mappings = blockwork_identity::wake::follow(Arc::clone(&context), identities, Vec::new(), |o| o.aws_identity.as_deref());
+    let _mapped = Background(tokio::spawn(mappings));
     let counted = Arc::clone(&context);
     metrics.count_from(move || counted.cached());
     let shutdown = shutdown.boxed().shared();
@@ -82,6 +86,15 @@ pub async fn run(
     .await;
 }
 
+/// A task that lives as long as the controller: aborted when [`run`] returns or is dropped.
+struct Background(tokio::task::JoinHandle<()>);
+
+impl Drop for Background {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
 /// The cluster permissions the controller needs (beyond events and leases, which the binary
 /// grants every controller): its own objects, their status and finalizers.
 pub fn rbac() -> Vec<PolicyRule> {
@@ -90,6 +103,9 @@ pub fn rbac() -> Vec<PolicyRule> {
         rule(GROUP, &["distributiontenants/status"], &["get", "patch", "update"]),
         rule(GROUP, &["distributiontenants/finalizers"], &["update"]),
     ]
+    .into_iter()
+    .chain(blockwork_identity::read_rules())
+    .collect()
 }
 
 #[cfg(test)]
@@ -97,11 +113,12 @@ mod tests {
     use super::*;
 
     #[test]
-    fn rbac_covers_tenants_status_and_finalizers_and_nothing_else() {
+    fn rbac_covers_tenants_status_and_finalizers_and_reading_the_aws_identities() {
         let rules = rbac();
         let resources: Vec<&str> = rules.iter().flat_map(|r| r.resources.iter().flatten().map(String::as_str)).collect();
-        assert_eq!(resources, ["distributiontenants", "distributiontenants/status", "distributiontenants/finalizers"]);
-        assert!(rules.iter().all(|r| r.api_groups.as_deref() == Some(&[GROUP.to_owned()][..])));
+        assert_eq!(resources, ["distributiontenants", "distributiontenants/status", "distributiontenants/finalizers", "awsidentities"]);
+        assert!(rules[..3].iter().all(|r| r.api_groups.as_deref() == Some(&[GROUP.to_owned()][..])));
+        assert_eq!(rules[3].verbs, ["get", "list", "watch"]);
         assert!(rules.iter().all(|r| !r.verbs.iter().any(|v| v == "delete" || v == "create" || v == "*")));
     }
 

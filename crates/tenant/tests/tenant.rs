@@ -7,6 +7,7 @@ mod support;
 
 use std::time::Duration;
 
+use blockwork_identity::{AwsIdentitySpec, HostedZoneGrant};
 use blockwork_runtime::{DriftPolicy, ReconcileState};
 use blockwork_tenant::api::{CertificateRef, Customizations, DriftPolicyName, ValidationTokenHost};
 use blockwork_tenant::{DistributionTenant, DistributionTenantSpec, Timing};
@@ -290,7 +291,7 @@ async fn server_error_is_retried_with_backoff_and_counted() {
     assert!(text.contains("error_type=\"retryable\"} 1"), "{text}");
     assert!(
         text.contains(&format!(
-            r#"blockwork_aws_calls_total{{service="cloudfront",operation="GetDistributionTenant",result="retryable"}} {}"#,
+            r#"blockwork_aws_calls_total{{service="cloudfront",operation="GetDistributionTenant",result="retryable",identity="operator"}} {}"#,
             RETRIES + 1
         )),
         "every attempt is counted: {text}"
@@ -559,6 +560,15 @@ async fn cross_account_role_is_assumed_for_route53_only_and_cached() {
     let moto = Emulator::multi_account_moto().await.unwrap();
     h.use_dns_emulator(&moto.endpoint()).await;
     let (theirs, their_zone) = h.other_account_zone(&moto.endpoint()).await;
+    // The namespace acts with the operator's own credentials, and reaches the zone of the DNS
+    // account through its role, as its mapping grants.
+    let zone = HostedZoneGrant {
+        id: their_zone.clone(),
+        name: format!("{}.example.com", h.namespace),
+        role_arn: Some(DNS_ROLE.to_owned()),
+        ..HostedZoneGrant::default()
+    };
+    h.map(AwsIdentitySpec { namespaces: vec![h.namespace.clone()], hosted_zones: vec![zone], ..AwsIdentitySpec::default() }).await;
     let mut spec = h.dns_spec(&["www"], &their_zone, 300);
     spec.dns.as_mut().unwrap().assume_role_arn = Some(DNS_ROLE.to_owned());
     h.create("shop-role", spec).await;
@@ -569,8 +579,27 @@ async fn cross_account_role_is_assumed_for_route53_only_and_cached() {
     assert!(own.hosted_zones().iter().all(|z| !z.id().ends_with(&their_zone)), "the zone is not in the operator's account");
     assert!(cnames(&h.route53, &h.zone_id).await.is_empty(), "nothing was written with the operator's own credentials");
     assert_eq!(h.dns_proxy.calls("AssumeRole"), 1, "credentials are cached: {:?}", h.dns_proxy.all_calls());
+    let sessions: Vec<String> = h.dns_proxy.accounts().assumed().into_iter().map(|r| r.session_name).collect();
+    assert_eq!(sessions, [format!("blockwork.blockwork.{}", h.namespace)], "the session names the cluster and the namespace");
     assert!(h.dns_proxy.calls("ChangeResourceRecordSets") + h.dns_proxy.calls("GetChange") >= 2);
     assert_eq!(h.proxy.calls("AssumeRole"), 0, "CloudFront calls never use the role");
+}
+
+/// The confused deputy, closed (ADR 0014): a namespace no mapping grants a role names one that
+/// trusts the operator. It is refused naming the field, before any AWS call.
+#[tokio::test]
+async fn a_role_the_namespace_is_not_granted_is_refused_before_any_aws_call() {
+    let h = Harness::start("dt-hostile-role").await;
+    let mut spec = h.dns_spec(&["www"], &h.zone_id, 300);
+    spec.dns.as_mut().unwrap().assume_role_arn = Some("arn:aws:iam::999999999999:role/OrganizationAccountAccessRole".to_owned());
+    h.create("shop-hostile", spec).await;
+    let refused =
+        h.wait_for("shop-hostile", "Synced=False/NotGranted", |t| condition(t, "Synced").is_some_and(|c| c.1 == "NotGranted")).await;
+    let message = condition(&refused, "Synced").unwrap().2;
+    assert!(message.starts_with("spec.dns.assumeRoleArn") && message.contains("assume no role"), "{message}");
+    assert!(!message.contains("999999999999"), "{message}");
+    assert!(h.dns_proxy.all_calls().is_empty(), "nothing reached Route 53 or STS: {:?}", h.dns_proxy.all_calls());
+    assert!(h.proxy.all_calls().is_empty(), "nothing reached CloudFront: {:?}", h.proxy.all_calls());
 }
 
 #[tokio::test]

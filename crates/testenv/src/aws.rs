@@ -33,6 +33,46 @@ pub async fn sdk_config(endpoint: &str) -> aws_config::SdkConfig {
         .await
 }
 
+/// An SDK configuration for `endpoint` acting as `role_arn`: AssumeRole through the endpoint's
+/// STS (moto puts the role's calls in the role's account, as AWS does), static credentials after.
+/// For a test that prepares or reads what is in another account.
+pub async fn as_role(endpoint: &str, role_arn: &str) -> aws_config::SdkConfig {
+    let config = sdk_config(endpoint).await;
+    let assumed = aws_sdk_sts::Client::new(&config).assume_role().role_arn(role_arn).role_session_name("test").send().await;
+    let assumed = expect("AssumeRole", assumed);
+    let credentials = expect("credentials", assumed.credentials().ok_or("no credentials"));
+    let provider = aws_sdk_sts::config::Credentials::new(
+        credentials.access_key_id(),
+        credentials.secret_access_key(),
+        Some(credentials.session_token().to_owned()),
+        None,
+        "test",
+    );
+    config.to_builder().credentials_provider(aws_sdk_sts::config::SharedCredentialsProvider::new(provider)).build()
+}
+
+/// An SDK configuration for MiniStack at `endpoint` acting in `account`: MiniStack takes a
+/// 12-digit access key as the account (it checks no signature), as the fault proxy presents an
+/// assumed role's key ([`crate::fault_proxy::FaultProxy::present_accounts`]). For preparing and
+/// reading what a test's account holds.
+pub async fn in_ministack_account(endpoint: &str, account: &str) -> aws_config::SdkConfig {
+    aws_config::defaults(BehaviorVersion::latest())
+        .endpoint_url(endpoint)
+        .region(aws_config::Region::new("us-east-1"))
+        .credentials_provider(aws_sdk_route53::config::Credentials::new(account, "test", None, None, "test"))
+        .retry_config(RetryConfig::disabled())
+        .load()
+        .await
+}
+
+/// A 12-digit account id of a test's own: tests that fault or throttle an account do not touch
+/// one another's.
+pub fn fresh_account() -> String {
+    use rand::Rng as _;
+    let mut rng = rand::rng();
+    format!("7{:011}", rng.random_range(0..100_000_000_000u64))
+}
+
 /// The AWS layer of a controller under test: quotas far above what a test needs (the quota
 /// model has tests of its own), three quick retries, quick background batches. Endpoints are
 /// the test's to set.

@@ -24,11 +24,20 @@ pub struct Emulator {
 }
 
 static MOTO: OnceCell<Emulator> = OnceCell::const_new();
+static ACCOUNTS_MOTO: OnceCell<Emulator> = OnceCell::const_new();
 static MINISTACK: OnceCell<Emulator> = OnceCell::const_new();
 
 /// The moto server shared by the tests of this binary, answering as [`ACCOUNT_ID`].
 pub async fn moto() -> Result<&'static Emulator, Error> {
     MOTO.get_or_try_init(|| start_moto("moto", Some(ACCOUNT_ID), Ipv4Addr::LOCALHOST, Moto::Plain)).await
+}
+
+/// The moto server shared by the tests of this binary whose AssumeRole switches accounts, as AWS
+/// does: calls with a role's credentials act in the role's account (the operator's own
+/// credentials in [`ACCOUNT_ID`]). For tests of which account something lands in; each uses
+/// accounts of its own (`crate::aws::fresh_account`).
+pub async fn accounts_moto() -> Result<&'static Emulator, Error> {
+    ACCOUNTS_MOTO.get_or_try_init(|| start_moto("moto-accounts", None, Ipv4Addr::LOCALHOST, Moto::Plain)).await
 }
 
 /// The MiniStack server shared by the tests of this binary, answering as [`ACCOUNT_ID`].

@@ -37,6 +37,11 @@
 //!   from a private CA that is not `ACTIVE` (or does not exist) makes a `FAILED` certificate with
 //!   ACM's failure reason `PCA_INVALID_STATE` (`PCA_RESOURCE_NOT_FOUND`), as ACM does; moto
 //!   issues it whatever the CA's state.
+//! - **Accounts** ([`crate::accounts`]): the account of each request's key, learnt from the
+//!   AssumeRole answers passing through (shared between proxies with
+//!   [`FaultProxy::start_with_accounts`]): faults for one account only
+//!   ([`FaultProxy::inject_for_account`]), throttling buckets per account as AWS keeps them, a
+//!   role's trust policy checking the ExternalId, and MiniStack told a session's account.
 //! - **Route 53's DELETE matches the current values** (always on): AWS refuses a change batch
 //!   whose DELETE names a record set that is gone or whose TTL or values differ from the
 //!   current ones (`InvalidChangeBatch`); moto accepts a DELETE whose values matched *any* past
@@ -66,6 +71,7 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::Notify;
 use tokio::task::JoinHandle;
 
+pub use crate::accounts::AccountBook;
 pub use crate::process::Error;
 
 /// Which calls a fault applies to.
@@ -201,6 +207,8 @@ impl Dice {
 
 #[derive(Default)]
 struct State {
+    /// Faults for calls made in one account: (account, operation, fault, times left).
+    account_faults: Vec<(String, Operation, Fault, usize)>,
     faults: Vec<(Operation, Fault, usize)>,
     random: Option<Dice>,
     calls: HashMap<String, usize>,
@@ -211,6 +219,9 @@ struct State {
     certificate_statuses: HashMap<String, CertificateFacts>,
     /// ACM certificate ARN → the body ACM issued for it over moto's ([`crate::issuance`]).
     issued: HashMap<String, crate::issuance::Shared>,
+    accounts: AccountBook,
+    /// Present keys of a known account as the account id (for MiniStack).
+    present_accounts: bool,
 }
 
 /// Stops serving when dropped.
@@ -232,15 +243,25 @@ impl FaultProxy {
     /// Starts a proxy to `upstream` (e.g. an [`Emulator`](crate::emulators::Emulator)'s
     /// endpoint) on the current tokio runtime.
     pub async fn start(upstream: &str) -> Result<Self, Error> {
-        Self::start_on(std::net::Ipv4Addr::LOCALHOST, upstream).await
+        Self::start_bound(std::net::Ipv4Addr::LOCALHOST, upstream, AccountBook::default()).await
     }
 
     /// Starts a proxy to `upstream` listening on `host` (the end-to-end suite binds the node's
     /// bridge address, where pods reach it).
     pub async fn start_on(host: std::net::Ipv4Addr, upstream: &str) -> Result<Self, Error> {
+        Self::start_bound(host, upstream, AccountBook::default()).await
+    }
+
+    /// A proxy to `upstream` that shares what it learns of accounts with the other proxies of
+    /// `accounts` (e.g. STS through one proxy, CloudFront through another).
+    pub async fn start_with_accounts(upstream: &str, accounts: AccountBook) -> Result<Self, Error> {
+        Self::start_bound(std::net::Ipv4Addr::LOCALHOST, upstream, accounts).await
+    }
+
+    async fn start_bound(host: std::net::Ipv4Addr, upstream: &str, accounts: AccountBook) -> Result<Self, Error> {
         let listener = TcpListener::bind((host, 0)).await?;
         let address = listener.local_addr()?;
-        let state = Arc::new(Mutex::new(State::default()));
+        let state = Arc::new(Mutex::new(State { accounts, ..State::default() }));
         let upstream: Arc<str> = Arc::from(upstream.trim_end_matches('/'));
         let client: Client<HttpConnector, Full<Bytes>> = Client::builder(TokioExecutor::new()).build_http();
         let shared = Arc::clone(&state);
@@ -264,6 +285,24 @@ impl FaultProxy {
     /// order they were injected.
     pub fn inject(&self, operation: Operation, fault: Fault, times: usize) {
         self.lock().faults.push((operation, fault, times));
+    }
+
+    /// Answers the next `times` calls matching `operation` made in `account` (by an assumed
+    /// role's key the proxy saw issued) with `fault`; they come before other faults.
+    pub fn inject_for_account(&self, account: &str, operation: Operation, fault: Fault, times: usize) {
+        self.lock().account_faults.push((account.to_owned(), operation, fault, times));
+    }
+
+    /// What this proxy (and those sharing it) learnt of accounts: the AssumeRoles asked, the
+    /// roles that require an ExternalId.
+    pub fn accounts(&self) -> AccountBook {
+        self.lock().accounts.clone()
+    }
+
+    /// From now on, a request signed with an assumed role's key goes on signed with its
+    /// account's id as the key: how MiniStack tells accounts apart.
+    pub fn present_accounts(&self) {
+        self.lock().present_accounts = true;
     }
 
     /// How many requests of `operation` arrived (faulted or forwarded).
@@ -369,8 +408,11 @@ impl FaultProxy {
         self.lock().issued.get(arn).map(|issued| (**issued).clone())
     }
 
+    /// Forgets every fault, count, quota and issued body; keeps what it knows of accounts.
     pub fn clear(&self) {
-        *self.lock() = State::default();
+        let mut state = self.lock();
+        let (accounts, present_accounts) = (state.accounts.clone(), state.present_accounts);
+        *state = State { accounts, present_accounts, ..State::default() };
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, State> {
@@ -420,21 +462,47 @@ async fn serve(mut stream: TcpStream, state: Arc<Mutex<State>>, upstream: Arc<st
 
 /// The answer to one call; `None` resets the connection.
 async fn handle(request: Request<Incoming>, state: &Mutex<State>, upstream: &str, client: &Upstream) -> Option<Response<Full<Bytes>>> {
-    let (parts, body) = request.into_parts();
+    let (mut parts, body) = request.into_parts();
     let body = match body.collect().await {
         Ok(collected) => collected.to_bytes(),
         Err(e) => return Some(plain(StatusCode::BAD_REQUEST, &format!("fault proxy: reading the request: {e}"))),
     };
     let (protocol, operation) = identify(&parts, &body);
-    let (fault, statuses, issued) = {
+    let authorization = parts.headers.get(http::header::AUTHORIZATION).and_then(|v| v.to_str().ok()).unwrap_or_default().to_owned();
+    let assume_role = (operation == "AssumeRole").then(|| crate::accounts::assume_role_request(&body)).flatten();
+    let (fault, statuses, issued, book) = {
         let mut state = state.lock().unwrap_or_else(PoisonError::into_inner);
         *state.calls.entry(operation.clone()).or_default() += 1;
-        let found = state.faults.iter_mut().find(|(op, _, left)| *left > 0 && op.matches(&operation));
-        let chosen = found.map(|(_, fault, left)| {
+        let account = crate::accounts::access_key(&authorization).and_then(|key| state.accounts.account_of_key(key));
+        if state.present_accounts
+            && let Some(presented) = account.as_deref().and_then(|account| crate::accounts::with_access_key(&authorization, account))
+            && let Ok(value) = http::HeaderValue::from_str(&presented)
+        {
+            parts.headers.insert(http::header::AUTHORIZATION, value);
+        }
+        let for_account = state
+            .account_faults
+            .iter_mut()
+            .find(|(faulted, op, _, left)| *left > 0 && account.as_deref() == Some(faulted.as_str()) && op.matches(&operation));
+        let chosen = for_account.map(|(_, _, fault, left)| {
             *left -= 1;
             fault.clone()
         });
+        let found = state.faults.iter_mut().find(|(op, _, left)| *left > 0 && op.matches(&operation));
+        let chosen = chosen.or_else(|| {
+            found.map(|(_, fault, left)| {
+                *left -= 1;
+                fault.clone()
+            })
+        });
         let mut fault = chosen.or_else(|| state.random.as_mut().and_then(Dice::roll));
+        if fault.is_none()
+            && let Some(asked) = &assume_role
+            && !state.accounts.asked(asked.clone())
+        {
+            let message = crate::accounts::refusal_message(&asked.role_arn);
+            fault = Some(Fault::Custom { status: 403, code: "AccessDenied".to_owned(), message });
+        }
         if let Some(fault) = &fault {
             *state.injected.entry(fault.label()).or_default() += 1;
         }
@@ -444,8 +512,17 @@ async fn handle(request: Request<Incoming>, state: &Mutex<State>, upstream: &str
         }
         let statuses = (protocol == Protocol::Json && !state.certificate_statuses.is_empty()).then(|| state.certificate_statuses.clone());
         let issued = (protocol == Protocol::Json && !state.issued.is_empty()).then(|| state.issued.clone());
-        (fault, statuses, issued)
+        (fault, statuses, issued, state.accounts.clone())
     };
+    if let (None, Some(asked)) = (&fault, &assume_role) {
+        let (parts, answer) = forward(parts, body, upstream, client, None).await.into_parts();
+        let answer = match answer.collect().await {
+            Ok(collected) => collected.to_bytes(),
+            Err(never) => match never {},
+        };
+        book.answered(&asked.role_arn, &String::from_utf8_lossy(&answer));
+        return Some(Response::from_parts(parts, Full::new(answer)));
+    }
     if fault.is_none()
         && let Some(issued) = &issued
         && let Some(held) = certificate_arn(&body).and_then(|arn| issued.get(&arn))
@@ -490,11 +567,16 @@ async fn handle(request: Request<Incoming>, state: &Mutex<State>, upstream: &str
     })
 }
 
-/// Whether AWS's buckets (when enforced) let the request through; takes its tokens if so.
+/// Whether AWS's buckets (when enforced) let the request through; takes its tokens if so. The
+/// buckets are the account's when the proxy knows the key's account, else the key's.
 fn admitted(state: &mut State, parts: &http::request::Parts, operation: &str, body: &[u8]) -> bool {
-    let Some(throttle) = state.throttle.as_mut() else { return true };
     let authorization = parts.headers.get(http::header::AUTHORIZATION).and_then(|v| v.to_str().ok()).unwrap_or_default();
-    let Some(caller) = crate::throttle::caller(authorization) else { return true };
+    let account = crate::accounts::access_key(authorization).and_then(|key| state.accounts.account_of_key(key));
+    let Some(throttle) = state.throttle.as_mut() else { return true };
+    let Some(mut caller) = crate::throttle::caller(authorization) else { return true };
+    if let Some(account) = account {
+        caller.identity = account;
+    }
     let changes = if operation == "ChangeResourceRecordSets" { crate::throttle::changes(body) } else { 0 };
     throttle.admit(&caller, operation, changes, std::time::Instant::now())
 }

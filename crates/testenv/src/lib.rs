@@ -30,6 +30,7 @@
 //! The binaries come from `scripts/install-test-tools`, found in `$BLOCKWORK_TOOLS_DIR`
 //! (default `~/.cache/blockwork-tools`).
 
+pub mod accounts;
 pub mod aws;
 pub mod commands;
 pub mod control_plane;

@@ -12,10 +12,10 @@
 //! request takes a token from its operation's bucket and its service's account-level bucket;
 //! a ChangeResourceRecordSets also takes one token per `Change` from Route 53's change bucket.
 //!
-//! Buckets are kept per caller identity (the access key of the request's signature: an assumed
-//! role signs with keys of its own) and, for ACM, per region — AWS keys them by account and
-//! region. Two roles of one account thus get two sets here where AWS has one: the emulator is
-//! more lenient there, never stricter.
+//! Buckets are kept per account and, for ACM, per region, as AWS keys them: the fault proxy
+//! passes the account of an assumed role's key when an AssumeRole answer told it
+//! ([`crate::accounts`]), and the key itself otherwise (the operator's own credentials: one
+//! key, one account).
 
 use std::collections::HashMap;
 use std::time::Instant;
@@ -42,7 +42,8 @@ impl TokenBucket {
     }
 }
 
-/// Who a request's quota belongs to: the signing identity, the service, the region.
+/// Who a request's quota belongs to: the account (or, when unknown, the signing key), the
+/// service, the region.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct Caller {
     pub identity: String,

@@ -15,6 +15,7 @@ use zeroize::Zeroizing;
 
 use super::Acm;
 use crate::error::{AwsError, ErrorClass, classify_sdk_error};
+use crate::principal::Principal;
 
 /// Characters of the passphrase: 32 alphanumerics are ~190 bits, and ACM accepts them (it refuses
 /// some punctuation in passphrases).
@@ -37,15 +38,15 @@ impl fmt::Debug for Exported {
 }
 
 impl Acm {
-    /// ExportCertificate with a random passphrase, the key decrypted. A certificate that is not
+    /// ExportCertificate as `principal` with a random passphrase, the key decrypted. A certificate that is not
     /// exportable (a public one requested without `Options.Export`) fails with ACM's
     /// `ValidationException`, of class `Terminal`.
-    pub async fn export(&self, arn: &str) -> Result<Exported, AwsError> {
+    pub async fn export(&self, principal: &Principal, arn: &str) -> Result<Exported, AwsError> {
         const OP: &str = "ExportCertificate";
         let passphrase = passphrase();
-        let client = self.client().await;
+        let client = self.client(principal).await?;
         let output = self
-            .call(OP, || {
+            .call(principal, OP, || {
                 let call = client.export_certificate().certificate_arn(arn).passphrase(Blob::new(passphrase.as_bytes()));
                 async move { call.send().await.map_err(|e| classify_sdk_error(OP, &e)) }
             })

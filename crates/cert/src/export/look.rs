@@ -186,9 +186,12 @@ impl CertManager {
         why: &Why,
         observation: &mut CertObservation,
     ) -> Result<(), ExternalError> {
+        // Exported as the namespace's account, the one the certificate was requested in (a Cert
+        // held by a mapping change exports nothing).
+        let account = self.account(cert, observation).await?;
         // An export that fails is the Secret's problem, not the certificate's: the Cert stays
         // Ready (a load balancer may use it) and the export is tried again with the backoff.
-        let exported = self.acm.export(arn).await.map_err(|e| {
+        let exported = account.acm.export(account.principal(), arn).await.map_err(|e| {
             let error = ExternalError::from(&e);
             ExternalError::retryable("ExportFailed", format!("exporting the certificate failed: {}", error.message))
         })?;

@@ -12,6 +12,7 @@ use blockwork_aws::acm::AcmConfig;
 use blockwork_aws::{Aws, AwsConfig, AwsMetrics, Seed};
 use blockwork_cert::zones::{Zone, ZoneRegistry};
 use blockwork_cert::{Cert, CertConfig, CertMetrics, CertSpec, CertState, Timing, ValidationRecordStatus};
+use blockwork_identity::{Identities, Settings};
 use blockwork_runtime::{RequeuePolicy, RuntimeMetrics};
 use blockwork_testenv::aws::{hosted_zone, layer_config, sdk_config};
 use blockwork_testenv::emulators::moto;
@@ -45,6 +46,8 @@ pub struct Harness {
     pub certificate_authorities: Vec<String>,
     /// Direct client to moto's AWS Private CA, to set CAs up.
     pub pca: aws_sdk_acmpca::Client,
+    /// The cluster's AwsIdentity mappings, as every controller this harness starts reads them.
+    pub identities: Arc<Identities>,
 }
 
 impl Deref for Harness {
@@ -80,7 +83,7 @@ impl Harness {
 
     pub async fn start_with(prefix: &str, zones: &[&str], tweak: fn(&mut CertConfig, &mut AwsConfig)) -> Self {
         let test_namespace = TestNamespace::new(prefix).await;
-        test_namespace.plane.install_crds(&[Cert::crd()]).await.expect("Cert CRD installs");
+        test_namespace.plane.install_crds(&[Cert::crd(), blockwork_identity::crd()]).await.expect("the CRDs install");
         let moto = moto().await.expect("moto starts");
         let proxy = FaultProxy::start(&moto.endpoint()).await.expect("proxy starts");
         let direct = sdk_config(&moto.endpoint()).await;
@@ -88,13 +91,14 @@ impl Harness {
         let mut created = Vec::new();
         for label in zones {
             let name = format!("{label}.{}.test", test_namespace.namespace);
-            created.push(Zone { id: hosted_zone(&route53, &name).await, name });
+            created.push(Zone { id: hosted_zone(&route53, &name).await, name, domains: Vec::new() });
         }
         let mut registry = Registry::default();
         let metrics = CertMetrics::register(registry.sub_registry_with_prefix("cert_operator"));
         let aws_metrics = Arc::new(AwsMetrics::register(&mut registry, &[Seed::Cert]));
         let mut runtime_registry = Registry::with_prefix("blockwork");
         let runtime_metrics = RuntimeMetrics::register(&mut runtime_registry);
+        let test_namespace_client = test_namespace.plane.client();
         let mut harness = Self {
             test_namespace,
             proxy,
@@ -107,6 +111,7 @@ impl Harness {
             runtime_metrics,
             runtime_registry,
             tweak,
+            identities: Identities::new(test_namespace_client, Settings::default()),
             controller: ControllerTask::default(),
             certificate_authorities: Vec::new(),
             pca: aws_sdk_acmpca::Client::new(&direct),
@@ -155,7 +160,18 @@ impl Harness {
         let aws = Aws::with_sdk_config(aws_config, sdk_config(&self.proxy.endpoint()).await, Arc::clone(&self.aws_metrics));
         let namespaces = blockwork_runtime::Namespaces::Only(vec![self.namespace.clone()]);
         let (runtime_metrics, metrics) = (Arc::clone(&self.runtime_metrics), Arc::clone(&self.metrics));
-        self.controller.start(blockwork_cert::run(client, config, aws, runtime_metrics, metrics, namespaces, 4, std::future::pending()));
+        let identities = Arc::clone(&self.identities);
+        self.controller.start(blockwork_cert::run(
+            client,
+            config,
+            aws,
+            identities,
+            runtime_metrics,
+            metrics,
+            namespaces,
+            4,
+            std::future::pending(),
+        ));
     }
 
     /// The text exposition of the harness's Cert metrics.

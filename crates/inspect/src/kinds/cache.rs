@@ -98,7 +98,7 @@ pub fn cache(cache: &Cache, events: &[Event], objects: &CacheObjects, now: Times
     } else {
         report.owned.push(Owned {
             kind: "StatefulSet".into(),
-            name: blockwork_cache::build::resource_name(cache),
+            name: blockwork_cache::shape::resource_name(cache),
             state: "missing".into(),
             ready: false,
         });

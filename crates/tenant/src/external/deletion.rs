@@ -4,7 +4,11 @@
 //! are deleted in the same call; records in a hosted zone that does not exist are gone; only
 //! answers that leave something unknown fail the call, naming what.
 
+use blockwork_aws::Principal;
+use blockwork_aws::mask_accounts;
+use blockwork_identity::placement::AWS_IDENTITY_CHANGED;
 use blockwork_runtime::{Conditions, DeleteOutcome, Existence, ExternalError, Request, VerifyOutcome};
+use kube::runtime::events::EventType;
 use kube::{Resource, ResourceExt};
 use tracing::warn;
 
@@ -21,10 +25,11 @@ use super::manager::{Desired, ETAG_ATTEMPTS, TENANT_NAME_TAKEN, TenantManager};
 impl<C: CloudFront + Acm, D: DnsRecords> TenantManager<C, D> {
     pub(super) async fn verify_deletion(
         &self,
+        principal: &Principal,
         request: &Request<'_, DistributionTenant>,
         observation: &mut TenantObservation,
     ) -> VerifyOutcome {
-        let tenant = match self.observe(request.object, request.idempotency_token, observation).await {
+        let tenant = match self.observe(principal, request.object, request.idempotency_token, observation).await {
             Ok(tenant) => tenant,
             // Not ours: nothing of this object's to delete.
             Err(error) if error.reason == TENANT_NAME_TAKEN => return VerifyOutcome::Missing,
@@ -43,6 +48,25 @@ impl<C: CloudFront + Acm, D: DnsRecords> TenantManager<C, D> {
         }
     }
 
+    /// A tenant being deleted while held by a mapping change: released without touching either
+    /// account; a Warning event names what stays in the old one (accounts masked).
+    pub(super) async fn release_held(&self, request: &Request<'_, DistributionTenant>, observation: &mut TenantObservation) {
+        let tenant = observation.arn.as_deref().map_or_else(|| "its tenant".to_owned(), |arn| format!("tenant {}", mask_accounts(arn)));
+        let before = observation.aws_identity.as_deref().unwrap_or("it acted as before");
+        let records = if observation.dns_records.is_empty() {
+            String::new()
+        } else {
+            format!(" and the CNAME records of {}", observation.dns_records.join(", "))
+        };
+        let note = format!(
+            "released without deleting: its namespace acts in another account now; {tenant}{records} stay in the account of AwsIdentity {before}: delete them there, or map the namespace back and delete the DistributionTenant again"
+        );
+        self.events.publish(&request.object.object_ref(&()), EventType::Warning, AWS_IDENTITY_CHANGED, "Release", &note).await;
+        warn!(tenant = %request.object.name_any(), "{note}");
+        forget(observation);
+        observation.dns_records.clear();
+    }
+
     pub(super) async fn deleting(
         &self,
         request: &Request<'_, DistributionTenant, Desired<D>>,
@@ -50,7 +74,8 @@ impl<C: CloudFront + Acm, D: DnsRecords> TenantManager<C, D> {
         conditions: &mut Conditions,
     ) -> DeleteOutcome {
         let object = request.object;
-        let tenant = match self.observe(object, request.idempotency_token, observation).await {
+        let principal = &request.derived.principal;
+        let tenant = match self.observe(principal, object, request.idempotency_token, observation).await {
             Ok(tenant) => tenant,
             Err(error) if error.reason == TENANT_NAME_TAKEN => return DeleteOutcome::Succeeded,
             Err(error) => return DeleteOutcome::Error(error.concerning(tenant_named(object, observation))),
@@ -61,9 +86,9 @@ impl<C: CloudFront + Acm, D: DnsRecords> TenantManager<C, D> {
         let dns_remain = dns_records_remain(&object.spec, observation);
         let step = deletion_step(tenant.as_ref().map(observed), dns_remain);
         let done = match (step, tenant) {
-            (DeletionStep::Disable, Some(tenant)) => self.disable(&tenant, observation).await,
+            (DeletionStep::Disable, Some(tenant)) => self.disable(principal, &tenant, observation).await,
             (DeletionStep::DeleteTenant, Some(tenant)) => {
-                self.delete_with_etag(&tenant.id, tenant.e_tag.clone()).await.map(|()| DeleteOutcome::Succeeded)
+                self.delete_with_etag(principal, &tenant.id, tenant.e_tag.clone()).await.map(|()| DeleteOutcome::Succeeded)
             }
             (DeletionStep::WaitForDeployed, _) => Ok(DeleteOutcome::AwaitingVerification),
             (DeletionStep::DeleteDns | DeletionStep::Done, _) | (DeletionStep::Disable | DeletionStep::DeleteTenant, None) => {
@@ -91,10 +116,15 @@ impl<C: CloudFront + Acm, D: DnsRecords> TenantManager<C, D> {
         }
     }
 
-    async fn disable(&self, tenant: &ObservedTenant, observation: &mut TenantObservation) -> Result<DeleteOutcome, ExternalError> {
+    async fn disable(
+        &self,
+        principal: &Principal,
+        tenant: &ObservedTenant,
+        observation: &mut TenantObservation,
+    ) -> Result<DeleteOutcome, ExternalError> {
         let disabled = TenantConfig { enabled: false, ..tenant.config.clone() };
         let write = TenantWrite { config: &disabled, managed_certificate_request: None };
-        let updated = self.update_with_etag(&tenant.id, tenant.e_tag.clone(), write).await?;
+        let updated = self.update_with_etag(principal, &tenant.id, tenant.e_tag.clone(), write).await?;
         record(observation, &updated);
         Ok(DeleteOutcome::AwaitingVerification)
     }
@@ -114,11 +144,11 @@ impl<C: CloudFront + Acm, D: DnsRecords> TenantManager<C, D> {
             return Ok(());
         }
         let owned = observation.dns_records.clone();
-        let what = format!("the CNAME records of {} in hosted zone {}", owned.join(", "), dns.zone.hosted_zone_id);
+        let what = format!("the CNAME records of {} in hosted zone {}", owned.join(", "), dns.zone.config.hosted_zone_id);
         let group = object.spec.connection_group_id.as_deref();
         let target = match observation.dns_target.clone() {
             Some(target) => Some(target),
-            None => match self.routing_endpoint(group).await {
+            None => match self.routing_endpoint(&request.derived.principal, group).await {
                 Ok(target) => Some(target),
                 // No routing endpoint was recorded and the connection group does not exist: no
                 // record can be told to be ours (the ownership rule needs the value written),
@@ -145,14 +175,14 @@ impl<C: CloudFront + Acm, D: DnsRecords> TenantManager<C, D> {
         Ok(())
     }
 
-    async fn delete_with_etag(&self, id: &str, e_tag: Option<String>) -> Result<(), ExternalError> {
+    async fn delete_with_etag(&self, principal: &Principal, id: &str, e_tag: Option<String>) -> Result<(), ExternalError> {
         let mut e_tag = e_tag;
         for _ in 0..ETAG_ATTEMPTS {
             let current = match e_tag.take() {
                 Some(tag) => tag,
-                None => self.refetch_etag(id).await?,
+                None => self.refetch_etag(principal, id).await?,
             };
-            match self.cloudfront.delete_tenant(id, &current).await {
+            match self.cloudfront.delete_tenant(principal, id, &current).await {
                 Ok(()) => return Ok(()),
                 Err(error) => {
                     let classified = self.cloudfront_error(&error, CallContext::default());

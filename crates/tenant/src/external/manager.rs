@@ -1,20 +1,24 @@
-//! The tenant manager: the CloudFront and ACM clients, the DNS implementation, the caches, and
-//! the reads (and ETag-guarded writes) every call shares.
+//! The tenant manager: the CloudFront and ACM clients, the DNS implementation, the mappings of
+//! namespaces to AWS identities, the caches (per identity: distributions, certificates and
+//! connection groups are the account's), and the reads (and ETag-guarded writes) every call
+//! shares, each as the tenant's namespace's principal (ADR 0014).
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use blockwork_aws::cache::Cached;
-use blockwork_aws::{AwsError, AwsMetrics};
-use blockwork_runtime::{Conditions, ExternalError};
+use blockwork_aws::{Aws, AwsError, Principal};
+use blockwork_identity::placement::{Placement, placement};
+use blockwork_identity::{Identities, Refusal, tenant_zone};
+use blockwork_runtime::{Conditions, ExternalError, Publisher};
 use kube::ResourceExt;
 use tracing::warn;
 
-use crate::api::{DistributionTenant, DistributionTenantSpec, DnsConfig, TenantObservation};
+use crate::api::{DistributionTenant, DistributionTenantSpec, TenantObservation};
 use crate::classify::{CallContext, Category, Classified, classify_cloudfront, validation};
 use crate::cloudfront::{Acm, CloudFront, ObservedTenant, TenantWrite};
 use crate::diff::TenantConfig;
-use crate::dns::DnsRecords;
+use crate::dns::{DnsRecords, DnsZone};
 use crate::lifecycle::CertificateStep;
 use crate::metrics::TenantMetrics;
 use crate::validate::{DistributionRules, check_certificate_coverage, validate_against};
@@ -50,21 +54,40 @@ pub struct TenantManager<C, D> {
     /// [`Desired`].
     dns: Option<Arc<D>>,
     pub(super) metrics: Arc<TenantMetrics>,
-    /// By distribution id; a distribution that does not exist is not remembered.
-    distributions: Cached<String, DistributionRules>,
-    /// By certificate ARN: its domain name and subject alternative names.
-    certificate_names: Cached<String, Vec<String>>,
-    /// By connection group id (`""`: the account's default group): its routing endpoint.
-    routing_endpoints: Cached<String, String>,
+    /// Which identity each namespace acts as, and where its records may go.
+    identities: Arc<Identities>,
+    /// Tells the account an identity acts in (to hold a tenant whose mapping moved it).
+    aws: Arc<Aws>,
+    /// Tells what a tenant released while held by a mapping change leaves in AWS.
+    pub(super) events: Publisher,
+    /// By identity and distribution id; a distribution that does not exist is not remembered.
+    distributions: Cached<(String, String), DistributionRules>,
+    /// By identity and certificate ARN: its domain name and subject alternative names.
+    certificate_names: Cached<(String, String), Vec<String>>,
+    /// By identity and connection group id (`""`: the account's default group): its routing
+    /// endpoint.
+    routing_endpoints: Cached<(String, String), String>,
 }
 
 impl<C: CloudFront + Acm, D: DnsRecords> TenantManager<C, D> {
-    /// `aws_metrics`: where the caches count their hits and misses.
-    pub fn new(cloudfront: C, dns: Option<D>, metrics: Arc<TenantMetrics>, aws_metrics: &Arc<AwsMetrics>) -> Self {
+    /// `aws`: the process's layer, whose metrics count the caches' hits and misses, and which
+    /// tells the account an identity acts in; `client`: where events go.
+    pub fn new(
+        cloudfront: C,
+        dns: Option<D>,
+        identities: Arc<Identities>,
+        metrics: Arc<TenantMetrics>,
+        aws: &Arc<Aws>,
+        client: kube::Client,
+    ) -> Self {
+        let aws_metrics = aws.metrics();
         Self {
             cloudfront,
             dns: dns.map(Arc::new),
             metrics,
+            identities,
+            aws: Arc::clone(aws),
+            events: Publisher::new(client, format!("blockwork-{}", crate::CONTROLLER)),
             distributions: Cached::new(aws_metrics, crate::CONTROLLER, "cloudfront-distribution", DISTRIBUTION_TTL, CACHE_ENTRIES),
             certificate_names: Cached::new(aws_metrics, crate::CONTROLLER, "acm-certificate-names", CERTIFICATE_NAMES_TTL, CACHE_ENTRIES),
             routing_endpoints: Cached::new(
@@ -82,17 +105,17 @@ impl<C: CloudFront + Acm, D: DnsRecords> TenantManager<C, D> {
     /// alone is validated once per reconcile, by `verify`: the runtime calls `create` and `update`
     /// only after `verify` of the same reconcile, and it returns `Missing` or `UpdateRequired`
     /// only for a valid spec.
-    pub(super) async fn check_before_writing(&self, spec: &DistributionTenantSpec) -> Result<(), ExternalError> {
-        let distribution = self.distribution(&spec.distribution_id).await?;
+    pub(super) async fn check_before_writing(&self, principal: &Principal, spec: &DistributionTenantSpec) -> Result<(), ExternalError> {
+        let distribution = self.distribution(principal, &spec.distribution_id).await?;
         validate_against(spec, &distribution).map_err(|invalid| validation(&invalid).error)?;
-        self.check_coverage(spec).await
+        self.check_coverage(principal, spec).await
     }
 
     /// The distribution's rules, cached for [`DISTRIBUTION_TTL`]; concurrent reconciles of
     /// tenants of one distribution share one read. Failures are not cached.
-    pub(super) async fn distribution(&self, id: &str) -> Result<DistributionRules, ExternalError> {
+    pub(super) async fn distribution(&self, principal: &Principal, id: &str) -> Result<DistributionRules, ExternalError> {
         let read = async {
-            match self.cloudfront.distribution(id).await {
+            match self.cloudfront.distribution(principal, id).await {
                 Ok(Some(rules)) => Ok(rules),
                 // Not counted: like any invalid spec, it needs the user, not AWS.
                 Ok(None) => Err(ExternalError::terminal(
@@ -102,7 +125,7 @@ impl<C: CloudFront + Acm, D: DnsRecords> TenantManager<C, D> {
                 Err(error) => Err(self.cloudfront_error(&error, CallContext::default()).error),
             }
         };
-        self.distributions.get_or_load(id, read).await
+        self.distributions.get_or_load(&(principal.identity().to_owned(), id.to_owned()), read).await
     }
 
     /// Classifies and counts a failed CloudFront call.
@@ -118,6 +141,7 @@ impl<C: CloudFront + Acm, D: DnsRecords> TenantManager<C, D> {
     /// ETag mismatch → re-fetch and retry, not counted as an error).
     pub(super) async fn update_with_etag(
         &self,
+        principal: &Principal,
         id: &str,
         e_tag: Option<String>,
         write: TenantWrite<'_>,
@@ -126,9 +150,9 @@ impl<C: CloudFront + Acm, D: DnsRecords> TenantManager<C, D> {
         for _ in 0..ETAG_ATTEMPTS {
             let current = match e_tag.take() {
                 Some(tag) => tag,
-                None => self.refetch_etag(id).await?,
+                None => self.refetch_etag(principal, id).await?,
             };
-            match self.cloudfront.update_tenant(id, &current, write).await {
+            match self.cloudfront.update_tenant(principal, id, &current, write).await {
                 Ok(tenant) => return Ok(tenant),
                 Err(error) => {
                     let classified = self.cloudfront_error(&error, CallContext::default());
@@ -141,8 +165,8 @@ impl<C: CloudFront + Acm, D: DnsRecords> TenantManager<C, D> {
         Err(ExternalError::retryable("PreconditionFailed", "the tenant kept changing while it was being updated; retrying"))
     }
 
-    pub(super) async fn refetch_etag(&self, id: &str) -> Result<String, ExternalError> {
-        match self.cloudfront.get_tenant(id).await {
+    pub(super) async fn refetch_etag(&self, principal: &Principal, id: &str) -> Result<String, ExternalError> {
+        match self.cloudfront.get_tenant(principal, id).await {
             Ok(Some(ObservedTenant { e_tag: Some(tag), .. })) => Ok(tag),
             Ok(Some(_)) => Err(ExternalError::retryable("MissingETag", "CloudFront returned the tenant without an ETag")),
             Ok(None) => Err(ExternalError::not_found("EntityNotFound", "the distribution tenant no longer exists")),
@@ -155,14 +179,18 @@ impl<C: CloudFront + Acm, D: DnsRecords> TenantManager<C, D> {
     /// someone else made is never adopted, updated or deleted.
     pub(super) async fn observe(
         &self,
+        principal: &Principal,
         object: &DistributionTenant,
         idempotency_token: &str,
         observation: &TenantObservation,
     ) -> Result<Option<ObservedTenant>, ExternalError> {
         let by_name = observation.id.is_none();
         let identifier = observation.id.clone().unwrap_or_else(|| object.name_any());
-        let tenant =
-            self.cloudfront.get_tenant(&identifier).await.map_err(|error| self.cloudfront_error(&error, CallContext::default()).error)?;
+        let tenant = self
+            .cloudfront
+            .get_tenant(principal, &identifier)
+            .await
+            .map_err(|error| self.cloudfront_error(&error, CallContext::default()).error)?;
         match tenant {
             Some(tenant) if by_name && tenant.owner.as_deref() != Some(idempotency_token) => Err(name_taken(&identifier)),
             other => Ok(other),
@@ -174,14 +202,15 @@ impl<C: CloudFront + Acm, D: DnsRecords> TenantManager<C, D> {
     /// something is about to be written, and its answer is reused for
     /// [`CERTIFICATE_NAMES_TTL`], so a DNS-first create reads it once. A certificate CloudFront
     /// manages was requested for the tenant's domains, so it is not checked (as in seed 001).
-    pub(super) async fn check_coverage(&self, spec: &DistributionTenantSpec) -> Result<(), ExternalError> {
+    pub(super) async fn check_coverage(&self, principal: &Principal, spec: &DistributionTenantSpec) -> Result<(), ExternalError> {
         if spec.managed_certificate_request.is_some() {
             return Ok(());
         }
         let Some(arn) = spec.customizations.as_ref().and_then(|c| c.certificate.as_ref()).map(|c| c.arn.as_str()) else {
             return Ok(());
         };
-        let names = match self.certificate_names.get_or_load(arn, self.cloudfront.certificate_names(arn)).await {
+        let key = (principal.identity().to_owned(), arn.to_owned());
+        let names = match self.certificate_names.get_or_load(&key, self.cloudfront.certificate_names(principal, arn)).await {
             Ok(names) => names,
             // A certificate that does not exist will not start to by retrying.
             Err(error) if error.class == blockwork_aws::ErrorClass::NotFound => {
@@ -192,17 +221,71 @@ impl<C: CloudFront + Acm, D: DnsRecords> TenantManager<C, D> {
         check_certificate_coverage(spec, &names).map_err(|mismatch| validation(&mismatch).error)
     }
 
-    /// What the calls of one reconcile act on, derived from the spec once, by `verify`.
-    pub(super) fn desired(&self, spec: &DistributionTenantSpec) -> Desired<D> {
-        let dns = match (&spec.dns, &self.dns) {
-            (Some(zone), Some(records)) => Some(ManagedDns { records: Arc::clone(records), zone: zone.clone() }),
-            _ => None,
+    /// What the calls of one reconcile act on, derived from the object once, by `verify`: its
+    /// namespace's identity and, with `spec.dns`, the zone as the grant reaches it. A refusal —
+    /// no identity for the namespace, or `spec.dns` outside its grant — comes back with nothing
+    /// to act on, before any AWS call.
+    pub(super) async fn desired(
+        &self,
+        object: &DistributionTenant,
+        observation: &TenantObservation,
+    ) -> (Desired<D>, Option<ExternalError>) {
+        let spec = &object.spec;
+        let config = TenantConfig::desired(spec);
+        let grant = match self.identities.grant(&object.namespace().unwrap_or_default(), &[]).await {
+            Ok(grant) => grant,
+            Err(refusal) => {
+                return (Desired { principal: Principal::operator(), identity: None, config, dns: None }, Some(refused(&refusal)));
+            }
         };
-        Desired { config: TenantConfig::desired(spec), dns }
+        let mut desired = Desired { principal: grant.principal.clone(), identity: Some(grant.identity.to_string()), config, dns: None };
+        if let Some(moved) = self.moved(&grant, observation).await {
+            // The status keeps naming the identity the tenant was made with.
+            desired.identity = None;
+            return (desired, Some(moved));
+        }
+        if let (Some(zone), Some(records)) = (&spec.dns, &self.dns) {
+            let domains = desired.domains();
+            match tenant_zone(&grant, &zone.hosted_zone_id, zone.assume_role_arn.as_deref(), &domains) {
+                Ok(granted) => {
+                    let zone = DnsZone { config: zone.clone(), principal: granted.principal };
+                    desired.dns = Some(ManagedDns { records: Arc::clone(records), zone });
+                }
+                Err(refusal) => return (desired, Some(ExternalError::terminal(NOT_GRANTED, refusal.to_string()))),
+            }
+        }
+        (desired, None)
+    }
+
+    /// Why the tenant is held, if its namespace's mapping moved it to another account than the
+    /// one its tenant is in (its ARN names it); nothing is compared for a tenant not made yet,
+    /// or acting as the operator's own identity as before.
+    async fn moved(&self, grant: &blockwork_identity::Grant, observation: &TenantObservation) -> Option<ExternalError> {
+        let (before, now) = (observation.aws_identity.as_deref(), &*grant.identity);
+        let same = before == Some(now);
+        let held: Vec<&str> = observation.arn.iter().map(String::as_str).collect();
+        let current = match held.is_empty() || (same && grant.principal.role().is_none()) {
+            true => None,
+            false => self.aws.account_id(crate::CONTROLLER, &grant.principal).await,
+        };
+        match placement(held.iter().copied(), current.as_deref()) {
+            Placement::Elsewhere => {
+                Some(blockwork_identity::placement::held("DistributionTenant", "its tenant", before, &grant.describe()))
+            }
+            Placement::Unknown if !same => Some(ExternalError::retryable(
+                "AwsIdentityAccountUnknown",
+                format!(
+                    "the namespace now acts as {}, whose account could not be told yet (STS GetCallerIdentity); retried",
+                    grant.describe()
+                ),
+            )),
+            Placement::Here | Placement::Unknown => None,
+        }
     }
 
     pub(super) async fn follow_certificate(
         &self,
+        principal: &Principal,
         spec: &DistributionTenantSpec,
         tenant: &ObservedTenant,
         observation: &mut TenantObservation,
@@ -213,8 +296,11 @@ impl<C: CloudFront + Acm, D: DnsRecords> TenantManager<C, D> {
             observation.managed_certificate_status = None;
             return Ok(CertificateStep::NotRequested);
         }
-        let details =
-            self.cloudfront.managed_certificate(&tenant.id).await.map_err(|e| self.cloudfront_error(&e, CallContext::default()).error)?;
+        let details = self
+            .cloudfront
+            .managed_certificate(principal, &tenant.id)
+            .await
+            .map_err(|e| self.cloudfront_error(&e, CallContext::default()).error)?;
         observation.managed_certificate_status = details.as_ref().map(|d| d.status.clone());
         observation.certificate_arn = details.and_then(|d| d.arn);
         let step = certificate_progress(spec, observation, conditions, tenant.config.certificate_arn.as_deref(), generation);
@@ -226,17 +312,22 @@ impl<C: CloudFront + Acm, D: DnsRecords> TenantManager<C, D> {
 
     /// The connection group's routing endpoint (`None`: the account's default group), cached
     /// for [`ROUTING_ENDPOINT_TTL`]; concurrent lookups of one group share one call.
-    pub(super) async fn routing_endpoint(&self, connection_group_id: Option<&str>) -> Result<String, AwsError> {
-        let group = connection_group_id.unwrap_or_default();
-        self.routing_endpoints.get_or_load(group, self.cloudfront.routing_endpoint(connection_group_id)).await
+    pub(super) async fn routing_endpoint(&self, principal: &Principal, connection_group_id: Option<&str>) -> Result<String, AwsError> {
+        let key = (principal.identity().to_owned(), connection_group_id.unwrap_or_default().to_owned());
+        self.routing_endpoints.get_or_load(&key, self.cloudfront.routing_endpoint(principal, connection_group_id)).await
     }
 
     /// Best effort: the CNAME target users (or the DNS step) point the domains at.
-    pub(super) async fn resolve_dns_target(&self, connection_group_id: Option<&str>, observation: &mut TenantObservation) {
+    pub(super) async fn resolve_dns_target(
+        &self,
+        principal: &Principal,
+        connection_group_id: Option<&str>,
+        observation: &mut TenantObservation,
+    ) {
         if observation.dns_target.is_some() {
             return;
         }
-        match self.routing_endpoint(connection_group_id).await {
+        match self.routing_endpoint(principal, connection_group_id).await {
             Ok(target) => observation.dns_target = Some(target),
             Err(error) => {
                 // Not worth failing the reconcile: the next verify tries again.
@@ -249,6 +340,10 @@ impl<C: CloudFront + Acm, D: DnsRecords> TenantManager<C, D> {
 /// What `verify` derives from the spec once per reconcile, and the runtime hands to the calls
 /// after it (`ExternalResource::Derived`): they act on the same value instead of deriving it again.
 pub struct Desired<D> {
+    /// Who the calls act as: the namespace's identity.
+    pub(super) principal: Principal,
+    /// Its name (`operator`: the operator's own), for the status; `None` when refused.
+    pub(super) identity: Option<String>,
     /// The tenant configuration the spec asks for.
     pub(super) config: TenantConfig,
     /// Where the tenant's CNAME records are managed: `None` without `spec.dns` (or without DNS
@@ -263,10 +358,11 @@ impl<D> Desired<D> {
     }
 }
 
-/// The records' hosted zone (`spec.dns`) and the DNS implementation that writes them.
+/// The records' hosted zone (`spec.dns`, reached as the grant says) and the DNS implementation
+/// that writes them.
 pub(super) struct ManagedDns<D> {
     pub(super) records: Arc<D>,
-    pub(super) zone: DnsConfig,
+    pub(super) zone: DnsZone,
 }
 
 /// The writes `verify` finds needed, which the runtime allows or holds
@@ -282,6 +378,16 @@ pub enum TenantUpkeep {
 pub(super) const TENANT_NAME_TAKEN: &str = "TenantNameTaken";
 
 const DISTRIBUTION_NOT_FOUND: &str = "DistributionNotFound";
+
+/// `spec.dns` names a zone, role or domain the namespace's grant does not give.
+pub(super) const NOT_GRANTED: &str = "NotGranted";
+
+/// A namespace's refusal as the runtime sees it: needs a person, except while the mappings are
+/// being read.
+fn refused(refusal: &Refusal) -> ExternalError {
+    let class = if refusal.is_transient() { blockwork_runtime::ErrorClass::Retryable } else { blockwork_runtime::ErrorClass::Terminal };
+    ExternalError::new(class, refusal.reason(), refusal.to_string())
+}
 
 pub(super) fn name_taken(name: &str) -> ExternalError {
     ExternalError::terminal(

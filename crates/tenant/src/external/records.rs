@@ -1,7 +1,7 @@
 //! The DNS steps of the calls: the records first on create (seed 001's DNS-first), following the
 //! last change until it is in sync, the records' target, and DNS errors as conditions.
 
-use blockwork_aws::AwsError;
+use blockwork_aws::{AwsError, Principal};
 use blockwork_runtime::{Conditions, ExternalError};
 use kube::Resource;
 
@@ -29,6 +29,7 @@ impl<C: CloudFront + Acm, D: DnsRecords> TenantManager<C, D> {
     /// when the tenant may be created now.
     pub(super) async fn dns_first(
         &self,
+        principal: &Principal,
         dns: &ManagedDns<D>,
         domains: &[String],
         object: &DistributionTenant,
@@ -39,7 +40,7 @@ impl<C: CloudFront + Acm, D: DnsRecords> TenantManager<C, D> {
         let generation = object.meta().generation;
         let group = spec.connection_group_id.as_deref();
         let context = CallContext { connection_group_lookup: group.is_some(), ..CallContext::default() };
-        let target = match self.routing_endpoint(group).await {
+        let target = match self.routing_endpoint(principal, group).await {
             Ok(target) => target,
             Err(error) => {
                 let classified = self.cloudfront_error(&error, context);
@@ -101,6 +102,7 @@ impl<C: CloudFront + Acm, D: DnsRecords> TenantManager<C, D> {
     /// The CNAME target the tenant's records point at: as recorded, else resolved again.
     pub(super) async fn dns_target(
         &self,
+        principal: &Principal,
         spec: &DistributionTenantSpec,
         observation: &mut TenantObservation,
     ) -> Result<String, ExternalError> {
@@ -109,7 +111,7 @@ impl<C: CloudFront + Acm, D: DnsRecords> TenantManager<C, D> {
         }
         let group = spec.connection_group_id.as_deref();
         let context = CallContext { connection_group_lookup: group.is_some(), ..CallContext::default() };
-        let target = self.routing_endpoint(group).await.map_err(|e| self.cloudfront_error(&e, context).error)?;
+        let target = self.routing_endpoint(principal, group).await.map_err(|e| self.cloudfront_error(&e, context).error)?;
         observation.dns_target = Some(target.clone());
         Ok(target)
     }

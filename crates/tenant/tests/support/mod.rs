@@ -4,6 +4,7 @@
 
 #![allow(dead_code, clippy::unwrap_used, clippy::panic)]
 
+use blockwork_identity::{Identities, Settings};
 use std::ops::Deref;
 use std::sync::Arc;
 use std::time::Duration;
@@ -57,6 +58,8 @@ pub struct Harness {
     metrics: Arc<TenantMetrics>,
     pub aws_metrics: Arc<AwsMetrics>,
     runtime_metrics: Arc<RuntimeMetrics>,
+    /// The cluster's AwsIdentity mappings, as every controller this harness starts reads them.
+    pub identities: Arc<Identities>,
 }
 
 impl Deref for Harness {
@@ -79,7 +82,8 @@ impl Harness {
 
     pub async fn start_configured(prefix: &str, default_drift: DriftPolicy, timing: Timing) -> Self {
         let test_namespace = TestNamespace::new(prefix).await;
-        test_namespace.plane.install_crds(&[DistributionTenant::crd()]).await.expect("CRD installs");
+        test_namespace.plane.install_crds(&[DistributionTenant::crd(), blockwork_identity::crd()]).await.expect("the CRDs install");
+        let identities = Identities::new(test_namespace.plane.client(), Settings::default());
         let namespace = test_namespace.namespace.clone();
         let emulator = ministack().await.expect("MiniStack starts").endpoint();
         let proxy = FaultProxy::start(&emulator).await.expect("proxy starts");
@@ -113,6 +117,7 @@ impl Harness {
             metrics,
             aws_metrics,
             runtime_metrics,
+            identities,
             controller: ControllerTask::default(),
         };
         harness.start_controller().await;
@@ -130,7 +135,8 @@ impl Harness {
         let aws = Aws::with_sdk_config(self.aws_config(), sdk_config(&self.proxy.endpoint()).await, Arc::clone(&self.aws_metrics));
         let cloudfront = Sdk::new(&aws);
         let route53 = Route53::new(aws.records());
-        let manager = TenantManager::new(cloudfront, Some(route53), Arc::clone(&self.metrics), aws.metrics());
+        let identities = Arc::clone(&self.identities);
+        let manager = TenantManager::new(cloudfront, Some(route53), identities, Arc::clone(&self.metrics), &aws, client.clone());
         let config = ControllerConfig::new(CONTROLLER, GROUP).with_timing(self.timing).with_default_drift(self.default_drift);
         let context = Context::new(client.clone(), manager, config, runtime_metrics);
         let api = kube::Api::namespaced(client, &self.namespace);
@@ -187,6 +193,14 @@ impl Harness {
         self.route53 = aws_sdk_route53::Client::new(&sdk_config(endpoint).await);
         self.zone_id = hosted_zone(&self.route53, &format!("{}.example.com", self.namespace)).await;
         self.start_controller().await;
+    }
+
+    /// Maps this test's namespace to AWS as `identity` says (a cluster-scoped AwsIdentity, named
+    /// after the namespace so tests do not share one).
+    pub async fn map(&self, spec: blockwork_identity::AwsIdentitySpec) {
+        let identity = blockwork_identity::AwsIdentity::new(&format!("id-{}", self.namespace), spec);
+        let api = kube::Api::<blockwork_identity::AwsIdentity>::all(self.client.clone());
+        api.create(&kube::api::PostParams::default(), &identity).await.expect("the AwsIdentity is created");
     }
 
     /// Route53 of `endpoint` as the DNS account (through AssumeRole of [`DNS_ROLE`]), with a
