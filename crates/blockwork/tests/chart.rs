@@ -258,7 +258,7 @@ fn the_rbac_the_chart_grants_is_what_blockwork_rbac_generates() {
         // Export into Secrets, enabled at install: its rules, cluster-wide or per namespace.
         (
             all.iter().copied().chain(["controllers.cert.exportSecrets=true"]).collect(),
-            "cache,cert,tenant,rotator",
+            "aws_identity,cache,cert,tenant,rotator",
             vec!["--opt-in", "cert.export-secrets"],
         ),
         (
@@ -271,7 +271,7 @@ fn the_rbac_the_chart_grants_is_what_blockwork_rbac_generates() {
                 "controllers.cert.exportSecrets=true",
                 "namespaces={a,b}",
             ],
-            "cert",
+            "aws_identity,cert",
             vec!["--opt-in", "cert.export-secrets", "--namespaces", "a,b"],
         ),
     ];
