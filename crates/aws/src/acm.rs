@@ -20,7 +20,7 @@ use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
-use aws_sdk_acm::types::{Tag, ValidationMethod};
+use aws_sdk_acm::types::{CertificateExport, CertificateOptions, CertificateType, Tag, ValidationMethod};
 use tokio::sync::{Notify, broadcast};
 use tracing::{debug, warn};
 
@@ -31,6 +31,9 @@ use crate::limiter::Scope;
 use crate::metrics::{DESCRIBE_CACHE, LISTING_CACHE, Seed};
 use crate::principal::Principal;
 use crate::quota::Service;
+
+mod export;
+pub use export::{Exported, decrypt};
 
 /// ACM begins managed renewal this long before a certificate expires ("Managed certificate
 /// renewal in AWS Certificate Manager", ACM User Guide).
@@ -103,6 +106,13 @@ pub struct Certificate {
     pub renewal_status: Option<String>,
     pub failure_reason: Option<String>,
     pub validations: Vec<DomainValidation>,
+    /// The certificate's serial number, as ACM shows it (hex bytes separated by colons).
+    pub serial: Option<String>,
+    /// Whether ExportCertificate may export it: a private certificate always, a public one
+    /// when it was requested with `Options.Export` (fixed at the request).
+    pub exportable: bool,
+    /// The ACM Private CA that issued a private certificate.
+    pub authority: Option<String>,
 }
 
 /// A certificate as the listing tells it.
@@ -151,6 +161,12 @@ pub struct CertificateRequest {
     /// ACM's IdempotencyToken (`\w{1,32}`).
     pub token: String,
     pub tags: Vec<(String, String)>,
+    /// A public certificate that ExportCertificate may export (`Options.Export`), charged at
+    /// issuance and at each renewal (ACM's pricing). Fixed when the certificate is requested.
+    pub exportable: bool,
+    /// Issue a private certificate from this ACM Private CA instead: no DNS validation, and
+    /// always exportable.
+    pub authority: Option<String>,
 }
 
 /// How the listing is kept and descriptions reused.
@@ -236,6 +252,14 @@ impl Acm {
         &self.principal
     }
 
+    /// The region this ACM calls: the one it was made for, else the process's.
+    pub async fn region(&self) -> Option<String> {
+        match &self.region {
+            Some(region) => Some(region.clone()),
+            None => self.aws.region().await,
+        }
+    }
+
     /// A client with `principal`'s current credentials (an assumed role's are renewed before
     /// they expire, so a client is not kept).
     async fn client(&self, principal: &Principal) -> Result<aws_sdk_acm::Client, AwsError> {
@@ -247,10 +271,7 @@ impl Acm {
         F: Fn() -> Fut,
         Fut: std::future::Future<Output = Result<T, AwsError>>,
     {
-        let region = match &self.region {
-            Some(region) => Some(region.clone()),
-            None => self.aws.region().await,
-        };
+        let region = self.region().await;
         let call = Call {
             callers: &[self.caller],
             identity: principal.identity(),
@@ -315,8 +336,8 @@ impl Acm {
         Ok(output.tags().iter().map(|t| (t.key().to_owned(), t.value().unwrap_or_default().to_owned())).collect())
     }
 
-    /// RequestCertificate with DNS validation as `principal`; returns the ARN. Idempotent under
-    /// the token.
+    /// RequestCertificate as `principal`, with DNS validation or from a private CA; returns the
+    /// ARN. Idempotent under the token.
     pub async fn request(&self, principal: &Principal, request: &CertificateRequest) -> Result<String, AwsError> {
         const OP: &str = "RequestCertificate";
         let tags = request
@@ -328,13 +349,24 @@ impl Acm {
         // ACM wants the primary among the SANs when any are given.
         let sans = (!request.sans.is_empty())
             .then(|| std::iter::once(request.domain.clone()).chain(request.sans.iter().cloned()).collect::<Vec<_>>());
+        // A private certificate is validated by its CA, not by DNS, and is always exportable
+        // (ACM takes no export option for it).
+        let (validation, options) = match &request.authority {
+            Some(_) => (None, None),
+            None => {
+                let export = if request.exportable { CertificateExport::Enabled } else { CertificateExport::Disabled };
+                (Some(ValidationMethod::Dns), request.exportable.then(|| CertificateOptions::builder().export(export).build()))
+            }
+        };
         let client = self.client(principal).await?;
         let output = self
             .call(principal, OP, || {
                 let call = client
                     .request_certificate()
                     .domain_name(&request.domain)
-                    .validation_method(ValidationMethod::Dns)
+                    .set_validation_method(validation.clone())
+                    .set_certificate_authority_arn(request.authority.clone())
+                    .set_options(options.clone())
                     .idempotency_token(&request.token)
                     .set_tags(Some(tags.clone()))
                     .set_subject_alternative_names(sans.clone());
@@ -574,6 +606,10 @@ fn certificate(arn: &str, detail: &aws_sdk_acm::types::CertificateDetail) -> Cer
                 record: v.resource_record().map(|r| ValidationRecord { name: r.name().to_owned(), value: r.value().to_owned() }),
             })
             .collect(),
+        serial: detail.serial().map(str::to_owned),
+        exportable: detail.r#type() == Some(&CertificateType::Private)
+            || detail.options().and_then(|o| o.export()) == Some(&CertificateExport::Enabled),
+        authority: detail.certificate_authority_arn().map(str::to_owned),
     }
 }
 

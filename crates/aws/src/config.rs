@@ -35,6 +35,10 @@ pub struct AwsArgs {
     #[arg(id = "aws_endpoint_url_acm", long = "aws-endpoint-url-acm", env = "AWS_ENDPOINT_URL_ACM", value_name = "URL")]
     pub endpoint_url_acm: Option<String>,
 
+    /// Endpoint override for AWS Private CA (the private CAs Certs name).
+    #[arg(id = "aws_endpoint_url_acm_pca", long = "aws-endpoint-url-acm-pca", env = "AWS_ENDPOINT_URL_ACM_PCA", value_name = "URL")]
+    pub endpoint_url_acm_pca: Option<String>,
+
     /// Endpoint override for Route 53.
     #[arg(id = "aws_endpoint_url_route53", long = "aws-endpoint-url-route53", env = "AWS_ENDPOINT_URL_ROUTE_53", value_name = "URL")]
     pub endpoint_url_route53: Option<String>,
@@ -125,6 +129,7 @@ impl Default for AwsArgs {
             region: None,
             endpoint_url: None,
             endpoint_url_acm: None,
+            endpoint_url_acm_pca: None,
             endpoint_url_route53: None,
             endpoint_url_cloudfront: None,
             endpoint_url_sts: None,
@@ -171,6 +176,7 @@ impl AwsArgs {
         let mut endpoints = Vec::new();
         for (service, url) in [
             (Service::Acm, &self.endpoint_url_acm),
+            (Service::AcmPca, &self.endpoint_url_acm_pca),
             (Service::Route53, &self.endpoint_url_route53),
             (Service::CloudFront, &self.endpoint_url_cloudfront),
             (Service::Sts, &self.endpoint_url_sts),

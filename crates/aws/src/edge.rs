@@ -226,6 +226,24 @@ impl Aws {
         Ok(aws_sdk_acm::Client::from_conf(builder.build()))
     }
 
+    /// An AWS Private CA client for `controller` acting as `principal`, in `region` (default: the process's).
+    pub async fn acm_pca(
+        &self,
+        controller: &'static str,
+        region: Option<&str>,
+        principal: &Principal,
+    ) -> Result<aws_sdk_acmpca::Client, AwsError> {
+        let sdk = self.sdk(controller, principal).await?;
+        let mut builder = aws_sdk_acmpca::config::Builder::from(&sdk).retry_config(RetryConfig::disabled()).timeout_config(self.timeouts());
+        if let Some(url) = self.endpoint(controller, Service::AcmPca) {
+            builder = builder.endpoint_url(url);
+        }
+        if let Some(region) = region {
+            builder = builder.region(Region::new(region.to_owned()));
+        }
+        Ok(aws_sdk_acmpca::Client::from_conf(builder.build()))
+    }
+
     /// A CloudFront client for `controller` acting as `principal`.
     pub async fn cloudfront(&self, controller: &'static str, principal: &Principal) -> Result<aws_sdk_cloudfront::Client, AwsError> {
         let sdk = self.sdk(controller, principal).await?;

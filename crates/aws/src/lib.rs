@@ -9,7 +9,7 @@
 //! - [`quota`]: the quota model, per account (and region for ACM): account-level,
 //!   per-operation and Route 53 change-throughput buckets at AWS's published values times a
 //!   safety factor. [`limiter`] holds them (governor). [`config`]: the process's AWS flags.
-//! - [`acm`]: ACM calls and the shared certificate listing. [`route53`]: records for every
+//! - [`acm`]: ACM calls and the shared certificate listing. [`pca`]: the state of private CAs. [`route53`]: records for every
 //!   controller, batched per hosted zone ([`batch`]), with one ownership rule.
 //! - [`metrics`]: one family of AWS metrics, feeding the seeds' names too. [`cache`]: cached
 //!   reads whose concurrent misses share one call.
@@ -29,6 +29,7 @@ mod error;
 pub mod idna2008;
 pub mod limiter;
 pub mod metrics;
+pub mod pca;
 pub mod principal;
 pub mod quota;
 pub mod route53;

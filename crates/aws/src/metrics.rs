@@ -174,6 +174,7 @@ impl TenantSeed {
             Service::Route53 => format!("Route53{operation}"),
             Service::Acm => format!("ACM{operation}"),
             Service::Sts => format!("STS{operation}"),
+            Service::AcmPca => format!("ACMPCA{operation}"),
         }
     }
 }

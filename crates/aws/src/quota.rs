@@ -52,10 +52,12 @@ pub enum Service {
     Route53,
     CloudFront,
     Sts,
+    /// AWS Private CA (`acm-pca`).
+    AcmPca,
 }
 
 impl Service {
-    pub const ALL: [Self; 4] = [Self::Acm, Self::Route53, Self::CloudFront, Self::Sts];
+    pub const ALL: [Self; 5] = [Self::Acm, Self::Route53, Self::CloudFront, Self::Sts, Self::AcmPca];
 
     /// The metric label and the name in `--aws-quota`.
     pub fn as_str(self) -> &'static str {
@@ -64,13 +66,14 @@ impl Service {
             Self::Route53 => "route53",
             Self::CloudFront => "cloudfront",
             Self::Sts => "sts",
+            Self::AcmPca => "acm-pca",
         }
     }
 
     /// Whether AWS throttles it per region as well as per account. Route 53, CloudFront and
     /// IAM's STS endpoint used here are global.
     pub fn regional(self) -> bool {
-        matches!(self, Self::Acm)
+        matches!(self, Self::Acm | Self::AcmPca)
     }
 }
 
@@ -87,7 +90,7 @@ impl FromStr for Service {
         Self::ALL
             .into_iter()
             .find(|service| service.as_str().eq_ignore_ascii_case(text.trim()))
-            .ok_or_else(|| QuotaError(format!("unknown service {text:?}: expected acm, route53, cloudfront or sts")))
+            .ok_or_else(|| QuotaError(format!("unknown service {text:?}: expected acm, route53, cloudfront, sts or acm-pca")))
     }
 }
 
@@ -157,12 +160,14 @@ impl ServiceQuota {
     }
 }
 
-/// ACM's per-operation rates ("Quotas", AWS Certificate Manager User Guide). Some copies of the
-/// page list ListCertificates at 8/s; 1/s is the lower, current one.
-pub const ACM_OPERATIONS: [(&str, Bucket); 9] = [
+/// ACM's per-operation rates ("Quotas", AWS Certificate Manager User Guide: "Requests-per-second
+/// quota for each ACM API operation"). Some copies of the page list ListCertificates at 8/s;
+/// 1/s is the lower, current one.
+pub const ACM_OPERATIONS: [(&str, Bucket); 10] = [
     ("AddTagsToCertificate", Bucket::new(5.0, 5)),
     ("DeleteCertificate", Bucket::new(10.0, 10)),
     ("DescribeCertificate", Bucket::new(10.0, 10)),
+    ("ExportCertificate", Bucket::new(5.0, 5)),
     ("GetCertificate", Bucket::new(10.0, 10)),
     ("ListCertificates", Bucket::new(1.0, 1)),
     ("ListTagsForCertificate", Bucket::new(10.0, 10)),
@@ -191,6 +196,11 @@ pub const ROUTE53_CHANGES: Bucket = Bucket::new(100.0, 1000);
 /// Guide, lists none). **An assumption**, per operation.
 pub const CLOUDFRONT_OPERATION: Bucket = Bucket::new(10.0, 10);
 
+/// AWS Private CA's per-operation rates ("AWS Private CA quotas", AWS General Reference): **an
+/// assumption**, the copies read for this pointed at the table without its values. Blockwork
+/// calls only DescribeCertificateAuthority, before requesting a private certificate.
+pub const ACM_PCA_OPERATION: Bucket = Bucket::new(10.0, 10);
+
 /// STS AssumeRole: **an assumption**; it is called once per role and credential lifetime.
 pub const STS_OPERATION: Bucket = Bucket::new(10.0, 10);
 
@@ -212,6 +222,7 @@ impl Quotas {
         );
         services.insert(Service::CloudFront, ServiceQuota::new(None, CLOUDFRONT_OPERATION, &[], None));
         services.insert(Service::Sts, ServiceQuota::new(None, STS_OPERATION, &[], None));
+        services.insert(Service::AcmPca, ServiceQuota::new(None, ACM_PCA_OPERATION, &[], None));
         Self { services }
     }
 

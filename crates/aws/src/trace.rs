@@ -50,6 +50,7 @@ fn service_id(service: Service) -> &'static str {
         Service::Route53 => "Route53",
         Service::CloudFront => "CloudFront",
         Service::Sts => "STS",
+        Service::AcmPca => "ACM PCA",
     }
 }
 

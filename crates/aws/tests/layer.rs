@@ -212,8 +212,14 @@ async fn readers_missing_the_certificate_listing_at_once_share_one_sweep() {
     let proxy = FaultProxy::start(&moto().await.unwrap().endpoint()).await.unwrap();
     let aws = layer(&proxy, generous(), BatchPolicy::default()).await;
     let acm = Acm::new(&aws, "cert", None, Principal::operator(), AcmConfig::default());
-    let request =
-        CertificateRequest { domain: format!("l{}.example.com", uuid_suffix()), sans: Vec::new(), token: uuid_suffix(), tags: Vec::new() };
+    let request = CertificateRequest {
+        domain: format!("l{}.example.com", uuid_suffix()),
+        sans: Vec::new(),
+        token: uuid_suffix(),
+        tags: Vec::new(),
+        exportable: false,
+        authority: None,
+    };
     let arn = acm.request(&Principal::operator(), &request).await.unwrap();
     let listings = futures::future::join_all((0..6).map(|_| acm.list_certificates(Freshness::Recent))).await;
     assert!(listings.iter().all(|l| l.as_ref().unwrap().iter().any(|(_, a)| *a == arn)));
@@ -229,8 +235,14 @@ async fn a_sweep_tells_which_certificates_changed() {
     let proxy = FaultProxy::start(&moto().await.unwrap().endpoint()).await.unwrap();
     let aws = layer(&proxy, generous(), BatchPolicy::default()).await;
     let acm = Acm::new(&aws, "cert", None, Principal::operator(), AcmConfig::default());
-    let request =
-        CertificateRequest { domain: format!("c{}.example.com", uuid_suffix()), sans: Vec::new(), token: uuid_suffix(), tags: Vec::new() };
+    let request = CertificateRequest {
+        domain: format!("c{}.example.com", uuid_suffix()),
+        sans: Vec::new(),
+        token: uuid_suffix(),
+        tags: Vec::new(),
+        exportable: false,
+        authority: None,
+    };
     let arn = acm.request(&Principal::operator(), &request).await.unwrap();
     acm.list_certificates(Freshness::Current).await.unwrap();
     let mut changes = acm.changes();

@@ -6,7 +6,8 @@
 //! - `files/crds/<name>.yaml`: every CRD, as `blockwork crds` prints it (conversion webhooks
 //!   pointed at the default Service; the chart points them at the release's).
 //! - `files/controllers.yaml`: per controller, its CRDs, RBAC rules (on namespaced objects, and
-//!   on cluster-scoped kinds apart: a ClusterRole even in namespaced mode), the cluster-wide
+//!   on cluster-scoped kinds apart: a ClusterRole even in namespaced mode) and those of its
+//!   opt-ins (granted when the chart's value of the same name, in camelCase, is true), the cluster-wide
 //!   reads of its own kinds (namespaced mode), the CRDs it converts and its validating webhooks;
 //!   and the rules of the process and of leader election.
 
@@ -29,11 +30,13 @@ pub fn controllers_yaml(controllers: &[Controller]) -> anyhow::Result<String> {
         .map(|c| {
             let one = std::slice::from_ref(c);
             let crds: Vec<String> = (c.crds)().into_iter().filter_map(|crd| crd.metadata.name).collect();
-            let rules: Vec<_> = rbac::namespaced_rules(one).into_iter().filter(|r| !rbac::process_rules().contains(r)).collect();
+            let rules: Vec<_> = rbac::namespaced_rules(one, &[]).into_iter().filter(|r| !rbac::process_rules().contains(r)).collect();
+            let opt_ins: BTreeMap<&str, Vec<_>> = c.opt_in_rbac.iter().map(|o| (o.name, (o.rules)())).collect();
             let value = json!({
                 "crds": crds,
                 "rules": rules,
-                "clusterScopedRules": rbac::cluster_scoped_rules(one),
+                "clusterScopedRules": rbac::cluster_scoped_rules(one, &[]),
+                "optInRules": opt_ins,
                 "ownKindReads": rbac::own_kind_reads(one),
                 "conversionCrds": certificates::conversion_crds(one),
                 "validatingWebhooks": (c.webhooks.validating)(),

@@ -105,6 +105,11 @@ pub struct RbacArgs {
     /// The ValidatingWebhookConfiguration whose `caBundle` the operator patches.
     #[arg(long, default_value = "blockwork", value_name = "NAME")]
     pub webhook_configuration_name: String,
+    /// Permissions of features enabled at install, comma separated, granted where the
+    /// controllers' own rules are: `cert.export-secrets` (Secrets, for `blockwork run
+    /// --export-secrets`) [default: none].
+    #[arg(long = "opt-in", value_delimiter = ',', value_name = "CONTROLLER.FEATURE")]
+    pub opt_in: Vec<String>,
 }
 
 #[derive(Debug, Args)]

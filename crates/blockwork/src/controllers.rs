@@ -31,6 +31,7 @@ pub use blockwork_runtime::Namespaces;
 ///     name: "widget",
 ///     crds: || vec![Widget::crd()],
 ///     rbac: widget::rbac,
+///     opt_in_rbac: &[],
 ///     webhooks: Webhooks::NONE,
 ///     metrics_prefix: "blockwork_widget",
 ///     start: |registry| {
@@ -54,6 +55,9 @@ pub struct Controller {
     /// turns them into a ClusterRole. Leases and events, which every controller of the process
     /// shares, come from [`crate::rbac`].
     pub rbac: fn() -> Vec<PolicyRule>,
+    /// Permissions of features enabled at install, granted only when asked for (`blockwork rbac
+    /// --opt-in <controller>.<name>`; the chart's `controllers.<controller>.<name in camelCase>`).
+    pub opt_in_rbac: &'static [OptInRbac],
     /// The controller's webhooks (CRD conversion, admission), served by every replica, leader
     /// or not; [`Webhooks::NONE`] if there are none.
     pub webhooks: Webhooks,
@@ -64,6 +68,15 @@ pub struct Controller {
     /// sub-registry of [`Controller::metrics_prefix`]), and returns the controller bound to
     /// them. Called once, before anything starts.
     pub start: fn(&mut Registry) -> Runnable,
+}
+
+/// Permissions a controller needs only for a feature enabled at install (least privilege by
+/// default: without the opt-in its RBAC is as if the feature did not exist).
+#[derive(Clone, Copy)]
+pub struct OptInRbac {
+    /// kebab-case, e.g. `export-secrets`: `--opt-in cert.export-secrets`.
+    pub name: &'static str,
+    pub rules: fn() -> Vec<PolicyRule>,
 }
 
 impl std::fmt::Debug for Controller {
@@ -149,6 +162,7 @@ pub fn registered() -> Vec<Controller> {
             name: "cache",
             crds: || vec![blockwork_cache::crd::crd()],
             rbac: blockwork_cache::rbac,
+            opt_in_rbac: &[],
             webhooks: Webhooks { routes: |_| Ok(blockwork_cache::conversion::router()), validating: Vec::new },
             metrics_prefix: "blockwork_cache",
             start: |registry| {
@@ -160,6 +174,7 @@ pub fn registered() -> Vec<Controller> {
             name: blockwork_identity::CONTROLLER,
             crds: || vec![blockwork_identity::crd()],
             rbac: blockwork_identity::rbac,
+            opt_in_rbac: &[],
             webhooks: Webhooks {
                 routes: |ctx| Ok(blockwork_identity::webhook::router(Arc::clone(&ctx.identities), ctx.fail_closed)),
                 validating: || vec![blockwork_identity::webhook::validating_webhook()],
@@ -172,6 +187,7 @@ pub fn registered() -> Vec<Controller> {
             // The mappings are read by the controller: its CRD is required with it.
             crds: || vec![blockwork_cert::crd(), blockwork_identity::crd()],
             rbac: blockwork_cert::rbac,
+            opt_in_rbac: &[OptInRbac { name: "export-secrets", rules: blockwork_cert::export_rbac }],
             webhooks: Webhooks { routes: cert_webhook, validating: || vec![blockwork_cert::webhook::validating_webhook()] },
             // Seed 000's names, which its dashboards and alerts use.
             metrics_prefix: "cert_operator",
@@ -184,6 +200,7 @@ pub fn registered() -> Vec<Controller> {
             name: blockwork_tenant::CONTROLLER,
             crds: || vec![blockwork_tenant::crd(), blockwork_identity::crd()],
             rbac: blockwork_tenant::rbac,
+            opt_in_rbac: &[],
             webhooks: Webhooks {
                 routes: |ctx| Ok(blockwork_tenant::webhook::router(Arc::clone(&ctx.identities), ctx.fail_closed)),
                 validating: || vec![blockwork_tenant::webhook::validating_webhook()],
@@ -199,6 +216,7 @@ pub fn registered() -> Vec<Controller> {
             name: "rotator",
             crds: Vec::new,
             rbac: blockwork_rotator::rbac,
+            opt_in_rbac: &[],
             webhooks: Webhooks::NONE,
             metrics_prefix: "blockwork_rotator",
             start: |registry| {
@@ -215,7 +233,13 @@ fn cert_config(args: &RunArgs) -> anyhow::Result<blockwork_cert::CertConfig> {
 }
 
 fn cert_webhook(ctx: &WebhookContext) -> anyhow::Result<axum::Router> {
-    Ok(blockwork_cert::webhook::router(ctx.client.clone(), Arc::clone(&ctx.identities), &cert_config(&ctx.args)?.zones, ctx.fail_closed))
+    let config = cert_config(&ctx.args)?;
+    let issuance = blockwork_cert::webhook::Issuance {
+        export_secrets: config.export_secrets,
+        certificate_authorities: config.certificate_authorities,
+        region: ctx.args.aws.region.clone(),
+    };
+    Ok(blockwork_cert::webhook::router(ctx.client.clone(), Arc::clone(&ctx.identities), &config.zones, ctx.fail_closed, issuance))
 }
 
 async fn run_cert(host: Host, metrics: Arc<blockwork_cert::CertMetrics>) -> anyhow::Result<()> {
@@ -324,6 +348,7 @@ mod tests {
             name,
             crds: Vec::new,
             rbac: Vec::new,
+            opt_in_rbac: &[],
             webhooks: Webhooks::NONE,
             metrics_prefix: "blockwork_fake",
             start: |_| runnable(|_| async { Ok(()) }),

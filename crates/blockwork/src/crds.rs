@@ -82,6 +82,7 @@ mod tests {
             name,
             crds,
             rbac: Vec::new,
+            opt_in_rbac: &[],
             webhooks: crate::controllers::Webhooks::NONE,
             metrics_prefix: "blockwork_test",
             start: |_| crate::controllers::runnable(|_| async { Ok(()) }),

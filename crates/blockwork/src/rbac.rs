@@ -30,10 +30,14 @@ pub fn leader_election_rules() -> Vec<PolicyRule> {
     vec![rule("coordination.k8s.io", &["leases"], &["get", "create", "update", "patch"])]
 }
 
-/// The process's rules and the controllers', merged by (group, resource) so each pair appears once.
-pub fn cluster_rules(controllers: &[Controller]) -> Vec<PolicyRule> {
+/// The process's rules and the controllers', with the opt-ins asked for (`<controller>.<name>`),
+/// merged by (group, resource) so each pair appears once.
+pub fn cluster_rules(controllers: &[Controller], opt_ins: &[String]) -> Vec<PolicyRule> {
     let mut merged: BTreeMap<(String, String), std::collections::BTreeSet<String>> = BTreeMap::new();
-    let all = process_rules().into_iter().chain(controllers.iter().flat_map(|c| (c.rbac)()));
+    let chosen = controllers
+        .iter()
+        .flat_map(|c| c.opt_in_rbac.iter().filter(|o| opt_ins.iter().any(|wanted| *wanted == opt_in_name(c, o))).flat_map(|o| (o.rules)()));
+    let all = process_rules().into_iter().chain(controllers.iter().flat_map(|c| (c.rbac)())).chain(chosen);
     for rule in all {
         for group in rule.api_groups.clone().unwrap_or_default() {
             for resource in rule.resources.clone().unwrap_or_default() {
@@ -50,6 +54,22 @@ pub fn cluster_rules(controllers: &[Controller]) -> Vec<PolicyRule> {
             ..PolicyRule::default()
         })
         .collect()
+}
+
+/// `<controller>.<opt-in>`, as `blockwork rbac --opt-in` names it.
+pub fn opt_in_name(controller: &Controller, opt_in: &crate::controllers::OptInRbac) -> String {
+    format!("{}.{}", controller.name, opt_in.name)
+}
+
+/// The opt-ins of `controllers`, or an error naming the unknown ones among `wanted`.
+pub fn check_opt_ins(controllers: &[Controller], wanted: &[String]) -> Result<(), String> {
+    let known: Vec<String> = controllers.iter().flat_map(|c| c.opt_in_rbac.iter().map(move |o| opt_in_name(c, o))).collect();
+    let unknown: Vec<&str> = wanted.iter().map(String::as_str).filter(|w| !known.iter().any(|k| k == w)).collect();
+    if unknown.is_empty() {
+        return Ok(());
+    }
+    let valid = if known.is_empty() { "none for the selected controllers".to_owned() } else { known.join(", ") };
+    Err(format!("unknown opt-in(s): {}; valid: {valid}", unknown.join(", ")))
 }
 
 /// Read access to the controllers' own namespaced kinds. In namespaced mode it stays
@@ -88,16 +108,16 @@ fn on_cluster_scoped(rule: &PolicyRule, kinds: &BTreeSet<(String, String)>) -> b
 
 /// The controllers' rules on cluster-scoped kinds (reading the AwsIdentity mappings, writing
 /// their status): a Role cannot grant them, so in namespaced mode they stay in the ClusterRole.
-pub fn cluster_scoped_rules(controllers: &[Controller]) -> Vec<PolicyRule> {
+pub fn cluster_scoped_rules(controllers: &[Controller], opt_ins: &[String]) -> Vec<PolicyRule> {
     let kinds = cluster_scoped_kinds(controllers);
-    cluster_rules(controllers).into_iter().filter(|rule| on_cluster_scoped(rule, &kinds)).collect()
+    cluster_rules(controllers, opt_ins).into_iter().filter(|rule| on_cluster_scoped(rule, &kinds)).collect()
 }
 
 /// The process's and the controllers' rules on namespaced objects: in namespaced mode, a Role
 /// in each watched namespace.
-pub fn namespaced_rules(controllers: &[Controller]) -> Vec<PolicyRule> {
+pub fn namespaced_rules(controllers: &[Controller], opt_ins: &[String]) -> Vec<PolicyRule> {
     let kinds = cluster_scoped_kinds(controllers);
-    cluster_rules(controllers).into_iter().filter(|rule| !on_cluster_scoped(rule, &kinds)).collect()
+    cluster_rules(controllers, opt_ins).into_iter().filter(|rule| !on_cluster_scoped(rule, &kinds)).collect()
 }
 
 /// How the operator is installed, beyond its identity.
@@ -105,6 +125,9 @@ pub fn namespaced_rules(controllers: &[Controller]) -> Vec<PolicyRule> {
 pub struct Scope {
     /// The watched namespaces; empty: all (a ClusterRole), else a Role in each.
     pub namespaces: Vec<String>,
+    /// Permissions of features enabled at install (`<controller>.<name>`, e.g.
+    /// `cert.export-secrets`), granted where the controllers' own rules are.
+    pub opt_ins: Vec<String>,
     /// Self-managed webhook certificates: the Secret, and the ValidatingWebhookConfiguration
     /// whose `caBundle` the operator patches.
     pub webhook_certificates: Option<WebhookCertificates>,
@@ -146,10 +169,11 @@ pub fn manifests(controllers: &[Controller], identity: &Identity, scope: &Scope)
     };
     let namespaces = crate::controllers::Namespaces::from_list(scope.namespaces.clone());
     match &namespaces {
-        crate::controllers::Namespaces::All => cluster_role(&identity.name, cluster_rules(controllers))?,
-        crate::controllers::Namespaces::Only(_) => {
-            cluster_role(&identity.name, own_kind_reads(controllers).into_iter().chain(cluster_scoped_rules(controllers)).collect())?
-        }
+        crate::controllers::Namespaces::All => cluster_role(&identity.name, cluster_rules(controllers, &scope.opt_ins))?,
+        crate::controllers::Namespaces::Only(_) => cluster_role(
+            &identity.name,
+            own_kind_reads(controllers).into_iter().chain(cluster_scoped_rules(controllers, &scope.opt_ins)).collect(),
+        )?,
     }
     let injection = scope.webhook_certificates.as_ref().filter(|_| crate::certificates::has_webhooks(controllers)).map(|certificates| {
         let crds = crate::certificates::conversion_crds(controllers);
@@ -170,7 +194,7 @@ pub fn manifests(controllers: &[Controller], identity: &Identity, scope: &Scope)
     };
     if let crate::controllers::Namespaces::Only(watched) = &namespaces {
         for namespace in watched {
-            role(&identity.name, namespace, namespaced_rules(controllers))?;
+            role(&identity.name, namespace, namespaced_rules(controllers, &scope.opt_ins))?;
         }
     }
     role(&format!("{}-leader-election", identity.name), &identity.namespace, leader_election_rules())?;
@@ -213,6 +237,7 @@ mod tests {
             name: "x",
             crds: Vec::new,
             rbac,
+            opt_in_rbac: &[],
             webhooks: crate::controllers::Webhooks::NONE,
             metrics_prefix: "blockwork_test",
             start: |_| crate::controllers::runnable(|_| async { Ok(()) }),
@@ -223,7 +248,7 @@ mod tests {
     fn rules_of_several_controllers_merge_per_resource() {
         let a = controller(|| vec![rule("", &["secrets"], &["get", "list"]), rule("events.k8s.io", &["events"], &["create"])]);
         let b = controller(|| vec![rule("", &["secrets"], &["watch", "get"])]);
-        let rules = cluster_rules(&[a, b]);
+        let rules = cluster_rules(&[a, b], &[]);
         let secrets = rules.iter().find(|r| r.resources.as_deref() == Some(&["secrets".to_owned()][..])).expect("secrets rule");
         assert_eq!(secrets.verbs, ["get", "list", "watch"]);
         assert_eq!(rules.iter().filter(|r| r.resources.as_deref() == Some(&["events".to_owned()][..])).count(), 1);
@@ -231,7 +256,7 @@ mod tests {
 
     #[test]
     fn leases_are_not_granted_cluster_wide() {
-        let rules = cluster_rules(&[]);
+        let rules = cluster_rules(&[], &[]);
         assert!(rules.iter().all(|r| r.resources.as_deref() != Some(&["leases".to_owned()][..])));
     }
 
@@ -251,7 +276,7 @@ mod tests {
     #[test]
     fn namespaced_mode_grants_a_role_per_namespace_and_only_reads_own_kinds_cluster_wide() {
         let cache = crate::controllers::registered().into_iter().filter(|c| c.name == "cache").collect::<Vec<_>>();
-        let scope = Scope { namespaces: vec!["a".into(), "b".into()], webhook_certificates: None };
+        let scope = Scope { namespaces: vec!["a".into(), "b".into()], ..Scope::default() };
         let yaml = manifests(&cache, &identity(), &scope).expect("renders");
         assert_eq!(yaml.lines().filter(|l| *l == "kind: Role").count(), 3, "two namespaces and the Lease:\n{yaml}");
         let cluster_role = yaml.split("---\n").find(|d| d.lines().any(|l| l == "kind: ClusterRole")).expect("a ClusterRole");
@@ -260,10 +285,23 @@ mod tests {
     }
 
     #[test]
+    fn an_opt_in_adds_its_rules_only_when_asked_for() {
+        let cert: Vec<Controller> = crate::controllers::registered().into_iter().filter(|c| c.name == "cert").collect();
+        let secrets = |rules: &[PolicyRule]| rules.iter().any(|r| r.resources.as_deref() == Some(&["secrets".to_owned()][..]));
+        assert!(!secrets(&cluster_rules(&cert, &[])), "least privilege: no Secrets without the opt-in");
+        let granted = cluster_rules(&cert, &["cert.export-secrets".to_owned()]);
+        let rule = granted.iter().find(|r| r.resources.as_deref() == Some(&["secrets".to_owned()][..])).expect("secrets");
+        assert_eq!(rule.verbs, ["create", "delete", "get", "list", "patch", "watch"]);
+        assert!(check_opt_ins(&cert, &["cert.export-secrets".to_owned()]).is_ok());
+        let unknown = check_opt_ins(&cert, &["cert.secrets".to_owned()]).expect_err("an unknown opt-in");
+        assert!(unknown.contains("cert.secrets") && unknown.contains("valid: cert.export-secrets"), "{unknown}");
+    }
+
+    #[test]
     fn self_managed_certificates_are_granted_by_name() {
         let scope = Scope {
-            namespaces: vec![],
             webhook_certificates: Some(WebhookCertificates { secret: "hooks-tls".into(), configuration_name: "hooks".into() }),
+            ..Scope::default()
         };
         let yaml = manifests(&crate::controllers::registered(), &identity(), &scope).expect("renders");
         let injection = yaml

@@ -153,6 +153,7 @@ mod tests {
             name: "x",
             crds: Vec::new,
             rbac: Vec::new,
+            opt_in_rbac: &[],
             webhooks: Webhooks { routes: |_| Ok(axum::Router::new()), validating },
             metrics_prefix: "blockwork_test",
             start: |_| crate::controllers::runnable(|_| async { Ok(()) }),

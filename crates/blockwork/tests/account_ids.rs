@@ -1,10 +1,11 @@
 #![allow(clippy::unwrap_used, clippy::panic)]
-//! Nothing a user reads carries the AWS account id. `blockwork run` with every controller runs
-//! against a moto and a MiniStack that answer as a distinctive account, through each operator's
-//! suite-level scenarios — objects created to Ready, AWS refusals whose messages name ARNs, a
-//! drift between two certificates, a managed certificate written into the spec, deletion, a
-//! Cache, a rotated Secret — and then every status, event, log line (info level) and metric is
-//! scanned for the account id (`blockwork_testenv::leaks`). Identifier fields that must hold
+//! Nothing a user reads carries the AWS account id, nor any private key. `blockwork run` with
+//! every controller runs against a moto and a MiniStack that answer as a distinctive account,
+//! through each operator's suite-level scenarios — objects created to Ready, AWS refusals whose
+//! messages name ARNs, a drift between two certificates, a managed certificate written into the
+//! spec, deletion, a Cache, a rotated Secret, a certificate exported with its key into a Secret
+//! — and then every status, event, log line (info level) and metric is scanned for the account
+//! id and for private-key material (`blockwork_testenv::leaks`). Identifier fields that must hold
 //! the whole ARN (a Cert's `certificateArn`, which load balancers are given) are the exception,
 //! and the test checks that they do hold the account: the emulators really answered as it.
 
@@ -46,7 +47,7 @@ async fn no_status_event_log_or_metric_carries_the_account_id() {
         .args(["--namespaces", &namespace, "--log-level", "info"])
         .args(["--aws-endpoint-url", &moto.endpoint(), "--aws-region", "us-east-1", "--dns-zones", &format!("{domain}:{}", aws.zone_id)])
         .args(["--tenant-aws-endpoint-url", &ministack.endpoint(), "--tenant-route53-endpoint-url", &moto.endpoint()])
-        .args(["--tenant-aws-region", "us-east-1"])
+        .args(["--tenant-aws-region", "us-east-1", "--export-secrets"])
         .start()
         .unwrap();
     let certs = Kind::new(&client, &namespace, ("acm.blockwork.dev", "v1", "Cert"), "certs");
@@ -73,6 +74,9 @@ async fn no_status_event_log_or_metric_carries_the_account_id() {
     certs
         .create(json!({"metadata": {"name": "web"}, "spec": {"serviceName": "web", "environment": "prod", "deleteOnRemoval": true}}))
         .await;
+    certs
+        .create(json!({"metadata": {"name": "inside"}, "spec": {"serviceName": "inside", "environment": "prod", "export": {"secretName": "inside-tls"}}}))
+        .await;
     tenants.create(aws.tenant("shop", "www", Some(&aws.certificate), true)).await;
     tenants.create(aws.tenant("shop-managed", "managed", None, false)).await;
     caches.create(json!({"metadata": {"name": "sessions"}, "spec": {"engine": "redis", "memory": "64Mi"}})).await;
@@ -89,6 +93,10 @@ async fn no_status_event_log_or_metric_carries_the_account_id() {
     secrets.create(&PostParams::default(), &serde_json::from_value(source).unwrap()).await.unwrap();
 
     let web = certs.wait("web", "Ready", &operator, |o| condition_status(o, "Ready") == Some("True")).await;
+    certs.wait("inside", "exported", &operator, |o| condition_status(o, "Exported") == Some("True")).await;
+    let exported = secrets.get("inside-tls").await.unwrap();
+    let key = String::from_utf8(exported.data.as_ref().unwrap()["tls.key"].0.clone()).unwrap();
+    assert!(key.starts_with("-----BEGIN PRIVATE KEY-----"), "the Secret holds a key to look for");
     let arn = web.data["status"]["certificateArn"].as_str().unwrap_or_default().to_owned();
     assert!(arn.contains(ACCOUNT), "the emulators answer as the distinctive account: {arn}");
     tenants.wait("shop", "Ready", &operator, |o| condition_status(o, "Ready") == Some("True")).await;
@@ -113,7 +121,12 @@ async fn no_status_event_log_or_metric_carries_the_account_id() {
     wait_until("the Cert to go", &operator, || certs.gone("web")).await;
     wait_until("the tenant to go", &operator, || tenants.gone("shop-denied")).await;
 
-    let scanner = Scanner::new()
+    // The exported key's own lines too, wherever they might be cut.
+    let key_lines = key.lines().filter(|l| !l.starts_with("-----") && l.len() >= 40).map(str::to_owned).collect::<Vec<_>>();
+    let scanner = key_lines
+        .iter()
+        .fold(Scanner::new(), |scanner, line| scanner.needle("the exported private key", line))
+        .private_keys()
         .needle("account id", ACCOUNT)
         // The whole ARN is the point of these fields: a Cert's is given to load balancers, a
         // tenant's names it for IAM policies and the AWS CLI.

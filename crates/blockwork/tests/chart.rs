@@ -173,7 +173,12 @@ fn every_run_flag_is_set_by_the_chart_or_deliberately_left_out() {
             "aws.endpointUrls.route53=http://127.0.0.1:2",
             "aws.endpointUrls.sts=http://127.0.0.1:2",
         ][..],
-        &["webhook.certificates.mode=cert-manager"][..],
+        &[
+            "webhook.certificates.mode=cert-manager",
+            "controllers.cert.exportSecrets=true",
+            "controllers.cert.certificateAuthorities={arn:aws:acm-pca:us-east-1:111122223333:certificate-authority/11111111-2222-3333-4444-555555555555}",
+            "aws.endpointUrls.acm-pca=http://127.0.0.1:3",
+        ][..],
         &[
             "controllers.cache.imagePullPolicy=Always",
             "controllers.cache.imagePullSecrets[0].name=mirror",
@@ -250,6 +255,25 @@ fn the_rbac_the_chart_grants_is_what_blockwork_rbac_generates() {
             vec![],
         ),
         (vec!["controllers.cache.enabled=false"], "rotator", vec![]),
+        // Export into Secrets, enabled at install: its rules, cluster-wide or per namespace.
+        (
+            all.iter().copied().chain(["controllers.cert.exportSecrets=true"]).collect(),
+            "aws_identity,cache,cert,tenant,rotator",
+            vec!["--opt-in", "cert.export-secrets"],
+        ),
+        (
+            vec![
+                "controllers.cache.enabled=false",
+                "controllers.rotator.enabled=false",
+                "controllers.cert.enabled=true",
+                ZONES[0],
+                ZONES[1],
+                "controllers.cert.exportSecrets=true",
+                "namespaces={a,b}",
+            ],
+            "aws_identity,cert",
+            vec!["--opt-in", "cert.export-secrets", "--namespaces", "a,b"],
+        ),
     ];
     for (sets, controllers, extra) in cases {
         let rendered = documents(&render("ops", &sets));
@@ -258,7 +282,7 @@ fn the_rbac_the_chart_grants_is_what_blockwork_rbac_generates() {
         let chart_rbac: Vec<&Value> =
             rendered.iter().filter(|d| d["apiVersion"] == "rbac.authorization.k8s.io/v1" && !for_people(d)).collect();
         let mut args = vec!["rbac", "--controllers", controllers, "--name", FULLNAME, "--namespace", "ops", "--service-account", FULLNAME];
-        if extra.first() == Some(&"--namespaces") {
+        if extra.first() != Some(&"cert-manager") {
             args.extend(&extra);
         }
         if extra.first() != Some(&"cert-manager") {
@@ -443,6 +467,7 @@ async fn every_rendered_option_is_accepted_by_the_api_server() {
             .copied()
             .chain([
                 "namespaces={NS1,NS2}",
+                "controllers.cert.exportSecrets=true",
                 "webhook.certificates.mode=cert-manager",
                 "webhook.certificates.certManager.issuerRef.kind=ClusterIssuer",
                 "webhook.certificates.certManager.issuerRef.name=ca",
@@ -557,6 +582,8 @@ fn exported() -> BTreeMap<String, BTreeSet<String>> {
                 cert.certificate("u1", "ns", "a", blockwork_cert::CertState::Ready, Some(5.0));
                 cert.certificate("u2", "ns", "b", blockwork_cert::CertState::Ready, Some(6.0));
                 cert.reconciled(blockwork_cert::CertState::Ready, true, Duration::from_millis(5));
+                cert.export.exported("first");
+                cert.export.failed("SecretConflict");
             }
             "tenant" => {
                 let tenant = blockwork_tenant::TenantMetrics::register(registry);

@@ -18,6 +18,11 @@ pub const MAX_SANS: usize = 100;
 pub const LABEL_PATTERN: &str = r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$";
 /// A DNS name of RFC 1123 labels, optionally a wildcard (`*.example.com`), as ACM accepts them.
 pub const DNS_NAME_PATTERN: &str = r"^(\*\.)?([a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?\.)+[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?\.?$";
+/// The name of a Kubernetes object such as a Secret: a DNS subdomain (RFC 1123).
+pub const OBJECT_NAME_PATTERN: &str = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$";
+/// The ARN of an ACM Private CA: `arn:<partition>:acm-pca:<region>:<account>:certificate-authority/<id>`.
+pub const CERTIFICATE_AUTHORITY_ARN_PATTERN: &str =
+    r"^arn:aws[a-z-]*:acm-pca:[a-z]{2}(-[a-z]+)+-[0-9]+:[0-9]{12}:certificate-authority/[0-9a-f]{8}(-[0-9a-f]{4}){3}-[0-9a-f]{12}$";
 
 /// An ACM certificate for `{serviceName}-{environment}.{zone}` (or `domainName`), validated
 /// through DNS records in Route53. Its ARN appears in `status.certificateArn` once issued.
@@ -83,6 +88,51 @@ pub struct CertSpec {
     /// Default: the zone with the longest suffix of the domain, else the first granted zone.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub dns_zone: Option<DnsZoneRef>,
+    /// Export the certificate, with its chain and private key, into a `kubernetes.io/tls` Secret
+    /// of this namespace, for workloads in the cluster; kept current across ACM's renewals. A
+    /// public certificate is then requested exportable, which ACM charges at issuance and at
+    /// each renewal. Exportability is fixed when a certificate is requested: setting or removing
+    /// this on a Cert that has one requests a new certificate (the old one follows
+    /// deleteOnRemoval). Needs export enabled at install (`blockwork run --export-secrets`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub export: Option<ExportSpec>,
+    /// Issue a private certificate from this ACM Private CA (its ARN, in the operator's region and
+    /// among the CAs it is configured with, `--certificate-authorities`) instead of a public one:
+    /// no DNS validation, no Route 53 record, always exportable. Changing it requests a new
+    /// certificate.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(regex(
+        pattern = r"^arn:aws[a-z-]*:acm-pca:[a-z]{2}(-[a-z]+)+-[0-9]+:[0-9]{12}:certificate-authority/[0-9a-f]{8}(-[0-9a-f]{4}){3}-[0-9a-f]{12}$"
+    ))]
+    pub certificate_authority_arn: Option<String>,
+}
+
+/// Where and how the certificate is exported.
+#[derive(KubeSchema, Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ExportSpec {
+    /// The `kubernetes.io/tls` Secret of this namespace that receives the certificate (`tls.crt`:
+    /// the certificate then its chain; `tls.key`: the private key, unencrypted PKCS#8 PEM;
+    /// `ca.crt`: the chain's root). A Secret of that name that this Cert did not write is never
+    /// overwritten.
+    #[schemars(regex(pattern = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"), length(min = 1, max = 253))]
+    pub secret_name: String,
+    /// Labels and annotations for the Secret, e.g. the key rotator's source annotations
+    /// (`rotator.gw.ei.telekom.de/source-secret: "true"`). Keys under `acm.blockwork.dev/` and
+    /// the `app.kubernetes.io/managed-by` label are Blockwork's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub secret_template: Option<SecretTemplate>,
+}
+
+/// Metadata given to the exported Secret.
+#[derive(KubeSchema, Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[x_kube(validation = Rule::new("self.labels.all(k, !k.startsWith('acm.blockwork.dev/') && k != 'app.kubernetes.io/managed-by') && self.annotations.all(k, !k.startsWith('acm.blockwork.dev/'))").message("keys under acm.blockwork.dev/ and the app.kubernetes.io/managed-by label are Blockwork's own on the exported Secret"))]
+#[serde(rename_all = "camelCase")]
+pub struct SecretTemplate {
+    #[serde(default)]
+    pub labels: std::collections::BTreeMap<String, String>,
+    #[serde(default)]
+    pub annotations: std::collections::BTreeMap<String, String>,
 }
 
 /// A Route53 hosted zone, by id, name or both.
@@ -199,6 +249,29 @@ pub struct CertObservation {
     /// The DNS validation records written for this certificate.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub validation_records: Vec<ValidationRecordStatus>,
+    /// The Secret the certificate was last exported into (`spec.export`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub export: Option<ExportStatus>,
+}
+
+/// The certificate as Blockwork last wrote it into the exported Secret. Never the key.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ExportStatus {
+    /// The Secret, in the Cert's namespace.
+    pub secret_name: String,
+    /// The ACM certificate exported.
+    pub certificate_arn: String,
+    /// The exported certificate's serial number (hex bytes separated by colons, as ACM shows it);
+    /// after a renewal ACM's serial differs until the Secret is exported again.
+    pub serial: String,
+    /// When the exported certificate expires.
+    pub not_after: Time,
+    /// When Blockwork last exported it.
+    pub exported_at: Time,
+    /// The Secret's resourceVersion after Blockwork wrote it: another means someone else changed
+    /// it since (the drift policy decides).
+    pub resource_version: String,
 }
 
 /// `status` of a Cert: the runtime's fields with [`CertObservation`] flattened beside them.

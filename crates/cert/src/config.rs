@@ -58,6 +58,24 @@ pub struct CertArgs {
         value_name = "N"
     )]
     pub max_tracked_certificates: usize,
+
+    /// Let Certs export their certificate into a Secret of their namespace (`spec.export`). The
+    /// operator then reads, watches, writes and deletes Secrets: grant it with `blockwork rbac
+    /// --opt-in cert.export-secrets` (the chart's `controllers.cert.exportSecrets` does both).
+    /// Without it a Cert asking for export fails before any certificate is requested.
+    #[arg(id = "cert_export_secrets", long = "export-secrets", env = "CERT_EXPORT_SECRETS", default_value_t = false)]
+    pub export_secrets: bool,
+
+    /// ACM Private CAs Certs may issue private certificates from (`spec.certificateAuthorityArn`),
+    /// by ARN, comma separated [default: none: no private certificates].
+    #[arg(
+        id = "cert_certificate_authorities",
+        long = "certificate-authorities",
+        env = "CERT_CERTIFICATE_AUTHORITIES",
+        value_delimiter = ',',
+        value_name = "ARN,..."
+    )]
+    pub certificate_authorities: Vec<String>,
 }
 
 impl Default for CertArgs {
@@ -70,6 +88,8 @@ impl Default for CertArgs {
             validation_timeout: DEFAULT_VALIDATION_TIMEOUT,
             metrics_expiry_threshold: 90,
             max_tracked_certificates: 1000,
+            export_secrets: false,
+            certificate_authorities: Vec::new(),
         }
     }
 }
@@ -92,6 +112,10 @@ pub struct CertConfig {
     pub expiry_threshold_days: u32,
     pub max_tracked_certificates: usize,
     pub timing: Timing,
+    /// Certs may export into Secrets (`--export-secrets`).
+    pub export_secrets: bool,
+    /// The private CAs Certs may issue from (`--certificate-authorities`).
+    pub certificate_authorities: Vec<String>,
 }
 
 impl CertConfig {
@@ -100,6 +124,14 @@ impl CertConfig {
         let zones: ZoneRegistry = args.dns_zones.parse()?;
         if args.cache_max_size == 0 {
             return Err(ConfigError::Invalid("--cache-max-size must be at least 1".to_owned()));
+        }
+        let pattern = regex::Regex::new(crate::api::CERTIFICATE_AUTHORITY_ARN_PATTERN).map_err(|e| ConfigError::Invalid(e.to_string()))?;
+        let certificate_authorities: Vec<String> =
+            args.certificate_authorities.iter().map(|a| a.trim().to_owned()).filter(|a| !a.is_empty()).collect();
+        if let Some(bad) = certificate_authorities.iter().find(|a| !pattern.is_match(a)) {
+            return Err(ConfigError::Invalid(format!(
+                "--certificate-authorities: {bad:?} is not the ARN of an ACM Private CA (arn:aws:acm-pca:REGION:ACCOUNT:certificate-authority/ID)"
+            )));
         }
         if args.listing_interval < Duration::from_secs(1) {
             return Err(ConfigError::Invalid("--certificate-listing-interval must be at least 1s".to_owned()));
@@ -116,6 +148,8 @@ impl CertConfig {
             expiry_threshold_days: args.metrics_expiry_threshold,
             max_tracked_certificates: args.max_tracked_certificates,
             timing: default_timing(),
+            export_secrets: args.export_secrets,
+            certificate_authorities,
         })
     }
 }
@@ -141,6 +175,7 @@ mod tests {
         assert_eq!(config.zones.zones()[0].id, "Z1");
         assert_eq!(config.expiry_threshold_days, 90);
         assert_eq!(config.max_tracked_certificates, 1000);
+        assert!(!config.export_secrets, "least privilege: exporting into Secrets is enabled at install");
     }
 
     #[test]
@@ -168,6 +203,15 @@ mod tests {
             }
         );
         assert_eq!(config.validation_timeout, Duration::from_secs(5400));
+    }
+
+    #[test]
+    fn private_cas_are_given_by_arn() {
+        let ca = "arn:aws:acm-pca:us-east-1:123456789012:certificate-authority/11111111-2222-3333-4444-555555555555";
+        let cli = Cli::try_parse_from(["x", "--dns-zones", "a.com:Z1", "--certificate-authorities", &format!("{ca}, ")]).unwrap();
+        assert_eq!(CertConfig::from_args(&cli.cert).unwrap().certificate_authorities, [ca]);
+        let bad = Cli::try_parse_from(["x", "--dns-zones", "a.com:Z1", "--certificate-authorities", "my-ca"]).unwrap();
+        assert!(CertConfig::from_args(&bad.cert).unwrap_err().to_string().contains("\"my-ca\" is not the ARN"));
     }
 
     #[test]

@@ -28,6 +28,10 @@ pub struct Desired {
     pub zone: Zone,
     /// Every name (primary first) with the zone its validation record goes into.
     pub zones: Vec<(String, Zone)>,
+    /// A public certificate that ExportCertificate may export (`spec.export`).
+    pub exportable: bool,
+    /// The ACM Private CA of a private certificate (`spec.certificateAuthorityArn`).
+    pub authority: Option<String>,
 }
 
 /// `{serviceName}-{environment}.{zone}`: the domain when the spec does not set one.
@@ -51,7 +55,7 @@ pub fn desired(spec: &CertSpec, registry: &ZoneRegistry) -> Result<Desired, Zone
     for san in &sans {
         zones.push((san.clone(), registry.resolve_san(san)?.clone()));
     }
-    Ok(Desired { domain, sans, zone, zones })
+    Ok(Desired { domain, sans, zone, zones, exportable: spec.export.is_some(), authority: spec.certificate_authority_arn.clone() })
 }
 
 /// The IdempotencyToken for RequestCertificate: 32 hex characters (ACM allows `\w{1,32}`),
@@ -73,6 +77,15 @@ pub fn acm_token(object_token: &str, marked_at: i64, desired: &Desired) -> Strin
     for name in &names {
         hasher.update(b"\0");
         hasher.update(name.as_bytes());
+    }
+    // Only when asked for: the token of a plain certificate stays what it was before these
+    // options existed (a create under way across an upgrade finds its certificate).
+    if desired.exportable {
+        hasher.update(b"\0export");
+    }
+    if let Some(authority) = &desired.authority {
+        hasher.update(b"\0");
+        hasher.update(authority.as_bytes());
     }
     hex::encode(&hasher.finalize()[..16])
 }
@@ -163,6 +176,32 @@ pub fn names_differ(certificate: &Certificate, desired: &Desired) -> Option<Stri
         .then(|| format!("the certificate's alternative names are [{}], the spec asks for [{}]", have.join(", "), want.join(", ")))
 }
 
+/// Whether an existing (described) certificate is not the one the spec asks for: other names, or
+/// issued otherwise (exportable or not, public or from another private CA). Any difference means a
+/// new certificate: none of these can be changed on an ACM certificate.
+pub fn certificate_differs(certificate: &Certificate, desired: &Desired) -> Option<String> {
+    names_differ(certificate, desired).or_else(|| issuance_differs(certificate, desired))
+}
+
+/// How a certificate was issued against how the spec asks for it: from which private CA (none
+/// for a public one), and for a public one whether it is exportable (a private one always is).
+pub fn issuance_differs(certificate: &Certificate, desired: &Desired) -> Option<String> {
+    if certificate.authority != desired.authority {
+        return Some(match (&certificate.authority, &desired.authority) {
+            (None, Some(_)) => "the certificate is public; the spec asks for one from a private CA".to_owned(),
+            (Some(_), None) => "the certificate is from a private CA; the spec asks for a public one".to_owned(),
+            _ => "the certificate is from another private CA than the spec names".to_owned(),
+        });
+    }
+    if desired.authority.is_none() && certificate.exportable != desired.exportable {
+        return Some(match desired.exportable {
+            true => "the certificate was requested without export; spec.export needs an exportable one".to_owned(),
+            false => "the certificate is exportable (charged at each renewal); the spec no longer exports it".to_owned(),
+        });
+    }
+    None
+}
+
 /// Why a look at a listed certificate needs DescribeCertificate too; `None`: the listing's
 /// summary tells all it needs (the steady state, and waiting for ACM to issue).
 pub fn description_needed(summary: &Summary, spec_changed: bool, records_known: bool, now: jiff::Timestamp) -> Option<&'static str> {
@@ -177,8 +216,8 @@ pub fn description_needed(summary: &Summary, spec_changed: bool, records_known: 
     }
 }
 
-/// The certificate as far as its summary tells: no alternative names, validation records or
-/// renewal status (those need DescribeCertificate).
+/// The certificate as far as its summary tells: no alternative names, validation records,
+/// renewal status, serial or export option (those need DescribeCertificate).
 pub fn listed(summary: &Summary) -> Certificate {
     Certificate {
         arn: summary.arn.clone(),
@@ -191,6 +230,9 @@ pub fn listed(summary: &Summary) -> Certificate {
         renewal_status: None,
         failure_reason: None,
         validations: Vec::new(),
+        serial: None,
+        exportable: false,
+        authority: None,
     }
 }
 
@@ -284,10 +326,15 @@ pub fn assess(certificate: &Certificate, now: jiff::Timestamp, validation_timeou
             }
             Assessment::Validating
         }
-        AcmStatus::Failed => failed(
-            "ValidationFailed",
-            format!("ACM could not issue the certificate: {}", certificate.failure_reason.as_deref().unwrap_or("no reason given")),
-        ),
+        AcmStatus::Failed => match certificate.failure_reason.as_deref().and_then(|r| crate::authority::failure(r).map(|m| (r, m))) {
+            Some((reason, meaning)) => {
+                failed("CertificateAuthorityFailed", format!("the private CA could not issue the certificate ({reason}): {meaning}"))
+            }
+            None => failed(
+                "ValidationFailed",
+                format!("ACM could not issue the certificate: {}", certificate.failure_reason.as_deref().unwrap_or("no reason given")),
+            ),
+        },
         AcmStatus::ValidationTimedOut => failed("ValidationTimedOut", "ACM gave up validating the certificate (72 hours)".to_owned()),
         AcmStatus::Revoked => failed("Revoked", "the certificate was revoked".to_owned()),
         AcmStatus::Expired => failed("Expired", "the certificate expired (ACM did not renew it)".to_owned()),
@@ -362,6 +409,9 @@ mod tests {
             renewal_status: None,
             failure_reason: None,
             validations: Vec::new(),
+            serial: None,
+            exportable: false,
+            authority: None,
         }
     }
 

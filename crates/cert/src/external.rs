@@ -29,6 +29,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use blockwork_aws::acm::{Certificate, CertificateRequest, Freshness};
+use blockwork_aws::pca::Pca;
 use blockwork_aws::route53::{Deletion, Record, Records, Written};
 use blockwork_aws::{AwsError, ErrorClass};
 use blockwork_runtime::Existence;
@@ -69,11 +70,26 @@ pub struct CertManager {
     accounts: Arc<Accounts>,
     records: Arc<Records>,
     validation_timeout: Duration,
-    metrics: Arc<CertMetrics>,
-    /// Deletes the published ConfigMap when the Cert goes (see [`crate::publish`]).
-    client: Client,
+    pub(crate) metrics: Arc<CertMetrics>,
+    /// Deletes the published ConfigMap when the Cert goes (see [`crate::publish`]); reads and
+    /// writes exported Secrets ([`crate::export`]).
+    pub(crate) client: Client,
     /// Tells what a Cert released while held by a mapping change leaves in AWS.
     events: Publisher,
+    /// Certs may export into Secrets (`--export-secrets`).
+    pub(crate) export_secrets: bool,
+    /// Private CAs: the ones Certs may name, and their states (read as each namespace's principal).
+    authorities: Vec<String>,
+    pca: Pca,
+}
+
+/// What the installation lets Certs issue besides public certificates.
+pub struct Issuing {
+    /// Certs may export into Secrets (`--export-secrets`).
+    pub export_secrets: bool,
+    /// The private CAs Certs may name (`--certificate-authorities`).
+    pub authorities: Vec<String>,
+    pub pca: Pca,
 }
 
 impl CertManager {
@@ -83,9 +99,25 @@ impl CertManager {
         validation_timeout: Duration,
         metrics: Arc<CertMetrics>,
         client: Client,
+        issuing: Issuing,
     ) -> Self {
+        let Issuing { export_secrets, authorities, pca } = issuing;
         let events = Publisher::new(client.clone(), format!("blockwork-{}", crate::CONTROLLER));
-        Self { accounts, records, validation_timeout, metrics, client, events }
+        Self { accounts, records, validation_timeout, metrics, client, events, export_secrets, authorities, pca }
+    }
+
+    /// Whether a private certificate can be requested from `authority` now, as the namespace's
+    /// account: a CA this installation issues from, in ACM's region, `ACTIVE` as the namespace's
+    /// principal sees it. Otherwise a terminal error saying why (nothing is requested: ACM would
+    /// make a failed certificate).
+    async fn check_authority(&self, account: &CertAccount, authority: &str) -> Result<(), ExternalError> {
+        let terminal = |refusal: crate::authority::Refusal| ExternalError::terminal(refusal.reason, refusal.message);
+        crate::authority::check(authority, &self.authorities, account.acm.region().await.as_deref()).map_err(terminal)?;
+        match self.pca.describe(account.principal(), authority).await {
+            Ok(described) => crate::authority::state_problem(&described).map_or(Ok(()), |refusal| Err(terminal(refusal))),
+            Err(error) if error.class == ErrorClass::NotFound => Err(terminal(crate::authority::not_found())),
+            Err(error) => Err(ExternalError::from(&error)),
+        }
     }
 
     /// The accounts of this controller's Certs, whose listings [`crate::wake`] follows.
@@ -97,7 +129,7 @@ impl CertManager {
     /// the namespace's mapping changed to another account than the one holding the Cert's
     /// certificates, the Cert is held (`AwsIdentityChanged`) and the status keeps naming the
     /// identity they were made with.
-    async fn account(&self, object: &Cert, observation: &mut CertObservation) -> Result<CertAccount, ExternalError> {
+    pub(crate) async fn account(&self, object: &Cert, observation: &mut CertObservation) -> Result<CertAccount, ExternalError> {
         let account = self.accounts.of(&object.namespace().unwrap_or_default()).await?;
         let now = account.grant.identity.to_string();
         let before = observation.aws_identity.clone();
@@ -168,11 +200,12 @@ impl CertManager {
     fn report(&self, request: &Request<'_, Cert>, observation: &CertObservation) {
         let object = request.object;
         let uid = object.uid().unwrap_or_default();
+        let now = jiff::Timestamp::now();
+        self.report_export(object, observation, request.phase == Phase::Deleting, now);
         if request.phase == Phase::Deleting {
             self.metrics.forget_certificate(&uid);
             return;
         }
-        let now = jiff::Timestamp::now();
         let days = observation.expiration_date.as_ref().map(|t| t.0.duration_since(now).as_secs_f64() / 86_400.0);
         self.metrics.certificate(
             &uid,
@@ -234,7 +267,7 @@ impl CertManager {
                 continue;
             }
             match account.acm.describe(account.principal(), &arn).await {
-                Ok(certificate) if decisions::names_differ(&certificate, desired).is_none() => {
+                Ok(certificate) if decisions::certificate_differs(&certificate, desired).is_none() => {
                     return Ok(Some(Found::described(certificate)));
                 }
                 Ok(_) => {}
@@ -414,7 +447,7 @@ impl CertManager {
         // A listed summary names the primary domain only; the alternative names are compared
         // whenever the spec changed, which is when they can differ (then it is described).
         let difference = match found.described {
-            true => decisions::names_differ(&certificate, &desired),
+            true => decisions::certificate_differs(&certificate, &desired),
             false => decisions::primary_differs(&certificate.domain, &desired),
         };
         if let Some(difference) = difference {
@@ -440,6 +473,8 @@ impl CertManager {
                 if let Some(message) = decisions::renewal_message(certificate.renewal_status.as_deref()) {
                     warn!(cert = %object.name_any(), namespace = ?object.namespace(), "{message}");
                 }
+                let mut conditions = Conditions::default();
+                upkeep.extend(self.observe_export(request, &certificate, observation, &mut conditions).await?);
                 if !observation.previous_certificate_arns.is_empty() {
                     // Which records the current certificate still needs is only described.
                     let current = match described {
@@ -453,10 +488,15 @@ impl CertManager {
                         Err(error) => warn!(cert = %object.name_any(), %error, "the replaced certificates are settled at the next look"),
                     }
                 }
-                Ok(Observed::from(VerifyOutcome::Ready).with_upkeep(upkeep))
+                Ok(Observed { conditions, ..Observed::from(VerifyOutcome::Ready).with_upkeep(upkeep) })
             }
             Assessment::Validating => {
                 observation.cert_ready = false;
+                if desired.authority.is_some() {
+                    observation.state = Some(CertState::Validated);
+                    account.acm.await_issue(&certificate.arn);
+                    return Ok(VerifyOutcome::InProgress("waiting for the private CA to issue the certificate".to_owned()).into());
+                }
                 if observation.state != Some(CertState::Validated) {
                     observation.state = Some(CertState::Created);
                 }
@@ -539,18 +579,36 @@ impl CertManager {
         let Some(marker) = request.create_pending else {
             return Err(ExternalError::retryable("NotMarked", "no create-pending marker; the next reconcile writes one"));
         };
+        if object.spec.export.is_some() && !self.export_secrets {
+            // No certificate is requested (an exportable one is charged) that could not be exported.
+            return Err(ExternalError::terminal("ExportNotEnabled", crate::export::look::not_enabled_message()));
+        }
+        if let Some(authority) = &desired.authority {
+            self.check_authority(account, authority).await?;
+        }
         let token = decisions::acm_token(request.idempotency_token, marker.since.0.as_second(), &desired);
         let uid = object.uid().unwrap_or_default();
         let tags = decisions::owner_tags(&object.namespace().unwrap_or_default(), &object.name_any(), &uid, &token);
-        let certificate = CertificateRequest { domain: desired.domain.clone(), sans: desired.sans.clone(), token, tags };
+        let certificate = CertificateRequest {
+            domain: desired.domain.clone(),
+            sans: desired.sans.clone(),
+            token,
+            tags,
+            exportable: desired.exportable,
+            authority: desired.authority.clone(),
+        };
         let arn = account.acm.request(account.principal(), &certificate).await.map_err(|e| ExternalError::from(&e))?;
         observation.certificate_arn = Some(arn.clone());
         observation.state = Some(CertState::Created);
         observation.cert_ready = false;
+        account.acm.await_issue(&arn);
+        if desired.authority.is_some() {
+            // A private certificate is signed by its CA: no validation record.
+            return Ok(());
+        }
         // ACM usually publishes the validation records within seconds: list them now (with
         // whether each is ours), so that the next look writes them. If it has not yet, a later
         // look lists them.
-        account.acm.await_issue(&arn);
         match account.acm.describe(account.principal(), &arn).await {
             Ok(certificate) => {
                 if let Err(error) = self.list_records(account, &certificate, &desired, observation).await {
@@ -754,8 +812,11 @@ pub enum CertUpkeep {
     /// The current certificate is issued: delete the ones it replaced (deleteOnRemoval), with
     /// the validation records only they used ([`CertManager::settle_previous`]).
     SettlePrevious(Box<Certificate>),
-    /// The Cert is released: its published ConfigMap goes ([`crate::publish`]).
+    /// The Cert is released: its published ConfigMap goes ([`crate::publish`]), and with
+    /// deleteOnRemoval its exported Secret.
     Unpublish,
+    /// The certificate is issued: its Secret is written, or refused ([`crate::export`]).
+    Export(crate::export::look::ExportWork),
 }
 
 /// What [`CertManager::record_progress`] found.
@@ -841,7 +902,13 @@ impl ExternalResource for CertManager {
             }
         };
         self.report(request, observation);
-        Observed { conditions: renewal(request, observation), ..observed }
+        let mut conditions = observed.conditions.clone();
+        let issuing = matches!(observation.state, Some(CertState::Pending | CertState::Created | CertState::Validated));
+        if request.phase == Phase::Live && issuing {
+            self.export_waits(&mut conditions, request.object);
+        }
+        conditions.then(renewal(request, observation));
+        Observed { conditions, ..observed }
     }
 
     /// Writes the validation records (in the zone's next background batch), settles the
@@ -853,7 +920,9 @@ impl ExternalResource for CertManager {
         observation: &mut CertObservation,
         work: CertUpkeep,
     ) -> WithConditions<Result<(), ExternalError>> {
+        let mut conditions = Conditions::default();
         let done = match work {
+            CertUpkeep::Export(work) => self.write_export(request, observation, work, &mut conditions).await,
             CertUpkeep::WriteRecords(by_zone) => {
                 self.write_records(request, by_zone).await.inspect_err(|error| settle_state(observation, error))
             }
@@ -865,10 +934,11 @@ impl ExternalResource for CertManager {
                 Err(error) => Err(error),
             },
             CertUpkeep::Unpublish => {
-                crate::publish::unpublish(&self.client, request.object).await.inspect_err(|error| settle_state(observation, error))
+                self.release_published(request.object, observation).await.inspect_err(|error| settle_state(observation, error))
             }
         };
-        WithConditions { outcome: done, conditions: renewal(request, observation) }
+        conditions.then(renewal(request, observation));
+        WithConditions { outcome: done, conditions }
     }
 
     async fn create(&self, request: &Request<'_, Cert>, observation: &mut CertObservation) -> WithConditions<MutateOutcome> {
@@ -910,6 +980,23 @@ impl ExternalResource for CertManager {
 }
 
 impl CertManager {
+    /// As the Cert is released: its published ConfigMap goes, and with deleteOnRemoval (its
+    /// certificate went) the Secret it exported (only if it is still this Cert's). Without, the
+    /// Secret stays, as the certificate does: pods may mount it.
+    async fn release_published(&self, cert: &Cert, observation: &CertObservation) -> Result<(), ExternalError> {
+        crate::publish::unpublish(&self.client, cert).await?;
+        if !(cert.spec.delete_on_removal && self.export_secrets) {
+            return Ok(());
+        }
+        let mut names: Vec<&str> = observation.export.iter().map(|e| e.secret_name.as_str()).collect();
+        names.extend(cert.spec.export.iter().map(|e| e.secret_name.as_str()));
+        names.dedup();
+        for name in names {
+            crate::export::delete_own(&self.client, cert, name).await?;
+        }
+        Ok(())
+    }
+
     /// See [`ExternalResource::delete`] above.
     async fn delete_or_replace(&self, request: &Request<'_, Cert>, observation: &mut CertObservation) -> DeleteOutcome {
         if request.phase == Phase::Live {
@@ -920,7 +1007,7 @@ impl CertManager {
         let mut removed = self.remove(request, observation).await;
         if removed.is_ok() {
             // The runtime releases the object after a successful delete, without another verify.
-            removed = crate::publish::unpublish(&self.client, request.object).await;
+            removed = self.release_published(request.object, observation).await;
         }
         match removed {
             Ok(()) => DeleteOutcome::Succeeded,

@@ -18,8 +18,10 @@
 pub mod account;
 pub mod admission;
 pub mod api;
+pub mod authority;
 pub mod config;
 pub mod decisions;
+pub mod export;
 pub mod external;
 pub mod metrics;
 pub mod publish;
@@ -68,8 +70,18 @@ pub async fn run(
     metrics.set_tracking_limits(config.expiry_threshold_days, config.max_tracked_certificates);
     let records = aws.records();
     let accounts = Arc::new(Accounts::new(Arc::clone(&aws), identities, &config.zones, config.acm));
-    let manager =
-        CertManager::new(Arc::clone(&accounts), Arc::clone(&records), config.validation_timeout, Arc::clone(&metrics), client.clone());
+    let manager = CertManager::new(
+        Arc::clone(&accounts),
+        Arc::clone(&records),
+        config.validation_timeout,
+        Arc::clone(&metrics),
+        client.clone(),
+        external::Issuing {
+            export_secrets: config.export_secrets,
+            authorities: config.certificate_authorities.clone(),
+            pca: blockwork_aws::pca::Pca::new(&aws, CONTROLLER),
+        },
+    );
     let context =
         Context::new(client.clone(), manager, ControllerConfig::new(CONTROLLER, GROUP).with_timing(config.timing), runtime_metrics);
     let operator_zones = accounts.operator_zones().to_vec();
@@ -78,6 +90,10 @@ pub async fn run(
     });
     let _mapped = Background(tokio::spawn(mappings));
     let _wakes = Background(tokio::spawn(wake::follow(Arc::clone(&context), accounts, records)));
+    // Only with the Secret permissions that come with export (a watch without them fails forever).
+    let _secrets = config
+        .export_secrets
+        .then(|| Background(tokio::spawn(export::watch::follow(Arc::clone(&context), client.clone(), namespaces.clone()))));
     info!(zones = ?config.zones.zones().iter().map(|z| z.name.as_str()).collect::<Vec<_>>(), ?namespaces, "starting the cert controller");
     let shutdown = shutdown.boxed().shared();
     run_in(&namespaces, |scope| {
@@ -98,7 +114,8 @@ impl Drop for Background {
 
 /// The cluster permissions the controller needs (beyond events and leases, which the binary
 /// grants every controller): its own objects, their status and finalizers, and the ConfigMaps
-/// that publish each certificate's ARN ([`publish`]). No Secrets: the certificate stays in ACM.
+/// that publish each certificate's ARN ([`publish`]). No Secrets: unless export is enabled at
+/// install ([`export_rbac`]) the certificate stays in ACM.
 pub fn rbac() -> Vec<PolicyRule> {
     use blockwork_runtime::rbac::rule;
     vec![
@@ -110,6 +127,16 @@ pub fn rbac() -> Vec<PolicyRule> {
     .into_iter()
     .chain(blockwork_identity::read_rules())
     .collect()
+}
+
+/// The permissions export needs ([`export`]), granted only when it is enabled at install
+/// (`blockwork rbac --opt-in cert.export-secrets`, the chart's `controllers.cert.exportSecrets`):
+/// Secrets of the watched namespaces, read (an exported Secret is checked before it is written;
+/// which Secret a name holds is only known by reading it), watched (metadata only, those
+/// labelled as exports: changes wake their Certs), created, applied and deleted (with its
+/// certificate, deleteOnRemoval). RBAC cannot narrow these verbs to the exported Secrets.
+pub fn export_rbac() -> Vec<PolicyRule> {
+    vec![blockwork_runtime::rbac::rule("", &["secrets"], &["get", "list", "watch", "create", "patch", "delete"])]
 }
 
 #[cfg(test)]

@@ -91,6 +91,8 @@ struct Tracking {
 
 #[derive(Debug)]
 pub struct CertMetrics {
+    /// The exported Secrets' ([`crate::export::metrics`]).
+    pub export: crate::export::metrics::ExportMetrics,
     expiry_buckets: Family<BucketLabels, Gauge>,
     expiry_days: Family<CertificateLabels, Gauge<f64, AtomicU64>>,
     not_tracked: Counter,
@@ -120,12 +122,14 @@ impl CertMetrics {
             "Duration of Cert reconciles by the state they began in and whether they succeeded",
             metrics.reconcile_duration.clone(),
         );
+        metrics.export.register(registry);
         Arc::new(metrics)
     }
 
     /// Metrics that count but are not exposed (tests, tools).
     pub fn unregistered() -> Self {
         Self {
+            export: crate::export::metrics::ExportMetrics::default(),
             expiry_buckets: Family::default(),
             expiry_days: Family::default(),
             not_tracked: Counter::default(),
@@ -277,8 +281,10 @@ mod tests {
                 assert_eq!(exposed_labels, labels, "labels of {name}");
             }
         }
-        for (name, _) in &exposed {
-            assert!(SEED_METRICS.iter().any(|(seed, _)| seed == name), "{name} is not one of the seed's metrics");
+        let export = crate::export::metrics::EXPORT_METRICS;
+        for (name, labels) in &exposed {
+            let known = SEED_METRICS.iter().chain(&export).find(|(known, _)| known == name);
+            assert!(known.is_some_and(|(_, known)| known == labels), "{name} {labels:?} is neither the seed's nor the export's");
         }
     }
 

@@ -23,6 +23,7 @@ use blockwork_identity::{AwsIdentity, Identities, OperatorZone};
 
 use crate::admission::{FqdnIndex, validate};
 use crate::api::{Cert, GROUP, VERSION};
+use crate::export::admission as export;
 use crate::zones::ZoneRegistry;
 
 /// Where the webhook server serves it.
@@ -59,11 +60,24 @@ struct Validator {
     /// What the operator's own identity grants unmapped namespaces (`--dns-zones`).
     operator_zones: Arc<Vec<OperatorZone>>,
     fail_closed: bool,
+    issuance: Arc<Issuance>,
+}
+
+/// What the installation lets Certs ask for besides public certificates, as admission checks it.
+#[derive(Clone, Debug, Default)]
+pub struct Issuance {
+    /// Export into Secrets is enabled (`--export-secrets`).
+    pub export_secrets: bool,
+    /// The private CAs Certs may name (`--certificate-authorities`).
+    pub certificate_authorities: Vec<String>,
+    /// ACM's region, when the process is given one (`--aws-region`): a private CA elsewhere is
+    /// refused.
+    pub region: Option<String>,
 }
 
 /// The route, with a watch of every Cert feeding the domain index (started here, on the
 /// current runtime; it ends with the process), over the process's mappings.
-pub fn router(client: Client, identities: Arc<Identities>, operator_zones: &ZoneRegistry, fail_closed: bool) -> Router {
+pub fn router(client: Client, identities: Arc<Identities>, operator_zones: &ZoneRegistry, fail_closed: bool, issuance: Issuance) -> Router {
     let (certs, writer) = reflector::store();
     let watch = watcher(Api::<Cert>::all(client), watcher::Config::default().any_semantic()).default_backoff().reflect(writer).for_each(
         |event| async move {
@@ -74,7 +88,7 @@ pub fn router(client: Client, identities: Arc<Identities>, operator_zones: &Zone
     );
     tokio::spawn(watch);
     let operator_zones = operator_zones.zones().iter().map(|z| OperatorZone { id: z.id.clone(), name: z.name.clone() }).collect();
-    let validator = Validator { certs, identities, operator_zones: Arc::new(operator_zones), fail_closed };
+    let validator = Validator { certs, identities, operator_zones: Arc::new(operator_zones), fail_closed, issuance: Arc::new(issuance) };
     Router::new().route(PATH, post(review)).with_state(validator)
 }
 
@@ -112,7 +126,20 @@ async fn review(State(validator): State<Validator>, Json(review): Json<Admission
                 .to_owned(),
         ],
     };
-    Json(verdict(response, &mut problems, validator.fail_closed, &cert.name_any()).into_review())
+    problems.extend(export::template_problems(&cert.spec));
+    if let Some(authority) = &cert.spec.certificate_authority_arn
+        && let Err(refusal) =
+            crate::authority::check(authority, &validator.issuance.certificate_authorities, validator.issuance.region.as_deref())
+    {
+        problems.push(format!("spec.certificateAuthorityArn: {}", refusal.message));
+    }
+    let old = request.old_object.as_ref().map(|old| &old.spec);
+    let warnings = export::warnings(old, &cert.spec, validator.issuance.export_secrets);
+    let mut response = verdict(response, &mut problems, validator.fail_closed, &cert.name_any());
+    if response.allowed && !warnings.is_empty() {
+        response.warnings.get_or_insert_with(Vec::new).extend(warnings);
+    }
+    Json(response.into_review())
 }
 
 /// Denies with every problem (fail closed), or allows with them as warnings.

@@ -24,7 +24,7 @@ use blockwork_testenv::harness::{ControllerTask, TestNamespace};
 use kube::api::{DeleteParams, PostParams};
 use kube::{Api, ResourceExt as _};
 use prometheus_client::registry::Registry;
-use support::{fast_timing, spec, status};
+use support::{exporting, fast_timing, spec, status};
 
 /// The cluster name in session names.
 const CLUSTER: &str = "test-cluster";
@@ -151,6 +151,9 @@ impl World {
             expiry_threshold_days: 90,
             max_tracked_certificates: 1000,
             timing: fast_timing(),
+            // The teams' Certs may export (issue 30): exported as their namespace's identity.
+            export_secrets: true,
+            certificate_authorities: Vec::new(),
         };
         let aws_config = AwsConfig { endpoint_url: Some(self.proxy.endpoint()), ..layer_config() };
         let aws = Aws::with_sdk_config(aws_config, sdk_config(&self.proxy.endpoint()).await, Arc::clone(&self.aws_metrics));
@@ -223,6 +226,33 @@ async fn two_namespaces_act_in_their_own_accounts_through_their_roles() {
         assert!(assumed.iter().filter(|r| r.role_arn == team.role).all(|r| r.external_id.as_deref() == Some(external.as_str())));
     }
     assert_eq!(world.aws_metrics.calls_as(&a.mapping(), Service::Acm, "RequestCertificate"), 1, "metrics name the mapping");
+}
+
+#[tokio::test]
+async fn an_exporting_cert_of_a_mapped_namespace_is_exported_through_its_role_never_as_the_operator() {
+    let endpoint = accounts_moto().await.unwrap().endpoint();
+    let team = Team::new("acct-x", &endpoint).await;
+    let world = World::start(&[&team], Unmapped::Refuse).await;
+    world.map(&team.identity(vec![team.grant()])).await;
+    let spec = CertSpec { domain_name: Some(team.domain("api")), ..spec("api", "prod") };
+    team.ns.create(&Cert::new("api", exporting(spec, "api-tls"))).await;
+    let cert = team
+        .ns
+        .wait_for("api", "exported", |c| c.status.as_ref().and_then(|s| s.condition("Exported")).is_some_and(|c| c.status == "True"))
+        .await;
+    let arn = status(&cert).observation.certificate_arn.clone().unwrap();
+    assert_eq!(account_of_arn(&arn), Some(team.account.as_str()), "the certificate is in the team's account");
+    let secret = team.ns.api_of::<k8s_openapi::api::core::v1::Secret>().get("api-tls").await.unwrap();
+    assert!(secret.data.as_ref().is_some_and(|d| d.get("tls.key").is_some_and(|k| !k.0.is_empty())), "the Secret holds the key");
+    assert!(
+        world.aws_metrics.calls_as(&team.mapping(), Service::Acm, "ExportCertificate") >= 1,
+        "exported as the namespace's mapping (its role)"
+    );
+    assert_eq!(
+        world.aws_metrics.calls_as(blockwork_aws::principal::OPERATOR, Service::Acm, "ExportCertificate"),
+        0,
+        "never as the operator's own identity"
+    );
 }
 
 #[tokio::test]

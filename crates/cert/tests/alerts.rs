@@ -71,6 +71,10 @@ fn exported() -> BTreeMap<String, BTreeSet<String>> {
     cert.certificate("u1", "ns", "a", CertState::Ready, Some(5.0));
     cert.certificate("u2", "ns", "b", CertState::Ready, Some(6.0));
     cert.reconciled(CertState::Ready, true, Duration::from_millis(5));
+    cert.export.state("u1", blockwork_cert::export::metrics::ExportState::Current);
+    cert.export.copy("u1", true, Some(5.0));
+    cert.export.exported("renewed");
+    cert.export.failed("SecretConflict");
     let aws = AwsMetrics::register(&mut registry, &[Seed::Cert]);
     aws.call(&[Seed::Cert], "operator", Service::Acm, "DescribeCertificate", Ok(()), Duration::from_millis(5));
     aws.call(&[Seed::Cert], "operator", Service::Acm, "RequestCertificate", Err(ErrorClass::Throttled), Duration::from_millis(5));

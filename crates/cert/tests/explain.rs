@@ -231,3 +231,28 @@ async fn an_issued_cert_shows_the_configmap_it_publishes_its_arn_in() {
     let text = explain(&h, "api").await;
     assert!(text.contains("Owned objects:\n  ConfigMap/api-certificate  published: "), "{text}");
 }
+
+#[tokio::test]
+async fn an_exporting_cert_shows_its_secret_its_serial_against_acm_s_and_the_last_export() {
+    let h = Harness::start("explain-export", &["main"]).await;
+    h.create("api", exporting(spec("api", "prod"), "api-tls")).await;
+    let cert = h
+        .wait_for("api", "exported", |c| c.status.as_ref().and_then(|s| s.condition("Exported")).is_some_and(|c| c.status == "True"))
+        .await;
+    let serial = status(&cert).observation.export.clone().unwrap().serial;
+    let endpoint = h.proxy.endpoint();
+    let layer = blockwork_aws::Aws::with_sdk_config(
+        blockwork_aws::AwsConfig { endpoint_url: Some(endpoint.clone()), ..blockwork_testenv::aws::layer_config() },
+        blockwork_testenv::aws::sdk_config(&endpoint).await,
+        std::sync::Arc::new(blockwork_aws::AwsMetrics::register(&mut Default::default(), &[])),
+    );
+    let now = Timestamp::now();
+    let mut report = read_report(&h, "api").await;
+    report.owned.extend(read::export_in(&layer, &h.client, &cert).await.unwrap());
+    let text = render::explain(&Explanation::of(report, now), now);
+    assert!(text.contains(&format!("into Secret api-tls (serial {serial}, expires ")), "{text}");
+    assert!(text.contains("exported ") && text.contains(" ago)"), "the last export: {text}");
+    // moto shows its own serials in decimal: compared as numbers.
+    assert!(text.contains(&format!("exported: serial {serial}, the same as ACM's")), "{text}");
+    assert!(!text.contains("PRIVATE KEY"), "{text}");
+}

@@ -1,8 +1,9 @@
 //! The IAM policy shipped in docs/iam/cert-operator-policy.json allows every AWS operation
 //! the cert controller calls through the AWS layer — every ACM operation of
-//! `blockwork_aws::acm`, and the Route 53 operations of `blockwork_aws::route53` it uses
-//! (records are written, listed and deleted; it does not wait for changes to be in sync) — and
-//! nothing beyond ACM and Route53.
+//! `blockwork_aws::acm` (its export included), and the Route 53 operations of `blockwork_aws::route53` it uses
+//! (records are written, listed and deleted; it does not wait for changes to be in sync), and
+//! the AWS Private CA reads of `blockwork_aws::pca` — and nothing beyond ACM, AWS Private CA and
+//! Route53.
 
 #![allow(clippy::unwrap_used, clippy::panic)]
 
@@ -10,6 +11,8 @@ use std::collections::BTreeSet;
 
 const POLICY: &str = include_str!("../../../docs/iam/cert-operator-policy.json");
 const ACM: &str = include_str!("../../aws/src/acm.rs");
+const ACM_EXPORT: &str = include_str!("../../aws/src/acm/export.rs");
+const PCA: &str = include_str!("../../aws/src/pca.rs");
 const ROUTE53: &str = include_str!("../../aws/src/route53.rs");
 /// The Route 53 operations the cert controller calls: `Records::upsert_in_background`,
 /// `Records::delete` and `Records::lookup`.
@@ -44,8 +47,9 @@ fn operations(source: &str) -> BTreeSet<String> {
 #[test]
 fn the_iam_policy_allows_every_operation_the_operator_calls() {
     let actions = allowed_actions();
-    let acm = operations(ACM);
-    assert!(acm.len() >= 5, "{acm:?}");
+    let mut acm = operations(ACM);
+    acm.extend(operations(ACM_EXPORT));
+    assert!(acm.len() >= 6 && acm.contains("ExportCertificate"), "{acm:?}");
     for operation in &acm {
         assert!(actions.contains(&format!("acm:{operation}")), "acm:{operation} is not allowed: {actions:?}");
     }
@@ -54,14 +58,17 @@ fn the_iam_policy_allows_every_operation_the_operator_calls() {
         assert!(route53.contains(operation), "the layer no longer calls {operation}: {route53:?}");
         assert!(actions.contains(&format!("route53:{operation}")), "route53:{operation} is not allowed: {actions:?}");
     }
+    for operation in operations(PCA) {
+        assert!(actions.contains(&format!("acm-pca:{operation}")), "acm-pca:{operation} is not allowed: {actions:?}");
+    }
     // RequestCertificate with tags needs the tagging permission too.
     assert!(actions.contains("acm:AddTagsToCertificate"));
 }
 
 #[test]
-fn the_iam_policy_grants_only_acm_and_route53_actions_and_no_wildcards() {
+fn the_iam_policy_grants_only_acm_acm_pca_and_route53_actions_and_no_wildcards() {
     for action in allowed_actions() {
-        assert!(action.starts_with("acm:") || action.starts_with("route53:"), "{action}");
+        assert!(action.starts_with("acm:") || action.starts_with("acm-pca:") || action.starts_with("route53:"), "{action}");
         assert!(!action.contains('*'), "{action}");
     }
 }

@@ -7,6 +7,9 @@
 //! last one uninstalls it. A machine-wide lock makes a second suite (another checkout's
 //! `make test`) wait for this one.
 
+#[path = "e2e/export.rs"]
+mod export;
+
 use std::fs::File;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -56,6 +59,10 @@ const SCENARIOS: &[(&str, Scenario)] = &[
     ("the_rotator_pod_rotates_a_renewed_cert_manager_secret", rotator_rotates),
     ("a_namespaced_install_rotates_in_its_namespaces_only", rotator_rotates_in_its_namespaces_only),
     ("cert_and_distribution_tenant_examples_reach_ready_against_emulators_on_the_host", aws_examples_reach_ready),
+    (
+        "an_exported_private_certificate_serves_tls_in_a_pod_follows_an_acm_renewal_and_rotates_into_a_key_set",
+        export::exported_certificates_serve_tls_follow_renewals_and_rotate,
+    ),
     (
         "in_a_restricted_namespace_valkey_serves_and_a_hung_server_leaves_the_service_and_is_restarted",
         cache_pods::valkey_serves_and_a_hung_server_is_restarted,

@@ -190,6 +190,7 @@ pub async fn explain(args: &ExplainArgs) -> anyhow::Result<String> {
     if kind == KindArg::Cert {
         let records = read::records_now(&client, &namespace, &name, &args.aws).await?;
         report.notes.extend(crate::kinds::records_now_note(&records, now));
+        report.owned.extend(read::export_now(&client, &namespace, &name, &args.aws).await?);
     }
     let explanation = Explanation::of(report, now);
     Ok(match args.output {

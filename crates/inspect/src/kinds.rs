@@ -14,6 +14,6 @@ mod rotator;
 mod tenant;
 
 pub use cache::{CacheObjects, cache, pod_state};
-pub use cert::{ACM_USUAL_MINUTES, ChangeNow, RecordNow, cert, published, records_now_note, records_to_read};
+pub use cert::{ACM_USUAL_MINUTES, ChangeNow, RecordNow, cert, exported_secret, published, records_now_note, records_to_read};
 pub use rotator::{RotatorObjects, certificate_expiry, describe_certificate, rotator_source, rotator_target};
 pub use tenant::tenant;

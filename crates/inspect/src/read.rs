@@ -308,6 +308,49 @@ pub async fn records_now(
     }
 }
 
+/// The Secret an exporting Cert writes, as its metadata reads (never its data: `explain` holds
+/// no key), against ACM's serial of the certificate read now (DescribeCertificate, read-only,
+/// through the AWS layer `blockwork run` builds from the same flags). Nothing for a Cert that
+/// does not export, or where the reader may not read Secrets.
+pub async fn export_now(client: &Client, namespace: &str, name: &str, aws: &blockwork_aws::AwsArgs) -> anyhow::Result<Option<Owned>> {
+    let Some(cert) = get::<Cert>(client, namespace, name).await? else { return Ok(None) };
+    if cert.spec.export.is_none() {
+        return Ok(None);
+    }
+    let (config, _deprecations) = aws.config().map_err(|e| anyhow::anyhow!("{e}"))?;
+    let layer = blockwork_aws::Aws::new(config, std::sync::Arc::new(blockwork_aws::AwsMetrics::register(&mut Default::default(), &[])));
+    export_in(&layer, client, &cert).await
+}
+
+/// [`export_now`] through a given AWS layer. ACM's serial is left unsaid when AWS does not
+/// answer within a few seconds (a reader without AWS access).
+pub async fn export_in(layer: &std::sync::Arc<blockwork_aws::Aws>, client: &Client, cert: &Cert) -> anyhow::Result<Option<Owned>> {
+    let Some(export) = &cert.spec.export else { return Ok(None) };
+    let api = Api::<k8s_openapi::api::core::v1::Secret>::namespaced(client.clone(), &cert.namespace().unwrap_or_default());
+    let found = match api.get_metadata_opt(&export.secret_name).await {
+        Ok(found) => found,
+        Err(kube::Error::Api(status)) if status.code == 403 => return Ok(None),
+        Err(error) => return Err(error).with_context(|| format!("reading the Secret {}", export.secret_name)),
+    };
+    let serial = match cert.status.as_ref().and_then(|s| s.observation.certificate_arn.as_deref()) {
+        Some(arn) => {
+            // As the reader's own credentials, as the records are read (see records_in_route53).
+            let reader = blockwork_aws::Principal::operator();
+            let acm = blockwork_aws::acm::Acm::new(
+                layer,
+                blockwork_cert::CONTROLLER,
+                None,
+                reader.clone(),
+                blockwork_aws::acm::AcmConfig::default(),
+            );
+            const READ_FOR: std::time::Duration = std::time::Duration::from_secs(10);
+            tokio::time::timeout(READ_FOR, acm.describe(&reader, arn)).await.ok().and_then(Result::ok).and_then(|c| c.serial)
+        }
+        None => None,
+    };
+    Ok(kinds::exported_secret(cert, found.as_ref(), serial.as_deref()))
+}
+
 /// [`records_now`] through a given AWS layer: each record's zone listed, and each change read
 /// once however many records it wrote.
 pub async fn records_in_route53(layer: &std::sync::Arc<blockwork_aws::Aws>, cert: &Cert) -> Vec<kinds::RecordNow> {

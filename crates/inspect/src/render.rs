@@ -31,6 +31,8 @@ impl Row {
     pub fn of(report: &Report, now: Timestamp) -> Self {
         let paused = report.policies.iter().any(|p| p.name == "paused" && p.value.eq_ignore_ascii_case("true"));
         let unsynced = report.condition("Synced").filter(|c| !c.is_true() && c.reason != "ReconcilePaused");
+        // An exported Secret left drifted or refused says so, though the Cert is in sync.
+        let unexported = report.condition("Exported").filter(|c| !c.is_true() && c.reason != "WaitingForCertificate");
         Self {
             kind: report.kind.as_str().to_owned(),
             namespace: report.namespace.clone(),
@@ -42,7 +44,8 @@ impl Row {
                 .last_error
                 .as_ref()
                 .map(|e| format!("{}: {}", e.reason, e.message))
-                .or_else(|| unsynced.map(|c| format!("{}: {}", c.reason, c.message))),
+                .or_else(|| unsynced.map(|c| format!("{}: {}", c.reason, c.message)))
+                .or_else(|| unexported.map(|c| format!("{}: {}", c.reason, c.message))),
             next_retry: report.last_error.as_ref().and_then(|e| e.retry_at),
         }
     }
@@ -239,6 +242,25 @@ mod tests {
         let row = Row::of(&report, at(10));
         assert_eq!(row.state, "Succeeded (paused)");
         assert_eq!(row.last_error.as_deref(), Some("DriftDetected: enabled is false, want true"));
+    }
+
+    #[test]
+    fn a_cert_whose_exported_secret_is_left_drifted_says_so_in_its_row() {
+        let mut report = Report::new(Kind::Cert, "team-a", "api");
+        report.state = "Succeeded".into();
+        report.ready = Some(true);
+        let exported = |reason: &str| ConditionView {
+            type_: "Exported".into(),
+            status: "False".into(),
+            reason: reason.into(),
+            message: "Secret team-a/api-tls: the Secret was deleted".into(),
+            since: at(0),
+        };
+        report.conditions.push(exported("SecretDrifted"));
+        let row = Row::of(&report, at(10));
+        assert_eq!(row.last_error.as_deref(), Some("SecretDrifted: Secret team-a/api-tls: the Secret was deleted"));
+        report.conditions = vec![exported("WaitingForCertificate")];
+        assert_eq!(Row::of(&report, at(10)).last_error, None, "waiting for ACM is no error");
     }
 
     fn at(second: i64) -> Timestamp {

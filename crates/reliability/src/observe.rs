@@ -78,7 +78,7 @@ pub async fn scan_for_leaks(client: &Client, namespace: &str, logs: &str, metric
         .needle("account id", ACCOUNT)
         .needle("access key id", ACCESS_KEY_ID)
         .needle("secret access key", SECRET_ACCESS_KEY)
-        .needle("private key", "PRIVATE KEY")
+        .private_keys()
         // The whole ARN is the point of these fields: a Cert's is given to load balancers, a
         // tenant's names it for IAM policies and the AWS CLI.
         .identifier_field("certificateArn")

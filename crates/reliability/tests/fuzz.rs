@@ -123,7 +123,7 @@ fn cert_router() -> &'static axum::Router {
             plane.install_crds(&[blockwork_cert::crd()]).await.unwrap();
             let zones: blockwork_cert::zones::ZoneRegistry = "k8s.example.com:Z0000000000000000001".parse().unwrap();
             let identities = blockwork_identity::Identities::fixed(Vec::new(), blockwork_identity::Settings::default());
-            blockwork_cert::webhook::router(plane.client(), identities, &zones, true)
+            blockwork_cert::webhook::router(plane.client(), identities, &zones, true, Default::default())
         })
     })
 }

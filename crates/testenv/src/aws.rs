@@ -77,7 +77,7 @@ pub fn fresh_account() -> String {
 /// model has tests of its own), three quick retries, quick background batches. Endpoints are
 /// the test's to set.
 pub fn layer_config() -> AwsConfig {
-    let generous = ["acm.*", "acm.ListCertificates", "cloudfront.*", "route53", "route53.*", "sts.*"];
+    let generous = ["acm.*", "acm.ListCertificates", "acm-pca.*", "cloudfront.*", "route53", "route53.*", "sts.*"];
     let overrides: Vec<Override> = generous.iter().map(|o| expect(o, format!("{o}=100/100").parse())).collect();
     AwsConfig {
         region: Some("us-east-1".into()),
@@ -87,6 +87,69 @@ pub fn layer_config() -> AwsConfig {
         route53_batch: BatchPolicy { gather: Duration::from_millis(50), interval: Duration::from_millis(300) },
         ..AwsConfig::default()
     }
+}
+
+/// An `ACTIVE` root CA in AWS Private CA named `common_name` (created, its CSR signed by itself
+/// with the root template, its certificate installed, as a person sets one up); returns its ARN.
+pub async fn private_ca(pca: &aws_sdk_acmpca::Client, common_name: &str) -> String {
+    use aws_sdk_acmpca::primitives::Blob;
+    use aws_sdk_acmpca::types::{
+        Asn1Subject, CertificateAuthorityConfiguration, CertificateAuthorityType, KeyAlgorithm, SigningAlgorithm, Validity,
+        ValidityPeriodType,
+    };
+    let configuration = expect(
+        "a CA configuration",
+        CertificateAuthorityConfiguration::builder()
+            .key_algorithm(KeyAlgorithm::Rsa2048)
+            .signing_algorithm(SigningAlgorithm::Sha256Withrsa)
+            .subject(Asn1Subject::builder().common_name(common_name).organization("Blockwork tests").build())
+            .build(),
+    );
+    let created = expect(
+        "CreateCertificateAuthority",
+        pca.create_certificate_authority()
+            .certificate_authority_configuration(configuration)
+            .certificate_authority_type(CertificateAuthorityType::Root)
+            .send()
+            .await,
+    );
+    let arn = created.certificate_authority_arn().unwrap_or_default().to_owned();
+    let csr = expect("GetCertificateAuthorityCsr", pca.get_certificate_authority_csr().certificate_authority_arn(&arn).send().await);
+    let validity = expect("a validity", Validity::builder().r#type(ValidityPeriodType::Days).value(3650).build());
+    let issued = expect(
+        "IssueCertificate (root)",
+        pca.issue_certificate()
+            .certificate_authority_arn(&arn)
+            .csr(Blob::new(csr.csr().unwrap_or_default()))
+            .signing_algorithm(SigningAlgorithm::Sha256Withrsa)
+            .template_arn("arn:aws:acm-pca:::template/RootCACertificate/V1")
+            .validity(validity)
+            .send()
+            .await,
+    );
+    let certificate = expect(
+        "GetCertificate (root)",
+        pca.get_certificate().certificate_authority_arn(&arn).certificate_arn(issued.certificate_arn().unwrap_or_default()).send().await,
+    );
+    expect(
+        "ImportCertificateAuthorityCertificate",
+        pca.import_certificate_authority_certificate()
+            .certificate_authority_arn(&arn)
+            .certificate(Blob::new(certificate.certificate().unwrap_or_default()))
+            .send()
+            .await,
+    );
+    arn
+}
+
+/// [`private_ca`] on the emulator at `endpoint`.
+pub async fn private_ca_at(endpoint: &str, common_name: &str) -> String {
+    private_ca(&aws_sdk_acmpca::Client::new(&sdk_config(endpoint).await), common_name).await
+}
+
+/// [`hosted_zone`] on the emulator at `endpoint`.
+pub async fn hosted_zone_at(endpoint: &str, name: &str) -> String {
+    hosted_zone(&aws_sdk_route53::Client::new(&sdk_config(endpoint).await), name).await
 }
 
 /// Creates a public hosted zone `name`; returns its id without the `/hostedzone/` prefix.

@@ -31,6 +31,12 @@
 //!   DescribeCertificate a `RenewalSummary` `FAILED` for reason `CAA_ERROR` (a CAA record that
 //!   forbids Amazon's CA, one of the reasons ACM documents) with the certificate's own domain
 //!   validation options.
+//! - **ACM issuing a body for an ARN** ([`FaultProxy::renew_certificate`], and always for a
+//!   certificate requested from a private CA): a managed renewal under the same ARN, and a private
+//!   CA signing its certificates, which moto does neither of; see [`crate::issuance`]. A request
+//!   from a private CA that is not `ACTIVE` (or does not exist) makes a `FAILED` certificate with
+//!   ACM's failure reason `PCA_INVALID_STATE` (`PCA_RESOURCE_NOT_FOUND`), as ACM does; moto
+//!   issues it whatever the CA's state.
 //! - **Accounts** ([`crate::accounts`]): the account of each request's key, learnt from the
 //!   AssumeRole answers passing through (shared between proxies with
 //!   [`FaultProxy::start_with_accounts`]): faults for one account only
@@ -211,6 +217,8 @@ struct State {
     throttled: HashMap<String, usize>,
     /// ACM certificate ARN → what its answers report over the emulator's.
     certificate_statuses: HashMap<String, CertificateFacts>,
+    /// ACM certificate ARN → the body ACM issued for it over moto's ([`crate::issuance`]).
+    issued: HashMap<String, crate::issuance::Shared>,
     accounts: AccountBook,
     /// Present keys of a known account as the account id (for MiniStack).
     present_accounts: bool,
@@ -221,6 +229,8 @@ pub struct FaultProxy {
     address: SocketAddr,
     state: Arc<Mutex<State>>,
     server: JoinHandle<()>,
+    upstream: Arc<str>,
+    client: Upstream,
 }
 
 impl Drop for FaultProxy {
@@ -233,26 +243,37 @@ impl FaultProxy {
     /// Starts a proxy to `upstream` (e.g. an [`Emulator`](crate::emulators::Emulator)'s
     /// endpoint) on the current tokio runtime.
     pub async fn start(upstream: &str) -> Result<Self, Error> {
-        Self::start_with_accounts(upstream, AccountBook::default()).await
+        Self::start_bound(std::net::Ipv4Addr::LOCALHOST, upstream, AccountBook::default()).await
+    }
+
+    /// Starts a proxy to `upstream` listening on `host` (the end-to-end suite binds the node's
+    /// bridge address, where pods reach it).
+    pub async fn start_on(host: std::net::Ipv4Addr, upstream: &str) -> Result<Self, Error> {
+        Self::start_bound(host, upstream, AccountBook::default()).await
     }
 
     /// A proxy to `upstream` that shares what it learns of accounts with the other proxies of
     /// `accounts` (e.g. STS through one proxy, CloudFront through another).
     pub async fn start_with_accounts(upstream: &str, accounts: AccountBook) -> Result<Self, Error> {
-        let listener = TcpListener::bind("127.0.0.1:0").await?;
+        Self::start_bound(std::net::Ipv4Addr::LOCALHOST, upstream, accounts).await
+    }
+
+    async fn start_bound(host: std::net::Ipv4Addr, upstream: &str, accounts: AccountBook) -> Result<Self, Error> {
+        let listener = TcpListener::bind((host, 0)).await?;
         let address = listener.local_addr()?;
         let state = Arc::new(Mutex::new(State { accounts, ..State::default() }));
         let upstream: Arc<str> = Arc::from(upstream.trim_end_matches('/'));
         let client: Client<HttpConnector, Full<Bytes>> = Client::builder(TokioExecutor::new()).build_http();
         let shared = Arc::clone(&state);
+        let (serving, serving_client) = (Arc::clone(&upstream), client.clone());
         let server = tokio::spawn(async move {
             loop {
                 let Ok((stream, _)) = listener.accept().await else { continue };
-                let (state, upstream, client) = (Arc::clone(&shared), Arc::clone(&upstream), client.clone());
+                let (state, upstream, client) = (Arc::clone(&shared), Arc::clone(&serving), serving_client.clone());
                 tokio::spawn(serve(stream, state, upstream, client));
             }
         });
-        Ok(Self { address, state, server })
+        Ok(Self { address, state, server, upstream, client })
     }
 
     /// The SDK's endpoint override.
@@ -341,6 +362,7 @@ impl FaultProxy {
         let now = unix_seconds();
         let facts = CertificateFacts {
             status: Some(status.to_owned()),
+            failure_reason: None,
             revoked_at: (status == "REVOKED").then_some(now),
             not_after: (status == "EXPIRED").then_some(now - 1),
             renewal_failed_at: None,
@@ -352,12 +374,41 @@ impl FaultProxy {
     /// failed: `NotAfter` 30 days ahead, and a `RenewalSummary` `FAILED` in DescribeCertificate.
     pub fn fail_renewal(&self, arn: &str) {
         let now = unix_seconds();
-        let facts =
-            CertificateFacts { status: None, revoked_at: None, not_after: Some(now + 30 * 24 * 3600), renewal_failed_at: Some(now) };
+        let facts = CertificateFacts {
+            status: None,
+            failure_reason: None,
+            revoked_at: None,
+            not_after: Some(now + 30 * 24 * 3600),
+            renewal_failed_at: Some(now),
+        };
         self.lock().certificate_statuses.insert(arn.to_owned(), facts);
     }
 
-    /// Forgets every fault, count and quota; keeps what it knows of accounts.
+    /// ACM renews the issued certificate `arn` now (see [`crate::issuance`]): a new serial,
+    /// validity and key under the same ARN, with its tags and options, from its private CA if it
+    /// has one. The listing shows the new `NotAfter` from the next sweep on. Returns the body.
+    pub async fn renew_certificate(&self, arn: &str) -> Result<crate::issuance::Issued, Error> {
+        // A renewal expires later than what it renews (ACM renews weeks before the end); moto's
+        // private CA dates a certificate from the second it signs it, so one renewed within the
+        // second of its issuance is signed again a moment later.
+        let previous = self.lock().issued.get(arn).map(|issued| issued.not_after);
+        let issued = loop {
+            let issued = crate::issuance::issue(&self.upstream, &self.client, arn, true).await?;
+            if previous.is_none_or(|previous| issued.not_after > previous) {
+                break issued;
+            }
+            tokio::time::sleep(Duration::from_millis(250)).await;
+        };
+        self.lock().issued.insert(arn.to_owned(), Arc::new(issued.clone()));
+        Ok(issued)
+    }
+
+    /// The body ACM issued for `arn` over moto's, if the proxy issued one.
+    pub fn issued(&self, arn: &str) -> Option<crate::issuance::Issued> {
+        self.lock().issued.get(arn).map(|issued| (**issued).clone())
+    }
+
+    /// Forgets every fault, count, quota and issued body; keeps what it knows of accounts.
     pub fn clear(&self) {
         let mut state = self.lock();
         let (accounts, present_accounts) = (state.accounts.clone(), state.present_accounts);
@@ -419,7 +470,7 @@ async fn handle(request: Request<Incoming>, state: &Mutex<State>, upstream: &str
     let (protocol, operation) = identify(&parts, &body);
     let authorization = parts.headers.get(http::header::AUTHORIZATION).and_then(|v| v.to_str().ok()).unwrap_or_default().to_owned();
     let assume_role = (operation == "AssumeRole").then(|| crate::accounts::assume_role_request(&body)).flatten();
-    let (fault, statuses, book) = {
+    let (fault, statuses, issued, book) = {
         let mut state = state.lock().unwrap_or_else(PoisonError::into_inner);
         *state.calls.entry(operation.clone()).or_default() += 1;
         let account = crate::accounts::access_key(&authorization).and_then(|key| state.accounts.account_of_key(key));
@@ -460,7 +511,8 @@ async fn handle(request: Request<Incoming>, state: &Mutex<State>, upstream: &str
             fault = Some(Fault::Throttling);
         }
         let statuses = (protocol == Protocol::Json && !state.certificate_statuses.is_empty()).then(|| state.certificate_statuses.clone());
-        (fault, statuses, state.accounts.clone())
+        let issued = (protocol == Protocol::Json && !state.issued.is_empty()).then(|| state.issued.clone());
+        (fault, statuses, issued, state.accounts.clone())
     };
     if let (None, Some(asked)) = (&fault, &assume_role) {
         let (parts, answer) = forward(parts, body, upstream, client, None).await.into_parts();
@@ -472,14 +524,25 @@ async fn handle(request: Request<Incoming>, state: &Mutex<State>, upstream: &str
         return Some(Response::from_parts(parts, Full::new(answer)));
     }
     if fault.is_none()
+        && let Some(issued) = &issued
+        && let Some(held) = certificate_arn(&body).and_then(|arn| issued.get(&arn))
+        && let Some(answer) = crate::issuance::answer(&operation, &body, held)
+    {
+        return Some(answer);
+    }
+    if fault.is_none() && operation == "RequestCertificate" && private_ca(&body).is_some() {
+        let response = forward(parts, body.clone(), upstream, client, None).await;
+        return Some(issue_private(response, &body, state, upstream, client).await);
+    }
+    if fault.is_none()
         && operation == "ChangeResourceRecordSets"
         && let Some(refusal) = refused_delete(&parts, &body, upstream, client).await
     {
         return Some(refusal);
     }
-    if let (None, Some(statuses)) = (&fault, statuses) {
+    if fault.is_none() && (statuses.is_some() || issued.is_some()) {
         let response = forward(parts, body, upstream, client, None).await;
-        return Some(with_certificate_statuses(response, &statuses).await);
+        return Some(with_certificate_statuses(response, &statuses.unwrap_or_default(), &issued.unwrap_or_default()).await);
     }
     Some(match fault {
         Some(Fault::Latency(delay)) => {
@@ -600,20 +663,26 @@ async fn refused_delete(
 #[derive(Clone, Debug)]
 struct CertificateFacts {
     status: Option<String>,
+    /// ACM's `FailureReason` of a `FAILED` certificate.
+    failure_reason: Option<String>,
     revoked_at: Option<i64>,
     not_after: Option<i64>,
     /// When the managed renewal failed.
     renewal_failed_at: Option<i64>,
 }
 
-fn unix_seconds() -> i64 {
+pub(crate) fn unix_seconds() -> i64 {
     std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX))
 }
 
 /// An ACM (JSON) answer with the facts [`FaultProxy::set_certificate_status`] and
 /// [`FaultProxy::fail_renewal`] set: in a ListCertificates summary list and a
 /// DescribeCertificate detail.
-async fn with_certificate_statuses(response: Response<Full<Bytes>>, statuses: &HashMap<String, CertificateFacts>) -> Response<Full<Bytes>> {
+async fn with_certificate_statuses(
+    response: Response<Full<Bytes>>,
+    statuses: &HashMap<String, CertificateFacts>,
+    issued: &HashMap<String, crate::issuance::Shared>,
+) -> Response<Full<Bytes>> {
     let (mut parts, body) = response.into_parts();
     let bytes = match body.collect().await {
         Ok(collected) => collected.to_bytes(),
@@ -624,7 +693,13 @@ async fn with_certificate_statuses(response: Response<Full<Bytes>>, statuses: &H
     };
     let rewrite = |certificate: &mut serde_json::Value, detail: bool| {
         let arn = certificate.get("CertificateArn").and_then(serde_json::Value::as_str).map(str::to_owned);
+        if let Some(body) = arn.as_ref().and_then(|arn| issued.get(arn)) {
+            crate::issuance::rewrite(certificate, body, detail);
+        }
         let Some(facts) = arn.and_then(|arn| statuses.get(&arn)) else { return };
+        if let Some(reason) = &facts.failure_reason {
+            certificate["FailureReason"] = serde_json::json!(reason);
+        }
         if let Some(status) = &facts.status {
             certificate["Status"] = serde_json::json!(status);
         }
@@ -655,6 +730,75 @@ async fn with_certificate_statuses(response: Response<Full<Bytes>>, statuses: &H
     }
     parts.headers.remove(http::header::CONTENT_LENGTH);
     Response::from_parts(parts, Full::new(Bytes::from(json.to_string())))
+}
+
+/// The `CertificateArn` of an ACM (JSON) request.
+fn certificate_arn(body: &[u8]) -> Option<String> {
+    let request: serde_json::Value = serde_json::from_slice(body).ok()?;
+    request["CertificateArn"].as_str().map(str::to_owned)
+}
+
+/// The `CertificateAuthorityArn` of a RequestCertificate.
+fn private_ca(body: &[u8]) -> Option<String> {
+    let request: serde_json::Value = serde_json::from_slice(body).ok()?;
+    request["CertificateAuthorityArn"].as_str().map(str::to_owned)
+}
+
+/// After moto answered a RequestCertificate from a private CA: the CA signs the certificate, as
+/// ACM has it do, if it is `ACTIVE`; otherwise the certificate is `FAILED` with ACM's reason.
+async fn issue_private(
+    response: Response<Full<Bytes>>,
+    request: &[u8],
+    state: &Mutex<State>,
+    upstream: &str,
+    client: &Upstream,
+) -> Response<Full<Bytes>> {
+    let (parts, body) = response.into_parts();
+    let bytes = match body.collect().await {
+        Ok(collected) => collected.to_bytes(),
+        Err(never) => match never {},
+    };
+    let arn = serde_json::from_slice::<serde_json::Value>(&bytes).ok().and_then(|v| v["CertificateArn"].as_str().map(str::to_owned));
+    let (Some(arn), Some(authority)) = (arn, private_ca(request)) else { return Response::from_parts(parts, Full::new(bytes)) };
+    let region = arn.split(':').nth(3).unwrap_or("us-east-1").to_owned();
+    let described = crate::issuance::call(
+        upstream,
+        client,
+        "acm-pca",
+        &region,
+        "ACMPrivateCA.DescribeCertificateAuthority",
+        serde_json::json!({"CertificateAuthorityArn": authority}),
+    )
+    .await;
+    let failure = match described {
+        Ok(described) if described["CertificateAuthority"]["Status"] == "ACTIVE" => None,
+        Ok(_) => Some("PCA_INVALID_STATE"),
+        Err(_) => Some("PCA_RESOURCE_NOT_FOUND"),
+    };
+    let issued = match failure {
+        None => crate::issuance::issue(upstream, client, &arn, false)
+            .await
+            .map_err(|e| tracing::warn!(%e, "the private CA did not sign the certificate"))
+            .ok(),
+        Some(_) => None,
+    };
+    let mut state = state.lock().unwrap_or_else(PoisonError::into_inner);
+    match (failure, issued) {
+        (None, Some(issued)) => {
+            state.issued.insert(arn, Arc::new(issued));
+        }
+        (reason, _) => {
+            let facts = CertificateFacts {
+                status: Some("FAILED".to_owned()),
+                failure_reason: Some(reason.unwrap_or("PCA_REQUEST_FAILED").to_owned()),
+                revoked_at: None,
+                not_after: None,
+                renewal_failed_at: None,
+            };
+            state.certificate_statuses.insert(arn, facts);
+        }
+    }
+    Response::from_parts(parts, Full::new(bytes))
 }
 
 /// A status in an answer and what a "pending" fault turns it into.

@@ -1,6 +1,6 @@
-//! Looking for what users must never read — an AWS account id, an access key — in everything a
-//! user can read of Blockwork: the statuses of its objects, the events about them, the
-//! operator's logs and metrics. A [`Scanner`] holds the needles (exact strings, e.g. the
+//! Looking for what users must never read — an AWS account id, an access key, private-key
+//! material — in everything a user can read of Blockwork: the statuses of its objects, the
+//! events about them, the operator's logs and metrics. A [`Scanner`] holds the needles (exact strings, e.g. the
 //! distinctive account id the emulators were started with, see
 //! [`Emulators::for_account`](crate::emulators::Emulators::for_account)) and the identifier
 //! fields where one may appear because users need the identifier whole (a Cert's
@@ -40,6 +40,8 @@ pub struct Scanner {
     needles: Vec<(String, String)>,
     /// Field names whose value may hold a needle.
     identifier_fields: Vec<String>,
+    /// Look for private-key material of any key ([`Scanner::private_keys`]).
+    private_keys: bool,
 }
 
 impl Scanner {
@@ -50,6 +52,15 @@ impl Scanner {
     /// Looks for `text`, reported as `what`.
     pub fn needle(mut self, what: &str, text: &str) -> Self {
         self.needles.push((what.to_owned(), text.to_owned()));
+        self
+    }
+
+    /// Also looks for private keys, whichever: a PEM private key (`-----BEGIN … PRIVATE KEY-----`,
+    /// encrypted or not), and base64 (at least [`KEY_BASE64_MIN`] characters) that decodes to a
+    /// DER private key (PKCS#8, PKCS#1, SEC1, or PKCS#8 encrypted with PBES2) or to PEM text of
+    /// one (a Secret's data as the API shows it).
+    pub fn private_keys(mut self) -> Self {
+        self.private_keys = true;
         self
     }
 
@@ -116,17 +127,64 @@ impl Scanner {
     }
 
     fn hits(&self, source: &str, location: &str, text: &str) -> Vec<Finding> {
-        self.needles
-            .iter()
-            .filter(|(_, needle)| text.contains(needle.as_str()))
-            .map(|(what, _)| Finding {
-                what: what.clone(),
-                source: source.to_owned(),
-                location: location.to_owned(),
-                excerpt: excerpt(text),
-            })
-            .collect()
+        let finding = |what: &str| Finding {
+            what: what.to_owned(),
+            source: source.to_owned(),
+            location: location.to_owned(),
+            excerpt: excerpt(text),
+        };
+        let mut found: Vec<Finding> =
+            self.needles.iter().filter(|(_, needle)| text.contains(needle.as_str())).map(|(what, _)| finding(what)).collect();
+        if self.private_keys
+            && let Some(what) = key_material(text)
+        {
+            found.push(finding(what));
+        }
+        found
     }
+}
+
+/// The shortest base64 run looked at: a DER private key is longer (an EC P-256 key in PKCS#8 is
+/// 138 bytes, 184 characters), a hash or an id shorter.
+pub const KEY_BASE64_MIN: usize = 100;
+
+/// What private-key material `text` holds, if any.
+pub fn key_material(text: &str) -> Option<&'static str> {
+    if text.contains("PRIVATE KEY") {
+        return Some("a PEM private key");
+    }
+    let base64 = |c: char| c.is_ascii_alphanumeric() || matches!(c, '+' | '/' | '=' | '-' | '_');
+    text.split(|c: char| !base64(c)).filter(|run| run.len() >= KEY_BASE64_MIN).find_map(|run| {
+        use base64::Engine as _;
+        let trimmed = run.trim_end_matches('=');
+        let usable = &trimmed[..trimmed.len() - trimmed.len() % 4];
+        let decoded = base64::engine::general_purpose::STANDARD_NO_PAD
+            .decode(usable)
+            .or_else(|_| base64::engine::general_purpose::URL_SAFE_NO_PAD.decode(usable))
+            .ok()?;
+        if decoded.windows(11).any(|w| w == b"PRIVATE KEY") {
+            return Some("a base64 PEM private key");
+        }
+        der_private_key(&decoded).then_some("a base64 DER private key")
+    })
+}
+
+/// Whether `der` starts as a private key does: a SEQUENCE whose content begins with version 0
+/// then an AlgorithmIdentifier (PKCS#8) or an INTEGER (PKCS#1 RSA), with version 1 then an OCTET
+/// STRING (SEC1 EC), or is an EncryptedPrivateKeyInfo under PBES2. Certificates and public keys
+/// begin otherwise (a tagged version, a SEQUENCE, an INTEGER of more than one byte).
+fn der_private_key(der: &[u8]) -> bool {
+    let content = match der {
+        [0x30, 0x81, _, rest @ ..] => rest,
+        [0x30, 0x82, _, _, rest @ ..] => rest,
+        [0x30, len, rest @ ..] if *len < 0x80 => rest,
+        _ => return false,
+    };
+    const PBES2: [u8; 11] = [0x06, 0x09, 0x2a, 0x86, 0x48, 0x86, 0xf7, 0x0d, 0x01, 0x05, 0x0d];
+    content.starts_with(&[0x02, 0x01, 0x00, 0x30])
+        || content.starts_with(&[0x02, 0x01, 0x00, 0x02])
+        || content.starts_with(&[0x02, 0x01, 0x01, 0x04])
+        || (content.first() == Some(&0x30) && content.windows(PBES2.len()).take(8).any(|w| w == PBES2))
 }
 
 /// At most 200 characters of a hit's text.
@@ -140,6 +198,7 @@ fn excerpt(text: &str) -> String {
 
 #[cfg(test)]
 mod tests {
+    #![allow(clippy::unwrap_used)]
     use super::*;
 
     const ACCOUNT: &str = "731902846215";
@@ -167,6 +226,44 @@ mod tests {
     fn needle_in_an_identifier_field_is_not_a_finding() {
         let status = serde_json::json!({"certificateArn": format!("arn:aws:acm:us-east-1:{ACCOUNT}:certificate/x"), "message": "ready"});
         assert!(scanner().json("Cert ns/a status", &status).is_empty());
+    }
+
+    fn key() -> rcgen::KeyPair {
+        rcgen::KeyPair::generate().unwrap()
+    }
+
+    #[test]
+    fn a_private_key_in_pem_base64_der_or_base64_pem_is_found() {
+        use base64::Engine as _;
+        let key = key();
+        let scanner = Scanner::new().private_keys();
+        let b64 = |bytes: &[u8]| base64::engine::general_purpose::STANDARD.encode(bytes);
+        for text in [
+            format!("loaded {}", key.serialize_pem()),
+            format!("{{\"key\":\"{}\"}}", b64(&key.serialize_der())),
+            format!("tls.key: {}", b64(key.serialize_pem().as_bytes())),
+            "-----BEGIN ENCRYPTED PRIVATE KEY-----".to_owned(),
+        ] {
+            assert_eq!(scanner.text("log", &text).len().min(1), 1, "not found in {text}");
+        }
+    }
+
+    #[test]
+    fn certificates_public_keys_and_ids_are_not_private_keys() {
+        use base64::Engine as _;
+        let key = key();
+        let certificate = rcgen::CertificateParams::new(vec!["a.example.com".to_owned()]).unwrap().self_signed(&key).unwrap();
+        let scanner = Scanner::new().private_keys();
+        let b64 = |bytes: &[u8]| base64::engine::general_purpose::STANDARD.encode(bytes);
+        for text in [
+            certificate.pem(),
+            b64(certificate.der()),
+            b64(&rcgen::PublicKeyData::subject_public_key_info(&key)),
+            "serial 0a:bc:01, kid 558ba4da-9628-5cb4-b244-ef833e84a53c".to_owned(),
+            "a".repeat(300),
+        ] {
+            assert!(scanner.text("log", &text).is_empty(), "{text}");
+        }
     }
 
     #[test]

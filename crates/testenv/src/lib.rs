@@ -42,6 +42,7 @@ mod egress;
 pub mod emulators;
 pub mod fault_proxy;
 pub mod harness;
+pub mod issuance;
 pub mod kube_proxy;
 pub mod leaks;
 pub mod measure;

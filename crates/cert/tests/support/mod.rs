@@ -42,6 +42,10 @@ pub struct Harness {
     pub runtime_registry: Registry,
     /// Applied to the configuration of every controller this harness starts.
     tweak: fn(&mut CertConfig, &mut AwsConfig),
+    /// The private CAs the controllers started from now on issue from.
+    pub certificate_authorities: Vec<String>,
+    /// Direct client to moto's AWS Private CA, to set CAs up.
+    pub pca: aws_sdk_acmpca::Client,
     /// The cluster's AwsIdentity mappings, as every controller this harness starts reads them.
     pub identities: Arc<Identities>,
 }
@@ -109,6 +113,8 @@ impl Harness {
             tweak,
             identities: Identities::new(test_namespace_client, Settings::default()),
             controller: ControllerTask::default(),
+            certificate_authorities: Vec::new(),
+            pca: aws_sdk_acmpca::Client::new(&direct),
         };
         harness.start_controller().await;
         harness
@@ -124,10 +130,21 @@ impl Harness {
             expiry_threshold_days: 90,
             max_tracked_certificates: 1000,
             timing: fast_timing(),
+            export_secrets: true,
+            certificate_authorities: self.certificate_authorities.clone(),
         };
         let mut aws = AwsConfig { endpoint_url: Some(self.proxy.endpoint()), ..layer_config() };
         (self.tweak)(&mut config, &mut aws);
         (config, aws)
+    }
+
+    /// A new `ACTIVE` private CA, and a controller (restarted) that issues from it.
+    pub async fn with_private_ca(&mut self) -> String {
+        let arn = blockwork_testenv::aws::private_ca(&self.pca, &format!("{} CA", self.namespace)).await;
+        self.certificate_authorities.push(arn.clone());
+        self.controller.crash();
+        self.start_controller().await;
+        arn
     }
 
     /// Starts a controller (again): a new process, as far as the object is concerned, with an
@@ -263,6 +280,11 @@ impl Harness {
 
 pub fn spec(service: &str, environment: &str) -> CertSpec {
     CertSpec { service_name: service.into(), environment: environment.into(), ..CertSpec::default() }
+}
+
+/// `spec`, exported into the Secret `secret`.
+pub fn exporting(spec: CertSpec, secret: &str) -> CertSpec {
+    CertSpec { export: Some(blockwork_cert::api::ExportSpec { secret_name: secret.into(), secret_template: None }), ..spec }
 }
 
 pub fn status(cert: &Cert) -> &blockwork_cert::CertStatus {

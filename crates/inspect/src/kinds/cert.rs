@@ -1,12 +1,14 @@
 //! A Cert's report: the runtime's status, the ACM certificate as last observed, its validation
-//! records (as listed, and as Route 53 answers for them at explain time) and the ConfigMap it
-//! publishes its certificate's ARN in.
+//! records (as listed, and as Route 53 answers for them at explain time), the ConfigMap it
+//! publishes its certificate's ARN in, and the Secret it exports its certificate into (its
+//! metadata only, against ACM's serial read at explain time).
 
 use blockwork_aws::mask_accounts;
 use blockwork_cert::{Cert, CertState};
 use jiff::Timestamp;
-use k8s_openapi::api::core::v1::{ConfigMap, Event};
+use k8s_openapi::api::core::v1::{ConfigMap, Event, Secret};
 use kube::ResourceExt;
+use kube::core::PartialObjectMeta;
 
 use crate::kinds::deletion::left_to_delete;
 use crate::report::{self, Field, Kind, Origin, Owned, Policy, Reference, Report};
@@ -80,6 +82,18 @@ pub fn cert(cert: &Cert, events: &[Event], now: Timestamp) -> Report {
         report.observed.push(Field::new(
             "validation record",
             format!("{} CNAME {} in zone {} ({written}; {owner})", record.name, record.value, record.zone_id),
+        ));
+    }
+    if let Some(exported) = &observation.export {
+        report.observed.push(Field::new(
+            "exported",
+            format!(
+                "into Secret {} (serial {}, expires {}; exported {} ago)",
+                exported.secret_name,
+                exported.serial,
+                exported.not_after.0.strftime("%Y-%m-%d %H:%M UTC"),
+                age(exported.exported_at.0, now)
+            ),
         ));
     }
     if !observation.previous_certificate_arns.is_empty() {
@@ -166,6 +180,16 @@ fn cert_notes(cert: &Cert, now: Timestamp) -> Vec<String> {
                 zones.join(", ")
             ));
         }
+    }
+    if let (Some(acm), Some(exported)) = (&observation.expiration_date, &observation.export)
+        && acm.0 > exported.not_after.0
+    {
+        notes.push(format!(
+            "ACM renewed the certificate (it now expires {}) but Secret {} still holds the one before (expires {}): the controller exports it again once the certificate listing's next sweep shows the renewal (5 minutes by default); if this lasts, see the Exported condition.",
+            acm.0.strftime("%Y-%m-%d"),
+            exported.secret_name,
+            exported.not_after.0.strftime("%Y-%m-%d")
+        ));
     }
     if let Some(expiry) = &observation.expiration_date {
         let days = expiry.0.duration_since(now).as_secs() / 86_400;
@@ -304,6 +328,69 @@ pub fn published(cert: &Cert, configmap: Option<&ConfigMap>) -> Option<Owned> {
     Some(Owned { kind: "ConfigMap".into(), name, state, ready })
 }
 
+/// The Secret a Cert exports its certificate into (`spec.export`), as its metadata reads
+/// (`None`: it does not exist), against ACM's serial read at explain time (`None`: not read).
+pub fn exported_secret(cert: &Cert, found: Option<&PartialObjectMeta<Secret>>, acm_serial: Option<&str>) -> Option<Owned> {
+    use blockwork_cert::export::secret::{ANNOTATION_EXPORTED_AT, ANNOTATION_SERIAL, LABEL_CERT_UID};
+    let export = cert.spec.export.as_ref()?;
+    let issued = cert.status.as_ref().is_some_and(|s| s.observation.cert_ready);
+    let (state, ready) = match found {
+        None if !issued => ("not written until the certificate is issued".to_owned(), false),
+        None => (
+            "missing: the controller writes it again at once (drift-policy enforce), or says why in the Exported condition".to_owned(),
+            false,
+        ),
+        Some(found) if found.labels().get(LABEL_CERT_UID) != cert.uid().as_ref() => {
+            ("someone else's: never overwritten (delete it, or choose another spec.export.secretName)".to_owned(), false)
+        }
+        Some(found) => {
+            let serial = found.annotations().get(ANNOTATION_SERIAL).map_or("(none)", String::as_str);
+            let at = found.annotations().get(ANNOTATION_EXPORTED_AT).map(|t| format!(", exported at {t}")).unwrap_or_default();
+            match acm_serial {
+                Some(acm) if same_serial(acm, serial) => (format!("exported: serial {serial}, the same as ACM's{at}"), true),
+                Some(acm) => (
+                    format!(
+                        "serial {serial}, but ACM's certificate is serial {acm}: it lags ACM's renewal until the listing's next sweep{at}"
+                    ),
+                    false,
+                ),
+                None => (format!("exported: serial {serial} (ACM's not read){at}"), true),
+            }
+        }
+    };
+    Some(Owned { kind: "Secret".into(), name: export.secret_name.clone(), state, ready })
+}
+
+/// Whether two serial numbers are the same: ACM shows them as hex bytes separated by colons (moto
+/// as a decimal number); leading zeros and case aside.
+pub fn same_serial(a: &str, b: &str) -> bool {
+    let hex = |serial: &str| -> Option<String> {
+        let digits: String = if serial.contains(':') || serial.chars().any(|c| c.is_ascii_alphabetic()) {
+            serial.chars().filter(char::is_ascii_hexdigit).collect::<String>().to_ascii_lowercase()
+        } else {
+            decimal_to_hex(serial)?
+        };
+        Some(digits.trim_start_matches('0').to_owned())
+    };
+    hex(a).is_some_and(|a| hex(b).is_some_and(|b| a == b))
+}
+
+/// A decimal number of any length in hex (lowercase), by long division.
+fn decimal_to_hex(decimal: &str) -> Option<String> {
+    let mut digits: Vec<u32> = decimal.trim().chars().map(|c| c.to_digit(10)).collect::<Option<_>>()?;
+    let mut hex = Vec::new();
+    while digits.iter().any(|d| *d != 0) {
+        let mut remainder = 0;
+        for digit in &mut digits {
+            let value = remainder * 10 + *digit;
+            *digit = value / 16;
+            remainder = value % 16;
+        }
+        hex.push(char::from_digit(remainder, 16)?);
+    }
+    Some(hex.iter().rev().collect())
+}
+
 fn zone_name(name: Option<&str>, id: Option<&str>) -> String {
     match (name, id) {
         (Some(name), Some(id)) => format!("{name} ({id})"),
@@ -419,5 +506,37 @@ mod tests {
         let mut theirs = ours;
         theirs.metadata.owner_references = None;
         assert!(published(&cert, Some(&theirs)).expect("a name").state.starts_with("someone else's"));
+    }
+
+    #[test]
+    fn an_exported_secret_is_shown_with_its_serial_against_acm_s_and_someone_else_s_is_named() {
+        use blockwork_cert::export::secret::{ANNOTATION_SERIAL, LABEL_CERT_UID};
+        let mut cert = validating_cert(false);
+        cert.metadata.uid = Some("uid-1".into());
+        cert.spec.export = Some(blockwork_cert::api::ExportSpec { secret_name: "api-tls".into(), secret_template: None });
+        assert!(exported_secret(&cert, None, None).expect("exports").state.starts_with("not written until"));
+        if let Some(status) = cert.status.as_mut() {
+            status.observation.cert_ready = true;
+        }
+        let mut found: PartialObjectMeta<Secret> = PartialObjectMeta::default();
+        found.metadata.labels = Some([(LABEL_CERT_UID.to_owned(), "uid-1".to_owned())].into());
+        found.metadata.annotations = Some([(ANNOTATION_SERIAL.to_owned(), "0a:bc".to_owned())].into());
+        let current = exported_secret(&cert, Some(&found), Some("0a:bc")).expect("exports");
+        assert_eq!((current.kind.as_str(), current.name.as_str(), current.ready), ("Secret", "api-tls", true));
+        assert!(current.state.contains("serial 0a:bc, the same as ACM's"), "{current:?}");
+        let lagging = exported_secret(&cert, Some(&found), Some("0f:00")).expect("exports");
+        assert!(!lagging.ready && lagging.state.contains("ACM's certificate is serial 0f:00"), "{lagging:?}");
+        found.metadata.labels = None;
+        assert!(exported_secret(&cert, Some(&found), Some("0a:bc")).expect("exports").state.starts_with("someone else's"));
+        assert!(exported_secret(&cert, None, None).expect("exports").state.starts_with("missing"));
+    }
+
+    #[test]
+    fn serials_compare_whether_acm_shows_them_in_hex_or_moto_in_decimal() {
+        assert!(same_serial("0a:bc:01", "AB:C01"));
+        assert!(same_serial("703489", "0a:bc:01"), "703489 is 0xabc01");
+        assert!(!same_serial("0a:bc:02", "703489"));
+        let big = "1461501637330902918203684832716283019655932542975";
+        assert!(same_serial(big, "ff:".repeat(20).trim_end_matches(':')), "2^160 - 1");
     }
 }
