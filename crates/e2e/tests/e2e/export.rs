@@ -10,7 +10,7 @@ use anyhow::{Context as _, Result, ensure};
 use blockwork_e2e::eventually;
 use blockwork_testenv::fault_proxy::FaultProxy;
 
-use super::{POD_TIMEOUT, ROTATOR_PREFIX, Suite, text};
+use super::{CLIENT_IMAGE, POD_TIMEOUT, RESTRICTED_CONTAINER, RESTRICTED_POD, ROTATOR_PREFIX, Suite, text};
 
 const ZONE: &str = "inside.e2e.example.com";
 
@@ -65,7 +65,7 @@ pub fn exported_certificates_serve_tls_follow_renewals_and_rotate(suite: &Suite)
     // A pod serves TLS with the Secret; another verifies it against ca.crt.
     let pod = |name: &str, command: &str| {
         format!(
-            "apiVersion: v1\nkind: Pod\nmetadata: {{name: {name}, namespace: {namespace}, labels: {{app: {name}}}}}\nspec:\n  terminationGracePeriodSeconds: 0\n  containers:\n  - name: {name}\n    image: docker.io/library/redis:7.2\n    command: [sh, -c, '{command}']\n    volumeMounts: [{{name: tls, mountPath: /tls}}]\n  volumes: [{{name: tls, secret: {{secretName: api-tls}}}}]\n"
+            "apiVersion: v1\nkind: Pod\nmetadata: {{name: {name}, namespace: {namespace}, labels: {{app: {name}}}}}\nspec:\n{RESTRICTED_POD}  terminationGracePeriodSeconds: 0\n  containers:\n  - name: {name}\n    image: {CLIENT_IMAGE}\n{RESTRICTED_CONTAINER}    command: [sh, -c, '{command}']\n    volumeMounts: [{{name: tls, mountPath: /tls}}]\n  volumes: [{{name: tls, secret: {{secretName: api-tls}}}}]\n"
         )
     };
     let server = pod("tls-server", "exec openssl s_server -accept 8443 -cert /tls/tls.crt -key /tls/tls.key -www -quiet");
