@@ -55,7 +55,10 @@ async fn certs_and_tenants_in_one_process_reach_ready_without_a_throttling_answe
 
 async fn one_process_under_aws_s_buckets(size: Size) {
     let plane = blockwork_testenv::control_plane::control_plane().await.unwrap();
-    plane.install_crds(&[blockwork_cert::crd(), <DistributionTenant as kube::CustomResourceExt>::crd()]).await.unwrap();
+    plane
+        .install_crds(&[blockwork_cert::crd(), <DistributionTenant as kube::CustomResourceExt>::crd(), blockwork_identity::crd()])
+        .await
+        .unwrap();
     let namespace = plane.namespace("shared-quotas").await.unwrap();
     let client = plane.client();
     let moto = moto().await.unwrap().endpoint();

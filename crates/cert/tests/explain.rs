@@ -147,7 +147,7 @@ async fn access_denied_fails_the_cert_and_retry_clears_it_at_once() {
     assert!(diagnosis.headline.starts_with("Cert Failed for "), "{}", diagnosis.headline);
     assert!(diagnosis.headline.contains("AccessDeniedException (Terminal)"), "{}", diagnosis.headline);
     assert!(diagnosis.headline.contains("or at once with `blockwork retry cert/api`"), "{}", diagnosis.headline);
-    assert!(diagnosis.hints[0].fix.contains("Grant the operator's IAM identity"), "{:?}", diagnosis.hints);
+    assert!(diagnosis.hints[0].fix.contains("Grant the IAM identity the call acts as"), "{:?}", diagnosis.hints);
     assert!(!render::explain(&Explanation::of(report.clone(), now), now).contains("123456789012"), "no account id");
     let row = Row::of(&report, now);
     assert_eq!((row.state.as_str(), row.ready), ("Failed", Some(false)));
