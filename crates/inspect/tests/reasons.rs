@@ -70,6 +70,7 @@ const NOT_REASONS: &[&str] = &[
     "AssumeRole",
     "GetCallerIdentity",
     "Route53",
+    "CloudFront",
     "ChangeResourceRecordSets",
     "CreateDistributionTenant",
     "CreateHostedZone",
