@@ -18,7 +18,9 @@ use crate::cloudfront::{Acm, CloudFront, ObservedTenant, TenantWrite};
 use crate::diff::TenantConfig;
 use crate::dns::DnsRecords;
 use crate::lifecycle::{DeletionStep, deletion_step};
+use crate::ownership::{Owner, owner};
 
+use super::adoption::claimant;
 use super::decisions::{dns_records_remain, forget, observed, record};
 use super::manager::{Desired, ETAG_ATTEMPTS, TENANT_NAME_TAKEN, TenantManager};
 
@@ -29,12 +31,18 @@ impl<C: CloudFront + Acm, D: DnsRecords> TenantManager<C, D> {
         request: &Request<'_, DistributionTenant>,
         observation: &mut TenantObservation,
     ) -> VerifyOutcome {
-        let tenant = match self.observe(principal, request.object, request.idempotency_token, observation).await {
+        let tenant = match self.observe(principal, request.object, claimant(request), observation).await {
             Ok(tenant) => tenant,
             // Not ours: nothing of this object's to delete.
             Err(error) if error.reason == TENANT_NAME_TAKEN => return VerifyOutcome::Missing,
             Err(error) => return VerifyOutcome::Error(error.concerning(tenant_named(request.object, observation))),
         };
+        // Lost to another object, or never adopted: released, nothing deleted (neither the
+        // tenant nor a record: the owner may share them).
+        if let Some(foreign) = tenant.as_ref().filter(|tenant| !deletes(request, tenant, observation)) {
+            self.release_foreign(request, foreign).await;
+            return VerifyOutcome::Missing;
+        }
         if let Some(tenant) = &tenant {
             record(observation, tenant);
         }
@@ -67,6 +75,16 @@ impl<C: CloudFront + Acm, D: DnsRecords> TenantManager<C, D> {
         observation.dns_records.clear();
     }
 
+    /// A tenant that is not this object's when it is deleted: the object goes, the tenant and
+    /// every record stay; a Normal event says so.
+    async fn release_foreign(&self, request: &Request<'_, DistributionTenant>, tenant: &ObservedTenant) {
+        let note = format!(
+            "released without deleting: tenant {} is not this object's (another object took it over, or it was never adopted); it and its DNS records stay as they are",
+            tenant.id
+        );
+        self.events.publish(&request.object.object_ref(&()), EventType::Normal, "Released", "Release", &note).await;
+    }
+
     pub(super) async fn deleting(
         &self,
         request: &Request<'_, DistributionTenant, Desired<D>>,
@@ -75,11 +93,15 @@ impl<C: CloudFront + Acm, D: DnsRecords> TenantManager<C, D> {
     ) -> DeleteOutcome {
         let object = request.object;
         let principal = &request.derived.principal;
-        let tenant = match self.observe(principal, object, request.idempotency_token, observation).await {
+        let tenant = match self.observe(principal, object, claimant(request), observation).await {
             Ok(tenant) => tenant,
             Err(error) if error.reason == TENANT_NAME_TAKEN => return DeleteOutcome::Succeeded,
             Err(error) => return DeleteOutcome::Error(error.concerning(tenant_named(object, observation))),
         };
+        // Taken over since verify read it: nothing of it is this object's to delete any more.
+        if tenant.as_ref().is_some_and(|tenant| !deletes(request, tenant, observation)) {
+            return DeleteOutcome::Succeeded;
+        }
         if let Some(tenant) = &tenant {
             record(observation, tenant);
         }
@@ -196,6 +218,12 @@ impl<C: CloudFront + Acm, D: DnsRecords> TenantManager<C, D> {
         }
         Err(ExternalError::retryable("PreconditionFailed", "the tenant kept changing while it was being deleted; retrying"))
     }
+}
+
+/// Whether deleting the object deletes `tenant`: only while the tags say it is this object's
+/// and it did not lose it (lost is for good, whatever the tags say now).
+fn deletes<D>(request: &Request<'_, DistributionTenant, D>, tenant: &ObservedTenant, observation: &TenantObservation) -> bool {
+    owner(&tenant.tags, claimant(request)) == Owner::This && !observation.ownership_lost
 }
 
 /// "distribution tenant shop (id T1)", for the errors of a deletion.
