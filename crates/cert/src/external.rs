@@ -28,13 +28,18 @@
 //! finding and reading the certificate (`external/observe.rs`), the validation records
 //! (`records.rs`), requesting (`create.rs`), and replacing and deleting (`deletion.rs`).
 
+mod adoption;
 mod create;
 mod deletion;
 mod observe;
 mod records;
 
 use std::collections::BTreeMap;
-use std::sync::Arc;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+use blockwork_aws::ownership::Owner;
 use std::time::Duration;
 
 use blockwork_aws::acm::Certificate;
@@ -83,7 +88,15 @@ pub struct CertManager {
     /// Private CAs: the ones Certs may name, and their states (read as each namespace's principal).
     authorities: Vec<String>,
     pca: Pca,
+    /// How often a held certificate's ownership tags are read when nothing is written for it
+    /// (ADR 0017); before any write they always are.
+    ownership_interval: Duration,
+    /// When each Cert's (by UID) ownership was last confirmed.
+    ownership_checked: Mutex<HashMap<String, Instant>>,
 }
+
+/// The default of [`CertManager::with_ownership_interval`] (`--ownership-check-interval`).
+pub const OWNERSHIP_INTERVAL: Duration = Duration::from_secs(6 * 3600);
 
 /// What the installation lets Certs issue besides public certificates.
 pub struct Issuing {
@@ -105,7 +118,24 @@ impl CertManager {
     ) -> Self {
         let Issuing { export_secrets, authorities, pca } = issuing;
         let events = Publisher::new(client.clone(), format!("blockwork-{}", crate::CONTROLLER));
-        Self { accounts, records, validation_timeout, metrics, client, events, export_secrets, authorities, pca }
+        Self {
+            accounts,
+            records,
+            validation_timeout,
+            metrics,
+            client,
+            events,
+            export_secrets,
+            authorities,
+            pca,
+            ownership_interval: OWNERSHIP_INTERVAL,
+            ownership_checked: Mutex::default(),
+        }
+    }
+
+    /// How often a held certificate's ownership is confirmed when nothing is written for it.
+    pub fn with_ownership_interval(self, ownership_interval: Duration) -> Self {
+        Self { ownership_interval, ..self }
     }
 
     /// The accounts of this controller's Certs, whose listings [`crate::wake`] follows.
@@ -169,8 +199,11 @@ impl CertManager {
     fn desired(&self, account: &CertAccount, object: &Cert, observation: &mut CertObservation) -> Result<Desired, ExternalError> {
         // The webhook's rules, for objects stored without it (webhook off or failing open),
         // before ACM is asked; the zones are those granted to the namespace.
+        // A Cert adopting a certificate for names the namespace is not granted is refused as
+        // such: nothing is adopted.
+        let reason = if object.spec.adopt.is_some() { blockwork_aws::ownership::ADOPTION_REFUSED } else { "InvalidSpec" };
         let desired = admission::admissible(&object.spec, &account.zones)
-            .map_err(|violations| ExternalError::terminal("InvalidSpec", violations.join("; ")))?;
+            .map_err(|violations| ExternalError::terminal(reason, violations.join("; ")))?;
         observation.domain_name = Some(desired.domain.clone());
         observation.resolved_zone = Some(desired.zone.to_ref());
         Ok(desired)
@@ -198,6 +231,15 @@ pub enum CertUpkeep {
 /// A Cert held because its namespace's mapping moved it to another account.
 fn moved(before: Option<&str>, now: &str) -> ExternalError {
     blockwork_identity::placement::held("Cert", "its certificate", before, now)
+}
+
+/// The Cert as the ownership tags name it.
+fn owner(cert: &Cert) -> Owner<'_> {
+    Owner {
+        uid: cert.metadata.uid.as_deref().unwrap_or_default(),
+        namespace: cert.metadata.namespace.as_deref().unwrap_or_default(),
+        name: cert.metadata.name.as_deref().unwrap_or_default(),
+    }
 }
 
 /// Terminal errors put the object in Failed; its `state` says so too.

@@ -40,6 +40,10 @@ impl CertManager {
             // No certificate is requested (an exportable one is charged) that could not be exported.
             return Err(ExternalError::terminal("ExportNotEnabled", crate::export::look::not_enabled_message()));
         }
+        if let Some(adopt) = &object.spec.adopt {
+            // Adopting is this Cert's create: nothing is requested.
+            return self.adopt(account, request, &desired, &adopt.certificate_arn, observation).await;
+        }
         if let Some(authority) = &desired.authority {
             self.check_authority(account, authority).await?;
         }

@@ -1,6 +1,7 @@
 //! Setting a replaced certificate aside, settling it, and the Cert's deletion.
 
 use blockwork_aws::acm::Certificate;
+use blockwork_aws::ownership;
 use blockwork_runtime::Existence;
 
 use blockwork_runtime::{DeleteOutcome, ExternalError, Phase, Request};
@@ -119,7 +120,7 @@ impl CertManager {
     /// validation records it wrote; without, nothing (they stay for the load balancers that use
     /// them, and ACM needs the records to renew).
     async fn remove(&self, request: &Request<'_, Cert>, observation: &mut CertObservation) -> Result<(), ExternalError> {
-        if !request.object.spec.delete_on_removal {
+        if !request.object.spec.delete_on_removal || observation.ownership_lost.is_some() {
             observation.certificate_arn = None;
             observation.previous_certificate_arns.clear();
             observation.validation_records.clear();
@@ -128,6 +129,14 @@ impl CertManager {
             return Ok(());
         }
         let account = &self.account(request.object, observation).await?;
+        if let Some(arn) = observation.certificate_arn.clone() {
+            // Taken over by another object: released without deleting anything, not even the
+            // validation records, which the new owner's renewals use (ADR 0017).
+            match self.confirm_owner(account, request, &arn, observation).await {
+                Err(error) if error.reason == ownership::OWNERSHIP_LOST => return Ok(()),
+                confirmed => confirmed?,
+            }
+        }
         let uid = request.object.uid().unwrap_or_default();
         let held: Vec<String> = observation.certificate_arn.iter().chain(&observation.previous_certificate_arns).cloned().collect();
         for arn in held {

@@ -2,6 +2,7 @@
 //! deleted, what it still holds.
 
 use blockwork_aws::acm::{Certificate, Freshness};
+use blockwork_aws::ownership::{self, Approach, Claim};
 use blockwork_aws::{AwsError, ErrorClass};
 
 use blockwork_runtime::{Conditions, ExternalError, Observed, Phase, Purpose, Request, Upkeep, VerifyOutcome};
@@ -27,8 +28,9 @@ impl CertManager {
     ) -> Result<Observed<CertUpkeep>, ExternalError> {
         let object = request.object;
         if request.phase == Phase::Deleting {
-            let outcome = match object.spec.delete_on_removal {
+            let outcome = match object.spec.delete_on_removal && observation.ownership_lost.is_none() {
                 // The certificates (and their records) stay whatever AWS says: nothing to look up.
+                // A Cert whose certificate was taken over deletes nothing (ADR 0017).
                 false => VerifyOutcome::Missing,
                 true => match self.account(object, observation).await {
                     Ok(account) => self.observe_held(&account, request, observation).await.map_err(|e| ExternalError::from(&e))?,
@@ -47,9 +49,32 @@ impl CertManager {
                 (outcome == VerifyOutcome::Missing).then_some(Upkeep { purpose: Purpose::Release, work: CertUpkeep::Unpublish });
             return Ok(Observed::from(outcome).with_upkeep(unpublish));
         }
+        if let Some(arn) = &observation.ownership_lost {
+            // Sticky: no AWS call, nothing done (ADR 0017).
+            return Err(ExternalError::terminal(ownership::OWNERSHIP_LOST, crate::adoption::lost(arn, None)));
+        }
         let account = &self.account(object, observation).await?;
+        let observed = self.look(account, request, observation).await?;
+        // Before anything is written for the certificate (the upkeep), and at most once per
+        // ownership interval otherwise: is it still this Cert's?
+        if let Some(arn) = observation.certificate_arn.clone()
+            && (!observed.upkeep.is_empty() || self.ownership_due(request.object))
+        {
+            self.confirm_owner(account, request, &arn, observation).await?;
+        }
+        Ok(observed)
+    }
+
+    /// A live Cert's look: its certificate found and assessed, and the upkeep it needs.
+    async fn look(
+        &self,
+        account: &CertAccount,
+        request: &Request<'_, Cert>,
+        observation: &mut CertObservation,
+    ) -> Result<Observed<CertUpkeep>, ExternalError> {
+        let object = request.object;
         let desired = self.desired(account, object, observation)?;
-        let Some(found) = self.find(account, request, &desired, observation).await.map_err(|e| ExternalError::from(&e))? else {
+        let Some(found) = self.find(account, request, &desired, observation).await? else {
             observation.certificate_arn = None;
             observation.cert_ready = false;
             observation.expiration_date = None;
@@ -189,33 +214,56 @@ impl CertManager {
         request: &Request<'_, Cert>,
         desired: &Desired,
         observation: &CertObservation,
-    ) -> Result<Option<Found>, AwsError> {
+    ) -> Result<Option<Found>, ExternalError> {
+        let aws = |error: AwsError| ExternalError::from(&error);
         if let Some(arn) = &observation.certificate_arn
-            && let Some(found) = self.read(account, arn, request, desired, observation).await?
+            && let Some(found) = self.read(account, arn, request, desired, observation).await.map_err(aws)?
         {
             return Ok(Some(found));
         }
         let uid = request.object.uid().unwrap_or_default();
         if let Some(marked) = self.marked(account, request) {
             let freshness = decisions::marked_lookup(false, marked.desired != *desired, marked.at, jiff::Timestamp::now());
-            let listing = account.acm.list_certificates(freshness).await?;
-            return Ok(self.find_requested(account, &listing, &marked, &uid).await?.map(Found::described));
+            let listing = account.acm.list_certificates(freshness).await.map_err(aws)?;
+            return Ok(self.find_requested(account, &listing, &marked, &uid).await.map_err(aws)?.map(Found::described));
         }
-        let listing = account.acm.list_certificates(Freshness::Recent).await?;
-        for (arn, _) in self.owned_candidates(account, &listing, &desired.domain, &uid).await? {
-            if observation.previous_certificate_arns.contains(&arn) {
-                continue;
-            }
-            match account.acm.describe(account.principal(), &arn).await {
-                Ok(certificate) if decisions::certificate_differs(&certificate, desired).is_none() => {
-                    return Ok(Some(Found::described(certificate)));
+        let listing = account.acm.list_certificates(Freshness::Recent).await.map_err(aws)?;
+        let me = super::owner(request.object);
+        let mut elsewhere = Vec::new();
+        for (arn, tags) in self.candidates(account, &listing, &desired.domain).await.map_err(aws)? {
+            match ownership::claim(Approach::Finding, &tags, &me) {
+                Claim::Ours if !observation.previous_certificate_arns.contains(&arn) => {}
+                Claim::OwnedElsewhere { by } => {
+                    elsewhere.push((arn, by));
+                    continue;
                 }
-                Ok(_) => {}
-                Err(error) if error.class == ErrorClass::NotFound => {}
-                Err(error) => return Err(error),
+                _ => continue,
+            }
+            if let Some(certificate) = self.matching(account, &arn, desired).await.map_err(aws)? {
+                return Ok(Some(Found::described(certificate)));
+            }
+        }
+        // Nothing of ours: before a certificate is requested, the same manifest's elsewhere
+        // (another cluster's) for exactly these names stops it — no duplicate (ADR 0017). A Cert
+        // adopting names its certificate itself.
+        if request.object.spec.adopt.is_none() {
+            for (arn, by) in elsewhere {
+                if self.matching(account, &arn, desired).await.map_err(aws)?.is_some() {
+                    return Err(ExternalError::terminal(ownership::OWNED_ELSEWHERE, crate::adoption::owned_elsewhere(&arn, &by)));
+                }
             }
         }
         Ok(None)
+    }
+
+    /// The certificate `arn`, described, if it is what the spec asks for.
+    async fn matching(&self, account: &CertAccount, arn: &str, desired: &Desired) -> Result<Option<Certificate>, AwsError> {
+        match account.acm.describe(account.principal(), arn).await {
+            Ok(certificate) if decisions::certificate_differs(&certificate, desired).is_none() => Ok(Some(certificate)),
+            Ok(_) => Ok(None),
+            Err(error) if error.class == ErrorClass::NotFound => Ok(None),
+            Err(error) => Err(error),
+        }
     }
 
     /// The certificate of the marker's request: ours (owner UID) and requested with its token.
@@ -226,8 +274,8 @@ impl CertManager {
         marked: &Marked,
         uid: &str,
     ) -> Result<Option<Certificate>, AwsError> {
-        for (arn, tags) in self.owned_candidates(account, listing, &marked.desired.domain, uid).await? {
-            if decisions::tag(&tags, decisions::TAG_TOKEN) != Some(marked.token.as_str()) {
+        for (arn, tags) in self.candidates(account, listing, &marked.desired.domain).await? {
+            if !decisions::owned_by(&tags, uid) || decisions::tag(&tags, decisions::TAG_TOKEN) != Some(marked.token.as_str()) {
                 continue;
             }
             match account.acm.describe(account.principal(), &arn).await {
@@ -239,19 +287,18 @@ impl CertManager {
         Ok(None)
     }
 
-    /// The listed certificates for `domain` whose tags name this object as owner, with the tags.
-    async fn owned_candidates(
+    /// The listed certificates for `domain`, with their tags (whose they are is the caller's
+    /// question).
+    async fn candidates(
         &self,
         account: &CertAccount,
         listing: &[(String, String)],
         domain: &str,
-        uid: &str,
     ) -> Result<Vec<(String, Vec<(String, String)>)>, AwsError> {
         let mut owned = Vec::new();
         for (_, arn) in listing.iter().filter(|(d, _)| normalize(d) == domain) {
             match account.acm.list_tags(account.principal(), arn).await {
-                Ok(tags) if decisions::owned_by(&tags, uid) => owned.push((arn.clone(), tags)),
-                Ok(_) => {}
+                Ok(tags) => owned.push((arn.clone(), tags)),
                 // Deleted since the listing.
                 Err(error) if error.class == ErrorClass::NotFound => {}
                 Err(error) => return Err(error),
