@@ -66,19 +66,13 @@ impl CertManager {
         Ok(())
     }
 
-    /// Whether a held certificate's tags are due a look with no write planned: after an
-    /// adoption, and then once per ownership interval. A Cert first seen by this process
-    /// counts as confirmed now (a restart does not cost a call per certificate): everything
-    /// it would write is confirmed anyway.
+    /// Whether a held certificate's tags are due a look with no write planned: at its first
+    /// look in this process (after a restart: one call per certificate, so restarting the
+    /// operator is how to have every Cert look now), after an adoption, and then once per
+    /// ownership interval.
     pub(super) fn ownership_due(&self, cert: &Cert) -> bool {
-        let mut checked = self.ownership_checked.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        match checked.get(&uid(cert)) {
-            Some(at) => at.elapsed() >= self.ownership_interval,
-            None => {
-                checked.insert(uid(cert), Instant::now());
-                false
-            }
-        }
+        let checked = self.ownership_checked.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        checked.get(&uid(cert)).is_none_or(|at| at.elapsed() >= self.ownership_interval)
     }
 
     /// Reads `arn`'s tags: still this Cert's, or taken over by another object (then the Cert
