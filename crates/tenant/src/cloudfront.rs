@@ -17,8 +17,8 @@ use blockwork_aws::{Aws, AwsError, Call, ErrorClass as AwsClass, Principal, Scop
 
 use crate::api::{GeoRestrictionType, ManagedCertificateRequest, TransparencyPreference, ValidationTokenHost, WebAclAction};
 use crate::diff::{TenantConfig, WebAcl, normal_geo};
-use crate::ownership::{OWNER_TAG, OWNER_UID_TAG, OwnerTags};
 use crate::validate::{DistributionRules, ParameterDefinition};
+use blockwork_aws::ownership::{TAG_OWNER, TAG_OWNER_UID};
 
 /// A tenant as CloudFront reports it.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -26,8 +26,8 @@ pub struct ObservedTenant {
     pub id: String,
     /// Its name (`metadata.name` of the object that manages it).
     pub name: Option<String>,
-    /// Whose it is ([`crate::ownership`]).
-    pub tags: OwnerTags,
+    /// Its ownership tags (ADR 0017), as (key, value).
+    pub tags: Vec<(String, String)>,
     pub arn: Option<String>,
     /// The `IfMatch` for the next update or delete.
     pub e_tag: Option<String>,
@@ -54,17 +54,18 @@ pub struct TenantWrite<'a> {
 pub trait CloudFront: Send + Sync + 'static {
     /// By id, ARN or name; `None` when it does not exist.
     fn get_tenant(&self, principal: &Principal, identifier: &str) -> impl Future<Output = Result<Option<ObservedTenant>, AwsError>> + Send;
-    /// Tagged with `owner`'s tags.
+    /// Tagged with `owner`'s ownership tags.
     fn create_tenant(
         &self,
         principal: &Principal,
         name: &str,
-        owner: &OwnerTags,
+        owner: &[(String, String)],
         write: TenantWrite<'_>,
     ) -> impl Future<Output = Result<ObservedTenant, AwsError>> + Send;
     /// Writes `owner`'s tags on the tenant (`arn`), over whatever owner tags it had: the one
     /// write of an adoption.
-    fn tag_tenant(&self, principal: &Principal, arn: &str, owner: &OwnerTags) -> impl Future<Output = Result<(), AwsError>> + Send;
+    fn tag_tenant(&self, principal: &Principal, arn: &str, owner: &[(String, String)])
+    -> impl Future<Output = Result<(), AwsError>> + Send;
     fn update_tenant(
         &self,
         principal: &Principal,
@@ -224,11 +225,16 @@ pub fn observed(tenant: &aws_sdk_cloudfront::types::DistributionTenant, e_tag: O
         action: if *w.action() == CustomizationActionType::Disable { WebAclAction::Disable } else { WebAclAction::Override },
         arn: w.arn().map(str::to_owned),
     });
-    let tag = |key: &str| tenant.tags().and_then(|tags| tags.items().iter().find(|t| t.key() == key)).and_then(|t| t.value());
+    let tags = tenant.tags().map(Tags::items).unwrap_or_default();
+    let ownership = tags
+        .iter()
+        .filter(|tag| [TAG_OWNER, TAG_OWNER_UID].contains(&tag.key()))
+        .filter_map(|tag| tag.value().map(|value| (tag.key().to_owned(), value.to_owned())))
+        .collect();
     ObservedTenant {
         id: tenant.id().unwrap_or_default().to_owned(),
         name: tenant.name().map(str::to_owned),
-        tags: OwnerTags { uid: tag(OWNER_UID_TAG).map(str::to_owned), owner: tag(OWNER_TAG).map(str::to_owned) },
+        tags: ownership,
         arn: tenant.arn().map(str::to_owned),
         e_tag: e_tag.map(str::to_owned),
         status: tenant.status().map(str::to_owned),
@@ -247,11 +253,10 @@ pub fn observed(tenant: &aws_sdk_cloudfront::types::DistributionTenant, e_tag: O
 }
 
 /// The ownership tags as CloudFront takes them.
-fn sdk_tags(operation: &'static str, owner: &OwnerTags) -> Result<Tags, AwsError> {
-    let pairs = [(OWNER_UID_TAG, &owner.uid), (OWNER_TAG, &owner.owner)];
-    let items = pairs
-        .into_iter()
-        .filter_map(|(key, value)| value.as_deref().map(|value| Tag::builder().key(key).value(value).build()))
+fn sdk_tags(operation: &'static str, owner: &[(String, String)]) -> Result<Tags, AwsError> {
+    let items = owner
+        .iter()
+        .map(|(key, value)| Tag::builder().key(key).value(value).build())
         .collect::<Result<Vec<_>, _>>()
         .map_err(|e| build_error(operation, &e))?;
     Ok(Tags::builder().set_items(Some(items)).build())
@@ -281,7 +286,7 @@ impl CloudFront for Sdk {
         &self,
         principal: &Principal,
         name: &str,
-        owner: &OwnerTags,
+        owner: &[(String, String)],
         write: TenantWrite<'_>,
     ) -> Result<ObservedTenant, AwsError> {
         const OP: &str = "CreateDistributionTenant";
@@ -340,7 +345,7 @@ impl CloudFront for Sdk {
         output.distribution_tenant().map(|t| observed(t, output.e_tag())).ok_or_else(|| missing_tenant(OP))
     }
 
-    async fn tag_tenant(&self, principal: &Principal, arn: &str, owner: &OwnerTags) -> Result<(), AwsError> {
+    async fn tag_tenant(&self, principal: &Principal, arn: &str, owner: &[(String, String)]) -> Result<(), AwsError> {
         const OP: &str = "TagResource";
         let tags = sdk_tags(OP, owner)?;
         let client = &self.client(principal).await?;

@@ -51,10 +51,10 @@ use crate::cloudfront::{Acm, CloudFront, ObservedTenant, TenantWrite};
 use crate::diff::{Change, change};
 use crate::dns::DnsRecords;
 use crate::lifecycle::{CertificateStep, DEPLOYED};
-use crate::ownership::{Claim, Owner, owner};
+use crate::ownership::Claim;
 use crate::validate::validate;
 
-use adoption::{claimant, owner_tags};
+use adoption::claimant;
 use decisions::{
     certificate_progress, cloudfront_validates, dns_condition, forget, marked_dns_domains, new_certificate_request, own_records, record,
     settled, upserted,
@@ -116,8 +116,11 @@ impl<C: CloudFront + Acm, D: DnsRecords> TenantManager<C, D> {
             Claim::Owned => observation.adopted |= spec.adopt.is_some(),
             Claim::Adopt => return adoption::adopting(observation, &tenant),
             Claim::Mismatch(differences) => return VerifyOutcome::Error(adoption::mismatch(&tenant, &differences)).into(),
-            Claim::Lost => return VerifyOutcome::Error(self.lost(request, observation, &tenant).await).into(),
-            Claim::NameTaken => return VerifyOutcome::Error(name_taken(&object.name_any(), &tenant.id)).into(),
+            Claim::Lost { by } => return VerifyOutcome::Error(self.lost(request, observation, &tenant, by.as_deref()).await).into(),
+            // Read by its id: held or adopting, never found by name here.
+            Claim::OwnedElsewhere { .. } | Claim::NameTaken => {
+                return VerifyOutcome::Error(name_taken(&object.name_any(), &tenant.id)).into();
+            }
         }
         record(observation, &tenant);
         self.resolve_dns_target(principal, tenant.config.connection_group_id.as_deref(), observation).await;
@@ -194,7 +197,7 @@ impl<C: CloudFront + Acm, D: DnsRecords> TenantManager<C, D> {
         }
         let write = TenantWrite { config: &desired.config, managed_certificate_request: spec.managed_certificate_request.as_ref() };
         let context = CallContext { creating: true, cloudfront_validates: cloudfront_validates(spec), ..CallContext::default() };
-        match self.cloudfront.create_tenant(principal, &name, &owner_tags(object), write).await {
+        match self.cloudfront.create_tenant(principal, &name, &claimant(request).owner.tags(), write).await {
             Ok(tenant) => {
                 record(observation, &tenant);
                 certificate_progress(spec, observation, conditions, tenant.config.certificate_arn.as_deref(), object.meta().generation);
@@ -206,13 +209,13 @@ impl<C: CloudFront + Acm, D: DnsRecords> TenantManager<C, D> {
             // (verify missed it only if it landed after the read), so adopt it by name.
             Err(error) if error.code.as_deref() == Some("EntityAlreadyExists") => {
                 match self.cloudfront.get_tenant(principal, &name).await {
-                    Ok(Some(tenant)) if owner(&tenant.tags, claimant(request)) != Owner::This => {
-                        MutateOutcome::Error(name_taken(&name, &tenant.id))
-                    }
-                    Ok(Some(tenant)) => {
-                        record(observation, &tenant);
-                        MutateOutcome::AwaitingVerification
-                    }
+                    Ok(Some(tenant)) => match adoption::not_ours_by_name(&tenant, claimant(request)) {
+                        Some(error) => MutateOutcome::Error(error),
+                        None => {
+                            record(observation, &tenant);
+                            MutateOutcome::AwaitingVerification
+                        }
+                    },
                     Ok(None) => MutateOutcome::Error(self.cloudfront_error(&error, context).error),
                     Err(error) => MutateOutcome::Error(self.cloudfront_error(&error, CallContext::default()).error),
                 }

@@ -1,68 +1,43 @@
-//! Who a CloudFront tenant belongs to, and what an object does about it (issue 31, ADR 0017's
-//! ownership rules for tenants). Pure: the calls read the tags and the status, this decides.
+//! The tenant's side of ADR 0017 (ownership, adoption, handover): the shared decision
+//! ([`blockwork_aws::ownership::claim`]) with what is the tenant's own. Pure: the calls read the
+//! tags and the status, this decides.
 //!
-//! The tags on the tenant are the one authority: `blockwork.dev/owner-uid` names the owning
-//! object's UID, `blockwork.dev/owner` its `<namespace>/<name>` for people. Tenants created
-//! before issue 31 carry only `blockwork.dev/owner` = the object's idempotency token; they are
-//! still their object's (an upgrade must not make every tenant foreign).
-//!
-//! Taking a tenant over is explicit (`spec.adopt.tenantId`) and is a tag write, last writer
-//! wins; every object re-reads the tags before it acts, and one that finds another owner on a
-//! tenant it held is `OwnershipLost` for good (sticky in its status): it never writes the
-//! tenant, its records, or takes it back. So two objects adopting at once end with one owner.
+//! - Tenants created before issue 31 carry only `blockwork.dev/owner` = their object's
+//!   idempotency token; they are still that object's (an upgrade must not make every tenant
+//!   foreign), so such a tag is read as the object's UID ([`read_as`]).
+//! - Lost is sticky (`status.ownershipLost`), whatever the tags say later.
+//! - What adopting a tenant requires of it ([`identity_differences`] always, the other settings
+//!   unless the drift policy corrects them) is decided here, before the tags are written.
+
+use blockwork_aws::ownership::{Approach, Owner, TAG_OWNER, TAG_OWNER_UID, Tagged, tagged};
 
 use crate::diff::TenantConfig;
-
-/// The tag naming the owning object's UID: the authoritative owner.
-pub const OWNER_UID_TAG: &str = "blockwork.dev/owner-uid";
-
-/// The tag naming the owning object as `<namespace>/<name>`; before issue 31, its idempotency
-/// token.
-pub const OWNER_TAG: &str = "blockwork.dev/owner";
-
-/// The ownership tags as found on a tenant, or as written for an object.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct OwnerTags {
-    /// [`OWNER_UID_TAG`].
-    pub uid: Option<String>,
-    /// [`OWNER_TAG`].
-    pub owner: Option<String>,
-}
-
-impl OwnerTags {
-    /// The tags that make an object the owner.
-    pub fn of(uid: &str, namespace: &str, name: &str) -> Self {
-        Self { uid: Some(uid.to_owned()), owner: Some(format!("{namespace}/{name}")) }
-    }
-}
 
 /// An object as the tags are compared with it.
 #[derive(Clone, Copy, Debug)]
 pub struct Claimant<'a> {
-    pub uid: &'a str,
+    pub owner: Owner<'a>,
     /// The object's idempotency token: what tenants created before issue 31 were tagged with.
     pub token: &'a str,
 }
 
-/// Whose the tenant is, by its tags.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Owner {
-    /// The object's own.
-    This,
-    /// Another object's (another cluster's, or another namespace's).
-    Other,
-    /// Nobody's: made outside Blockwork (console, Terraform) or its tags removed.
-    Nobody,
+/// The tags as the shared decision reads them: a tenant tagged before issue 31 with this
+/// object's token alone is read as tagged with its UID.
+pub fn read_as(tags: &[(String, String)], claimant: Claimant<'_>) -> Vec<(String, String)> {
+    let value = |key: &str| tags.iter().find(|(k, _)| k == key).map(|(_, v)| v.as_str());
+    match (value(TAG_OWNER_UID), value(TAG_OWNER)) {
+        (None, Some(token)) if token == claimant.token => {
+            let mut read = tags.to_vec();
+            read.push((TAG_OWNER_UID.to_owned(), claimant.owner.uid.to_owned()));
+            read
+        }
+        _ => tags.to_vec(),
+    }
 }
 
-pub fn owner(tags: &OwnerTags, claimant: Claimant<'_>) -> Owner {
-    match (tags.uid.as_deref(), tags.owner.as_deref()) {
-        (Some(uid), _) if uid == claimant.uid => Owner::This,
-        (Some(_), _) => Owner::Other,
-        (None, Some(token)) if token == claimant.token => Owner::This,
-        (None, Some(_)) => Owner::Other,
-        (None, None) => Owner::Nobody,
-    }
+/// Whether the tags make the tenant this object's: what it may delete.
+pub fn is_ours(tags: &[(String, String)], claimant: Claimant<'_>) -> bool {
+    tagged(&read_as(tags, claimant), &claimant.owner) == Tagged::Us
 }
 
 /// What an object does with the tenant it read.
@@ -75,9 +50,13 @@ pub enum Claim {
     /// Not taken over: it differs from the spec where adoption cannot change it (or the drift
     /// policy would not), every difference named.
     Mismatch(Vec<String>),
-    /// It held the tenant and another object took it: hands off, for good.
-    Lost,
-    /// Found by name, someone else's, and not named by `spec.adopt`: left alone.
+    /// It held the tenant and another object took it (`by`, its `<namespace>/<name>` if the tags
+    /// say): hands off, for good.
+    Lost { by: Option<String> },
+    /// Found by name, owned by the same `<namespace>/<name>` elsewhere (the same manifest in
+    /// another cluster): neither taken silently nor duplicated.
+    OwnedElsewhere { by: String },
+    /// Found by name, someone else's: left alone.
     NameTaken,
 }
 
@@ -92,27 +71,39 @@ pub struct Held {
     pub adopting: bool,
 }
 
-/// The decision, from the tags' owner, what the object held, and the differences between spec
-/// and tenant: `identity` (name, distribution, domains: adoption never changes them) and
-/// `correctable` (the rest), which the drift policy corrects after adoption when it is
-/// `enforce`.
-pub fn claim(owner: Owner, held: Held, identity: Vec<String>, correctable: Vec<String>, corrects_drift: bool) -> Claim {
+/// The differences between spec and tenant that matter to an adoption: `identity` (name,
+/// distribution, domains: adoption never changes them) and `settings` (the rest), which the
+/// drift policy corrects after adoption when it is `enforce` (`corrects_drift`).
+#[derive(Clone, Debug, Default)]
+pub struct Differences {
+    pub identity: Vec<String>,
+    pub settings: Vec<String>,
+    pub corrects_drift: bool,
+}
+
+/// The decision: ADR 0017's table, then, for an adoption, the differences.
+pub fn claim(tags: &[(String, String)], claimant: Claimant<'_>, held: Held, differences: Differences) -> Claim {
+    let tags = read_as(tags, claimant);
     if held.lost {
-        return Claim::Lost;
+        let by = tags.iter().find(|(key, _)| key == TAG_OWNER).map(|(_, owner)| owner.clone());
+        return Claim::Lost { by };
     }
-    match owner {
-        Owner::This => Claim::Owned,
-        // Held and now someone else's: taken over (the tag is last-writer-wins).
-        Owner::Other if held.held => Claim::Lost,
-        // Held and untagged (tags removed outside): tagged again, no other owner to fight.
-        Owner::Nobody if held.held => Claim::Adopt,
-        Owner::Other | Owner::Nobody if !held.adopting => Claim::NameTaken,
-        Owner::Other | Owner::Nobody => {
-            let mut differences = identity;
+    let approach = match (held.held, held.adopting) {
+        (true, _) => Approach::Held,
+        (false, true) => Approach::Adopting,
+        (false, false) => Approach::Finding,
+    };
+    match blockwork_aws::ownership::claim(approach, &tags, &claimant.owner) {
+        blockwork_aws::ownership::Claim::Ours => Claim::Owned,
+        blockwork_aws::ownership::Claim::Lost { by } => Claim::Lost { by },
+        blockwork_aws::ownership::Claim::OwnedElsewhere { by } => Claim::OwnedElsewhere { by },
+        blockwork_aws::ownership::Claim::NotOurs => Claim::NameTaken,
+        blockwork_aws::ownership::Claim::Adopt => {
+            let Differences { mut identity, settings, corrects_drift } = differences;
             if !corrects_drift {
-                differences.extend(correctable);
+                identity.extend(settings);
             }
-            if differences.is_empty() { Claim::Adopt } else { Claim::Mismatch(differences) }
+            if identity.is_empty() { Claim::Adopt } else { Claim::Mismatch(identity) }
         }
     }
 }
@@ -134,72 +125,76 @@ pub fn identity_differences(name: &str, observed_name: Option<&str>, desired: &T
 mod tests {
     use super::*;
 
-    const ME: Claimant<'static> = Claimant { uid: "uid-a", token: "token-a" };
+    const ME: Claimant<'static> = Claimant { owner: Owner { uid: "uid-a", namespace: "team", name: "shop" }, token: "token-a" };
 
-    fn tags(uid: Option<&str>, owner: Option<&str>) -> OwnerTags {
-        OwnerTags { uid: uid.map(str::to_owned), owner: owner.map(str::to_owned) }
+    fn tags(uid: Option<&str>, owner: Option<&str>) -> Vec<(String, String)> {
+        let mut tags = Vec::new();
+        tags.extend(uid.map(|uid| (TAG_OWNER_UID.to_owned(), uid.to_owned())));
+        tags.extend(owner.map(|owner| (TAG_OWNER.to_owned(), owner.to_owned())));
+        tags
     }
 
     fn held(held: bool, lost: bool, adopting: bool) -> Held {
         Held { held, lost, adopting }
     }
 
-    #[test]
-    fn the_uid_tag_decides_the_owner() {
-        assert_eq!(owner(&tags(Some("uid-a"), Some("ns/a")), ME), Owner::This);
-        assert_eq!(owner(&tags(Some("uid-b"), Some("ns/a")), ME), Owner::Other);
+    fn none() -> Differences {
+        Differences { corrects_drift: true, ..Differences::default() }
     }
 
     #[test]
     fn a_tenant_tagged_with_the_token_before_issue_31_is_still_its_objects() {
-        assert_eq!(owner(&tags(None, Some("token-a")), ME), Owner::This);
-        assert_eq!(owner(&tags(None, Some("token-b")), ME), Owner::Other);
+        assert!(is_ours(&tags(None, Some("token-a")), ME));
+        assert!(!is_ours(&tags(None, Some("token-b")), ME));
+        assert_eq!(claim(&tags(None, Some("token-a")), ME, held(false, false, false), none()), Claim::Owned, "found by name");
     }
 
     #[test]
-    fn an_untagged_tenant_is_nobodys() {
-        assert_eq!(owner(&OwnerTags::default(), ME), Owner::Nobody);
+    fn a_tenant_found_by_name_that_is_someone_elses_is_left_alone() {
+        assert_eq!(claim(&tags(Some("uid-b"), Some("other/web")), ME, held(false, false, false), none()), Claim::NameTaken);
+        assert_eq!(claim(&tags(None, None), ME, held(false, false, false), none()), Claim::NameTaken);
     }
 
     #[test]
-    fn a_tenant_found_by_name_that_is_not_ours_is_left_alone() {
-        assert_eq!(claim(Owner::Other, held(false, false, false), vec![], vec![], true), Claim::NameTaken);
-        assert_eq!(claim(Owner::Nobody, held(false, false, false), vec![], vec![], true), Claim::NameTaken);
+    fn the_same_manifests_tenant_in_another_cluster_is_owned_elsewhere() {
+        let claimed = claim(&tags(Some("uid-old"), Some("team/shop")), ME, held(false, false, false), none());
+        assert_eq!(claimed, Claim::OwnedElsewhere { by: "team/shop".to_owned() });
     }
 
     #[test]
     fn a_matching_tenant_named_by_spec_adopt_is_adopted_from_nobody_or_another_object() {
-        assert_eq!(claim(Owner::Nobody, held(false, false, true), vec![], vec![], false), Claim::Adopt);
-        assert_eq!(claim(Owner::Other, held(false, false, true), vec![], vec![], false), Claim::Adopt);
+        assert_eq!(claim(&tags(None, None), ME, held(false, false, true), none()), Claim::Adopt);
+        assert_eq!(claim(&tags(Some("uid-b"), Some("team/shop")), ME, held(false, false, true), none()), Claim::Adopt);
     }
 
     #[test]
     fn identity_differences_refuse_adoption_whatever_the_drift_policy() {
-        let refused = claim(Owner::Nobody, held(false, false, true), vec!["domains".to_owned()], vec![], true);
-        assert_eq!(refused, Claim::Mismatch(vec!["domains".to_owned()]));
+        let differences = Differences { identity: vec!["domains".to_owned()], ..none() };
+        assert_eq!(claim(&[], ME, held(false, false, true), differences), Claim::Mismatch(vec!["domains".to_owned()]));
     }
 
     #[test]
     fn other_differences_refuse_adoption_unless_the_drift_policy_corrects_them() {
-        let differences = || vec!["enabled".to_owned()];
-        assert_eq!(claim(Owner::Nobody, held(false, false, true), vec![], differences(), true), Claim::Adopt);
-        assert_eq!(claim(Owner::Nobody, held(false, false, true), vec![], differences(), false), Claim::Mismatch(differences()));
+        let differences = |corrects_drift| Differences { settings: vec!["enabled".to_owned()], corrects_drift, ..Differences::default() };
+        assert_eq!(claim(&[], ME, held(false, false, true), differences(true)), Claim::Adopt);
+        assert_eq!(claim(&[], ME, held(false, false, true), differences(false)), Claim::Mismatch(vec!["enabled".to_owned()]));
     }
 
     #[test]
     fn a_held_tenant_another_object_tagged_is_lost() {
-        assert_eq!(claim(Owner::Other, held(true, false, true), vec![], vec![], true), Claim::Lost);
-        assert_eq!(claim(Owner::Other, held(true, false, false), vec![], vec![], true), Claim::Lost);
+        let claimed = claim(&tags(Some("uid-b"), Some("other/shop")), ME, held(true, false, true), none());
+        assert_eq!(claimed, Claim::Lost { by: Some("other/shop".to_owned()) });
     }
 
     #[test]
     fn lost_is_sticky_even_when_the_tags_name_the_object_again() {
-        assert_eq!(claim(Owner::This, held(true, true, true), vec![], vec![], true), Claim::Lost);
+        assert!(matches!(claim(&tags(Some("uid-a"), Some("team/shop")), ME, held(true, true, true), none()), Claim::Lost { .. }));
     }
 
     #[test]
-    fn a_held_tenant_whose_tags_were_removed_is_tagged_again() {
-        assert_eq!(claim(Owner::Nobody, held(true, false, false), vec![], vec![], false), Claim::Adopt);
+    fn a_held_tenant_whose_tags_were_removed_stays_its_objects_but_is_not_deleted() {
+        assert_eq!(claim(&[], ME, held(true, false, false), none()), Claim::Owned);
+        assert!(!is_ours(&[], ME));
     }
 
     #[test]

@@ -6,9 +6,9 @@
 
 mod support;
 
+use blockwork_aws::ownership::{TAG_OWNER as OWNER_TAG, TAG_OWNER_UID as OWNER_UID_TAG};
 use blockwork_runtime::ReconcileState;
 use blockwork_tenant::api::{DriftPolicyName, TenantAdoption};
-use blockwork_tenant::ownership::{OWNER_TAG, OWNER_UID_TAG};
 use blockwork_tenant::{DistributionTenant, DistributionTenantSpec};
 use kube::ResourceExt;
 use support::{Harness, condition, state};
@@ -277,4 +277,43 @@ async fn two_clusters_adopting_one_tenant_at_once_end_with_exactly_one_owner() {
     let [creates, updates, deletes, tag_writes] = writes_of_both(&a, &b);
     assert_eq!((creates.1, updates.1, deletes.1), (0, 0, 0));
     assert!((1..=2).contains(&tag_writes.1), "each object tags at most once: {tag_writes:?}");
+}
+
+#[tokio::test]
+async fn the_same_manifest_in_a_new_cluster_creates_nothing_and_adopts_the_tenant_once_told() {
+    let h = Harness::start("dt-new-cluster").await;
+    h.create("shop-new", h.spec(&["www"])).await;
+    let held = h.wait_ready("shop-new").await;
+    let id = held.status.as_ref().and_then(|s| s.observation.id.clone()).unwrap();
+    let new = h.second_cluster().await;
+    new.objects.create(&kube::api::PostParams::default(), &DistributionTenant::new("shop-new", h.spec(&["www"]))).await.unwrap();
+    let owned_elsewhere = async || {
+        let object = new.objects.get("shop-new").await.map_err(|e| e.to_string())?;
+        match condition(&object, "Ready") {
+            Some((_, reason, message)) if reason == "OwnedElsewhere" => Ok(message),
+            other => Err(format!("{other:?}")),
+        }
+    };
+    let message = blockwork_testenv::harness::eventually("OwnedElsewhere", blockwork_testenv::harness::TIMEOUT, owned_elsewhere).await;
+    assert!(message.contains(&format!("set spec.adopt.tenantId to {id}")), "{message}");
+    assert_eq!(h.proxy.calls("CreateDistributionTenant"), 1, "no second tenant is created for the same manifest");
+    // The documented move: the new cluster's manifest names the tenant to adopt.
+    let patch = serde_json::json!({ "spec": { "adopt": { "tenantId": id } } });
+    new.objects.patch("shop-new", &kube::api::PatchParams::default(), &kube::api::Patch::Merge(&patch)).await.unwrap();
+    let adopted = async || {
+        let object = new.objects.get("shop-new").await.map_err(|e| e.to_string())?;
+        match condition(&object, "Ready") {
+            Some((status, ..)) if status == "True" => Ok(object),
+            other => Err(format!("{other:?}")),
+        }
+    };
+    let adopted = blockwork_testenv::harness::eventually("adopted in the new cluster", blockwork_testenv::harness::TIMEOUT, adopted).await;
+    assert_eq!(tags(&h, "shop-new").await, (adopted.uid(), Some(format!("{}/shop-new", h.namespace))));
+    h.wait_for("shop-new", "OwnershipLost in the old cluster", lost).await;
+    h.delete_and_wait("shop-new").await;
+    assert!(h.aws_tenant("shop-new").await.is_some(), "the old cluster's object goes, the tenant stays");
+    assert_eq!(
+        writes(&h),
+        [("CreateDistributionTenant", 1), ("UpdateDistributionTenant", 0), ("DeleteDistributionTenant", 0), ("TagResource", 1)]
+    );
 }

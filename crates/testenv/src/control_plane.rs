@@ -42,19 +42,24 @@ static SECOND_CONTROL_PLANE: OnceCell<ControlPlane> = OnceCell::const_new();
 
 /// The control plane shared by all tests of this test binary; started on first use.
 pub async fn control_plane() -> Result<&'static ControlPlane, Error> {
-    CONTROL_PLANE.get_or_try_init(|| retry_on_port_clash(ControlPlane::start)).await
+    CONTROL_PLANE.get_or_try_init(|| retry_on_port_clash(|| async { ControlPlane::start(state_dir()?).await })).await
 }
 
 /// Another control plane, with its own etcd: a second cluster for the tests that need two
 /// (see [`crate::clusters`]); started on first use, shared by the tests of this test binary.
 pub async fn second_control_plane() -> Result<&'static ControlPlane, Error> {
-    SECOND_CONTROL_PLANE.get_or_try_init(|| retry_on_port_clash(ControlPlane::start)).await
+    // A directory of its own: the two etcds must not share a data directory (the second
+    // failed to start, and took the first down with it, when they did).
+    let start = || async {
+        let dir = state_dir()?.join("second");
+        std::fs::create_dir_all(&dir)?;
+        ControlPlane::start(dir).await
+    };
+    SECOND_CONTROL_PLANE.get_or_try_init(|| retry_on_port_clash(start)).await
 }
 
 impl ControlPlane {
-    async fn start() -> Result<Self, Error> {
-        let dir = state_dir()?;
-
+    async fn start(dir: PathBuf) -> Result<Self, Error> {
         let etcd_port = free_port()?;
         let peer_port = free_port()?;
         let etcd = Process::start(

@@ -22,26 +22,45 @@ use crate::classify::CallContext;
 use crate::cloudfront::{Acm, CloudFront, ObservedTenant};
 use crate::diff::TenantConfig;
 use crate::dns::DnsRecords;
-use crate::ownership::{Claim, Claimant, Held, OwnerTags, claim, identity_differences, owner};
+use blockwork_aws::ownership::{ADOPTION_MISMATCH, ADOPTION_REFUSED, OWNED_ELSEWHERE, OWNERSHIP_LOST, Owner, taken_by};
+
+use crate::ownership::{Claim, Claimant, Differences, Held, claim, identity_differences};
 
 use super::manager::{Desired, TenantManager, TenantUpkeep};
 
-/// The tenant differs from the spec where adoption does not change it.
-pub const ADOPTION_MISMATCH: &str = "AdoptionMismatch";
-/// The tenant is not one the namespace may adopt: not in its account, or `spec.dns` outside
-/// its grant.
-pub const ADOPTION_REFUSED: &str = "AdoptionRefused";
-/// Another object took the tenant over.
-pub const OWNERSHIP_LOST: &str = "OwnershipLost";
-
 /// The object as the ownership tags name it.
 pub(super) fn claimant<'a, D>(request: &'a Request<'_, DistributionTenant, D>) -> Claimant<'a> {
-    Claimant { uid: request.object.meta().uid.as_deref().unwrap_or_default(), token: request.idempotency_token }
+    let meta = request.object.meta();
+    let owner = Owner {
+        uid: meta.uid.as_deref().unwrap_or_default(),
+        namespace: meta.namespace.as_deref().unwrap_or_default(),
+        name: meta.name.as_deref().unwrap_or_default(),
+    };
+    Claimant { owner, token: request.idempotency_token }
 }
 
-/// The tags that make `object` its tenant's owner.
-pub(super) fn owner_tags(object: &DistributionTenant) -> OwnerTags {
-    OwnerTags::of(object.meta().uid.as_deref().unwrap_or_default(), &object.namespace().unwrap_or_default(), &object.name_any())
+/// Why a tenant found by name is not this object's to act on: `None` when it is.
+pub(super) fn not_ours_by_name(tenant: &ObservedTenant, claimant: Claimant<'_>) -> Option<ExternalError> {
+    let finding = Held { held: false, lost: false, adopting: false };
+    match claim(&tenant.tags, claimant, finding, Differences::default()) {
+        Claim::OwnedElsewhere { by } => Some(owned_elsewhere(claimant.owner.name, &tenant.id, &by)),
+        Claim::Owned => None,
+        _ => Some(super::manager::name_taken(claimant.owner.name, &tenant.id)),
+    }
+}
+
+/// Whether `error` says the tenant found by name is someone else's (nothing of this object's).
+pub(super) fn someone_elses(error: &ExternalError) -> bool {
+    [super::manager::TENANT_NAME_TAKEN, OWNED_ELSEWHERE].contains(&error.reason.as_str())
+}
+
+fn owned_elsewhere(name: &str, id: &str, by: &str) -> ExternalError {
+    ExternalError::terminal(
+        OWNED_ELSEWHERE,
+        format!(
+            "a distribution tenant named {name} (id {id}) exists, owned by {by} in another cluster (the same manifest elsewhere): nothing was created or changed; to move it to this object, set spec.adopt.tenantId to {id} (docs/adopting.md)"
+        ),
+    )
 }
 
 /// Whether `spec.adopt` still decides what happens: set, and not adopted yet.
@@ -62,9 +81,12 @@ pub(super) fn claim_of(
     // name with its tags); one with it, only once adopted.
     let held = observation.adopted || (spec.adopt.is_none() && observation.id.is_some());
     let held = Held { held, lost: observation.ownership_lost, adopting };
-    let identity = identity_differences(&request.object.name_any(), tenant.name.as_deref(), desired, &tenant.config);
-    let corrects_drift = request.policies.drift == blockwork_runtime::DriftPolicy::Enforce;
-    claim(owner(&tenant.tags, claimant(request)), held, identity, desired.setting_differences(&tenant.config), corrects_drift)
+    let differences = Differences {
+        identity: identity_differences(&request.object.name_any(), tenant.name.as_deref(), desired, &tenant.config),
+        settings: desired.setting_differences(&tenant.config),
+        corrects_drift: request.policies.drift == blockwork_runtime::DriftPolicy::Enforce,
+    };
+    claim(&tenant.tags, claimant(request), held, differences)
 }
 
 /// Verify's outcome while the tags are written: in progress, with the tag write as upkeep.
@@ -125,7 +147,7 @@ impl<C: CloudFront + Acm, D: DnsRecords> TenantManager<C, D> {
     ) -> Result<(), ExternalError> {
         let principal = &request.derived.principal;
         self.cloudfront
-            .tag_tenant(principal, arn, &owner_tags(request.object))
+            .tag_tenant(principal, arn, &claimant(request).owner.tags())
             .await
             .map_err(|error| self.cloudfront_error(&error, CallContext::default()).error)?;
         observation.adopted = true;
@@ -142,10 +164,12 @@ impl<C: CloudFront + Acm, D: DnsRecords> TenantManager<C, D> {
         request: &Request<'_, DistributionTenant>,
         observation: &mut TenantObservation,
         tenant: &ObservedTenant,
+        by: Option<&str>,
     ) -> ExternalError {
         let message = format!(
-            "tenant {} was taken over by another object (in another cluster, say): this object no longer updates or deletes it or its DNS records, and deleting it deletes nothing in AWS (docs/adopting.md says how to manage the tenant from here again)",
-            tenant.id
+            "tenant {} was taken over by {}: this object no longer updates or deletes it or its DNS records, and deleting it deletes nothing in AWS (docs/adopting.md says how to manage the tenant from here again)",
+            tenant.id,
+            taken_by(by)
         );
         if !observation.ownership_lost {
             observation.ownership_lost = true;

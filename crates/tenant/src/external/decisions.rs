@@ -163,7 +163,7 @@ mod tests {
         let tenant = ObservedTenant {
             id: "T1".to_owned(),
             name: None,
-            tags: crate::ownership::OwnerTags::default(),
+            tags: Vec::new(),
             arn: None,
             e_tag: None,
             status: Some(DEPLOYED.to_owned()),

@@ -18,11 +18,11 @@ use crate::cloudfront::{Acm, CloudFront, ObservedTenant, TenantWrite};
 use crate::diff::TenantConfig;
 use crate::dns::DnsRecords;
 use crate::lifecycle::{DeletionStep, deletion_step};
-use crate::ownership::{Owner, owner};
+use crate::ownership::is_ours;
 
-use super::adoption::claimant;
+use super::adoption::{claimant, someone_elses};
 use super::decisions::{dns_records_remain, forget, observed, record};
-use super::manager::{Desired, ETAG_ATTEMPTS, TENANT_NAME_TAKEN, TenantManager};
+use super::manager::{Desired, ETAG_ATTEMPTS, TenantManager};
 
 impl<C: CloudFront + Acm, D: DnsRecords> TenantManager<C, D> {
     pub(super) async fn verify_deletion(
@@ -34,7 +34,7 @@ impl<C: CloudFront + Acm, D: DnsRecords> TenantManager<C, D> {
         let tenant = match self.observe(principal, request.object, claimant(request), observation).await {
             Ok(tenant) => tenant,
             // Not ours: nothing of this object's to delete.
-            Err(error) if error.reason == TENANT_NAME_TAKEN => return VerifyOutcome::Missing,
+            Err(error) if someone_elses(&error) => return VerifyOutcome::Missing,
             Err(error) => return VerifyOutcome::Error(error.concerning(tenant_named(request.object, observation))),
         };
         // Lost to another object, or never adopted: released, nothing deleted (neither the
@@ -95,7 +95,7 @@ impl<C: CloudFront + Acm, D: DnsRecords> TenantManager<C, D> {
         let principal = &request.derived.principal;
         let tenant = match self.observe(principal, object, claimant(request), observation).await {
             Ok(tenant) => tenant,
-            Err(error) if error.reason == TENANT_NAME_TAKEN => return DeleteOutcome::Succeeded,
+            Err(error) if someone_elses(&error) => return DeleteOutcome::Succeeded,
             Err(error) => return DeleteOutcome::Error(error.concerning(tenant_named(object, observation))),
         };
         // Taken over since verify read it: nothing of it is this object's to delete any more.
@@ -223,7 +223,7 @@ impl<C: CloudFront + Acm, D: DnsRecords> TenantManager<C, D> {
 /// Whether deleting the object deletes `tenant`: only while the tags say it is this object's
 /// and it did not lose it (lost is for good, whatever the tags say now).
 fn deletes<D>(request: &Request<'_, DistributionTenant, D>, tenant: &ObservedTenant, observation: &TenantObservation) -> bool {
-    owner(&tenant.tags, claimant(request)) == Owner::This && !observation.ownership_lost
+    is_ours(&tenant.tags, claimant(request)) && !observation.ownership_lost
 }
 
 /// "distribution tenant shop (id T1)", for the errors of a deletion.

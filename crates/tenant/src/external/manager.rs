@@ -21,7 +21,7 @@ use crate::diff::TenantConfig;
 use crate::dns::{DnsRecords, DnsZone};
 use crate::lifecycle::CertificateStep;
 use crate::metrics::TenantMetrics;
-use crate::ownership::{Claimant, Owner, owner};
+use crate::ownership::Claimant;
 use crate::validate::{DistributionRules, check_certificate_coverage, validate_against};
 
 use super::decisions::certificate_progress;
@@ -194,9 +194,9 @@ impl<C: CloudFront + Acm, D: DnsRecords> TenantManager<C, D> {
             .get_tenant(principal, &identifier)
             .await
             .map_err(|error| self.cloudfront_error(&error, CallContext::default()).error)?;
-        match tenant {
-            Some(tenant) if by_name && owner(&tenant.tags, claimant) != Owner::This => Err(name_taken(&identifier, &tenant.id)),
-            other => Ok(other),
+        match tenant.as_ref().filter(|_| by_name).and_then(|tenant| super::adoption::not_ours_by_name(tenant, claimant)) {
+            Some(error) => Err(error),
+            None => Ok(tenant),
         }
     }
 
