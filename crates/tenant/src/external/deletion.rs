@@ -10,7 +10,7 @@ use blockwork_identity::placement::AWS_IDENTITY_CHANGED;
 use blockwork_runtime::{Conditions, DeleteOutcome, Existence, ExternalError, Request, VerifyOutcome};
 use kube::runtime::events::EventType;
 use kube::{Resource, ResourceExt};
-use tracing::warn;
+use tracing::{info, warn};
 
 use crate::api::{DistributionTenant, TenantObservation};
 use crate::classify::{CallContext, Category};
@@ -40,7 +40,7 @@ impl<C: CloudFront + Acm, D: DnsRecords> TenantManager<C, D> {
         // Lost to another object, or never adopted: released, nothing deleted (neither the
         // tenant nor a record: the owner may share them).
         if let Some(foreign) = tenant.as_ref().filter(|tenant| !deletes(request, tenant, observation)) {
-            self.release_foreign(request, foreign).await;
+            info!(tenant = %request.object.name_any(), id = %foreign.id, "not this object's tenant: released without deleting it or its records");
             return VerifyOutcome::Missing;
         }
         if let Some(tenant) = &tenant {
@@ -73,16 +73,6 @@ impl<C: CloudFront + Acm, D: DnsRecords> TenantManager<C, D> {
         warn!(tenant = %request.object.name_any(), "{note}");
         forget(observation);
         observation.dns_records.clear();
-    }
-
-    /// A tenant that is not this object's when it is deleted: the object goes, the tenant and
-    /// every record stay; a Normal event says so.
-    async fn release_foreign(&self, request: &Request<'_, DistributionTenant>, tenant: &ObservedTenant) {
-        let note = format!(
-            "released without deleting: tenant {} is not this object's (another object took it over, or it was never adopted); it and its DNS records stay as they are",
-            tenant.id
-        );
-        self.events.publish(&request.object.object_ref(&()), EventType::Normal, "Released", "Release", &note).await;
     }
 
     pub(super) async fn deleting(
