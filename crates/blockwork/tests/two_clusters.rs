@@ -195,3 +195,43 @@ async fn two_clusters_adopting_one_certificate_at_once_end_with_exactly_one_owne
     assert_eq!(world.proxy.calls("DeleteCertificate"), 0);
     assert_eq!(world.certificates().await, vec![arn]);
 }
+
+#[tokio::test]
+async fn a_new_cluster_s_operator_killed_during_the_handover_ends_with_one_owner_and_no_second_tag_write_after_restart() {
+    use blockwork_testenv::fault_proxy::{Fault, Operation};
+    let mut world = World::new("adopt-kill").await;
+    world.run_both().await;
+    let (old, new) = world.clusters.apis::<Cert>();
+    old.create(&PostParams::default(), &Cert::new("api", world.spec())).await.unwrap();
+    let ready =
+        wait_for(&old, "the old cluster's Cert Ready", |c| c.status.as_ref().and_then(|s| s.observation.state) == Some(CertState::Ready))
+            .await;
+    let arn = ready.status.unwrap().observation.certificate_arn.unwrap();
+
+    // The tag write takes effect, and its answer is held: the new cluster's operator dies
+    // before it hears it, so before the status records the adoption.
+    world.proxy.inject(Operation::named("AddTagsToCertificate"), Fault::SlowResponse(Duration::from_secs(30)), 1);
+    let adopting = CertSpec { adopt: Some(AdoptSpec { certificate_arn: arn.clone() }), ..world.spec() };
+    let created = new.create(&PostParams::default(), &Cert::new("api", adopting)).await.unwrap();
+    eventually("the tag write to take effect", TIMEOUT, async || match world.owner_uid(&arn).await {
+        Some(uid) if Some(&uid) == created.metadata.uid.as_ref() => Ok(()),
+        other => Err(format!("{other:?}")),
+    })
+    .await;
+    world.clusters.second.kill();
+    world.clusters.second.restart().await.unwrap();
+
+    wait_for(&new, "the new cluster's Cert Ready after the restart", |c| reason(c).as_deref() == Some("Available")).await;
+    touch(&old, "after-kill").await;
+    wait_for(&old, "OwnershipLost in the old cluster", |c| reason(c).as_deref() == Some("OwnershipLost")).await;
+    assert_eq!(
+        world.proxy.calls("AddTagsToCertificate"),
+        1,
+        "the restarted adoption finds its tags written: {:?}",
+        world.proxy.all_calls()
+    );
+    assert_eq!(world.proxy.calls("RequestCertificate"), 1, "only the old cluster's own request");
+    assert_eq!(world.proxy.calls("DeleteCertificate"), 0);
+    assert_eq!(world.owner_uid(&arn).await, created.metadata.uid);
+    assert_eq!(world.certificates().await, vec![arn]);
+}
