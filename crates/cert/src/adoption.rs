@@ -3,10 +3,11 @@
 //! is, how it differs from the spec — and the words of the conditions. The claim decision
 //! itself is `blockwork_aws::ownership`, shared with the tenant.
 
-use blockwork_aws::acm::Certificate;
+use blockwork_aws::acm::{AcmStatus, Certificate};
 use blockwork_aws::mask_accounts;
 use blockwork_aws::ownership::{self, Owner};
 
+use crate::api::CertSpec;
 use crate::decisions::{Desired, TAG_MANAGED_BY, issuance_differs};
 use crate::zones::normalize;
 
@@ -44,6 +45,14 @@ pub fn misplaced(arn: &str, region: Option<&str>, account: Option<&str>) -> Opti
     None
 }
 
+/// The admission webhook's refusal of `spec.adopt`: a certificate of another region than ACM's
+/// (`--aws-region`), or of another account than the namespace's role is in, as far as admission
+/// knows them (the controller checks again, with the account it acts in, before any write).
+pub fn admission_problem(spec: &CertSpec, region: Option<&str>, account: Option<&str>) -> Option<String> {
+    let adopt = spec.adopt.as_ref()?;
+    misplaced(&adopt.certificate_arn, region, account).map(|problem| format!("spec.adopt.certificateArn: {problem}"))
+}
+
 /// Every way the certificate differs from the spec (empty: it matches): the primary name, the
 /// alternative names missing or extra, and how it was issued (public or private CA,
 /// exportable).
@@ -67,6 +76,13 @@ pub fn differences(certificate: &Certificate, desired: &Desired) -> Vec<String> 
     }
     differences.extend(issuance_differs(certificate, desired));
     differences
+}
+
+/// Whether the same manifest's certificate elsewhere stops this Cert from requesting one
+/// (OwnedElsewhere): only one that serves or will (issued, or pending validation). An expired,
+/// revoked or failed one would only be adopted to fail: a new one is requested instead.
+pub fn stands_in_the_way(certificate: &Certificate) -> bool {
+    matches!(certificate.status, AcmStatus::Issued | AcmStatus::PendingValidation)
 }
 
 /// The AdoptionMismatch message: the certificate (account masked) and every difference.
@@ -108,7 +124,6 @@ pub fn owned_elsewhere(arn: &str, by: &str) -> String {
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used, clippy::panic)]
-    use blockwork_aws::acm::AcmStatus;
 
     use super::*;
     use crate::zones::Zone;
@@ -164,6 +179,16 @@ mod tests {
     }
 
     #[test]
+    fn admission_refuses_adopting_in_another_region_or_account_naming_the_field_and_leaves_other_certs_alone() {
+        let adopting = CertSpec { adopt: Some(crate::api::AdoptSpec { certificate_arn: ARN.into() }), ..CertSpec::default() };
+        let region = admission_problem(&adopting, Some("eu-west-1"), None).unwrap();
+        assert!(region.starts_with("spec.adopt.certificateArn:") && region.contains("us-east-1"), "{region}");
+        assert!(admission_problem(&adopting, Some("us-east-1"), Some("210987654321")).is_some());
+        assert_eq!(admission_problem(&adopting, Some("us-east-1"), None), None, "the operator's own account is the controller's to check");
+        assert_eq!(admission_problem(&CertSpec::default(), Some("eu-west-1"), None), None);
+    }
+
+    #[test]
     fn a_matching_certificate_has_no_difference_whatever_the_order_and_case_of_its_names() {
         let found = certificate("API.example.com", &["b.example.com", "a.example.com."]);
         assert!(differences(&found, &desired("api.example.com", &["a.example.com", "b.example.com"])).is_empty());
@@ -188,6 +213,16 @@ mod tests {
         let named = differences(&found, &desired("api.example.com", &[]));
         assert_eq!(named.len(), 1, "{named:?}");
         assert!(named[0].contains("private CA"));
+    }
+
+    #[test]
+    fn only_a_certificate_that_serves_or_will_stops_a_new_request() {
+        let with = |status| Certificate { status, ..certificate("api.example.com", &[]) };
+        assert!(stands_in_the_way(&with(AcmStatus::Issued)));
+        assert!(stands_in_the_way(&with(AcmStatus::PendingValidation)));
+        for status in [AcmStatus::Expired, AcmStatus::Revoked, AcmStatus::Failed, AcmStatus::ValidationTimedOut, AcmStatus::Inactive] {
+            assert!(!stands_in_the_way(&with(status.clone())), "{status:?}");
+        }
     }
 
     #[test]
