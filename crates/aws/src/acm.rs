@@ -336,6 +336,29 @@ impl Acm {
         Ok(output.tags().iter().map(|t| (t.key().to_owned(), t.value().unwrap_or_default().to_owned())).collect())
     }
 
+    /// AddTagsToCertificate as `principal`: sets `tags` (a key it has is overwritten; the
+    /// certificate's other tags stay). How an adopted certificate gets its ownership tags.
+    pub async fn add_tags(&self, principal: &Principal, arn: &str, tags: &[(String, String)]) -> Result<(), AwsError> {
+        const OP: &str = "AddTagsToCertificate";
+        let tags = tags
+            .iter()
+            .map(|(k, v)| Tag::builder().key(k).value(v).build())
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| AwsError::invalid_request(OP, &e))?;
+        let client = self.client(principal).await?;
+        self.call(principal, OP, || async {
+            client
+                .add_tags_to_certificate()
+                .certificate_arn(arn)
+                .set_tags(Some(tags.clone()))
+                .send()
+                .await
+                .map(|_| ())
+                .map_err(|e| classify_sdk_error(OP, &e))
+        })
+        .await
+    }
+
     /// RequestCertificate as `principal`, with DNS validation or from a private CA; returns the
     /// ARN. Idempotent under the token.
     pub async fn request(&self, principal: &Principal, request: &CertificateRequest) -> Result<String, AwsError> {

@@ -17,6 +17,8 @@
 //!   sanitized of account ids and ARNs ([`sanitize`]) before users can read them.
 //! - [`dns_name`]: the one rule and normal form of DNS names; [`idna2008`]: the code point rules
 //!   of internationalized labels it applies.
+//! - [`ownership`]: the ownership tags on a resource and the claim decision (ours, adopt,
+//!   lost, owned elsewhere) of every kind that adopts (ADR 0017).
 
 pub mod acm;
 pub mod batch;
@@ -29,6 +31,7 @@ mod error;
 pub mod idna2008;
 pub mod limiter;
 pub mod metrics;
+pub mod ownership;
 pub mod pca;
 pub mod principal;
 pub mod quota;

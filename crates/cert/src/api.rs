@@ -24,6 +24,10 @@ pub const OBJECT_NAME_PATTERN: &str = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9
 pub const CERTIFICATE_AUTHORITY_ARN_PATTERN: &str =
     r"^arn:aws[a-z-]*:acm-pca:[a-z]{2}(-[a-z]+)+-[0-9]+:[0-9]{12}:certificate-authority/[0-9a-f]{8}(-[0-9a-f]{4}){3}-[0-9a-f]{12}$";
 
+/// The ARN of an ACM certificate: `arn:<partition>:acm:<region>:<account>:certificate/<id>`.
+pub const CERTIFICATE_ARN_PATTERN: &str =
+    r"^arn:aws[a-z-]*:acm:[a-z]{2}(-[a-z]+)+-[0-9]+:[0-9]{12}:certificate/[0-9a-f]{8}(-[0-9a-f]{4}){3}-[0-9a-f]{12}$";
+
 /// An ACM certificate for `{serviceName}-{environment}.{zone}` (or `domainName`), validated
 /// through DNS records in Route53. Its ARN appears in `status.certificateArn` once issued.
 #[derive(CustomResource, KubeSchema, Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
@@ -105,6 +109,23 @@ pub struct CertSpec {
         pattern = r"^arn:aws[a-z-]*:acm-pca:[a-z]{2}(-[a-z]+)+-[0-9]+:[0-9]{12}:certificate-authority/[0-9a-f]{8}(-[0-9a-f]{4}){3}-[0-9a-f]{12}$"
     ))]
     pub certificate_authority_arn: Option<String>,
+    /// Manage an ACM certificate that already exists (made in the console, by Terraform, by
+    /// another operator, or by this Cert's manifest in another cluster) instead of requesting
+    /// one. It must match this spec (names, SANs, private CA); adopting writes only Blockwork's
+    /// ownership tags on it. Its deletion follows `deleteOnRemoval` (default false: kept). See
+    /// docs/adopting.md.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub adopt: Option<AdoptSpec>,
+}
+
+/// The existing ACM certificate a Cert adopts.
+#[derive(KubeSchema, Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[x_kube(validation = Rule::new("self.certificateArn.matches('^arn:aws[a-z-]*:acm:[a-z]{2}(-[a-z]+)+-[0-9]+:[0-9]{12}:certificate/[0-9a-f]{8}(-[0-9a-f]{4}){3}-[0-9a-f]{12}$')").message("spec.adopt.certificateArn must be the ARN of an ACM certificate, arn:<partition>:acm:<region>:<account id>:certificate/<id>; an ACM Private CA, CloudFront, IAM or other ARN names another kind of resource"))]
+#[serde(rename_all = "camelCase")]
+pub struct AdoptSpec {
+    /// The certificate's ARN, in the account and region the namespace acts in (its AwsIdentity).
+    #[schemars(length(max = 2048))]
+    pub certificate_arn: String,
 }
 
 /// Where and how the certificate is exported.
@@ -249,6 +270,11 @@ pub struct CertObservation {
     /// The DNS validation records written for this certificate.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub validation_records: Vec<ValidationRecordStatus>,
+    /// The certificate another Blockwork object (e.g. the same manifest in another cluster) took
+    /// over from this Cert: this Cert no longer acts on it, and on deletion deletes nothing in
+    /// AWS. Sticky: to manage it here again, delete this Cert and apply it with `spec.adopt`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ownership_lost: Option<String>,
     /// The Secret the certificate was last exported into (`spec.export`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub export: Option<ExportStatus>,

@@ -76,6 +76,13 @@ pub struct CertArgs {
         value_name = "ARN,..."
     )]
     pub certificate_authorities: Vec<String>,
+
+    /// How often a held certificate's ownership tags are read when nothing is written for it,
+    /// so that a Cert whose certificate another object (another cluster) adopted notices it
+    /// (`OwnershipLost`); before any write or deletion they are always read. One
+    /// ListTagsForCertificate per certificate per interval (docs/adopting.md).
+    #[arg(id = "cert_ownership_check_interval", long = "ownership-check-interval", env = "CERT_OWNERSHIP_CHECK_INTERVAL", default_value = "6h", value_parser = parse_duration, value_name = "DURATION")]
+    pub ownership_check_interval: Duration,
 }
 
 impl Default for CertArgs {
@@ -90,6 +97,7 @@ impl Default for CertArgs {
             max_tracked_certificates: 1000,
             export_secrets: false,
             certificate_authorities: Vec::new(),
+            ownership_check_interval: crate::external::OWNERSHIP_INTERVAL,
         }
     }
 }
@@ -116,6 +124,8 @@ pub struct CertConfig {
     pub export_secrets: bool,
     /// The private CAs Certs may issue from (`--certificate-authorities`).
     pub certificate_authorities: Vec<String>,
+    /// How often a held certificate's ownership is confirmed when nothing is written for it.
+    pub ownership_interval: Duration,
 }
 
 impl CertConfig {
@@ -150,6 +160,7 @@ impl CertConfig {
             timing: default_timing(),
             export_secrets: args.export_secrets,
             certificate_authorities,
+            ownership_interval: args.ownership_check_interval,
         })
     }
 }

@@ -92,8 +92,8 @@ pub fn acm_token(object_token: &str, marked_at: i64, desired: &Desired) -> Strin
 
 /// Tag keys on every certificate the operator requests: what lets it find its certificate
 /// again (adoption after a lost status) and tells people in the AWS console who owns it.
-pub const TAG_OWNER_UID: &str = "blockwork.dev/owner-uid";
-pub const TAG_OWNER: &str = "blockwork.dev/owner";
+pub const TAG_OWNER_UID: &str = blockwork_aws::ownership::TAG_OWNER_UID;
+pub const TAG_OWNER: &str = blockwork_aws::ownership::TAG_OWNER;
 pub const TAG_MANAGED_BY: &str = "blockwork.dev/managed-by";
 /// The ACM idempotency token the certificate was requested with: identifies the request, so the
 /// certificate a create-pending marker names is found exactly, and no other of the object's.

@@ -17,6 +17,7 @@
 
 pub mod account;
 pub mod admission;
+pub mod adoption;
 pub mod api;
 pub mod authority;
 pub mod config;
@@ -81,7 +82,8 @@ pub async fn run(
             authorities: config.certificate_authorities.clone(),
             pca: blockwork_aws::pca::Pca::new(&aws, CONTROLLER),
         },
-    );
+    )
+    .with_ownership_interval(config.ownership_interval);
     let context =
         Context::new(client.clone(), manager, ControllerConfig::new(CONTROLLER, GROUP).with_timing(config.timing), runtime_metrics);
     let operator_zones = accounts.operator_zones().to_vec();

@@ -10,8 +10,9 @@ use std::time::Duration;
 use axum::extract::State;
 use axum::routing::post;
 use axum::{Json, Router};
+use blockwork_runtime::admission::{self, Scope};
 use futures::StreamExt as _;
-use k8s_openapi::api::admissionregistration::v1::{RuleWithOperations, ServiceReference, ValidatingWebhook, WebhookClientConfig};
+use k8s_openapi::api::admissionregistration::v1::ValidatingWebhook;
 use kube::api::{Api, DynamicObject};
 use kube::core::admission::{AdmissionRequest, AdmissionResponse, AdmissionReview};
 use kube::runtime::reflector::{self, Store};
@@ -33,24 +34,7 @@ const INDEX_WAIT: Duration = Duration::from_secs(3);
 
 /// The registration: Cert CREATE and UPDATE, at [`PATH`] (`blockwork webhooks` fills in where).
 pub fn validating_webhook() -> ValidatingWebhook {
-    ValidatingWebhook {
-        name: format!("certs.{GROUP}"),
-        rules: Some(vec![RuleWithOperations {
-            api_groups: Some(vec![GROUP.to_owned()]),
-            api_versions: Some(vec![VERSION.to_owned()]),
-            operations: Some(vec!["CREATE".to_owned(), "UPDATE".to_owned()]),
-            resources: Some(vec!["certs".to_owned()]),
-            scope: Some("Namespaced".to_owned()),
-        }]),
-        client_config: WebhookClientConfig {
-            service: Some(ServiceReference { path: Some(PATH.to_owned()), ..Default::default() }),
-            ..Default::default()
-        },
-        admission_review_versions: vec!["v1".to_owned()],
-        side_effects: "None".to_owned(),
-        timeout_seconds: Some(5),
-        ..Default::default()
-    }
+    admission::validating_webhook(GROUP, VERSION, "certs", Scope::Namespaced, PATH)
 }
 
 #[derive(Clone)]

@@ -154,6 +154,7 @@ impl World {
             // The teams' Certs may export (issue 30): exported as their namespace's identity.
             export_secrets: true,
             certificate_authorities: Vec::new(),
+            ownership_interval: blockwork_cert::external::OWNERSHIP_INTERVAL,
         };
         let aws_config = AwsConfig { endpoint_url: Some(self.proxy.endpoint()), ..layer_config() };
         let aws = Aws::with_sdk_config(aws_config, sdk_config(&self.proxy.endpoint()).await, Arc::clone(&self.aws_metrics));

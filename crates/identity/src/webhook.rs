@@ -10,7 +10,8 @@ use axum::extract::State;
 use axum::routing::post;
 use axum::{Json, Router};
 use blockwork_aws::principal::account_of_arn;
-use k8s_openapi::api::admissionregistration::v1::{RuleWithOperations, ServiceReference, ValidatingWebhook, WebhookClientConfig};
+use blockwork_runtime::admission::{self, Scope};
+use k8s_openapi::api::admissionregistration::v1::ValidatingWebhook;
 use kube::ResourceExt as _;
 use kube::api::DynamicObject;
 use kube::core::admission::{AdmissionRequest, AdmissionResponse, AdmissionReview};
@@ -24,24 +25,7 @@ pub const PATH: &str = "/validate/awsidentity";
 
 /// The registration: AwsIdentity CREATE and UPDATE, at [`PATH`].
 pub fn validating_webhook() -> ValidatingWebhook {
-    ValidatingWebhook {
-        name: format!("awsidentities.{GROUP}"),
-        rules: Some(vec![RuleWithOperations {
-            api_groups: Some(vec![GROUP.to_owned()]),
-            api_versions: Some(vec![VERSION.to_owned()]),
-            operations: Some(vec!["CREATE".to_owned(), "UPDATE".to_owned()]),
-            resources: Some(vec!["awsidentities".to_owned()]),
-            scope: Some("Cluster".to_owned()),
-        }]),
-        client_config: WebhookClientConfig {
-            service: Some(ServiceReference { path: Some(PATH.to_owned()), ..Default::default() }),
-            ..Default::default()
-        },
-        admission_review_versions: vec!["v1".to_owned()],
-        side_effects: "None".to_owned(),
-        timeout_seconds: Some(5),
-        ..Default::default()
-    }
+    admission::validating_webhook(GROUP, VERSION, "awsidentities", Scope::Cluster, PATH)
 }
 
 #[derive(Clone)]

@@ -12,6 +12,7 @@
 //! ([`namespaces`]), one graceful shutdown ([`shutdown`]) and one backoff per watch
 //! ([`watches`]).
 
+pub mod admission;
 pub mod backoff;
 pub mod client;
 mod conclusion;

@@ -15,7 +15,8 @@ use axum::extract::State;
 use axum::routing::post;
 use axum::{Json, Router};
 use blockwork_identity::{Identities, tenant_zone};
-use k8s_openapi::api::admissionregistration::v1::{RuleWithOperations, ServiceReference, ValidatingWebhook, WebhookClientConfig};
+use blockwork_runtime::admission::{self, Scope};
+use k8s_openapi::api::admissionregistration::v1::ValidatingWebhook;
 use kube::ResourceExt as _;
 use kube::api::DynamicObject;
 use kube::core::admission::{AdmissionRequest, AdmissionResponse, AdmissionReview};
@@ -29,24 +30,7 @@ pub const PATH: &str = "/validate/distributiontenant";
 /// The registration: DistributionTenant CREATE and UPDATE, at [`PATH`] (`blockwork webhooks`
 /// fills in where).
 pub fn validating_webhook() -> ValidatingWebhook {
-    ValidatingWebhook {
-        name: format!("distributiontenants.{GROUP}"),
-        rules: Some(vec![RuleWithOperations {
-            api_groups: Some(vec![GROUP.to_owned()]),
-            api_versions: Some(vec![VERSION.to_owned()]),
-            operations: Some(vec!["CREATE".to_owned(), "UPDATE".to_owned()]),
-            resources: Some(vec!["distributiontenants".to_owned()]),
-            scope: Some("Namespaced".to_owned()),
-        }]),
-        client_config: WebhookClientConfig {
-            service: Some(ServiceReference { path: Some(PATH.to_owned()), ..Default::default() }),
-            ..Default::default()
-        },
-        admission_review_versions: vec!["v1".to_owned()],
-        side_effects: "None".to_owned(),
-        timeout_seconds: Some(5),
-        ..Default::default()
-    }
+    admission::validating_webhook(GROUP, VERSION, "distributiontenants", Scope::Namespaced, PATH)
 }
 
 #[derive(Clone)]

@@ -38,10 +38,17 @@ pub struct ControlPlane {
 }
 
 static CONTROL_PLANE: OnceCell<ControlPlane> = OnceCell::const_new();
+static SECOND_CONTROL_PLANE: OnceCell<ControlPlane> = OnceCell::const_new();
 
 /// The control plane shared by all tests of this test binary; started on first use.
 pub async fn control_plane() -> Result<&'static ControlPlane, Error> {
     CONTROL_PLANE.get_or_try_init(|| retry_on_port_clash(ControlPlane::start)).await
+}
+
+/// Another control plane, with its own etcd: a second cluster for the tests that need two
+/// (see [`crate::clusters`]); started on first use, shared by the tests of this test binary.
+pub async fn second_control_plane() -> Result<&'static ControlPlane, Error> {
+    SECOND_CONTROL_PLANE.get_or_try_init(|| retry_on_port_clash(ControlPlane::start)).await
 }
 
 impl ControlPlane {
@@ -242,12 +249,20 @@ impl ControlPlane {
             clean = "test".into();
         }
         let name = format!("{clean}-{}", &uuid::Uuid::new_v4().simple().to_string()[..8]);
+        self.namespace_named(&name).await?;
+        Ok(name)
+    }
+
+    /// Creates the namespace `name` (e.g. one another control plane has too: the same manifests
+    /// applied to two clusters).
+    pub async fn namespace_named(&self, name: &str) -> Result<(), Error> {
+        let name = name.to_owned();
         let namespace = Namespace { metadata: ObjectMeta { name: Some(name.clone()), ..ObjectMeta::default() }, ..Namespace::default() };
         Api::<Namespace>::all(self.client())
             .create(&PostParams::default(), &namespace)
             .await
             .map_err(|e| Error::Setup(format!("creating namespace {name}: {e}")))?;
-        Ok(name)
+        Ok(())
     }
 }
 

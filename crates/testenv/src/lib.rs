@@ -9,6 +9,8 @@
 //!   an egress proxy (`ControlPlane::route_service`).
 //! - [`collector`]: a real trace collector (Jaeger, OTLP in, its query API out) and the span
 //!   trees Blockwork exports, read back from it.
+//! - [`clusters`]: "two clusters": a second control plane and a `blockwork run` for each,
+//!   against the same emulators behind one fault proxy, and the same namespace in both.
 //! - [`fault_proxy`]: an HTTP proxy between the AWS SDK and an emulator that answers chosen
 //!   calls with real AWS errors, latency (before or after the call takes effect) or PENDING
 //!   changes.
@@ -34,6 +36,7 @@
 
 pub mod accounts;
 pub mod aws;
+pub mod clusters;
 pub mod collector;
 pub mod commands;
 pub mod control_plane;

@@ -132,6 +132,7 @@ impl Harness {
             timing: fast_timing(),
             export_secrets: true,
             certificate_authorities: self.certificate_authorities.clone(),
+            ownership_interval: blockwork_cert::external::OWNERSHIP_INTERVAL,
         };
         let mut aws = AwsConfig { endpoint_url: Some(self.proxy.endpoint()), ..layer_config() };
         (self.tweak)(&mut config, &mut aws);
