@@ -9,6 +9,7 @@
 //! its user can name. Each of those is skipped with the reason, never printed half right.
 
 use blockwork_aws::mask_accounts;
+use blockwork_cert::api::AdoptSpec;
 use blockwork_cert::decisions::{TAG_MANAGED_BY, TAG_OWNER, tag};
 use blockwork_cert::{Cert, CertSpec};
 use serde_json::{Value, json};
@@ -92,6 +93,7 @@ fn manifest(certificate: &FoundCertificate, name: &str, namespace: &str, labels:
         subject_alternative_names: sans,
         delete_on_removal: false,
         certificate_authority_arn: certificate.authority.clone(),
+        adopt: Some(AdoptSpec { certificate_arn: certificate.arn.clone() }),
         ..CertSpec::default()
     };
     let mut cert = Cert::new(name, spec);
@@ -100,7 +102,6 @@ fn manifest(certificate: &FoundCertificate, name: &str, namespace: &str, labels:
     // `deleteOnRemoval: false` is the default; written out so that the manifest says it keeps
     // the certificate (the contract of issue 31).
     value["spec"]["deleteOnRemoval"] = json!(false);
-    value["spec"]["adopt"] = json!({ "certificateArn": certificate.arn });
     Ok(value)
 }
 
