@@ -259,3 +259,18 @@ async fn a_distribution_tenant_domain_given_with_and_without_its_trailing_dot_is
         create(&api, &tenant("twice", &["www.k8s.example.com", "www.k8s.example.com."])).await.expect_err("the same domain twice");
     assert!(message.contains("spec.domains[1]: \"www.k8s.example.com.\" names www.k8s.example.com a second time"), "{message}");
 }
+
+#[tokio::test]
+async fn a_cert_adopting_a_certificate_of_another_region_is_refused_at_admission_naming_the_field() {
+    let _one = REGISTRATION.lock().await;
+    let (client, kubeconfig) = cluster().await;
+    let _webhook = start_webhooks(&kubeconfig, true).await;
+    let api = Api::namespaced(client, &namespace("webhook-adopt").await);
+    let mut adopting = cert("adopting", "shop", "prod");
+    adopting.spec.adopt = Some(blockwork_cert::api::AdoptSpec {
+        certificate_arn: "arn:aws:acm:eu-west-1:123456789012:certificate/0b8c1a4e-1111-2222-3333-444455556666".into(),
+    });
+    let message = create(&api, &adopting).await.expect_err("another region");
+    assert!(message.contains("spec.adopt.certificateArn") && message.contains("eu-west-1"), "{message}");
+    assert!(!message.contains("123456789012"), "{message}");
+}

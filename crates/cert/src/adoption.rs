@@ -7,6 +7,7 @@ use blockwork_aws::acm::Certificate;
 use blockwork_aws::mask_accounts;
 use blockwork_aws::ownership::{self, Owner};
 
+use crate::api::CertSpec;
 use crate::decisions::{Desired, TAG_MANAGED_BY, issuance_differs};
 use crate::zones::normalize;
 
@@ -42,6 +43,14 @@ pub fn misplaced(arn: &str, region: Option<&str>, account: Option<&str>) -> Opti
         );
     }
     None
+}
+
+/// The admission webhook's refusal of `spec.adopt`: a certificate of another region than ACM's
+/// (`--aws-region`), or of another account than the namespace's role is in, as far as admission
+/// knows them (the controller checks again, with the account it acts in, before any write).
+pub fn admission_problem(spec: &CertSpec, region: Option<&str>, account: Option<&str>) -> Option<String> {
+    let adopt = spec.adopt.as_ref()?;
+    misplaced(&adopt.certificate_arn, region, account).map(|problem| format!("spec.adopt.certificateArn: {problem}"))
 }
 
 /// Every way the certificate differs from the spec (empty: it matches): the primary name, the
@@ -161,6 +170,16 @@ mod tests {
         assert!(region.contains("us-east-1") && region.contains("eu-west-1"), "{region}");
         assert_eq!(misplaced(ARN, Some("us-east-1"), Some("123456789012")), None);
         assert_eq!(misplaced(ARN, Some("us-east-1"), None), None);
+    }
+
+    #[test]
+    fn admission_refuses_adopting_in_another_region_or_account_naming_the_field_and_leaves_other_certs_alone() {
+        let adopting = CertSpec { adopt: Some(crate::api::AdoptSpec { certificate_arn: ARN.into() }), ..CertSpec::default() };
+        let region = admission_problem(&adopting, Some("eu-west-1"), None).unwrap();
+        assert!(region.starts_with("spec.adopt.certificateArn:") && region.contains("us-east-1"), "{region}");
+        assert!(admission_problem(&adopting, Some("us-east-1"), Some("210987654321")).is_some());
+        assert_eq!(admission_problem(&adopting, Some("us-east-1"), None), None, "the operator's own account is the controller's to check");
+        assert_eq!(admission_problem(&CertSpec::default(), Some("eu-west-1"), None), None);
     }
 
     #[test]

@@ -270,8 +270,8 @@ pub struct CertObservation {
     /// The DNS validation records written for this certificate.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub validation_records: Vec<ValidationRecordStatus>,
-    /// The certificate another Blockwork object (e.g. the same manifest in another cluster) took
-    /// over from this Cert: this Cert no longer acts on it, and on deletion deletes nothing in
+    /// The certificate (its ARN, the account masked) another Blockwork object (e.g. the same
+    /// manifest in another cluster) took over from this Cert: this Cert no longer acts on it, and on deletion deletes nothing in
     /// AWS. Sticky: to manage it here again, delete this Cert and apply it with `spec.adopt`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ownership_lost: Option<String>,

@@ -100,7 +100,14 @@ async fn review(State(validator): State<Validator>, Json(review): Json<Admission
                 Ok(zones) => {
                     let all: Vec<Cert> = validator.certs.state().iter().map(|c| (**c).clone()).collect();
                     let index = FqdnIndex::from_certs(&all, |namespace| zones_of(namespace).ok());
-                    validate(&cert.spec, &zones, cert.metadata.uid.as_deref(), &index)
+                    let mut problems = validate(&cert.spec, &zones, cert.metadata.uid.as_deref(), &index);
+                    // The account a mapped namespace acts in is its role's; the operator's own is
+                    // not known here (the controller checks it before any write).
+                    let grant = blockwork_identity::grant::grant(&namespace, &mappings, settings, &validator.operator_zones).ok();
+                    let role = grant.as_ref().and_then(|grant| grant.principal.role());
+                    let account = role.and_then(|role| blockwork_aws::principal::account_of_arn(&role.arn));
+                    problems.extend(crate::adoption::admission_problem(&cert.spec, validator.issuance.region.as_deref(), account));
+                    problems
                 }
                 Err(refusal) => vec![refusal.to_string()],
             }

@@ -12,6 +12,7 @@ mod aws;
 mod cache;
 mod cert;
 mod identity;
+mod ownership;
 mod rotator;
 mod runtime;
 mod tenant;
@@ -33,6 +34,9 @@ pub enum Scope {
     /// Who may act where (ADR 0014): on Certs and DistributionTenants whose namespace's AwsIdentity
     /// refuses them, and the AwsIdentity's own `Ready`.
     Identity,
+    /// Ownership of AWS resources (ADR 0017): adoption, handover, the same manifest elsewhere;
+    /// on Certs and DistributionTenants.
+    Ownership,
 }
 
 impl Scope {
@@ -45,6 +49,7 @@ impl Scope {
             Self::Rotator => "key rotator (Secrets)",
             Self::Aws => "AWS error code (Cert, DistributionTenant)",
             Self::Identity => "AWS identity (Cert, DistributionTenant; AwsIdentity's Ready)",
+            Self::Ownership => "ownership: adoption and handover (Cert, DistributionTenant)",
         }
     }
 }
@@ -99,8 +104,16 @@ operator's rate limits (--acm-rate-limit, --route53-rate-limit) or ask AWS for a
 
 /// Every reason, in the order `docs/troubleshooting.md` lists them.
 /// Every reason, in the order `docs/troubleshooting.md` lists them: one section per concern.
-const SECTIONS: &[&[Entry]] =
-    &[runtime::ENTRIES, cert::ENTRIES, tenant::ENTRIES, identity::ENTRIES, aws::ENTRIES, cache::ENTRIES, rotator::ENTRIES];
+const SECTIONS: &[&[Entry]] = &[
+    runtime::ENTRIES,
+    cert::ENTRIES,
+    tenant::ENTRIES,
+    identity::ENTRIES,
+    ownership::ENTRIES,
+    aws::ENTRIES,
+    cache::ENTRIES,
+    rotator::ENTRIES,
+];
 
 /// Every entry, in order.
 pub fn entries() -> impl Iterator<Item = &'static Entry> {
@@ -203,6 +216,17 @@ mod tests {
         assert_eq!(lookup(Scope::Cert, "InvalidSpec").scope, Scope::Cert);
         assert_eq!(lookup(Scope::DistributionTenant, "Failed").scope, Scope::Runtime);
         assert_eq!(lookup(Scope::Cache, "Failed").scope, Scope::Cache);
+    }
+
+    #[test]
+    fn the_ownership_reasons_are_explained_on_certs_and_tenants_alike() {
+        use blockwork_aws::ownership::{ADOPTION_MISMATCH, ADOPTION_REFUSED, OWNED_ELSEWHERE, OWNERSHIP_LOST};
+        for reason in [ADOPTION_MISMATCH, ADOPTION_REFUSED, OWNERSHIP_LOST, OWNED_ELSEWHERE] {
+            for kind in [Scope::Cert, Scope::DistributionTenant] {
+                let entry = lookup(kind, reason);
+                assert_eq!((entry.reason, entry.scope, entry.severity), (reason, Scope::Ownership, Severity::Problem));
+            }
+        }
     }
 
     #[test]

@@ -42,18 +42,25 @@ static SECOND_CONTROL_PLANE: OnceCell<ControlPlane> = OnceCell::const_new();
 
 /// The control plane shared by all tests of this test binary; started on first use.
 pub async fn control_plane() -> Result<&'static ControlPlane, Error> {
-    CONTROL_PLANE.get_or_try_init(|| retry_on_port_clash(ControlPlane::start)).await
+    CONTROL_PLANE.get_or_try_init(|| retry_on_port_clash(|| ControlPlane::start(state_dir()))).await
 }
 
 /// Another control plane, with its own etcd: a second cluster for the tests that need two
 /// (see [`crate::clusters`]); started on first use, shared by the tests of this test binary.
 pub async fn second_control_plane() -> Result<&'static ControlPlane, Error> {
-    SECOND_CONTROL_PLANE.get_or_try_init(|| retry_on_port_clash(ControlPlane::start)).await
+    // Its own directory: etcd's data, the certificates and the logs are the cluster's own.
+    let dir = || -> Result<PathBuf, Error> {
+        let dir = state_dir()?.join("second");
+        std::fs::create_dir_all(&dir).map_err(Error::Io)?;
+        Ok(dir)
+    };
+    SECOND_CONTROL_PLANE.get_or_try_init(|| retry_on_port_clash(|| ControlPlane::start(dir()))).await
 }
 
 impl ControlPlane {
-    async fn start() -> Result<Self, Error> {
-        let dir = state_dir()?;
+    /// Starts etcd and kube-apiserver with their files in `dir`.
+    async fn start(dir: Result<PathBuf, Error>) -> Result<Self, Error> {
+        let dir = dir?;
 
         let etcd_port = free_port()?;
         let peer_port = free_port()?;

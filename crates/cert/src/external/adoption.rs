@@ -116,7 +116,8 @@ impl CertManager {
         let message = adoption::lost(arn, by);
         warn!(cert = %request.object.metadata.name.as_deref().unwrap_or_default(), "{message}");
         self.events.publish(&request.object.object_ref(&()), EventType::Warning, ownership::OWNERSHIP_LOST, "Release", &message).await;
-        observation.ownership_lost = Some(arn.to_owned());
+        // Which certificate, for people: masked as every ARN a namespace user reads.
+        observation.ownership_lost = Some(blockwork_aws::mask_accounts(arn));
         observation.certificate_arn = None;
         observation.previous_certificate_arns.clear();
         observation.validation_records.clear();
