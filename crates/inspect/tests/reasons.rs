@@ -96,6 +96,7 @@ const NOT_REASONS: &[&str] = &[
     "Route53ChangeResourceRecordSets",
     "Route53GetChange",
     "UpdateDistributionTenant",
+    "TagResource",
     // CloudFront's tenant status values, and the Cert's own states (`status.state`, beside the
     // runtime's `reconcileState`), which `blockwork explain` shows as such.
     "Deployed",

@@ -75,6 +75,25 @@ pub struct DistributionTenantSpec {
     /// `blockwork.dev/drift-policy`, when present, overrides this field.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub drift_policy: Option<DriftPolicyName>,
+    /// Takes over an existing CloudFront tenant instead of creating one (see docs/adopting.md):
+    /// the tenant must be in the account the namespace acts in, and have this object's name,
+    /// distribution and domains; other settings must match too unless the drift policy is
+    /// `enforce`, which corrects them once adopted. Adopting writes only the ownership tags.
+    /// Deleting the object afterwards follows `blockwork.dev/deletion-policy` (`Orphan` keeps
+    /// the tenant).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub adopt: Option<TenantAdoption>,
+}
+
+/// Which existing tenant a `DistributionTenant` takes over.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, KubeSchema)]
+#[x_kube(validation = Rule::new("self.tenantId == oldSelf.tenantId").message("spec.adopt.tenantId cannot change: an object adopts one tenant; remove spec.adopt, or delete the object and adopt the other tenant with a new one"))]
+#[serde(rename_all = "camelCase")]
+pub struct TenantAdoption {
+    /// The id CloudFront gives the tenant (`dt_…`; `aws cloudfront list-distribution-tenants`
+    /// shows it), not its name or ARN.
+    #[schemars(regex(pattern = r"^[A-Za-z0-9_-]+$"), length(min = 1, max = MAX_ID_LENGTH))]
+    pub tenant_id: String,
 }
 
 /// The longest AWS identifier (distribution, connection group, hosted zone) a spec may hold: far
@@ -326,6 +345,20 @@ pub struct TenantObservation {
     /// its namespace's mapping says; the tenant is in that identity's account.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub aws_identity: Option<String>,
+    /// The domains whose CNAME records an adopted tenant had when it was adopted (DNS management
+    /// only): shared with whoever wrote them, so never deleted by this object, even when it
+    /// writes them again.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub dns_shared: Vec<String>,
+    /// Set once this object took its tenant over through `spec.adopt` (rather than creating it):
+    /// from then on it is the tenant's owner, like one it created.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub adopted: bool,
+    /// Set once another object (in another cluster, say) took this object's tenant over: this
+    /// object no longer changes or deletes the tenant or its records, and deleting it deletes
+    /// nothing in AWS. For good: see docs/adopting.md to take the tenant back.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub ownership_lost: bool,
 }
 
 /// The CustomResourceDefinition, for `blockwork crds`.

@@ -18,17 +18,16 @@ use blockwork_aws::{Aws, AwsError, Call, ErrorClass as AwsClass, Principal, Scop
 use crate::api::{GeoRestrictionType, ManagedCertificateRequest, TransparencyPreference, ValidationTokenHost, WebAclAction};
 use crate::diff::{TenantConfig, WebAcl, normal_geo};
 use crate::validate::{DistributionRules, ParameterDefinition};
-
-/// The tag naming the object a tenant was created for: its idempotency token. A tenant of the
-/// same name without it was not made by this object and is never adopted (or deleted).
-pub const OWNER_TAG: &str = "blockwork.dev/owner";
+use blockwork_aws::ownership::{TAG_OWNER, TAG_OWNER_UID};
 
 /// A tenant as CloudFront reports it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ObservedTenant {
     pub id: String,
-    /// The [`OWNER_TAG`] value.
-    pub owner: Option<String>,
+    /// Its name (`metadata.name` of the object that manages it).
+    pub name: Option<String>,
+    /// Its ownership tags (ADR 0017), as (key, value).
+    pub tags: Vec<(String, String)>,
     pub arn: Option<String>,
     /// The `IfMatch` for the next update or delete.
     pub e_tag: Option<String>,
@@ -55,14 +54,18 @@ pub struct TenantWrite<'a> {
 pub trait CloudFront: Send + Sync + 'static {
     /// By id, ARN or name; `None` when it does not exist.
     fn get_tenant(&self, principal: &Principal, identifier: &str) -> impl Future<Output = Result<Option<ObservedTenant>, AwsError>> + Send;
-    /// Tags the tenant with [`OWNER_TAG`] = `owner`.
+    /// Tagged with `owner`'s ownership tags.
     fn create_tenant(
         &self,
         principal: &Principal,
         name: &str,
-        owner: &str,
+        owner: &[(String, String)],
         write: TenantWrite<'_>,
     ) -> impl Future<Output = Result<ObservedTenant, AwsError>> + Send;
+    /// Writes `owner`'s tags on the tenant (`arn`), over whatever owner tags it had: the one
+    /// write of an adoption.
+    fn tag_tenant(&self, principal: &Principal, arn: &str, owner: &[(String, String)])
+    -> impl Future<Output = Result<(), AwsError>> + Send;
     fn update_tenant(
         &self,
         principal: &Principal,
@@ -222,11 +225,16 @@ pub fn observed(tenant: &aws_sdk_cloudfront::types::DistributionTenant, e_tag: O
         action: if *w.action() == CustomizationActionType::Disable { WebAclAction::Disable } else { WebAclAction::Override },
         arn: w.arn().map(str::to_owned),
     });
-    let owner =
-        tenant.tags().and_then(|tags| tags.items().iter().find(|t| t.key() == OWNER_TAG)).and_then(|t| t.value()).map(str::to_owned);
+    let tags = tenant.tags().map(Tags::items).unwrap_or_default();
+    let ownership = tags
+        .iter()
+        .filter(|tag| [TAG_OWNER, TAG_OWNER_UID].contains(&tag.key()))
+        .filter_map(|tag| tag.value().map(|value| (tag.key().to_owned(), value.to_owned())))
+        .collect();
     ObservedTenant {
         id: tenant.id().unwrap_or_default().to_owned(),
-        owner,
+        name: tenant.name().map(str::to_owned),
+        tags: ownership,
         arn: tenant.arn().map(str::to_owned),
         e_tag: e_tag.map(str::to_owned),
         status: tenant.status().map(str::to_owned),
@@ -242,6 +250,16 @@ pub fn observed(tenant: &aws_sdk_cloudfront::types::DistributionTenant, e_tag: O
             managed_certificate: false,
         },
     }
+}
+
+/// The ownership tags as CloudFront takes them.
+fn sdk_tags(operation: &'static str, owner: &[(String, String)]) -> Result<Tags, AwsError> {
+    let items = owner
+        .iter()
+        .map(|(key, value)| Tag::builder().key(key).value(value).build())
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| build_error(operation, &e))?;
+    Ok(Tags::builder().set_items(Some(items)).build())
 }
 
 fn missing_tenant(operation: &'static str) -> AwsError {
@@ -268,12 +286,12 @@ impl CloudFront for Sdk {
         &self,
         principal: &Principal,
         name: &str,
-        owner: &str,
+        owner: &[(String, String)],
         write: TenantWrite<'_>,
     ) -> Result<ObservedTenant, AwsError> {
         const OP: &str = "CreateDistributionTenant";
         let SdkWrite { domains, parameters, customizations, managed } = sdk_write(OP, write)?;
-        let tag = Tag::builder().key(OWNER_TAG).value(owner).build().map_err(|e| build_error(OP, &e))?;
+        let tags = sdk_tags(OP, owner)?;
         let request = self
             .client(principal)
             .await?
@@ -286,7 +304,7 @@ impl CloudFront for Sdk {
             .set_connection_group_id(write.config.connection_group_id.clone())
             .set_managed_certificate_request(managed)
             .enabled(write.config.enabled)
-            .tags(Tags::builder().items(tag).build());
+            .tags(tags);
         let output = self
             .call(principal, OP, || {
                 let request = request.clone();
@@ -325,6 +343,18 @@ impl CloudFront for Sdk {
             })
             .await?;
         output.distribution_tenant().map(|t| observed(t, output.e_tag())).ok_or_else(|| missing_tenant(OP))
+    }
+
+    async fn tag_tenant(&self, principal: &Principal, arn: &str, owner: &[(String, String)]) -> Result<(), AwsError> {
+        const OP: &str = "TagResource";
+        let tags = sdk_tags(OP, owner)?;
+        let client = &self.client(principal).await?;
+        self.call(principal, OP, || {
+            let tags = tags.clone();
+            async move { client.tag_resource().resource(arn).tags(tags).send().await.map_err(|e| classify_sdk_error(OP, &e)) }
+        })
+        .await
+        .map(|_| ())
     }
 
     async fn delete_tenant(&self, principal: &Principal, id: &str, if_match: &str) -> Result<(), AwsError> {

@@ -84,6 +84,15 @@ impl TenantConfig {
     /// (CloudFront assigns the default one) and the certificate when CloudFront manages it. The
     /// text goes into conditions and events: ARNs in it are shown with the account masked.
     pub fn differences(&self, observed: &TenantConfig) -> Vec<String> {
+        let mut out = self.identity_differences(observed);
+        out.extend(self.setting_differences(observed));
+        out
+    }
+
+    /// The differences that make a tenant another one as far as adoption goes (issue 31): its
+    /// distribution and its domains. Adoption refuses a tenant with any of them, whatever the
+    /// drift policy.
+    pub fn identity_differences(&self, observed: &TenantConfig) -> Vec<String> {
         let mut out = Vec::new();
         if self.distribution_id != observed.distribution_id {
             out.push(format!("distributionId is {:?}, want {:?}", observed.distribution_id, self.distribution_id));
@@ -91,6 +100,12 @@ impl TenantConfig {
         if self.domains != observed.domains {
             out.push(format!("domains are {:?}, want {:?}", observed.domains, self.domains));
         }
+        out
+    }
+
+    /// The rest: the settings a drift policy `enforce` corrects.
+    pub fn setting_differences(&self, observed: &TenantConfig) -> Vec<String> {
+        let mut out = Vec::new();
         if self.enabled != observed.enabled {
             out.push(format!("enabled is {}, want {}", observed.enabled, self.enabled));
         }

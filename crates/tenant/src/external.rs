@@ -32,6 +32,7 @@
 //! part: what the calls decide from what they read, and how they record it); the calls and the
 //! runtime's trait are here.
 
+mod adoption;
 mod decisions;
 mod deletion;
 mod manager;
@@ -50,8 +51,10 @@ use crate::cloudfront::{Acm, CloudFront, ObservedTenant, TenantWrite};
 use crate::diff::{Change, change};
 use crate::dns::DnsRecords;
 use crate::lifecycle::{CertificateStep, DEPLOYED};
+use crate::ownership::Claim;
 use crate::validate::validate;
 
+use adoption::claimant;
 use decisions::{
     certificate_progress, cloudfront_validates, dns_condition, forget, marked_dns_domains, new_certificate_request, own_records, record,
     settled, upserted,
@@ -97,14 +100,28 @@ impl<C: CloudFront + Acm, D: DnsRecords> TenantManager<C, D> {
             observation.dns_change_domains.clear();
         }
         let principal = &desired.principal;
-        let tenant = match self.observe(principal, object, request.idempotency_token, observation).await {
+        let tenant = match self.observe(principal, object, claimant(request), observation).await {
             Ok(Some(tenant)) => tenant,
+            // Adoption never creates: the tenant it names is not in the namespace's account.
+            Ok(None) if adoption::still_adopting(spec, observation) => {
+                return VerifyOutcome::Error(adoption::not_found(spec, desired)).into();
+            }
             Ok(None) => {
                 forget(observation);
                 return VerifyOutcome::Missing.into();
             }
             Err(error) => return VerifyOutcome::Error(error).into(),
         };
+        match adoption::claim_of(request, &desired.config, &tenant, observation) {
+            Claim::Owned => observation.adopted |= spec.adopt.is_some(),
+            Claim::Adopt => return adoption::adopting(observation, &tenant),
+            Claim::Mismatch(differences) => return VerifyOutcome::Error(adoption::mismatch(&tenant, &differences)).into(),
+            Claim::Lost { by } => return VerifyOutcome::Error(self.lost(request, observation, &tenant, by.as_deref()).await).into(),
+            // Read by its id: held or adopting, never found by name here.
+            Claim::OwnedElsewhere { .. } | Claim::NameTaken => {
+                return VerifyOutcome::Error(name_taken(&object.name_any(), &tenant.id)).into();
+            }
+        }
         record(observation, &tenant);
         self.resolve_dns_target(principal, tenant.config.connection_group_id.as_deref(), observation).await;
         let certificate = match self.follow_certificate(principal, spec, &tenant, observation, conditions, generation).await {
@@ -144,7 +161,10 @@ impl<C: CloudFront + Acm, D: DnsRecords> TenantManager<C, D> {
         conditions: &mut Conditions,
         work: TenantUpkeep,
     ) -> Result<(), ExternalError> {
-        let TenantUpkeep::DeleteRecords { domains, target } = work;
+        let (domains, target) = match work {
+            TenantUpkeep::DeleteRecords { domains, target } => (domains, target),
+            TenantUpkeep::Adopt { arn } => return self.adopt(request, observation, &arn).await,
+        };
         let Some(dns) = &request.derived.dns else { return Ok(()) };
         dns.records
             .delete(&dns.zone, &domains, &target)
@@ -177,7 +197,7 @@ impl<C: CloudFront + Acm, D: DnsRecords> TenantManager<C, D> {
         }
         let write = TenantWrite { config: &desired.config, managed_certificate_request: spec.managed_certificate_request.as_ref() };
         let context = CallContext { creating: true, cloudfront_validates: cloudfront_validates(spec), ..CallContext::default() };
-        match self.cloudfront.create_tenant(principal, &name, request.idempotency_token, write).await {
+        match self.cloudfront.create_tenant(principal, &name, &claimant(request).owner.tags(), write).await {
             Ok(tenant) => {
                 record(observation, &tenant);
                 certificate_progress(spec, observation, conditions, tenant.config.certificate_arn.as_deref(), object.meta().generation);
@@ -189,13 +209,13 @@ impl<C: CloudFront + Acm, D: DnsRecords> TenantManager<C, D> {
             // (verify missed it only if it landed after the read), so adopt it by name.
             Err(error) if error.code.as_deref() == Some("EntityAlreadyExists") => {
                 match self.cloudfront.get_tenant(principal, &name).await {
-                    Ok(Some(tenant)) if tenant.owner.as_deref() != Some(request.idempotency_token) => {
-                        MutateOutcome::Error(name_taken(&name))
-                    }
-                    Ok(Some(tenant)) => {
-                        record(observation, &tenant);
-                        MutateOutcome::AwaitingVerification
-                    }
+                    Ok(Some(tenant)) => match adoption::not_ours_by_name(&tenant, claimant(request)) {
+                        Some(error) => MutateOutcome::Error(error),
+                        None => {
+                            record(observation, &tenant);
+                            MutateOutcome::AwaitingVerification
+                        }
+                    },
                     Ok(None) => MutateOutcome::Error(self.cloudfront_error(&error, context).error),
                     Err(error) => MutateOutcome::Error(self.cloudfront_error(&error, CallContext::default()).error),
                 }
@@ -308,6 +328,7 @@ impl<C: CloudFront + Acm, D: DnsRecords> ExternalResource for TenantManager<C, D
                     self.release_held(request, observation).await;
                     VerifyOutcome::Missing
                 }
+                _ if adoption::still_adopting(&request.object.spec, observation) => VerifyOutcome::Error(adoption::refused(error)),
                 _ => VerifyOutcome::Error(error),
             };
             return Observed { outcome, upkeep: Vec::new(), conditions, spec_patch: None, derived: desired };

@@ -23,6 +23,7 @@ pub mod dns;
 pub mod external;
 pub mod lifecycle;
 pub mod metrics;
+pub mod ownership;
 pub mod validate;
 pub mod webhook;
 
@@ -124,7 +125,8 @@ mod tests {
 
     #[test]
     /// Seed 001's table, plus `route53:ListResourceRecordSets`: records are read back before they
-    /// are deleted, so that only ones still pointing at the tenant go (see `dns`).
+    /// are deleted, so that only ones still pointing at the tenant go (see `dns`); and
+    /// `cloudfront:TagResource`, the ownership tags of an adoption (issue 31).
     fn iam_policy_grants_the_seed_permissions_and_reading_records_back() {
         let policy: serde_json::Value = serde_json::from_str(IAM_POLICY).expect("the policy is JSON");
         let mut actions: Vec<&str> = policy["Statement"]
@@ -146,6 +148,7 @@ mod tests {
                 "cloudfront:GetDistributionTenant",
                 "cloudfront:GetManagedCertificateDetails",
                 "cloudfront:ListConnectionGroups",
+                "cloudfront:TagResource",
                 "cloudfront:UpdateDistributionTenant",
                 "route53:ChangeResourceRecordSets",
                 "route53:GetChange",

@@ -854,7 +854,7 @@ fn identify(parts: &http::request::Parts, body: &[u8]) -> (Protocol, String) {
         return (Protocol::RestXml, route53_operation(method, rest));
     }
     if let Some(rest) = path.strip_prefix("/2020-05-31/") {
-        return (Protocol::RestXml, cloudfront_operation(method, rest));
+        return (Protocol::RestXml, cloudfront_operation(method, rest, parts.uri.query().unwrap_or_default()));
     }
     let form = String::from_utf8_lossy(body);
     let action = form.split('&').find_map(|pair| pair.strip_prefix("Action=")).map(str::to_owned);
@@ -878,9 +878,13 @@ fn route53_operation(method: &str, rest: &str) -> String {
     name.to_owned()
 }
 
-fn cloudfront_operation(method: &str, rest: &str) -> String {
+fn cloudfront_operation(method: &str, rest: &str, query: &str) -> String {
     let segments: Vec<&str> = rest.trim_end_matches('/').split('/').collect();
     let name = match (method, segments.as_slice()) {
+        // One path for both: the query's `Operation` tells tagging from untagging.
+        ("POST", ["tagging"]) if query.split('&').any(|pair| pair == "Operation=Tag") => "TagResource",
+        ("POST", ["tagging"]) if query.split('&').any(|pair| pair == "Operation=Untag") => "UntagResource",
+        ("GET", ["tagging"]) => "ListTagsForResource",
         ("POST", ["distribution-tenant"]) => "CreateDistributionTenant",
         ("GET", ["distribution-tenant", _]) => "GetDistributionTenant",
         ("PUT", ["distribution-tenant", _]) => "UpdateDistributionTenant",

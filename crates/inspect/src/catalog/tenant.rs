@@ -78,9 +78,34 @@ pub(super) const ENTRIES: &[Entry] = &[
     problem(
         "TenantNameTaken",
         Tenant,
-        "A CloudFront tenant with this object's name exists and was not made for this object; it is never adopted, changed or deleted.",
-        "Rename the object (metadata.name is the tenant's name), or delete the other tenant in CloudFront.",
+        "A CloudFront tenant with this object's name exists and was not made for this object; it is never taken over by accident, changed or deleted.",
+        "To manage that tenant with this object, set spec.adopt.tenantId to the id the message names (docs/adopting.md); otherwise rename the object (metadata.name is the tenant's name).",
     ),
+    problem(
+        "OwnedElsewhere",
+        Tenant,
+        "A tenant of this name exists, owned by an object of the same namespace and name in another cluster (the same manifest elsewhere); nothing was created.",
+        "To move it to this cluster, set spec.adopt.tenantId to the id the message names (docs/adopting.md); the other cluster's object then lets go.",
+    ),
+    problem(
+        "AdoptionMismatch",
+        Tenant,
+        "The tenant spec.adopt.tenantId names differs from the spec where adoption does not change it (name, distribution, domains; the other settings unless the drift policy is enforce); the message names every difference. Nothing was written.",
+        "Change the spec to match the tenant, or name the right tenant; with driftPolicy enforce, settings other than name, distribution and domains are corrected after adoption.",
+    ),
+    problem(
+        "AdoptionRefused",
+        Tenant,
+        "spec.adopt.tenantId names no tenant in the account the namespace acts in, or the namespace may not act there (no AwsIdentity, spec.dns outside its grant); nothing was created or written.",
+        "Check the id (`aws cloudfront list-distribution-tenants` in the namespace's account) and the namespace's AwsIdentity (docs/multi-account.md).",
+    ),
+    problem(
+        "OwnershipLost",
+        Tenant,
+        "Another object (another cluster's, after a move) took the tenant over: this object no longer changes or deletes it or its DNS records, and deleting it deletes nothing in AWS.",
+        "If the move was meant, delete this object. To manage the tenant from here again, delete it (nothing in AWS is deleted) and apply it again with spec.adopt.tenantId (docs/adopting.md).",
+    ),
+    waiting("MissingArn", Tenant, "CloudFront returned the tenant without its ARN, which its ownership tags need; retried.", WAIT_STATE),
     problem(
         "DistributionNotFound",
         Tenant,

@@ -129,10 +129,11 @@ pub(super) fn upserted(observation: &mut TenantObservation, change: DnsChange, d
     observation.dns_change_domains = domains.to_vec();
 }
 
-/// Adds `domains` to the records this operator owns, keeping ones not yet cleaned up.
+/// Adds `domains` to the records this operator owns, keeping ones not yet cleaned up; the
+/// records an adopted tenant came with stay shared (never owned, so never deleted).
 pub(super) fn own_records(observation: &mut TenantObservation, domains: &[String]) {
     for domain in domains {
-        if !observation.dns_records.contains(domain) {
+        if !observation.dns_records.contains(domain) && !observation.dns_shared.contains(domain) {
             observation.dns_records.push(domain.clone());
         }
     }
@@ -161,7 +162,8 @@ mod tests {
         };
         let tenant = ObservedTenant {
             id: "T1".to_owned(),
-            owner: None,
+            name: None,
+            tags: Vec::new(),
             arn: None,
             e_tag: None,
             status: Some(DEPLOYED.to_owned()),
@@ -221,6 +223,17 @@ mod tests {
         assert_eq!(marked_dns_domains(&request(Some(&with_dns))), ["a.example.com", "b.example.com"]);
         assert!(marked_dns_domains(&request(Some(&without_dns))).is_empty(), "no DNS management, no records");
         assert!(marked_dns_domains(&request(None)).is_empty());
+    }
+
+    #[test]
+    fn records_an_adopted_tenant_came_with_are_never_owned_even_once_written() {
+        let mut observation = TenantObservation { dns_shared: vec!["www.example.com".to_owned()], ..TenantObservation::default() };
+        upserted(
+            &mut observation,
+            DnsChange { change_id: Some("C1".to_owned()) },
+            &["api.example.com".to_owned(), "www.example.com".to_owned()],
+        );
+        assert_eq!(observation.dns_records, ["api.example.com"]);
     }
 
     #[test]

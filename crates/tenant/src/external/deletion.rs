@@ -10,7 +10,7 @@ use blockwork_identity::placement::AWS_IDENTITY_CHANGED;
 use blockwork_runtime::{Conditions, DeleteOutcome, Existence, ExternalError, Request, VerifyOutcome};
 use kube::runtime::events::EventType;
 use kube::{Resource, ResourceExt};
-use tracing::warn;
+use tracing::{info, warn};
 
 use crate::api::{DistributionTenant, TenantObservation};
 use crate::classify::{CallContext, Category};
@@ -18,9 +18,11 @@ use crate::cloudfront::{Acm, CloudFront, ObservedTenant, TenantWrite};
 use crate::diff::TenantConfig;
 use crate::dns::DnsRecords;
 use crate::lifecycle::{DeletionStep, deletion_step};
+use crate::ownership::is_ours;
 
+use super::adoption::{claimant, someone_elses};
 use super::decisions::{dns_records_remain, forget, observed, record};
-use super::manager::{Desired, ETAG_ATTEMPTS, TENANT_NAME_TAKEN, TenantManager};
+use super::manager::{Desired, ETAG_ATTEMPTS, TenantManager};
 
 impl<C: CloudFront + Acm, D: DnsRecords> TenantManager<C, D> {
     pub(super) async fn verify_deletion(
@@ -29,12 +31,18 @@ impl<C: CloudFront + Acm, D: DnsRecords> TenantManager<C, D> {
         request: &Request<'_, DistributionTenant>,
         observation: &mut TenantObservation,
     ) -> VerifyOutcome {
-        let tenant = match self.observe(principal, request.object, request.idempotency_token, observation).await {
+        let tenant = match self.observe(principal, request.object, claimant(request), observation).await {
             Ok(tenant) => tenant,
             // Not ours: nothing of this object's to delete.
-            Err(error) if error.reason == TENANT_NAME_TAKEN => return VerifyOutcome::Missing,
+            Err(error) if someone_elses(&error) => return VerifyOutcome::Missing,
             Err(error) => return VerifyOutcome::Error(error.concerning(tenant_named(request.object, observation))),
         };
+        // Lost to another object, or never adopted: released, nothing deleted (neither the
+        // tenant nor a record: the owner may share them).
+        if let Some(foreign) = tenant.as_ref().filter(|tenant| !deletes(request, tenant, observation)) {
+            info!(tenant = %request.object.name_any(), id = %foreign.id, "not this object's tenant: released without deleting it or its records");
+            return VerifyOutcome::Missing;
+        }
         if let Some(tenant) = &tenant {
             record(observation, tenant);
         }
@@ -75,11 +83,15 @@ impl<C: CloudFront + Acm, D: DnsRecords> TenantManager<C, D> {
     ) -> DeleteOutcome {
         let object = request.object;
         let principal = &request.derived.principal;
-        let tenant = match self.observe(principal, object, request.idempotency_token, observation).await {
+        let tenant = match self.observe(principal, object, claimant(request), observation).await {
             Ok(tenant) => tenant,
-            Err(error) if error.reason == TENANT_NAME_TAKEN => return DeleteOutcome::Succeeded,
+            Err(error) if someone_elses(&error) => return DeleteOutcome::Succeeded,
             Err(error) => return DeleteOutcome::Error(error.concerning(tenant_named(object, observation))),
         };
+        // Taken over since verify read it: nothing of it is this object's to delete any more.
+        if tenant.as_ref().is_some_and(|tenant| !deletes(request, tenant, observation)) {
+            return DeleteOutcome::Succeeded;
+        }
         if let Some(tenant) = &tenant {
             record(observation, tenant);
         }
@@ -196,6 +208,12 @@ impl<C: CloudFront + Acm, D: DnsRecords> TenantManager<C, D> {
         }
         Err(ExternalError::retryable("PreconditionFailed", "the tenant kept changing while it was being deleted; retrying"))
     }
+}
+
+/// Whether deleting the object deletes `tenant`: only while the tags say it is this object's
+/// and it did not lose it (lost is for good, whatever the tags say now).
+fn deletes<D>(request: &Request<'_, DistributionTenant, D>, tenant: &ObservedTenant, observation: &TenantObservation) -> bool {
+    is_ours(&tenant.tags, claimant(request)) && !observation.ownership_lost
 }
 
 /// "distribution tenant shop (id T1)", for the errors of a deletion.

@@ -21,6 +21,7 @@ use crate::diff::TenantConfig;
 use crate::dns::{DnsRecords, DnsZone};
 use crate::lifecycle::CertificateStep;
 use crate::metrics::TenantMetrics;
+use crate::ownership::Claimant;
 use crate::validate::{DistributionRules, check_certificate_coverage, validate_against};
 
 use super::decisions::certificate_progress;
@@ -174,26 +175,28 @@ impl<C: CloudFront + Acm, D: DnsRecords> TenantManager<C, D> {
         }
     }
 
-    /// Reads the tenant by its id, else by name (CloudFront accepts either). Found by name, it
-    /// must carry this object's owner tag: `Err(TenantNameTaken)` otherwise, so that a tenant
-    /// someone else made is never adopted, updated or deleted.
+    /// Reads the tenant by its id once known, else by the id `spec.adopt` names, else by name
+    /// (CloudFront accepts either). Found by name, it must carry this object's ownership tags:
+    /// `Err(TenantNameTaken)` otherwise, so that a tenant someone else made is never updated or
+    /// deleted (adopting one takes `spec.adopt`).
     pub(super) async fn observe(
         &self,
         principal: &Principal,
         object: &DistributionTenant,
-        idempotency_token: &str,
+        claimant: Claimant<'_>,
         observation: &TenantObservation,
     ) -> Result<Option<ObservedTenant>, ExternalError> {
-        let by_name = observation.id.is_none();
-        let identifier = observation.id.clone().unwrap_or_else(|| object.name_any());
+        let adopt = object.spec.adopt.as_ref().map(|adopt| adopt.tenant_id.clone());
+        let by_name = observation.id.is_none() && adopt.is_none();
+        let identifier = observation.id.clone().or(adopt).unwrap_or_else(|| object.name_any());
         let tenant = self
             .cloudfront
             .get_tenant(principal, &identifier)
             .await
             .map_err(|error| self.cloudfront_error(&error, CallContext::default()).error)?;
-        match tenant {
-            Some(tenant) if by_name && tenant.owner.as_deref() != Some(idempotency_token) => Err(name_taken(&identifier)),
-            other => Ok(other),
+        match tenant.as_ref().filter(|_| by_name).and_then(|tenant| super::adoption::not_ours_by_name(tenant, claimant)) {
+            Some(error) => Err(error),
+            None => Ok(tenant),
         }
     }
 
@@ -373,6 +376,10 @@ pub enum TenantUpkeep {
     /// tenant no longer serves them, finishing the update that removed them (so it takes the
     /// update permission). A read-only tenant keeps them.
     DeleteRecords { domains: Vec<String>, target: String },
+    /// The ownership tags on the tenant (`arn`) `spec.adopt` names, which matches the spec: the
+    /// one write of an adoption, which finishes the object's making of its tenant (so it takes
+    /// the create permission, and the Report and Suspend drift policies allow it).
+    Adopt { arn: String },
 }
 
 pub(super) const TENANT_NAME_TAKEN: &str = "TenantNameTaken";
@@ -389,11 +396,11 @@ fn refused(refusal: &Refusal) -> ExternalError {
     ExternalError::new(class, refusal.reason(), refusal.to_string())
 }
 
-pub(super) fn name_taken(name: &str) -> ExternalError {
+pub(super) fn name_taken(name: &str, id: &str) -> ExternalError {
     ExternalError::terminal(
         TENANT_NAME_TAKEN,
         format!(
-            "a distribution tenant named {name} exists that this object did not create; it is left alone (rename the object or delete that tenant)"
+            "a distribution tenant named {name} (id {id}) exists that this object did not create; it is left alone: to manage it with this object, set spec.adopt.tenantId to {id} (docs/adopting.md), or rename the object"
         ),
     )
 }

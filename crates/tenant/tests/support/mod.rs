@@ -318,6 +318,38 @@ impl Harness {
     }
 }
 
+/// A second cluster beside the harness's (issue 31's "two clusters"): the test environment's
+/// second control plane, with this test's namespace (the same name, so the same manifests
+/// apply) and a tenant controller of its own — a new process's AWS layer — against the same
+/// MiniStack through the same fault proxy, which counts both clusters' calls together.
+pub struct SecondCluster {
+    pub objects: kube::Api<DistributionTenant>,
+    _controller: ControllerTask,
+}
+
+impl Harness {
+    pub async fn second_cluster(&self) -> SecondCluster {
+        let plane = blockwork_testenv::control_plane::second_control_plane().await.expect("the second control plane starts");
+        plane.install_crds(&[DistributionTenant::crd(), blockwork_identity::crd()]).await.expect("the CRDs install");
+        plane.namespace_named(&self.namespace).await.expect("the namespace is created");
+        let client = plane.client();
+        let aws = Aws::with_sdk_config(self.aws_config(), sdk_config(&self.proxy.endpoint()).await, Arc::clone(&self.aws_metrics));
+        let identities = Identities::new(client.clone(), Settings::default());
+        let dns = Some(Route53::new(aws.records()));
+        let manager = TenantManager::new(Sdk::new(&aws), dns, identities, Arc::clone(&self.metrics), &aws, client.clone());
+        let config = ControllerConfig::new(CONTROLLER, GROUP).with_timing(self.timing).with_default_drift(self.default_drift);
+        let context = Context::new(client.clone(), manager, config, Arc::clone(&self.runtime_metrics));
+        let mut controller = ControllerTask::default();
+        controller.start(blockwork_runtime::run(
+            kube::Api::namespaced(client.clone(), &self.namespace),
+            context,
+            4,
+            std::future::pending(),
+        ));
+        SecondCluster { objects: kube::Api::namespaced(client, &self.namespace), _controller: controller }
+    }
+}
+
 pub fn state(tenant: &DistributionTenant) -> Option<ReconcileState> {
     tenant.status.as_ref().and_then(|s| s.reconcile_state)
 }
