@@ -196,3 +196,37 @@ async fn a_distributions_tenant_is_printed_as_it_is_with_its_cnames_as_its_dns_a
     assert_eq!(object["spec"]["dns"]["hostedZoneId"], zone.as_str());
     world.assert_only_reads();
 }
+
+/// The AWS layer over `proxy` for ACM and STS, as `blockwork import` builds it from its flags.
+async fn layer_through(proxy: &FaultProxy) -> Arc<Aws> {
+    let endpoint = |service| Endpoint { controller: None, service, url: proxy.endpoint() };
+    let config = AwsConfig { endpoints: vec![endpoint(Service::Acm), endpoint(Service::Sts)], ..layer_config() };
+    Aws::with_sdk_config(config, sdk_config(&proxy.endpoint()).await, Arc::new(AwsMetrics::register(&mut Default::default(), &[])))
+}
+
+#[tokio::test]
+async fn with_a_role_it_reads_the_roles_account_asking_with_its_external_id() {
+    let moto = blockwork_testenv::emulators::accounts_moto().await.expect("moto starts").endpoint();
+    let proxy = FaultProxy::start(&moto).await.expect("the proxy starts");
+    let account = blockwork_testenv::aws::fresh_account();
+    let role = format!("arn:aws:iam::{account}:role/blockwork-import");
+    proxy.accounts().require_external_id(&role, "team-a-4f1d");
+    let team_acm = aws_sdk_acm::Client::new(&blockwork_testenv::aws::as_role(&moto, &role).await);
+    let domain = format!("api.role-{account}.example.com");
+    let arn = request_certificate(&team_acm, std::slice::from_ref(&domain)).await;
+    let aws = layer_through(&proxy).await;
+    let assumed = blockwork_aws::AssumedRole {
+        arn: role.clone(),
+        external_id: Some("team-a-4f1d".into()),
+        session_name: blockwork_aws::principal::session_name("import", "team-a"),
+    };
+    let as_role = import(&aws, &Principal::new("import", Some(assumed)), &certificates("team-a")).await.expect("the import runs");
+    let printed = |imported: &blockwork_inspect::import::Imported| {
+        imported.manifests.iter().any(|m| m["spec"]["adopt"]["certificateArn"] == arn.as_str())
+    };
+    assert!(printed(&as_role), "the role's account's certificate is printed");
+    let asked = proxy.accounts().assumed();
+    assert!(asked.iter().any(|a| a.role_arn == role && a.external_id.as_deref() == Some("team-a-4f1d")), "{asked:?}");
+    let own = import(&aws, &Principal::operator(), &certificates("team-a")).await.expect("the import runs");
+    assert!(!printed(&own), "the default chain's account does not hold it");
+}

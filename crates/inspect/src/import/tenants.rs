@@ -12,11 +12,11 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use blockwork_runtime::policy::DELETION_POLICY_ANNOTATION;
 use blockwork_tenant::api::{
-    CertificateRef, Customizations, DEFAULT_TTL, DnsConfig, DnsProvider, DomainName, GeoRestrictions, Parameter, WebAclCustomization,
+    CertificateRef, Customizations, DEFAULT_TTL, DnsConfig, DnsProvider, DomainName, GeoRestrictions, Parameter, TenantAdoption,
+    WebAclCustomization,
 };
 use blockwork_tenant::diff::TenantConfig;
 use blockwork_tenant::{DistributionTenant, DistributionTenantSpec};
-use serde_json::json;
 
 use super::certs::Planned;
 use super::names::Names;
@@ -128,6 +128,7 @@ fn spec(tenant: &FoundTenant, groups: &Groups, dns: Option<DnsConfig>) -> Distri
         managed_certificate_request: None,
         dns,
         drift_policy: None,
+        adopt: Some(TenantAdoption { tenant_id: tenant.id.clone() }),
     }
 }
 
@@ -151,10 +152,7 @@ pub fn plan(mut tenants: Vec<FoundTenant>, records: &[FoundRecord], groups: &Gro
         object.metadata.namespace = Some(namespace.to_owned());
         object.metadata.annotations = Some([(DELETION_POLICY_ANNOTATION.to_owned(), "Orphan".to_owned())].into());
         match serde_json::to_value(&object) {
-            Ok(mut value) => {
-                value["spec"]["adopt"] = json!({ "tenantId": tenant.id });
-                planned.manifests.push(value);
-            }
+            Ok(value) => planned.manifests.push(value),
             Err(e) => planned.notes.push(format!("skipped tenant {}: cannot be written as YAML: {e}", tenant.name)),
         }
     }
@@ -166,7 +164,7 @@ mod tests {
     use blockwork_tenant::api::{GeoRestrictionType, WebAclAction};
     use blockwork_tenant::diff::{GeoRestrictions as NormalGeo, WebAcl};
 
-    use serde_json::Value;
+    use serde_json::{Value, json};
 
     use super::*;
 
