@@ -441,7 +441,6 @@ async fn imported_certs_applied_to_a_fresh_cluster_become_ready_on_the_existing_
 /// The same for a distribution's tenant and its CNAMEs: imported, applied to a fresh cluster,
 /// Ready on the existing tenant with no tenant created, updated or deleted and no record written.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "needs DistributionTenant adoption (spec.adopt.tenantId), the adopt-tenant branch's part of issue 31, not committed yet: the CRD refuses spec.adopt"]
 async fn imported_tenants_applied_to_a_fresh_cluster_become_ready_on_the_existing_tenant_with_no_create() {
     use blockwork_tenant::DistributionTenant;
     let (moto, ministack) = (
