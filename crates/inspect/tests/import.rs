@@ -85,6 +85,7 @@ impl World {
         let mut calls = self.moto_proxy.all_calls();
         calls.extend(self.ministack_proxy.all_calls());
         assert!(!calls.is_empty(), "the import read nothing");
+        eprintln!("calls of the import: {calls:?}");
         let writes: Vec<&String> =
             calls.keys().filter(|op| !(op.starts_with("List") || op.starts_with("Describe") || op.starts_with("Get"))).collect();
         assert!(writes.is_empty(), "the import made calls other than reads: {writes:?} of {calls:?}");

@@ -145,7 +145,7 @@ pub async fn import(aws: &Aws, principal: &Principal, request: &Request) -> anyh
             found
                 .extend(reader.tenants(distribution).await.with_context(|| format!("reading the tenants of distribution {distribution}"))?);
         }
-        let planned = tenants::plan(found, &records, &groups, &request.namespace, &mut names);
+        let planned = tenants::plan(found, &request.hosted_zones, &records, &groups, &request.namespace, &mut names);
         imported.manifests.extend(planned.manifests);
         imported.notes.extend(planned.notes);
     }

@@ -133,8 +133,15 @@ fn spec(tenant: &FoundTenant, groups: &Groups, dns: Option<DnsConfig>) -> Distri
 }
 
 /// DistributionTenants for the tenants, in the order of their names; a note (on stderr) for each
-/// left out or printed without the DNS it has.
-pub fn plan(mut tenants: Vec<FoundTenant>, records: &[FoundRecord], groups: &Groups, namespace: &str, names: &mut Names) -> Planned {
+/// left out or printed without the DNS it has. `records` are the CNAMEs of the hosted `zones`.
+pub fn plan(
+    mut tenants: Vec<FoundTenant>,
+    zones: &[String],
+    records: &[FoundRecord],
+    groups: &Groups,
+    namespace: &str,
+    names: &mut Names,
+) -> Planned {
     tenants.sort_by(|a, b| (&a.name, &a.id).cmp(&(&b.name, &b.id)));
     let mut planned = Planned::default();
     for tenant in &tenants {
@@ -147,6 +154,9 @@ pub fn plan(mut tenants: Vec<FoundTenant>, records: &[FoundRecord], groups: &Gro
         }
         let name = names.claim("DistributionTenant", &tenant.name);
         let (dns, notes) = dns(tenant, records, groups);
+        if dns.is_none() && notes.is_empty() && !zones.is_empty() {
+            planned.notes.push(format!("DistributionTenant {name}: no spec.dns: no CNAME of its domains in zone(s) {}", zones.join(", ")));
+        }
         planned.notes.extend(notes);
         let mut object = DistributionTenant::new(&name, spec(tenant, groups, dns));
         object.metadata.namespace = Some(namespace.to_owned());
@@ -195,8 +205,10 @@ mod tests {
         FoundRecord { zone_id: zone.into(), name: name.into(), value: value.into(), ttl: Some(300) }
     }
 
+    /// The zones given are those `records` are in.
     fn one(tenant: FoundTenant, records: &[FoundRecord]) -> (Value, Vec<String>) {
-        let planned = plan(vec![tenant], records, &groups(), "web", &mut Names::default());
+        let zones: Vec<String> = records.iter().map(|r| r.zone_id.clone()).collect::<BTreeSet<_>>().into_iter().collect();
+        let planned = plan(vec![tenant], &zones, records, &groups(), "web", &mut Names::default());
         (planned.manifests.into_iter().next().unwrap_or_default(), planned.notes)
     }
 
@@ -273,8 +285,15 @@ mod tests {
     }
 
     #[test]
+    fn a_tenant_without_a_cname_in_the_given_zones_says_why_it_has_no_dns() {
+        let (object, notes) = one(tenant("shop", &["shop.example.com"]), &[cname("Z1", "other.example.com", ENDPOINT)]);
+        assert!(object["spec"].get("dns").is_none(), "{object}");
+        assert!(notes[0].contains("no CNAME of its domains in zone(s) Z1"), "{notes:?}");
+    }
+
+    #[test]
     fn a_tenant_whose_name_no_object_may_have_is_skipped() {
-        let planned = plan(vec![tenant("Shop_EU", &["shop.example.com"])], &[], &groups(), "web", &mut Names::default());
+        let planned = plan(vec![tenant("Shop_EU", &["shop.example.com"])], &[], &[], &groups(), "web", &mut Names::default());
         assert!(planned.manifests.is_empty());
         assert!(planned.notes[0].starts_with("skipped tenant Shop_EU"), "{:?}", planned.notes);
     }
