@@ -3,7 +3,7 @@
 //! is, how it differs from the spec — and the words of the conditions. The claim decision
 //! itself is `blockwork_aws::ownership`, shared with the tenant.
 
-use blockwork_aws::acm::Certificate;
+use blockwork_aws::acm::{AcmStatus, Certificate};
 use blockwork_aws::mask_accounts;
 use blockwork_aws::ownership::{self, Owner};
 
@@ -78,6 +78,13 @@ pub fn differences(certificate: &Certificate, desired: &Desired) -> Vec<String> 
     differences
 }
 
+/// Whether the same manifest's certificate elsewhere stops this Cert from requesting one
+/// (OwnedElsewhere): only one that serves or will (issued, or pending validation). An expired,
+/// revoked or failed one would only be adopted to fail: a new one is requested instead.
+pub fn stands_in_the_way(certificate: &Certificate) -> bool {
+    matches!(certificate.status, AcmStatus::Issued | AcmStatus::PendingValidation)
+}
+
 /// The AdoptionMismatch message: the certificate (account masked) and every difference.
 pub fn mismatch(arn: &str, differences: &[String]) -> String {
     format!(
@@ -117,7 +124,6 @@ pub fn owned_elsewhere(arn: &str, by: &str) -> String {
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used, clippy::panic)]
-    use blockwork_aws::acm::AcmStatus;
 
     use super::*;
     use crate::zones::Zone;
@@ -207,6 +213,16 @@ mod tests {
         let named = differences(&found, &desired("api.example.com", &[]));
         assert_eq!(named.len(), 1, "{named:?}");
         assert!(named[0].contains("private CA"));
+    }
+
+    #[test]
+    fn only_a_certificate_that_serves_or_will_stops_a_new_request() {
+        let with = |status| Certificate { status, ..certificate("api.example.com", &[]) };
+        assert!(stands_in_the_way(&with(AcmStatus::Issued)));
+        assert!(stands_in_the_way(&with(AcmStatus::PendingValidation)));
+        for status in [AcmStatus::Expired, AcmStatus::Revoked, AcmStatus::Failed, AcmStatus::ValidationTimedOut, AcmStatus::Inactive] {
+            assert!(!stands_in_the_way(&with(status.clone())), "{status:?}");
+        }
     }
 
     #[test]

@@ -248,7 +248,7 @@ impl CertManager {
         // adopting names its certificate itself.
         if request.object.spec.adopt.is_none() {
             for (arn, by) in elsewhere {
-                if self.matching(account, &arn, desired).await.map_err(aws)?.is_some() {
+                if self.matching(account, &arn, desired).await.map_err(aws)?.is_some_and(|c| crate::adoption::stands_in_the_way(&c)) {
                     return Err(ExternalError::terminal(ownership::OWNED_ELSEWHERE, crate::adoption::owned_elsewhere(&arn, &by)));
                 }
             }
