@@ -114,12 +114,13 @@ impl<C: CloudFront + Acm, D: DnsRecords> TenantManager<C, D> {
         };
         match adoption::claim_of(request, &desired.config, &tenant, observation) {
             Claim::Owned => observation.adopted |= spec.adopt.is_some(),
-            Claim::Adopt => return adoption::adopting(observation, &tenant),
+            Claim::Adopt => return adoption::adopting(&tenant),
             Claim::Mismatch(differences) => return VerifyOutcome::Error(adoption::mismatch(&tenant, &differences)).into(),
             Claim::Lost { by } => return VerifyOutcome::Error(self.lost(request, observation, &tenant, by.as_deref()).await).into(),
-            // Read by its id: held or adopting, never found by name here.
+            // Neither held nor the one `spec.adopt` names (which gave its name, not its id).
             Claim::OwnedElsewhere { .. } | Claim::NameTaken => {
-                return VerifyOutcome::Error(name_taken(&object.name_any(), &tenant.id)).into();
+                let error = adoption::not_ours_by_name(&tenant, claimant(request));
+                return VerifyOutcome::Error(error.unwrap_or_else(|| name_taken(&object.name_any(), &tenant.id))).into();
             }
         }
         record(observation, &tenant);

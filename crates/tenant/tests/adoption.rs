@@ -7,9 +7,12 @@
 mod support;
 
 use blockwork_aws::ownership::{TAG_OWNER as OWNER_TAG, TAG_OWNER_UID as OWNER_UID_TAG};
+use std::time::Duration;
+
 use blockwork_runtime::ReconcileState;
 use blockwork_tenant::api::{DriftPolicyName, TenantAdoption};
 use blockwork_tenant::{DistributionTenant, DistributionTenantSpec};
+use blockwork_testenv::fault_proxy::{Fault, Operation};
 use kube::ResourceExt;
 use support::{Harness, condition, state};
 
@@ -71,6 +74,25 @@ async fn a_matching_tenant_made_outside_is_adopted_writing_only_its_ownership_ta
     );
     let namespaced = format!("{}/shop-adopt", h.namespace);
     assert_eq!(tags(&h, "shop-adopt").await, (object.uid(), Some(namespaced)));
+}
+
+#[tokio::test]
+async fn a_crash_during_the_tag_write_ends_adopted_with_nothing_created() {
+    let mut h = Harness::start("dt-adopt-crash").await;
+    let id = made_outside(&h, "shop-crash", &["www"], true).await;
+    h.proxy.inject(Operation::named("TagResource"), Fault::Latency(Duration::from_secs(2)), 1);
+    h.create("shop-crash", adopting(h.spec(&["www"]), &id)).await;
+    h.proxy.wait_for_calls("TagResource", 1).await;
+    // kill -9 of the operator while the tag write is in flight: its status write never happens.
+    h.controller.crash();
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    h.start_controller().await;
+    let object = h.wait_ready("shop-crash").await;
+    assert!(object.status.as_ref().unwrap().observation.adopted);
+    assert_eq!(tags(&h, "shop-crash").await.0, object.uid());
+    let [creates, updates, deletes, tag_writes] = writes(&h);
+    assert_eq!((creates.1, updates.1, deletes.1), (0, 0, 0));
+    assert!((1..=2).contains(&tag_writes.1), "the write in flight, and at most one again: {tag_writes:?}");
 }
 
 #[tokio::test]

@@ -90,11 +90,12 @@ pub(super) fn claim_of(
 }
 
 /// Verify's outcome while the tags are written: in progress, with the tag write as upkeep.
-pub(super) fn adopting(observation: &mut TenantObservation, tenant: &ObservedTenant) -> Observed<TenantUpkeep> {
+/// Nothing of the tenant is recorded before it is the object's: an object whose adoption never
+/// completed holds nothing.
+pub(super) fn adopting(tenant: &ObservedTenant) -> Observed<TenantUpkeep> {
     let Some(arn) = tenant.arn.clone() else {
         return VerifyOutcome::Error(ExternalError::retryable("MissingArn", "CloudFront returned the tenant without its ARN")).into();
     };
-    super::decisions::record(observation, tenant);
     let outcome = VerifyOutcome::InProgress(format!("adopting tenant {}: writing its ownership tags", tenant.id));
     Observed { upkeep: vec![Upkeep { purpose: Purpose::FinishCreate, work: TenantUpkeep::Adopt { arn } }], ..outcome.into() }
 }
