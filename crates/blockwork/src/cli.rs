@@ -48,6 +48,10 @@ pub enum Command {
     /// zones; each finding pass or fail with the fix. Run it with the operator's flags and
     /// environment (e.g. `kubectl exec deploy/blockwork -- blockwork check`) to test its identity.
     Check(Box<blockwork_inspect::check::CheckArgs>),
+    /// Print manifests that adopt what an AWS account already holds (ACM certificates as Certs),
+    /// ready to commit. Reads AWS only, as the AWS default chain's credentials (or --role-arn);
+    /// writes nothing anywhere. What it leaves out, and why, goes to stderr (docs/adopting.md).
+    Import(Box<blockwork_inspect::import::ImportArgs>),
     /// Print a shell completion script (e.g. `source <(blockwork completions bash)`).
     Completions(CompletionsArgs),
 }
@@ -350,6 +354,21 @@ mod tests {
         let Command::Run(args) = cli.command else { unreachable!("run") };
         assert_eq!(args.controllers, Some(vec!["a".to_owned(), "b".to_owned()]));
         assert_eq!(args.namespaces, ["x", "y"]);
+    }
+
+    #[test]
+    fn import_takes_its_namespace_and_lists_of_distributions_and_zones() {
+        let argv = ["blockwork", "import", "-n", "team-a", "--distribution", "E1,E2", "--hosted-zone", "Z1", "--environment", "prod"];
+        let Command::Import(args) = Cli::try_parse_from(argv).expect("parses").command else { unreachable!("import") };
+        assert_eq!((args.namespace.as_str(), args.distributions.as_slice()), ("team-a", ["E1", "E2"].map(str::to_owned).as_slice()));
+        assert_eq!((args.hosted_zones.as_slice(), args.environment.as_deref()), (["Z1".to_owned()].as_slice(), Some("prod")));
+    }
+
+    #[test]
+    fn import_refuses_to_guess_a_namespace_or_read_zones_without_a_distribution() {
+        assert!(Cli::try_parse_from(["blockwork", "import"]).is_err());
+        assert!(Cli::try_parse_from(["blockwork", "import", "-n", "a", "--hosted-zone", "Z1"]).is_err());
+        assert!(Cli::try_parse_from(["blockwork", "import", "-n", "a", "--external-id", "x"]).is_err());
     }
 
     #[test]

@@ -31,6 +31,7 @@ fn main() -> ExitCode {
             Ok(false) => ExitCode::FAILURE,
             Err(e) => report(Err(e)),
         },
+        Command::Import(args) => report(blockwork_inspect::commands::block_on(blockwork_inspect::import::command(&args))),
         Command::Completions(args) => {
             clap_complete::generate(args.shell, &mut blockwork::cli::command(name), name, &mut std::io::stdout());
             ExitCode::SUCCESS

@@ -348,3 +348,165 @@ fn json_logs_are_one_object_per_line() {
     assert_eq!(last["level"], "ERROR", "{last}");
     assert!(last["error"].as_str().unwrap().contains("building the Kubernetes client"), "{last}");
 }
+
+/// `blockwork import ARGS` against the AWS endpoint `endpoint` (us-east-1, test credentials).
+async fn import(endpoint: &str, args: &[&str]) -> Output {
+    let mut command = std::process::Command::new(BIN);
+    command.arg("import").args(args).args(["--aws-region", "us-east-1", "--aws-endpoint-url", endpoint]);
+    command.envs([("AWS_ACCESS_KEY_ID", "test"), ("AWS_SECRET_ACCESS_KEY", "test")]);
+    tokio::task::spawn_blocking(move || command.output().unwrap()).await.unwrap()
+}
+
+/// `blockwork import` as a user runs it, against moto behind the fault proxy with the AWS flags
+/// and environment `blockwork run` takes: manifests on stdout (YAML), what it left out and a
+/// count on stderr, and nothing but reads at the proxy.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn import_prints_manifests_on_stdout_and_what_it_left_out_on_stderr() {
+    let moto = blockwork_testenv::emulators::moto().await.unwrap().endpoint();
+    let proxy = blockwork_testenv::fault_proxy::FaultProxy::start(&moto).await.unwrap();
+    let acm = aws_sdk_acm::Client::new(&blockwork_testenv::aws::sdk_config(&moto).await);
+    let suffix = format!("cli-{}.example.com", blockwork_testenv::aws::fresh_account());
+    let (tagged, untagged) = (format!("api.{suffix}"), format!("legacy.{suffix}"));
+    let arn = blockwork_testenv::aws::request_certificate(&acm, std::slice::from_ref(&tagged)).await;
+    let tag = aws_sdk_acm::types::Tag::builder().key("service").value("api").build().unwrap();
+    acm.add_tags_to_certificate().certificate_arn(&arn).tags(tag).send().await.unwrap();
+    blockwork_testenv::aws::request_certificate(&acm, std::slice::from_ref(&untagged)).await;
+    let output = import(&proxy.endpoint(), &["-n", "team-a", "--service-name-tag", "service", "--environment", "prod"]).await;
+    assert!(output.status.success(), "{}", stderr(&output));
+    let manifests: Vec<serde_json::Value> = serde_saphyr::from_multiple(&stdout(&output)).expect("stdout is YAML manifests");
+    let cert = manifests.iter().find(|m| m["spec"]["adopt"]["certificateArn"] == arn.as_str()).expect("the tagged certificate is printed");
+    assert_eq!((&cert["spec"]["serviceName"], &cert["spec"]["environment"]), (&"api".into(), &"prod".into()));
+    assert!(!stdout(&output).contains(&untagged), "the untagged certificate is left out of stdout");
+    let notes = stderr(&output);
+    assert!(notes.contains(&format!("skipped certificate {untagged}")) && notes.contains("--service-name"), "{notes}");
+    assert!(notes.lines().last().is_some_and(|l| l.contains("object(s) printed")), "{notes}");
+    let calls = proxy.all_calls();
+    assert!(calls.keys().all(|op| op.starts_with("List") || op.starts_with("Describe") || op.starts_with("Get")), "{calls:?}");
+}
+
+/// The end-to-end check: what `blockwork import` printed, applied with kubectl to a
+/// cluster that never saw the certificate, converges on the existing certificate: Ready, no
+/// certificate requested or deleted, only the ownership tags written (counted at the proxy in
+/// front of moto, which every call of import and of `blockwork run` goes through).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn imported_certs_applied_to_a_fresh_cluster_become_ready_on_the_existing_certificate_with_no_create() {
+    let moto = blockwork_testenv::emulators::moto().await.unwrap().endpoint();
+    let proxy = blockwork_testenv::fault_proxy::FaultProxy::start(&moto).await.unwrap();
+    let config = blockwork_testenv::aws::sdk_config(&moto).await;
+    let (acm, route53) = (aws_sdk_acm::Client::new(&config), aws_sdk_route53::Client::new(&config));
+    let zone_name = format!("moved-{}.example.com", blockwork_testenv::aws::fresh_account());
+    let zone = blockwork_testenv::aws::hosted_zone(&route53, &zone_name).await;
+    let names = [format!("api.{zone_name}"), format!("www.{zone_name}")];
+    let arn = blockwork_testenv::aws::request_certificate(&acm, &names).await;
+
+    let plane = blockwork_testenv::control_plane::control_plane().await.unwrap();
+    plane.install_crds(&[blockwork_cert::crd(), blockwork_identity::crd()]).await.unwrap();
+    let namespace = plane.namespace("imported").await.unwrap();
+    let output = import(&proxy.endpoint(), &["-n", &namespace, "--service-name", "api", "--environment", "prod"]).await;
+    assert!(output.status.success(), "{}", stderr(&output));
+    // The shared moto holds other tests' certificates too: this test applies its own.
+    let printed = stdout(&output);
+    let mine = printed.split("\n---").find(|doc| doc.contains(&arn)).expect("the certificate is printed");
+    kubectl_ok(plane.kubeconfig_path(), &["apply", "--server-side", "--field-manager", "gitops", "-f", "-"], mine.as_bytes()).unwrap();
+    let before = proxy.all_calls();
+
+    let mut operator = Operator::new(Path::new(BIN), plane.kubeconfig_path())
+        .unwrap()
+        .args(["--controllers", "cert", "--namespaces", &namespace, "--log-level", "warn"])
+        .args(["--aws-endpoint-url", &proxy.endpoint(), "--aws-region", "us-east-1", "--dns-zones", &format!("{zone_name}:{zone}")])
+        .start()
+        .unwrap();
+    operator.wait_ready(Duration::from_secs(90)).await.unwrap();
+    let certs: Api<blockwork_cert::Cert> = Api::namespaced(plane.client(), &namespace);
+    let started = Instant::now();
+    let cert = loop {
+        let listed = certs.list(&Default::default()).await.unwrap().items;
+        let ready = listed
+            .iter()
+            .find(|c| c.status.as_ref().is_some_and(|s| s.conditions.iter().any(|c| c.type_ == "Ready" && c.status == "True")));
+        if let Some(cert) = ready {
+            break cert.clone();
+        }
+        assert!(started.elapsed() < Duration::from_secs(120), "not Ready: {listed:#?}\n--- blockwork log ---\n{}", operator.logs());
+        sleep(Duration::from_secs(1)).await;
+    };
+    let observed = cert.status.as_ref().and_then(|s| s.observation.certificate_arn.clone());
+    assert_eq!(observed.as_deref(), Some(arn.as_str()), "the Cert manages the existing certificate");
+    let after = proxy.all_calls();
+    let made = |op: &str| after.get(op).copied().unwrap_or(0) - before.get(op).copied().unwrap_or(0);
+    assert_eq!((made("RequestCertificate"), made("DeleteCertificate")), (0, 0), "{after:?}");
+    assert_eq!(made("AddTagsToCertificate"), 1, "adopting writes its ownership tags once: {after:?}");
+}
+
+/// The same for a distribution's tenant and its CNAMEs: imported, applied to a fresh cluster,
+/// Ready on the existing tenant with no tenant created, updated or deleted and no record written.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn imported_tenants_applied_to_a_fresh_cluster_become_ready_on_the_existing_tenant_with_no_create() {
+    use blockwork_tenant::DistributionTenant;
+    let (moto, ministack) = (
+        blockwork_testenv::emulators::moto().await.unwrap().endpoint(),
+        blockwork_testenv::emulators::ministack().await.unwrap().endpoint(),
+    );
+    let (dns_proxy, proxy) = (
+        blockwork_testenv::fault_proxy::FaultProxy::start(&moto).await.unwrap(),
+        blockwork_testenv::fault_proxy::FaultProxy::start(&ministack).await.unwrap(),
+    );
+    let route53 = aws_sdk_route53::Client::new(&blockwork_testenv::aws::sdk_config(&moto).await);
+    let ministack_config = blockwork_testenv::aws::sdk_config(&ministack).await;
+    let (cloudfront, acm) = (aws_sdk_cloudfront::Client::new(&ministack_config), aws_sdk_acm::Client::new(&ministack_config));
+    let label = format!("moved-{}", blockwork_testenv::aws::fresh_account());
+    let zone_name = format!("{label}.example.com");
+    let wildcard = blockwork_testenv::aws::request_certificate(&acm, &[format!("*.{zone_name}")]).await;
+    let distribution = blockwork_testenv::aws::tenant_only_distribution(&cloudfront, &label, Some(&wildcard), &[]).await;
+    let domain = format!("shop.{zone_name}");
+    let created = cloudfront
+        .create_distribution_tenant()
+        .name(&label)
+        .distribution_id(&distribution)
+        .domains(aws_sdk_cloudfront::types::DomainItem::builder().domain(&domain).build().unwrap())
+        .send()
+        .await
+        .unwrap();
+    let group_id = created.distribution_tenant().and_then(|t| t.connection_group_id()).unwrap_or_default().to_owned();
+    let group = cloudfront.get_connection_group().identifier(&group_id).send().await.unwrap();
+    let endpoint = group.connection_group().and_then(|g| g.routing_endpoint()).unwrap_or_default().to_owned();
+    let zone = blockwork_testenv::aws::hosted_zone(&route53, &zone_name).await;
+    blockwork_testenv::aws::upsert_cname(&route53, &zone, &domain, &endpoint).await;
+
+    let plane = blockwork_testenv::control_plane::control_plane().await.unwrap();
+    plane.install_crds(&[<DistributionTenant as kube::CustomResourceExt>::crd(), blockwork_identity::crd()]).await.unwrap();
+    let namespace = plane.namespace("imported-tenants").await.unwrap();
+    let cloudfront_endpoint = proxy.endpoint();
+    let args = ["-n", &namespace, "--no-certificates", "--distribution", &distribution, "--hosted-zone", &zone];
+    let output = import(&dns_proxy.endpoint(), &[&args[..], &["--aws-endpoint-url-cloudfront", &cloudfront_endpoint]].concat()).await;
+    assert!(output.status.success(), "{}", stderr(&output));
+    kubectl_ok(plane.kubeconfig_path(), &["apply", "--server-side", "--field-manager", "gitops", "-f", "-"], &output.stdout).unwrap();
+    let before = (proxy.all_calls(), dns_proxy.all_calls());
+
+    let mut operator = Operator::new(Path::new(BIN), plane.kubeconfig_path())
+        .unwrap()
+        .args(["--controllers", "tenant", "--namespaces", &namespace, "--log-level", "warn"])
+        .args(["--aws-endpoint-url", &dns_proxy.endpoint(), "--aws-region", "us-east-1"])
+        .args(["--tenant-aws-endpoint-url", &proxy.endpoint(), "--tenant-route53-endpoint-url", &dns_proxy.endpoint()])
+        .start()
+        .unwrap();
+    operator.wait_ready(Duration::from_secs(90)).await.unwrap();
+    let tenants: Api<DistributionTenant> = Api::namespaced(plane.client(), &namespace);
+    let started = Instant::now();
+    loop {
+        let tenant = tenants.get(&label).await.unwrap();
+        if tenant.status.as_ref().is_some_and(|s| s.conditions.iter().any(|c| c.type_ == "Ready" && c.status == "True")) {
+            break;
+        }
+        assert!(started.elapsed() < Duration::from_secs(120), "not Ready: {tenant:#?}\n--- blockwork log ---\n{}", operator.logs());
+        sleep(Duration::from_secs(1)).await;
+    }
+    let made = |now: &std::collections::HashMap<String, usize>, then: &std::collections::HashMap<String, usize>, op: &str| {
+        now.get(op).copied().unwrap_or(0) - then.get(op).copied().unwrap_or(0)
+    };
+    let (cloudfront_calls, route53_calls) = (proxy.all_calls(), dns_proxy.all_calls());
+    for op in ["CreateDistributionTenant", "UpdateDistributionTenant", "DeleteDistributionTenant"] {
+        assert_eq!(made(&cloudfront_calls, &before.0, op), 0, "{op}: {cloudfront_calls:?}");
+    }
+    assert_eq!(made(&route53_calls, &before.1, "ChangeResourceRecordSets"), 0, "the CNAME was right already: {route53_calls:?}");
+}

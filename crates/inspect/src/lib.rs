@@ -16,6 +16,7 @@ pub mod commands;
 pub mod diagnose;
 pub mod finding;
 pub mod identity_check;
+pub mod import;
 pub mod kinds;
 pub mod permissions;
 pub mod read;
