@@ -18,6 +18,7 @@ use blockwork_aws::acm::{Acm, AcmConfig};
 use blockwork_aws::route53::Zone as HostedZone;
 use blockwork_aws::{Aws, AwsError, Principal};
 use blockwork_identity::{Grant, Identities, OperatorZone, Refusal};
+use blockwork_runtime::trace::Traced;
 use blockwork_runtime::{ErrorClass, ExternalError};
 use tokio::sync::broadcast;
 use tokio::task::JoinHandle;
@@ -73,7 +74,7 @@ pub struct Accounts {
     acm: AcmConfig,
     /// By the principal of the identity's shared work.
     listings: Mutex<HashMap<Principal, Arc<Acm>>>,
-    changes: broadcast::Sender<Vec<String>>,
+    changes: broadcast::Sender<Traced<Vec<String>>>,
     /// Each listing's sweeps and the forwarding of its changes: as long as the controller runs.
     tasks: Mutex<Vec<JoinHandle<()>>>,
 }
@@ -140,8 +141,9 @@ impl Accounts {
         self.aws.account_id(crate::CONTROLLER, principal).await
     }
 
-    /// The ARNs of certificates that changed, after each sweep of any listing.
-    pub fn changes(&self) -> broadcast::Receiver<Vec<String>> {
+    /// The ARNs of certificates that changed, after each sweep of any listing, with the sweep's
+    /// span.
+    pub fn changes(&self) -> broadcast::Receiver<Traced<Vec<String>>> {
         self.changes.subscribe()
     }
 }
