@@ -110,6 +110,13 @@ impl Accounts {
         Ok(CertAccount { grant, acm, zones })
     }
 
+    /// The share of the controller's concurrency `namespace`'s Certs take: its AwsIdentity's, so
+    /// that each account's Certs have reconciles in flight of their own (`blockwork_runtime::shares`).
+    /// `operator` for an unmapped namespace; `""` for one refused (which makes no call).
+    pub async fn share(&self, namespace: &str) -> String {
+        self.identities.grant(namespace, &self.operator_zones).await.map(|grant| grant.identity.to_string()).unwrap_or_default()
+    }
+
     /// The certificate listing of an identity's account, started (swept in the background, its
     /// changes forwarded) the first time one of its Certs is looked at.
     fn listing(&self, principal: &Principal) -> Arc<Acm> {
