@@ -21,8 +21,10 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use aws_sdk_acm::types::{CertificateExport, CertificateOptions, CertificateType, Tag, ValidationMethod};
+use blockwork_runtime::trace::Traced;
+use opentelemetry::trace::SpanContext;
 use tokio::sync::{Notify, broadcast};
-use tracing::{debug, warn};
+use tracing::{Instrument as _, debug, warn};
 
 use crate::cache::Cached;
 use crate::edge::{Aws, Call};
@@ -204,6 +206,8 @@ struct Snapshot {
     /// When the sweep that made it began; `None` before the first sweep.
     taken: Option<Instant>,
     certificates: HashMap<String, Summary>,
+    /// The sweep's span, if it was exported: what the Certs its changes wake link to.
+    span: Option<SpanContext>,
 }
 
 /// ACM of one account and region, for one controller, as one principal (an AwsIdentity, or the
@@ -223,14 +227,14 @@ pub struct Acm {
     /// Certificates someone waits to be issued, with when the wait began.
     awaited: Mutex<HashMap<String, Instant>>,
     awaited_changed: Notify,
-    changes: broadcast::Sender<Vec<String>>,
+    changes: broadcast::Sender<Traced<Vec<String>>>,
 }
 
 impl Acm {
     /// ACM for `caller` in `region` (default: the process's), acting as `principal`.
     pub fn new(aws: &Arc<Aws>, caller: &'static str, region: Option<&str>, principal: Principal, config: AcmConfig) -> Arc<Self> {
         let describes = Cached::new(aws.metrics(), caller, DESCRIBE_CACHE, config.describe_ttl, config.describe_capacity);
-        let empty = Snapshot { taken: None, certificates: HashMap::new() };
+        let empty = Snapshot { taken: None, certificates: HashMap::new(), span: None };
         Arc::new(Self {
             aws: Arc::clone(aws),
             caller,
@@ -454,8 +458,8 @@ impl Acm {
         }
     }
 
-    /// The ARNs of certificates that changed, after each sweep.
-    pub fn changes(&self) -> broadcast::Receiver<Vec<String>> {
+    /// The ARNs of certificates that changed, after each sweep, with the sweep's span.
+    pub fn changes(&self) -> broadcast::Receiver<Traced<Vec<String>>> {
         self.changes.subscribe()
     }
 
@@ -479,9 +483,10 @@ impl Acm {
             return Ok(latest);
         }
         self.aws.metrics().cache_lookup(&self.seeds(), LISTING_CACHE, false);
-        let (snapshot, changed) = self.sweep(&latest).await?;
+        let span = crate::trace::sweep(self.principal.identity());
+        let (snapshot, changed) = self.sweep(&latest, blockwork_runtime::trace::span_context(&span)).instrument(span).await?;
         if !changed.is_empty() {
-            let _ = self.changes.send(changed);
+            let _ = self.changes.send(Traced { value: changed, span: snapshot.span.clone() });
         }
         Ok(snapshot)
     }
@@ -494,9 +499,9 @@ impl Acm {
         Arc::clone(&self.latest.lock().unwrap_or_else(PoisonError::into_inner))
     }
 
-    /// Lists every certificate (all pages); returns the new snapshot and what changed since
-    /// `previous`.
-    async fn sweep(&self, previous: &Snapshot) -> Result<(Arc<Snapshot>, Vec<String>), AwsError> {
+    /// Lists every certificate (all pages), in the sweep's span `span`; returns the new snapshot
+    /// and what changed since `previous`.
+    async fn sweep(&self, previous: &Snapshot, span: Option<SpanContext>) -> Result<(Arc<Snapshot>, Vec<String>), AwsError> {
         const OP: &str = "ListCertificates";
         let taken = Instant::now();
         let client = self.client(&self.principal).await?;
@@ -522,7 +527,7 @@ impl Acm {
         let mut before = previous.certificates.clone();
         before.extend(self.newer(previous));
         let changed = changed(&before, &certificates);
-        let snapshot = Arc::new(Snapshot { taken: Some(taken), certificates });
+        let snapshot = Arc::new(Snapshot { taken: Some(taken), certificates, span });
         *self.latest.lock().unwrap_or_else(PoisonError::into_inner) = Arc::clone(&snapshot);
         // Descriptions the sweep superseded go; one of a certificate not listed yet stays a
         // while (ListCertificates may lag a request by a few seconds).
@@ -531,6 +536,7 @@ impl Acm {
             .unwrap_or_else(PoisonError::into_inner)
             .retain(|arn, (_, at)| *at > taken || (!snapshot.certificates.contains_key(arn) && at.elapsed() < LISTING_DELAY));
         self.forget_issued(&snapshot);
+        crate::trace::swept(snapshot.certificates.len(), changed.len());
         debug!(certificates = snapshot.certificates.len(), changed = changed.len(), "swept the certificate listing");
         Ok((snapshot, changed))
     }
@@ -573,7 +579,7 @@ impl Acm {
                     let now = jiff::Timestamp::now();
                     let renewing: Vec<String> = snapshot.certificates.values().filter(|s| s.renewing(now)).map(|s| s.arn.clone()).collect();
                     if !renewing.is_empty() {
-                        let _ = self.changes.send(renewing);
+                        let _ = self.changes.send(Traced { value: renewing, span: snapshot.span.clone() });
                     }
                 }
                 Ok(_) => {}

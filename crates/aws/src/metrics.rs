@@ -18,12 +18,17 @@
 //! `identity`, the AwsIdentity a call acted as (`operator` for the operator's own identity),
 //! which the platform team creates (ADR 0014). No account id appears (a role's account is not a
 //! label).
+//!
+//! The call duration histograms (ours and the seeds') carry, per bucket, the trace id of the
+//! attempt last observed in it as an OpenMetrics exemplar, when traces are exported
+//! ([`blockwork_runtime::trace::exemplar`]).
 
 use std::collections::{BTreeSet, HashMap};
 use std::sync::atomic::AtomicU64;
 use std::sync::{Mutex, PoisonError};
 use std::time::Duration;
 
+use blockwork_runtime::trace::exemplar::{self, TracedHistogram};
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
@@ -95,7 +100,7 @@ impl Seed {
 #[derive(Debug)]
 struct CertSeed {
     calls: Family<SeedCallLabels, Counter>,
-    latency: Family<SeedOperationLabels, Histogram>,
+    latency: Family<SeedOperationLabels, TracedHistogram>,
     throttling: Family<SeedOperationLabels, Counter>,
     wait: Family<ServiceLabels, Histogram>,
     tokens: Family<ServiceLabels, Gauge<f64, AtomicU64>>,
@@ -123,7 +128,7 @@ impl CertSeed {
     fn new() -> Self {
         Self {
             calls: Family::default(),
-            latency: Family::new_with_constructor(|| Histogram::new(exponential_buckets(0.005, 2.0, 12))),
+            latency: Family::new_with_constructor(|| TracedHistogram::new(exponential_buckets(0.005, 2.0, 12))),
             throttling: Family::default(),
             wait: Family::new_with_constructor(|| Histogram::new(exponential_buckets(0.001, 4.0, 9))),
             tokens: Family::default(),
@@ -151,12 +156,12 @@ impl CertSeed {
 /// Seed 001's AWS metric (after the `cloudfront_tenant_operator_` prefix).
 #[derive(Debug)]
 struct TenantSeed {
-    duration: Family<SeedOperationLabels, Histogram>,
+    duration: Family<SeedOperationLabels, TracedHistogram>,
 }
 
 impl TenantSeed {
     fn new() -> Self {
-        Self { duration: Family::new_with_constructor(|| Histogram::new(exponential_buckets(0.005, 2.0, 14))) }
+        Self { duration: Family::new_with_constructor(|| TracedHistogram::new(exponential_buckets(0.005, 2.0, 14))) }
     }
 
     fn register(&self, registry: &mut Registry) {
@@ -183,7 +188,7 @@ impl TenantSeed {
 #[derive(Debug)]
 pub struct AwsMetrics {
     calls: Family<CallLabels, Counter>,
-    duration: Family<OperationLabels, Histogram>,
+    duration: Family<OperationLabels, TracedHistogram>,
     throttling: Family<OperationLabels, Counter>,
     wait: Family<ServiceLabels, Histogram>,
     tokens: Family<BucketLabels, Gauge<f64, AtomicU64>>,
@@ -221,7 +226,7 @@ impl AwsMetrics {
     pub fn unregistered() -> Self {
         Self {
             calls: Family::default(),
-            duration: Family::new_with_constructor(|| Histogram::new(exponential_buckets(0.005, 2.0, 14))),
+            duration: Family::new_with_constructor(|| TracedHistogram::new(exponential_buckets(0.005, 2.0, 14))),
             throttling: Family::default(),
             wait: Family::new_with_constructor(|| Histogram::new(exponential_buckets(0.001, 4.0, 10))),
             tokens: Family::default(),
@@ -262,7 +267,7 @@ impl AwsMetrics {
                 identity: labels.identity.clone(),
             })
             .inc();
-        self.duration.get_or_create(&labels).observe(seconds);
+        exemplar::observe(&self.duration.get_or_create(&labels), seconds);
         if outcome == Err(ErrorClass::Throttled) {
             self.throttling.get_or_create(&labels).inc();
         }
@@ -271,14 +276,14 @@ impl AwsMetrics {
                 Seed::Cert => {
                     let success = if outcome.is_ok() { "true" } else { "false" };
                     self.cert.calls.get_or_create(&SeedCallLabels { operation: operation.to_owned(), success }).inc();
-                    self.cert.latency.get_or_create(&SeedOperationLabels { operation: operation.to_owned() }).observe(seconds);
+                    exemplar::observe(&self.cert.latency.get_or_create(&SeedOperationLabels { operation: operation.to_owned() }), seconds);
                     if outcome == Err(ErrorClass::Throttled) {
                         self.cert.throttling.get_or_create(&SeedOperationLabels { operation: operation.to_owned() }).inc();
                     }
                 }
                 Seed::Tenant => {
                     let operation = TenantSeed::operation(service, operation);
-                    self.tenant.duration.get_or_create(&SeedOperationLabels { operation }).observe(seconds);
+                    exemplar::observe(&self.tenant.duration.get_or_create(&SeedOperationLabels { operation }), seconds);
                 }
             }
         }

@@ -32,6 +32,7 @@ use std::time::{Duration, Instant};
 
 use aws_sdk_route53::types::{ChangeAction, ChangeBatch, ChangeStatus, ResourceRecord, ResourceRecordSet, RrType};
 use blockwork_runtime::Existence;
+use blockwork_runtime::trace::Traced;
 use futures::future::BoxFuture;
 use moka::future::Cache;
 use tokio::sync::{Notify, oneshot};
@@ -108,6 +109,8 @@ pub enum Deletion {
 pub struct Applied {
     pub change_id: Option<String>,
     pub deletions: Vec<Deletion>,
+    /// The span of that batch, if it is exported.
+    pub batch: Option<opentelemetry::trace::SpanContext>,
 }
 
 type Reply = oneshot::Sender<Result<Applied, AwsError>>;
@@ -154,8 +157,9 @@ pub struct Records {
     statuses: Cache<String, bool>,
     /// Records written in the background, by (zone, name), for [`Records::written`].
     written: Mutex<HashMap<(String, String), Written>>,
-    /// Told the records written in the background (zone id, name), a batch at a time.
-    completions: tokio::sync::broadcast::Sender<Vec<(String, String)>>,
+    /// Told the records written in the background (zone id, name), a batch at a time, with
+    /// the batch's span.
+    completions: tokio::sync::broadcast::Sender<Traced<Vec<(String, String)>>>,
 }
 
 /// How long a zone's CNAMEs, as listed for [`Records::lookup`], are reused.
@@ -193,14 +197,14 @@ impl Records {
         let receiver = self.enqueue(caller, zone, changes, Urgency::Background);
         let records = Arc::clone(self);
         tokio::spawn(async move {
-            let written = match receiver.await {
-                Ok(Ok(applied)) => Written::Done(applied.change_id.unwrap_or_default()),
-                Ok(Err(error)) => Written::Failed(error),
-                Err(_) => Written::Failed(AwsError::incomplete("ChangeResourceRecordSets", "an answer (the queue stopped)")),
+            let (written, batch) = match receiver.await {
+                Ok(Ok(applied)) => (Written::Done(applied.change_id.unwrap_or_default()), applied.batch),
+                Ok(Err(error)) => (Written::Failed(error), None),
+                Err(_) => (Written::Failed(AwsError::incomplete("ChangeResourceRecordSets", "an answer (the queue stopped)")), None),
             };
             records.set_written(&keys, &written);
             // Nobody listening is fine: the objects look again at their next requeue.
-            let _ = records.completions.send(keys);
+            let _ = records.completions.send(Traced { value: keys, span: batch });
         });
     }
 
@@ -235,8 +239,9 @@ impl Records {
         }
     }
 
-    /// Background writes as they complete: (zone id, normalized name) of each record.
-    pub fn completions(&self) -> tokio::sync::broadcast::Receiver<Vec<(String, String)>> {
+    /// Background writes as they complete: (zone id, normalized name) of each record, with the
+    /// span of the batch that wrote them.
+    pub fn completions(&self) -> tokio::sync::broadcast::Receiver<Traced<Vec<(String, String)>>> {
         self.completions.subscribe()
     }
 
@@ -334,7 +339,7 @@ impl Records {
 
     async fn submit(&self, caller: &'static str, zone: &Zone, changes: Vec<Change>, urgency: Urgency) -> Result<Applied, AwsError> {
         if changes.is_empty() {
-            return Ok(Applied { change_id: None, deletions: Vec::new() });
+            return Ok(Applied { change_id: None, deletions: Vec::new(), batch: None });
         }
         self.enqueue(caller, zone, changes, urgency)
             .await
@@ -470,6 +475,7 @@ impl Worker {
             (items, callers, principal, links)
         };
         let span = crate::trace::batch(&self.queue.zone_id, items.len(), &links);
+        let batch_span = blockwork_runtime::trace::span_context(&span);
         let results = self.apply(&callers, &principal, items.clone()).instrument(span).await;
         self.listings.invalidate(&(self.queue.account.clone(), self.queue.zone_id.clone())).await;
         let mut state = self.queue.state.lock().unwrap_or_else(PoisonError::into_inner);
@@ -500,7 +506,11 @@ impl Worker {
             if let Some(reply) = request.reply.take() {
                 let result = match error {
                     Some(error) => Err(error),
-                    None => Ok(Applied { change_id: request.change_id.take(), deletions: std::mem::take(&mut request.deletions) }),
+                    None => Ok(Applied {
+                        change_id: request.change_id.take(),
+                        deletions: std::mem::take(&mut request.deletions),
+                        batch: batch_span.clone(),
+                    }),
                 };
                 // The requester may have given up (its reconcile was cancelled): nothing to tell.
                 let _ = reply.send(result);

@@ -1,5 +1,6 @@
 //! The AWS layer's spans (ADR 0018): one client span per attempt of a call, and one span per
-//! Route 53 batch, linked to every reconcile whose change it carried. Named and attributed as
+//! Route 53 batch, linked to every reconcile whose change it carried, and one per sweep of an
+//! account's certificate listing. Named and attributed as
 //! OpenTelemetry's AWS SDK conventions name them (`rpc.system` `aws-api`, `rpc.service`,
 //! `rpc.method`), with what only the layer knows: the attempt, the time waited on the quota's
 //! token buckets, whether AWS throttled it, and the error's class. Never an account id, an ARN
@@ -93,6 +94,28 @@ pub(crate) fn batch(zone: &str, changes: usize, requests: &[Option<SpanContext>]
         span.add_link_with_attributes(context.clone(), vec![KeyValue::new("blockwork.link", "change carried")]);
     }
     span
+}
+
+/// The span of one sweep of an account's certificate listing, as `identity` (the AwsIdentity's
+/// name): in the background a trace of its own, within a reconcile that needs the listing as it
+/// is now that reconcile's child. Its ListCertificates calls are its children; the Certs whose
+/// certificates it found changed are woken with a link to it.
+pub(crate) fn sweep(identity: &str) -> Span {
+    tracing::info_span!(
+        target: TARGET,
+        "acm listing sweep",
+        otel.name = "ACM listing sweep",
+        blockwork.aws.identity = identity,
+        blockwork.acm.certificates = Empty,
+        blockwork.acm.changed = Empty,
+    )
+}
+
+/// The sweep (the current span) listed `certificates`, of which `changed` changed.
+pub(crate) fn swept(certificates: usize, changed: usize) {
+    let span = Span::current();
+    span.record("blockwork.acm.certificates", certificates);
+    span.record("blockwork.acm.changed", changed);
 }
 
 /// The span a request is queued from (a reconcile's), to link its batch to it.

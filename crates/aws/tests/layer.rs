@@ -187,7 +187,7 @@ async fn background_writes_are_told_when_done() {
         Some(blockwork_aws::route53::Written::Queued | blockwork_aws::route53::Written::Done(_))
     ));
     let done = tokio::time::timeout(Duration::from_secs(30), completions.recv()).await.unwrap().unwrap();
-    assert_eq!(done, [(id.clone(), format!("_v.{name}"))]);
+    assert_eq!(done.value, [(id.clone(), format!("_v.{name}"))]);
     assert!(matches!(records.written(&id, &record.name), Some(blockwork_aws::route53::Written::Done(_))));
     assert_eq!(cnames(&route53, &id).await.len(), 1);
 }
@@ -248,7 +248,7 @@ async fn a_sweep_tells_which_certificates_changed() {
     let mut changes = acm.changes();
     proxy.set_certificate_status(&arn, "REVOKED");
     acm.list_certificates(Freshness::Current).await.unwrap();
-    let changed = changes.try_recv().unwrap();
+    let changed = changes.try_recv().unwrap().value;
     assert!(changed.contains(&arn), "{changed:?}");
     assert_eq!(acm.summary(&arn, Freshness::Recent).await.unwrap().unwrap().status, blockwork_aws::acm::AcmStatus::Revoked);
 }

@@ -212,7 +212,8 @@ pub struct RunArgs {
     #[arg(long, env = "BLOCKWORK_WEBHOOK_FAIL_CLOSED", default_value_t = true, action = clap::ArgAction::Set, value_name = "BOOL")]
     pub webhook_fail_closed: bool,
 
-    /// Most reconciles each controller runs at once.
+    /// Most reconciles each controller runs at once; the Cert and DistributionTenant controllers
+    /// run this many per AwsIdentity, so each account's objects proceed in parallel.
     #[arg(long, env = "BLOCKWORK_MAX_CONCURRENT_RECONCILES", default_value_t = 3, value_parser = clap::value_parser!(u16).range(1..), value_name = "N")]
     pub max_concurrent_reconciles: u16,
 

@@ -5,8 +5,9 @@
 //!
 //! - a Cert created with a `traceparent` (as a CI tool applies it): its webhook call, and every
 //!   reconcile until issuance as children of that parent, with the throttled ACM call retried,
-//!   the validation records in a Route 53 batch linked to the reconcile that queued them, and no
-//!   account id anywhere;
+//!   the validation records in a Route 53 batch linked to the reconcile that queued them, the
+//!   reconcile the batch woke linked to it, the latency histograms' exemplars naming the trace,
+//!   and no account id anywhere;
 //! - a DistributionTenant updated: the reconcile the change woke, its CloudFront call and its
 //!   status write;
 //! - a rotation (over OTLP/gRPC): the reconcile of the source's first sight as the child of the
@@ -196,6 +197,38 @@ async fn a_cert_create_is_one_trace_under_its_traceparent_from_the_webhook_call_
         "the batch's call:\n{}",
         batch_tree.outline()
     );
+
+    // The reconcile woken when that batch's records were written follows from it: its trigger
+    // links to the batch, so its trace tells what woke it.
+    let woken: Vec<&&Span> = joined.iter().copied().filter(|s| s.attribute("blockwork.trigger") == Some("woken")).collect();
+    assert!(
+        woken.iter().any(|s| s.links.iter().any(|(t, id, kind)| (t, id, kind.as_str()) == (&batch.trace_id, &batch.span_id, "trigger"))),
+        "a reconcile woken by the batch, linked to it: {woken:#?}\n{outline}"
+    );
+
+    // The latency histograms name the trace of an observation in each bucket (OpenMetrics
+    // exemplars): the Cert's reconciles, and its ACM calls within them.
+    let metrics = operator.metrics().await;
+    let exemplar = format!(r#"# {{trace_id="{trace_id}"}}"#);
+    for histogram in ["blockwork_reconcile_duration_seconds_bucket{", "blockwork_aws_call_duration_seconds_bucket{"] {
+        assert!(
+            metrics.lines().any(|line| line.starts_with(histogram) && line.contains(&exemplar)),
+            "{histogram} with the Cert's trace as an exemplar:\n{metrics}"
+        );
+    }
+    let named: Vec<&str> = metrics
+        .lines()
+        .filter_map(|line| line.split_once(r#"# {trace_id=""#))
+        .filter_map(|(_, rest)| rest.split_once('"'))
+        .map(|(id, _)| id)
+        .collect();
+    spans_until(collector, &service, "every trace an exemplar names", |spans| {
+        match named.iter().find(|id| !spans.iter().any(|s| s.trace_id == **id)) {
+            Some(missing) => Err(format!("an exemplar names trace {missing}, which the collector does not have")),
+            None => Ok(()),
+        }
+    })
+    .await;
 
     // The API server asked the validating webhook before storing the Cert.
     let webhook = spans.iter().find(|s| s.name == "POST /validate/cert");

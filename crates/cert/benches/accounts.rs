@@ -7,8 +7,9 @@
 //!     cargo bench -p blockwork-cert --bench accounts
 //!
 //! One cert controller (this binary again, `--child`, release build, the operator's defaults:
-//! AWS's quotas × 0.8, concurrency 3, unmapped namespaces refused) serves all the namespaces, so
-//! its memory is measured alone; its metrics go to a file every second. Each account's Certs use
+//! AWS's quotas × 0.8, concurrency 3 per AwsIdentity, unmapped namespaces refused) serves all
+//! the namespaces, so its memory is measured alone; its metrics go to a file every second
+//! (`benches/support`). Each account's Certs use
 //! a hosted zone in that account, granted by its mapping. The parent reports the time until all
 //! are Ready against the **floor** one account's quotas allow for the minimal calls (the accounts
 //! have buckets of their own, so 8 accounts should take about as long as one), the time each
@@ -20,120 +21,33 @@
 
 #![allow(clippy::unwrap_used, clippy::panic, clippy::print_stdout, clippy::print_stderr)]
 
+mod support;
+
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use blockwork_aws::AwsArgs;
 use blockwork_aws::quota::{Quotas, Service};
-use blockwork_aws::{Aws, AwsArgs, AwsMetrics, Seed};
-use blockwork_cert::{Cert, CertArgs, CertConfig, CertMetrics, CertSpec, CertState};
+use blockwork_cert::{Cert, CertArgs, CertSpec, CertState};
 use blockwork_identity::{AwsIdentity, AwsIdentitySpec, HostedZoneGrant, Settings, Unmapped};
-use blockwork_runtime::RuntimeMetrics;
 use blockwork_testenv::aws::{as_role, fresh_account, hosted_zone};
 use blockwork_testenv::emulators::accounts_moto;
 use blockwork_testenv::fault_proxy::FaultProxy;
-use blockwork_testenv::measure::{MeasuredChild, mib};
+use blockwork_testenv::measure::mib;
 use futures::{StreamExt as _, TryStreamExt as _};
 use kube::api::{Api, ListParams, PostParams};
-use kube::{Client, CustomResourceExt as _};
-use prometheus_client::registry::Registry;
+use support::{CONCURRENCY, metric_sum};
 
-/// The allocator of the `blockwork` binary (its main.rs), so that the child's memory is the
-/// operator's.
-#[global_allocator]
-static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
-
-/// The operator's default (`blockwork run`).
-const CONCURRENCY: u16 = 3;
 /// The cluster name in session names.
 const CLUSTER: &str = "bench";
 
-fn env_or(name: &str, default: usize) -> usize {
-    std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or(default)
-}
-
 fn main() {
-    let args: Vec<String> = std::env::args().collect();
-    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().unwrap();
-    if args.iter().any(|a| a == "--child") {
-        runtime.block_on(child());
-    } else if args.iter().any(|a| a == "--bench") {
-        runtime.block_on(bench());
-    } else {
-        println!("the accounts benchmark runs with `cargo bench -p blockwork-cert --bench accounts` (minutes, thousands of Certs)");
-    }
+    support::main("accounts", child(), bench());
 }
 
-/// The child: the cert controller with the default flags and unmapped namespaces refused, over
-/// all namespaces, until killed; its metrics go to `BENCH_METRICS_FILE` every second.
+/// The child: the cert controller with the default flags and unmapped namespaces refused.
 async fn child() {
-    let client = Client::try_default().await.unwrap();
-    let config = CertConfig::from_args(&CertArgs::default()).unwrap();
-    let aws_args = AwsArgs {
-        endpoint_url: Some(std::env::var("BENCH_AWS_ENDPOINT").unwrap()),
-        region: Some("us-east-1".into()),
-        ..AwsArgs::default()
-    };
-    let (aws_config, _) = aws_args.config().unwrap();
-    let mut registry = Registry::default();
-    let metrics = CertMetrics::register(registry.sub_registry_with_prefix("cert_operator"));
-    let runtime_metrics = RuntimeMetrics::register(registry.sub_registry_with_prefix("blockwork"));
-    let aws_metrics = Arc::new(AwsMetrics::register(&mut registry, &[Seed::Cert]));
-    let registry = Arc::new(registry);
-    let file = PathBuf::from(std::env::var("BENCH_METRICS_FILE").unwrap());
-    tokio::spawn(async move {
-        let mut tick = tokio::time::interval(Duration::from_secs(1));
-        loop {
-            tick.tick().await;
-            let mut text = String::new();
-            prometheus_client::encoding::text::encode(&mut text, &registry).unwrap();
-            let partial = file.with_extension("partial");
-            std::fs::write(&partial, text).unwrap();
-            std::fs::rename(&partial, &file).unwrap();
-        }
-    });
-    let aws = Aws::new(aws_config, aws_metrics);
-    let identities =
-        blockwork_identity::Identities::new(client.clone(), Settings { cluster: CLUSTER.to_owned(), unmapped: Unmapped::Refuse });
-    blockwork_cert::run(
-        client,
-        config,
-        aws,
-        identities,
-        runtime_metrics,
-        metrics,
-        blockwork_runtime::Namespaces::All,
-        CONCURRENCY,
-        std::future::pending(),
-    )
-    .await;
-}
-
-/// The bench binary itself in `--child` mode: the cert controller.
-fn spawn_operator(kubeconfig: &Path, endpoint: &str, metrics_file: &Path) -> MeasuredChild {
-    MeasuredChild::spawn(
-        Command::new(std::env::current_exe().unwrap())
-            .arg("--child")
-            .env("KUBECONFIG", kubeconfig)
-            .env("BENCH_AWS_ENDPOINT", endpoint)
-            .env("BENCH_METRICS_FILE", metrics_file)
-            .env("AWS_ACCESS_KEY_ID", "test")
-            .env("AWS_SECRET_ACCESS_KEY", "test")
-            .env("RUST_LOG", "warn")
-            .stdout(Stdio::null())
-            .stderr(Stdio::inherit()),
-    )
-    .unwrap()
-}
-
-/// The sum of every sample of `name` in the text exposition `text`.
-fn metric_sum(text: &str, name: &str) -> f64 {
-    text.lines()
-        .filter(|l| l.starts_with(name) && l[name.len()..].starts_with(['{', ' ']))
-        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-        .fold(0.0, |sum, value| sum + value)
+    support::controller(CertArgs::default(), Vec::new(), Settings { cluster: CLUSTER.to_owned(), unmapped: Unmapped::Refuse }).await;
 }
 
 /// A team: its namespace, mapped to a role in an account of its own with a hosted zone there.
@@ -188,12 +102,11 @@ async fn progress_by_namespace(api: &Api<Cert>) -> BTreeMap<String, (usize, usiz
 }
 
 async fn bench() {
-    let accounts = env_or("BENCH_ACCOUNTS", 8);
-    let per_account = env_or("BENCH_CERTS_PER_ACCOUNT", 300);
+    let accounts = usize::try_from(support::env_or("BENCH_ACCOUNTS", 8)).unwrap();
+    let per_account = usize::try_from(support::env_or("BENCH_CERTS_PER_ACCOUNT", 300)).unwrap();
     let total = accounts * per_account;
 
-    let plane = blockwork_testenv::control_plane::control_plane().await.unwrap();
-    plane.install_crds(&[Cert::crd(), AwsIdentity::crd()]).await.unwrap();
+    let plane = support::control_plane().await;
     let client = plane.client();
     let moto = accounts_moto().await.unwrap().endpoint();
     let proxy = FaultProxy::start(&moto).await.unwrap();
@@ -208,8 +121,7 @@ async fn bench() {
     // From now on the proxy throttles as AWS would, each account with its own buckets.
     proxy.enforce_quotas(Quotas::aws());
     let metrics_file = plane.dir().join("cert-accounts-bench-metrics.txt");
-    let _ = std::fs::remove_file(&metrics_file);
-    let operator = spawn_operator(plane.kubeconfig_path(), &proxy.endpoint(), &metrics_file);
+    let operator = support::spawn_operator(plane.kubeconfig_path(), &proxy.endpoint(), Some(&metrics_file), &[]);
     tokio::time::sleep(Duration::from_secs(2)).await;
     let (idle_rss, _) = operator.memory().unwrap();
 
@@ -288,9 +200,10 @@ async fn bench() {
 
     println!();
     println!(
-        "| {accounts} accounts × {per_account} Certs created at once (one namespace and AwsIdentity per account, a hosted zone in each; one process, concurrency {CONCURRENCY}, default quotas; the proxy throttles with AWS's buckets per account) | |"
+        "| {accounts} accounts × {per_account} Certs created at once (one namespace and AwsIdentity per account, a hosted zone in each; one process, concurrency {CONCURRENCY} per AwsIdentity, default quotas; the proxy throttles with AWS's buckets per account) | |"
     );
     println!("|---|---|");
+    println!("| load average at the end (1, 5, 15 min; the machine is shared) | {} |", support::load_average());
     println!("| Certs created (API server) | {:.1} s |", created_in.as_secs_f64());
     println!("| **time until all {total} Ready** | **{:.0} s** |", all_ready.as_secs_f64());
     println!(

@@ -22,92 +22,32 @@
 
 #![allow(clippy::unwrap_used, clippy::panic, clippy::print_stdout, clippy::print_stderr)]
 
+mod support;
+
 use std::collections::BTreeMap;
-use std::path::Path;
-use std::process::{Command, Stdio};
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use blockwork_aws::AwsArgs;
 use blockwork_aws::quota::{Quotas, Service};
-use blockwork_aws::{Aws, AwsArgs, AwsMetrics, Seed};
 use blockwork_cert::api::ExportSpec;
-use blockwork_cert::{Cert, CertArgs, CertConfig, CertMetrics, CertSpec};
-use blockwork_runtime::RuntimeMetrics;
+use blockwork_cert::{Cert, CertArgs, CertSpec};
 use blockwork_testenv::fault_proxy::FaultProxy;
 use blockwork_testenv::kube_proxy::KubeProxy;
-use blockwork_testenv::measure::{MeasuredChild, mib};
+use blockwork_testenv::measure::mib;
 use futures::{StreamExt as _, TryStreamExt as _};
 use kube::api::{Api, ListParams, PostParams};
-use kube::{Client, CustomResourceExt as _};
-use prometheus_client::registry::Registry;
-
-#[global_allocator]
-static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
+use support::{CONCURRENCY, env_or};
 
 const ZONES: usize = 4;
-/// The operator's default (`blockwork run`).
-const CONCURRENCY: u16 = 3;
-
-fn env_or(name: &str, default: u64) -> u64 {
-    std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or(default)
-}
 
 fn main() {
-    let args: Vec<String> = std::env::args().collect();
-    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().unwrap();
-    if args.iter().any(|a| a == "--child") {
-        runtime.block_on(child());
-    } else if args.iter().any(|a| a == "--bench") {
-        runtime.block_on(bench());
-    } else {
-        println!("the export benchmark runs with `cargo bench -p blockwork-cert --bench exporting`");
-    }
+    support::main("exporting", child(), bench());
 }
 
-/// The cert controller with the default flags and `--export-secrets`, over all namespaces.
+/// The cert controller with the default flags, the bench's hosted zones and `--export-secrets`.
 async fn child() {
-    let client = Client::try_default().await.unwrap();
     let args = CertArgs { dns_zones: std::env::var("BENCH_DNS_ZONES").unwrap(), export_secrets: true, ..CertArgs::default() };
-    let config = CertConfig::from_args(&args).unwrap();
-    let aws_args = AwsArgs {
-        endpoint_url: Some(std::env::var("BENCH_AWS_ENDPOINT").unwrap()),
-        region: Some("us-east-1".into()),
-        ..AwsArgs::default()
-    };
-    let (aws_config, _) = aws_args.config().unwrap();
-    let mut registry = Registry::default();
-    let metrics = CertMetrics::register(registry.sub_registry_with_prefix("cert_operator"));
-    let runtime_metrics = RuntimeMetrics::register(registry.sub_registry_with_prefix("blockwork"));
-    let aws = Aws::new(aws_config, Arc::new(AwsMetrics::register(&mut registry, &[Seed::Cert])));
-    let identities = blockwork_identity::Identities::new(client.clone(), blockwork_identity::Settings::default());
-    blockwork_cert::run(
-        client,
-        config,
-        aws,
-        identities,
-        runtime_metrics,
-        metrics,
-        blockwork_runtime::Namespaces::All,
-        CONCURRENCY,
-        std::future::pending(),
-    )
-    .await;
-}
-
-fn spawn_operator(kubeconfig: &Path, zones: &str, endpoint: &str) -> MeasuredChild {
-    MeasuredChild::spawn(
-        Command::new(std::env::current_exe().unwrap())
-            .arg("--child")
-            .env("KUBECONFIG", kubeconfig)
-            .env("BENCH_DNS_ZONES", zones)
-            .env("BENCH_AWS_ENDPOINT", endpoint)
-            .env("AWS_ACCESS_KEY_ID", "test")
-            .env("AWS_SECRET_ACCESS_KEY", "test")
-            .env("RUST_LOG", "warn")
-            .stdout(Stdio::null())
-            .stderr(Stdio::inherit()),
-    )
-    .unwrap()
+    support::controller(args, Vec::new(), blockwork_identity::Settings::default()).await;
 }
 
 /// How many Certs have their Secret written (`status.export`), and with which serial each.
@@ -128,8 +68,7 @@ async fn bench() {
     let quiet = Duration::from_secs(env_or("BENCH_QUIET_SECS", 600));
     let renewals = usize::try_from(env_or("BENCH_RENEWALS", 10)).unwrap().min(certs);
 
-    let plane = blockwork_testenv::control_plane::control_plane().await.unwrap();
-    plane.install_crds(&[Cert::crd()]).await.unwrap();
+    let plane = support::control_plane().await;
     let namespace = plane.namespace("bench-export").await.unwrap();
     let client = plane.client();
     let moto = blockwork_testenv::emulators::moto().await.unwrap();
@@ -142,7 +81,7 @@ async fn bench() {
     proxy.enforce_quotas(Quotas::aws());
     let zone_flag = zones.iter().map(|(id, name)| format!("{name}:{id}")).collect::<Vec<_>>().join(",");
     let kube = KubeProxy::start(plane).await.unwrap();
-    let operator = spawn_operator(kube.kubeconfig_path(), &zone_flag, &proxy.endpoint());
+    let operator = support::spawn_operator(kube.kubeconfig_path(), &proxy.endpoint(), None, &[("BENCH_DNS_ZONES", &zone_flag)]);
     tokio::time::sleep(Duration::from_secs(2)).await;
     let (idle_rss, _) = operator.memory().unwrap();
 
@@ -226,10 +165,7 @@ async fn bench() {
     let (rss_quiet, hwm_quiet) = operator.memory().unwrap();
     operator.kill();
 
-    let mut load = String::new();
-    if let Ok(text) = std::fs::read_to_string("/proc/loadavg") {
-        load = text.split_whitespace().take(3).collect::<Vec<_>>().join(" ");
-    }
+    let load = support::load_average();
     println!();
     println!(
         "| {certs} exporting Certs created at once ({ZONES} hosted zones, concurrency {CONCURRENCY}, default quotas; the proxy throttles with AWS's) | |"

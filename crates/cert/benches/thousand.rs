@@ -19,6 +19,10 @@
 //! 3. memory with 2,500 Certs (ACM's default quota per account and region): `BENCH_EXTRA_CERTS`
 //!    (default 1,500) more are created and the child's VmRSS/VmHWM read when all are Ready.
 //!
+//! `BENCH_TRACES=1` runs the controller with its traces exported to a real collector (Jaeger),
+//! as `blockwork run` exports them with `OTEL_EXPORTER_OTLP_ENDPOINT`: the same figures with
+//! traces on, to compare with a run without.
+//!
 //! `BENCH_CERTS` changes the first count and `BENCH_QUOTA` the account's quotas, in the proxy and
 //! the operator alike, as `--aws-quota` takes them (for development: e.g.
 //! `acm.RequestCertificate=50,acm.DescribeCertificate=50` reaches 2,500 Certs in a minute). Not run by `cargo test` (it exits at
@@ -26,41 +30,27 @@
 
 #![allow(clippy::unwrap_used, clippy::panic, clippy::print_stdout, clippy::print_stderr)]
 
+mod support;
+
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use aws_config::BehaviorVersion;
+use blockwork_aws::AwsArgs;
 use blockwork_aws::quota::{Override, Quotas, Service};
-use blockwork_aws::{Aws, AwsArgs, AwsMetrics, Seed};
-use blockwork_cert::{Cert, CertArgs, CertConfig, CertMetrics, CertSpec, CertState};
-use blockwork_runtime::RuntimeMetrics;
+use blockwork_cert::{Cert, CertArgs, CertSpec, CertState};
 use blockwork_testenv::fault_proxy::FaultProxy;
 use blockwork_testenv::measure::{MeasuredChild, mib};
 use futures::{StreamExt as _, TryStreamExt as _};
 use kube::api::{Api, ListParams, PostParams};
-use kube::{Client, CustomResourceExt as _};
-use prometheus_client::registry::Registry;
-
-/// The allocator of the `blockwork` binary (its main.rs), so that the child's memory is the
-/// operator's.
-#[global_allocator]
-static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
+use support::{CONCURRENCY, env_or, metric_sum};
 
 /// Hosted zones the Certs are spread over (round robin), in one account.
 const ZONES: usize = 8;
-/// The operator's default (`blockwork run`).
-const CONCURRENCY: u16 = 3;
 /// docs/benchmarks.md before the AWS layer (the same command): time until 1,000 Ready, and
 /// AWS calls per Ready certificate and hour at steady state.
 const BEFORE_READY_SECONDS: f64 = 627.0;
 const BEFORE_CALLS_PER_CERTIFICATE_HOUR: f64 = 0.97;
-
-fn env_or(name: &str, default: u64) -> u64 {
-    std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or(default)
-}
 
 /// `BENCH_QUOTA`: the account's quotas where they differ from AWS's defaults.
 fn quota_overrides() -> Vec<Override> {
@@ -73,87 +63,23 @@ fn quota_overrides() -> Vec<Override> {
 }
 
 fn main() {
-    let args: Vec<String> = std::env::args().collect();
-    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().unwrap();
-    if args.iter().any(|a| a == "--child") {
-        runtime.block_on(child());
-    } else if args.iter().any(|a| a == "--bench") {
-        runtime.block_on(bench());
-    } else {
-        println!("the cert benchmark runs with `cargo bench -p blockwork-cert --bench thousand`");
-    }
+    support::main("thousand", child(), bench());
 }
 
-/// The child: the cert controller with the default flags, over all namespaces, until killed;
-/// its metrics go to `BENCH_METRICS_FILE` every second.
+/// The child: the cert controller with the default flags and the bench's hosted zones.
 async fn child() {
-    let client = Client::try_default().await.unwrap();
     let args = CertArgs { dns_zones: std::env::var("BENCH_DNS_ZONES").unwrap(), ..CertArgs::default() };
-    let config = CertConfig::from_args(&args).unwrap();
-    let aws_args = AwsArgs {
-        endpoint_url: Some(std::env::var("BENCH_AWS_ENDPOINT").unwrap()),
-        region: Some("us-east-1".into()),
-        quotas: quota_overrides(),
-        ..AwsArgs::default()
-    };
-    let (aws_config, _) = aws_args.config().unwrap();
-    let mut registry = Registry::default();
-    let metrics = CertMetrics::register(registry.sub_registry_with_prefix("cert_operator"));
-    let runtime_metrics = RuntimeMetrics::register(registry.sub_registry_with_prefix("blockwork"));
-    let aws_metrics = Arc::new(AwsMetrics::register(&mut registry, &[Seed::Cert]));
-    let registry = Arc::new(registry);
-    let file = PathBuf::from(std::env::var("BENCH_METRICS_FILE").unwrap());
-    tokio::spawn(async move {
-        let mut tick = tokio::time::interval(Duration::from_secs(1));
-        loop {
-            tick.tick().await;
-            let mut text = String::new();
-            prometheus_client::encoding::text::encode(&mut text, &registry).unwrap();
-            let partial = file.with_extension("partial");
-            std::fs::write(&partial, text).unwrap();
-            std::fs::rename(&partial, &file).unwrap();
-        }
-    });
-    let aws = Aws::new(aws_config, aws_metrics);
-    let identities = blockwork_identity::Identities::new(client.clone(), blockwork_identity::Settings::default());
-    blockwork_cert::run(
-        client,
-        config,
-        aws,
-        identities,
-        runtime_metrics,
-        metrics,
-        blockwork_runtime::Namespaces::All,
-        CONCURRENCY,
-        std::future::pending(),
-    )
-    .await;
+    support::controller(args, quota_overrides(), blockwork_identity::Settings::default()).await;
 }
 
-/// The bench binary itself in `--child` mode: the cert controller.
-fn spawn_operator(kubeconfig: &Path, zones: &str, endpoint: &str, metrics_file: &Path) -> MeasuredChild {
-    MeasuredChild::spawn(
-        Command::new(std::env::current_exe().unwrap())
-            .arg("--child")
-            .env("KUBECONFIG", kubeconfig)
-            .env("BENCH_DNS_ZONES", zones)
-            .env("BENCH_AWS_ENDPOINT", endpoint)
-            .env("BENCH_METRICS_FILE", metrics_file)
-            .env("AWS_ACCESS_KEY_ID", "test")
-            .env("AWS_SECRET_ACCESS_KEY", "test")
-            .env("RUST_LOG", "warn")
-            .stdout(Stdio::null())
-            .stderr(Stdio::inherit()),
-    )
-    .unwrap()
-}
-
-/// The sum of every sample of `name` in the text exposition `text`.
-fn metric_sum(text: &str, name: &str) -> f64 {
-    text.lines()
-        .filter(|l| l.starts_with(name) && l[name.len()..].starts_with(['{', ' ']))
-        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-        .fold(0.0, |sum, value| sum + value)
+/// `BENCH_TRACES=1`: the controller exports its traces to a real collector (Jaeger, as the
+/// integration tests start it), for the overhead of traces on against off.
+async fn traces_endpoint() -> Option<String> {
+    if std::env::var("BENCH_TRACES").is_ok_and(|v| v == "1") {
+        Some(blockwork_testenv::collector::jaeger().await.unwrap().otlp_http())
+    } else {
+        None
+    }
 }
 
 async fn create_zones(endpoint: &str, namespace: &str) -> Vec<(String, String)> {
@@ -255,8 +181,7 @@ async fn bench() {
     let extra = usize::try_from(env_or("BENCH_EXTRA_CERTS", 1500)).unwrap();
     let quiet = Duration::from_secs(env_or("BENCH_QUIET_SECS", 600));
 
-    let plane = blockwork_testenv::control_plane::control_plane().await.unwrap();
-    plane.install_crds(&[Cert::crd()]).await.unwrap();
+    let plane = support::control_plane().await;
     let namespace = plane.namespace("bench-certs").await.unwrap();
     let client = plane.client();
     let moto = blockwork_testenv::emulators::moto().await.unwrap();
@@ -266,9 +191,12 @@ async fn bench() {
     proxy.enforce_quotas(Quotas::aws().with(&quota_overrides()));
     let zone_flag = zones.iter().map(|(name, id)| format!("{name}:{id}")).collect::<Vec<_>>().join(",");
     let metrics_file = plane.dir().join("cert-bench-metrics.txt");
-    let _ = std::fs::remove_file(&metrics_file);
-
-    let operator = spawn_operator(plane.kubeconfig_path(), &zone_flag, &proxy.endpoint(), &metrics_file);
+    let traces = traces_endpoint().await;
+    let mut env = vec![("BENCH_DNS_ZONES", zone_flag.as_str())];
+    if let Some(endpoint) = &traces {
+        env.push((support::TRACES_ENDPOINT, endpoint));
+    }
+    let operator = support::spawn_operator(plane.kubeconfig_path(), &proxy.endpoint(), Some(&metrics_file), &env);
     tokio::time::sleep(Duration::from_secs(2)).await;
     let (idle_rss, _) = operator.memory().unwrap();
 
@@ -345,11 +273,13 @@ async fn bench() {
     let throttled_at_end: usize = proxy.all_throttled().values().sum();
     operator.kill();
 
+    let traced = if traces.is_some() { "traces exported to Jaeger" } else { "traces off" };
     println!();
     println!(
-        "| {certs} Certs created at once ({ZONES} hosted zones in one account, concurrency {CONCURRENCY}, default quotas; the proxy throttles with AWS's) | now | before the AWS layer |"
+        "| {certs} Certs created at once ({ZONES} hosted zones in one account, concurrency {CONCURRENCY}, default quotas; the proxy throttles with AWS's; {traced}) | now | before the AWS layer |"
     );
     println!("|---|---|---|");
+    println!("| load average at the end (1, 5, 15 min; the machine is shared) | {} | |", support::load_average());
     println!("| Certs created (API server) | {:.1} s | |", created_in.as_secs_f64());
     println!("| **time until all Ready** | **{:.0} s** | {BEFORE_READY_SECONDS:.0} s |", all_ready.as_secs_f64());
     println!(

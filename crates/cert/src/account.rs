@@ -18,6 +18,7 @@ use blockwork_aws::acm::{Acm, AcmConfig};
 use blockwork_aws::route53::Zone as HostedZone;
 use blockwork_aws::{Aws, AwsError, Principal};
 use blockwork_identity::{Grant, Identities, OperatorZone, Refusal};
+use blockwork_runtime::trace::Traced;
 use blockwork_runtime::{ErrorClass, ExternalError};
 use tokio::sync::broadcast;
 use tokio::task::JoinHandle;
@@ -73,7 +74,7 @@ pub struct Accounts {
     acm: AcmConfig,
     /// By the principal of the identity's shared work.
     listings: Mutex<HashMap<Principal, Arc<Acm>>>,
-    changes: broadcast::Sender<Vec<String>>,
+    changes: broadcast::Sender<Traced<Vec<String>>>,
     /// Each listing's sweeps and the forwarding of its changes: as long as the controller runs.
     tasks: Mutex<Vec<JoinHandle<()>>>,
 }
@@ -109,6 +110,13 @@ impl Accounts {
         Ok(CertAccount { grant, acm, zones })
     }
 
+    /// The share of the controller's concurrency `namespace`'s Certs take: its AwsIdentity's, so
+    /// that each account's Certs have reconciles in flight of their own (`blockwork_runtime::shares`).
+    /// `operator` for an unmapped namespace; `""` for one refused (which makes no call).
+    pub async fn share(&self, namespace: &str) -> String {
+        self.identities.grant(namespace, &self.operator_zones).await.map(|grant| grant.identity.to_string()).unwrap_or_default()
+    }
+
     /// The certificate listing of an identity's account, started (swept in the background, its
     /// changes forwarded) the first time one of its Certs is looked at.
     fn listing(&self, principal: &Principal) -> Arc<Acm> {
@@ -140,8 +148,9 @@ impl Accounts {
         self.aws.account_id(crate::CONTROLLER, principal).await
     }
 
-    /// The ARNs of certificates that changed, after each sweep of any listing.
-    pub fn changes(&self) -> broadcast::Receiver<Vec<String>> {
+    /// The ARNs of certificates that changed, after each sweep of any listing, with the sweep's
+    /// span.
+    pub fn changes(&self) -> broadcast::Receiver<Traced<Vec<String>>> {
         self.changes.subscribe()
     }
 }

@@ -340,6 +340,11 @@ impl ExternalResource for CertManager {
         let state = report.object.status.as_ref().and_then(|s| s.observation.state).unwrap_or_default();
         self.metrics.reconciled(state, report.succeeded(), report.duration);
     }
+
+    /// The namespace's AwsIdentity: each account's Certs have reconciles in flight of their own.
+    async fn share(&self, cert: &Cert) -> String {
+        self.accounts.share(&cert.namespace().unwrap_or_default()).await
+    }
 }
 
 impl CertManager {}

@@ -13,11 +13,11 @@ use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
+use blockwork_runtime::trace::exemplar::{self, TracedHistogram};
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
-use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
 
 /// Seed 000's metric names (as exposed) and the labels of each, which dashboards and the shipped
@@ -98,7 +98,7 @@ pub struct CertMetrics {
     not_tracked: Counter,
     certificates: Family<StateLabels, Gauge>,
     tracking: Mutex<Tracking>,
-    reconcile_duration: Family<ReconcileLabels, Histogram>,
+    reconcile_duration: Family<ReconcileLabels, TracedHistogram>,
 }
 
 impl CertMetrics {
@@ -141,7 +141,7 @@ impl CertMetrics {
                 tracked: HashSet::new(),
             }),
             reconcile_duration: Family::new_with_constructor(|| {
-                Histogram::new([0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0])
+                TracedHistogram::new([0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0].into_iter())
             }),
         }
     }
@@ -206,10 +206,10 @@ impl CertMetrics {
         }
     }
 
-    /// One reconcile of a Cert that began in `state`.
+    /// One reconcile of a Cert that began in `state`, observed within its span (the exemplar).
     pub fn reconciled(&self, state: crate::api::CertState, success: bool, duration: Duration) {
         let labels = ReconcileLabels { state: state.as_str().to_owned(), success: success.to_string() };
-        self.reconcile_duration.get_or_create(&labels).observe(duration.as_secs_f64());
+        exemplar::observe(&self.reconcile_duration.get_or_create(&labels), duration.as_secs_f64());
     }
 }
 

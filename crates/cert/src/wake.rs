@@ -15,7 +15,8 @@
 //!   issued before the Cert's status held it, and the records waited past the suite's budget).
 //!
 //! Which Cert holds what comes from the controller's own cache of Certs (their statuses), so
-//! nothing is kept beside them.
+//! nothing is kept beside them. A reconcile woken by a sweep or a batch links to its span, so its
+//! trace tells what woke it (the sweep's ListCertificates, the batch's ChangeResourceRecordSets).
 
 use std::collections::HashSet;
 use std::sync::Arc;
@@ -24,6 +25,7 @@ use std::time::Duration;
 use blockwork_aws::dns_name;
 use blockwork_aws::route53::Records;
 use blockwork_runtime::Context;
+use blockwork_runtime::trace::{SpanContext, Traced};
 use kube::ResourceExt;
 use kube::runtime::reflector::ObjectRef;
 use tokio::sync::broadcast::error::RecvError;
@@ -63,17 +65,17 @@ pub async fn follow(context: Arc<Context<CertManager>>, accounts: Arc<Accounts>,
                 woken = listed;
             }
             changed = certificates.recv() => match changed {
-                Ok(arns) => {
+                Ok(Traced { value: arns, span }) => {
                     let arns: HashSet<String> = arns.into_iter().collect();
-                    wake(&context, |cert| holds_certificate(cert, &arns));
+                    wake(&context, span, |cert| holds_certificate(cert, &arns));
                 }
                 Err(RecvError::Lagged(missed)) => debug!(missed, "certificate changes were missed; the Certs' requeues cover them"),
                 Err(RecvError::Closed) => return,
             },
             done = written.recv() => match done {
-                Ok(records) => {
+                Ok(Traced { value: records, span }) => {
                     let records: HashSet<(String, String)> = records.into_iter().collect();
-                    wake(&context, |cert| waits_for_records(cert, &records));
+                    wake(&context, span, |cert| waits_for_records(cert, &records));
                 }
                 Err(RecvError::Lagged(missed)) => debug!(missed, "record writes were missed; the Certs' requeues cover them"),
                 Err(RecvError::Closed) => return,
@@ -82,10 +84,12 @@ pub async fn follow(context: Arc<Context<CertManager>>, accounts: Arc<Accounts>,
     }
 }
 
-fn wake(context: &Context<CertManager>, concerned: impl Fn(&Cert) -> bool) {
+/// Wakes the Certs `concerned` by the work done in `span` (a sweep, a batch), their trigger
+/// linked to it.
+fn wake(context: &Context<CertManager>, span: Option<SpanContext>, concerned: impl Fn(&Cert) -> bool) {
     for cert in context.cached() {
         if concerned(&cert) {
-            context.wake(&ObjectRef::from_obj(cert.as_ref()));
+            context.wake_from(&ObjectRef::from_obj(cert.as_ref()), span.clone());
         }
     }
 }

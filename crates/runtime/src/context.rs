@@ -8,6 +8,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use futures::channel::mpsc::UnboundedSender;
 use kube::Client;
 use kube::runtime::reflector::{self, ObjectRef};
+use opentelemetry::trace::SpanContext;
 
 use crate::dependencies::Dependencies;
 use crate::events::Publisher;
@@ -104,11 +105,17 @@ impl<M: ExternalResource> Context<M> {
     /// of the external resource elsewhere than in a reconcile (a shared listing of many
     /// resources, a write done in the background). An object no watch holds is ignored.
     pub fn wake(&self, object: &ObjectRef<M::Object>) {
+        self.wake_from(object, crate::trace::span_context(&tracing::Span::current()));
+    }
+
+    /// [`Context::wake`] for work done in `span` (a sweep, a batch), which the reconcile's trace
+    /// links to: for work told through a channel ([`crate::trace::Traced`]), not running in the
+    /// span that wakes.
+    pub fn wake_from(&self, object: &ObjectRef<M::Object>, span: Option<SpanContext>) {
         let wakers = self.wakers.lock().unwrap_or_else(PoisonError::into_inner);
         for (store, waker) in wakers.iter() {
             if store.get(object).is_some() {
-                // The span of the work that woke it (a sweep, a batch), if any, for its trace.
-                self.triggers.note_from(object, Cause::Woken, crate::trace::span_context(&tracing::Span::current()));
+                self.triggers.note_from(object, Cause::Woken, span.clone());
                 // A closed channel: that watch has stopped; nothing to wake.
                 let _ = waker.unbounded_send(object.clone());
             }

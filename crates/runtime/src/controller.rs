@@ -20,11 +20,13 @@ use crate::error::Error;
 use crate::outcome::ErrorClass;
 use crate::reconcile::reconcile;
 use crate::resource::ExternalResource;
+use crate::shares::Shares;
 use crate::status::ManagedStatus;
 use crate::timing::{Requeue, requeue_delay};
 use crate::trace::Cause;
 
-/// Runs the controller for `M` over the objects `api` sees, until `shutdown` completes.
+/// Runs the controller for `M` over the objects `api` sees, until `shutdown` completes, with
+/// `concurrency` reconciles in flight per share of its objects ([`Shares`]).
 pub async fn run<M: ExternalResource>(
     api: Api<M::Object>,
     context: Arc<Context<M>>,
@@ -60,6 +62,20 @@ pub async fn run<M: ExternalResource>(
     let (waker, woken) = unbounded();
     context.wakers.lock().unwrap_or_else(PoisonError::into_inner).push((reader.clone(), waker));
     let shutdown = shutdown.boxed().shared();
+    let shares = Arc::new(Shares::new(concurrency));
+    let stopping = shutdown.clone();
+    // kube-runtime's own limit stays off (0: unbounded): the shares are the limit.
+    let reconcile_in_share = move |object: Arc<M::Object>, context: Arc<Context<M>>| {
+        let (shares, stopping) = (Arc::clone(&shares), stopping.clone());
+        async move {
+            let share = context.manager.share(&object).await;
+            match shares.enter(&share, stopping).await {
+                Some(_place) => reconcile(object, context).await,
+                // Stopping: nothing was done; the next process looks at the object again.
+                None => Ok(Action::await_change()),
+            }
+        }
+    };
     // Its own backoff (above) paces the watch; its errors stay out of the controller's shared
     // backoff, which would hold back the dependency changes and wake-ups too (`watches.rs`).
     let triggers = crate::watches::on_its_own(name, M::Object::kind(&()).into_owned(), triggers);
@@ -68,9 +84,9 @@ pub async fn run<M: ExternalResource>(
     let controller = Controller::for_stream(triggers, reader.clone())
         .reconcile_on(dependency_changes)
         .reconcile_on(woken)
-        .with_config(RunConfig::default().concurrency(concurrency))
+        .with_config(RunConfig::default().concurrency(0))
         .graceful_shutdown_on(shutdown.clone())
-        .run(reconcile::<M>, error_policy::<M>, Arc::clone(&context))
+        .run(reconcile_in_share, error_policy::<M>, Arc::clone(&context))
         .for_each(|result| async move {
             match result {
                 Ok((object, _)) => debug!(controller = name, %object, "reconciled"),

@@ -30,6 +30,7 @@ pub mod policy;
 pub mod rbac;
 mod reconcile;
 pub mod resource;
+pub mod shares;
 pub mod shutdown;
 pub mod status;
 pub mod timing;

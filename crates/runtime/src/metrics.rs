@@ -1,5 +1,6 @@
 //! Metrics every operator on the runtime shares. Labels are bounded: controller names, states,
-//! results, operations and error classes, never object names.
+//! results, operations and error classes, never object names. The duration histograms carry the
+//! trace of an observation per bucket as its exemplar ([`crate::trace::exemplar`]).
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -9,10 +10,11 @@ use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
-use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+use prometheus_client::metrics::histogram::exponential_buckets;
 use prometheus_client::registry::Registry;
 
 use crate::status::ReconcileState;
+use crate::trace::exemplar::{self, TracedHistogram};
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ReconcileLabels {
@@ -50,10 +52,10 @@ pub struct OperationLabels {
 #[derive(Debug)]
 pub struct RuntimeMetrics {
     reconciles: Family<ReconcileLabels, Counter>,
-    reconcile_duration: Family<ControllerLabels, Histogram>,
+    reconcile_duration: Family<ControllerLabels, TracedHistogram>,
     objects: Family<StateLabels, Gauge>,
     external_calls: Family<CallLabels, Counter>,
-    external_call_duration: Family<OperationLabels, Histogram>,
+    external_call_duration: Family<OperationLabels, TracedHistogram>,
     /// The last state counted for each object, so the gauge moves on transitions and deletions.
     states: Mutex<HashMap<(String, String), ReconcileState>>,
 }
@@ -62,10 +64,10 @@ impl RuntimeMetrics {
     pub fn register(registry: &mut Registry) -> Arc<Self> {
         let metrics = Self {
             reconciles: Family::default(),
-            reconcile_duration: Family::new_with_constructor(|| Histogram::new(exponential_buckets(0.005, 2.0, 14))),
+            reconcile_duration: Family::new_with_constructor(|| TracedHistogram::new(exponential_buckets(0.005, 2.0, 14))),
             objects: Family::default(),
             external_calls: Family::default(),
-            external_call_duration: Family::new_with_constructor(|| Histogram::new(exponential_buckets(0.005, 2.0, 14))),
+            external_call_duration: Family::new_with_constructor(|| TracedHistogram::new(exponential_buckets(0.005, 2.0, 14))),
             states: Mutex::default(),
         };
         registry.register("reconciles", "Reconciles by controller and result", metrics.reconciles.clone());
@@ -80,18 +82,22 @@ impl RuntimeMetrics {
         Arc::new(metrics)
     }
 
+    /// One reconcile, observed within its span (its exemplar).
     pub fn reconciled(&self, controller: &str, result: &str, duration: Duration) {
         self.reconciles.get_or_create(&ReconcileLabels { controller: controller.to_owned(), result: result.to_owned() }).inc();
-        self.reconcile_duration.get_or_create(&ControllerLabels { controller: controller.to_owned() }).observe(duration.as_secs_f64());
+        let histogram = self.reconcile_duration.get_or_create(&ControllerLabels { controller: controller.to_owned() });
+        exemplar::observe(&histogram, duration.as_secs_f64());
     }
 
+    /// One call to the operator, observed within the reconcile's span (its exemplar).
     pub fn external_call(&self, controller: &str, operation: &str, result: &str, duration: Duration) {
         self.external_calls
             .get_or_create(&CallLabels { controller: controller.to_owned(), operation: operation.to_owned(), result: result.to_owned() })
             .inc();
-        self.external_call_duration
-            .get_or_create(&OperationLabels { controller: controller.to_owned(), operation: operation.to_owned() })
-            .observe(duration.as_secs_f64());
+        let histogram = self
+            .external_call_duration
+            .get_or_create(&OperationLabels { controller: controller.to_owned(), operation: operation.to_owned() });
+        exemplar::observe(&histogram, duration.as_secs_f64());
     }
 
     /// Records the state of one object (by UID); `None` when the object is gone.

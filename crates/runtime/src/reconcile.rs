@@ -47,9 +47,12 @@ pub async fn reconcile<M: ExternalResource>(object: Arc<M::Object>, context: Arc
         }
     };
     let duration = started.elapsed();
-    context.metrics.reconciled(context.config.name, label, duration);
     let calls = calls.0.into_inner().unwrap_or_else(PoisonError::into_inner);
-    context.manager.reconciled(&Report { object: object.as_ref(), calls: &calls, kubernetes_succeeded: result.is_ok(), duration });
+    // Within the span: the duration histograms name its trace as their exemplar.
+    span.in_scope(|| {
+        context.metrics.reconciled(context.config.name, label, duration);
+        context.manager.reconciled(&Report { object: object.as_ref(), calls: &calls, kubernetes_succeeded: result.is_ok(), duration });
+    });
     result
 }
 

@@ -230,4 +230,13 @@ pub trait ExternalResource: Send + Sync + 'static {
     fn asks(&self, _object: &Self::Object) -> Asks {
         Asks::default()
     }
+
+    /// Which share of the controller's concurrency `object`'s reconciles take
+    /// ([`crate::shares`]): each share has the controller's concurrency of reconciles in flight
+    /// of its own. An operator whose objects act in AWS accounts of their own answers the
+    /// AwsIdentity the object acts as (ADR 0014), so that one account's work never queues behind
+    /// another's. One share for every object by default.
+    fn share(&self, _object: &Self::Object) -> impl Future<Output = String> + Send {
+        std::future::ready(String::new())
+    }
 }

@@ -6,12 +6,14 @@
 //!   `traceparent`, see [`Join`]), with its trigger and the time it waited in the queue
 //!   ([`Triggers`]), its [`outcome`] and next [`requeue`];
 //! - [`kubernetes_write`]: each write to the API server (status, finalizer, spec, Secret, Event);
-//! - the AWS layer's calls and Route 53 batches (`blockwork_aws::edge`, `route53`).
+//! - the AWS layer's calls and Route 53 batches (`blockwork_aws::edge`, `route53`);
+//! - the [`exemplar`]s of the latency histograms, which name the trace an observation was part of.
 //!
 //! Off unless `blockwork run` installs an exporter ([`enable`]): the spans' target, [`TARGET`],
 //! is then enabled for no subscriber, so a span costs what a disabled `tracing` callsite costs
 //! (one relaxed load) and the trigger ledger does nothing.
 
+pub mod exemplar;
 mod join;
 mod triggers;
 
@@ -19,12 +21,14 @@ use std::future::Future;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use opentelemetry::trace::{SpanContext, TraceContextExt as _};
+use opentelemetry::trace::TraceContextExt as _;
 use tracing::field::Empty;
 use tracing::{Instrument as _, Span};
 use tracing_opentelemetry::OpenTelemetrySpanExt as _;
 
 pub use join::{Join, TRACEPARENT_ANNOTATION, TRACESTATE_ANNOTATION, join, remote_parent};
+/// What a span's links and parents are made of, for the crates that pass them on.
+pub use opentelemetry::trace::SpanContext;
 pub use triggers::{Cause, Trigger, Triggers};
 
 /// The target of every Blockwork span: what the exporter's layer listens to, and what the log
@@ -89,6 +93,15 @@ pub fn reconcile(controller: &'static str, kind: &str, namespace: &str, name: &s
         span.record("span_id", context.span_id().to_string());
     }
     span
+}
+
+/// What background work tells the controllers (certificates a listing sweep found changed,
+/// records a Route 53 batch wrote), with the span of that work, if it is exported: the
+/// reconciles it wakes link to it ([`crate::Context::wake_from`]).
+#[derive(Clone, Debug)]
+pub struct Traced<T> {
+    pub value: T,
+    pub span: Option<SpanContext>,
 }
 
 /// The OpenTelemetry context of `span`, if it is exported (enabled and sampled).

@@ -4,8 +4,8 @@
 //! hosted zone (moto, whose AssumeRole switches accounts). The fault proxies in front of both
 //! share what they learn of accounts, check each role's ExternalId and throttle as AWS does
 //! (`Quotas::aws()`), one set of buckets per account. The tenant controller runs in this process
-//! with the operator's defaults (AWS's quotas × 0.8, seed 001's intervals, concurrency 3,
-//! unmapped namespaces refused) and its mapping follower, as `blockwork run` has it.
+//! with the operator's defaults (AWS's quotas × 0.8, seed 001's intervals, concurrency 3 per
+//! AwsIdentity, unmapped namespaces refused) and its mapping follower, as `blockwork run` has it.
 //!
 //!     cargo bench -p blockwork-tenant --bench accounts
 //!
@@ -14,51 +14,30 @@
 //! metric). `BENCH_ACCOUNTS` (default 4) and `BENCH_TENANTS` (default 200, in all) change the
 //! sizes. Not run by `cargo test` (it exits at once without `--bench`).
 
-#![allow(dead_code, clippy::unwrap_used, clippy::panic, clippy::print_stdout, clippy::print_stderr)]
+#![allow(clippy::unwrap_used, clippy::panic, clippy::print_stdout, clippy::print_stderr)]
 
-#[path = "../tests/support/mod.rs"]
 mod support;
 
 use std::collections::BTreeMap;
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use blockwork_aws::quota::{Quotas, Service};
-use blockwork_aws::{Aws, AwsArgs, AwsMetrics, Endpoint, Seed};
-use blockwork_identity::{AwsIdentity, AwsIdentitySpec, HostedZoneGrant, Identities, Settings, Unmapped};
-use blockwork_runtime::{Context, ControllerConfig, RuntimeMetrics};
+use blockwork_aws::quota::Quotas;
+use blockwork_identity::{AwsIdentity, AwsIdentitySpec, HostedZoneGrant, Settings, Unmapped};
+use blockwork_runtime::Namespaces;
 use blockwork_tenant::api::{DnsConfig, DnsProvider, DomainName};
-use blockwork_tenant::cloudfront::Sdk;
-use blockwork_tenant::dns::Route53;
-use blockwork_tenant::{CONTROLLER, DistributionTenant, DistributionTenantSpec, GROUP, TenantManager, TenantMetrics};
+use blockwork_tenant::{DistributionTenant, DistributionTenantSpec};
 use blockwork_testenv::accounts::AccountBook;
-use blockwork_testenv::aws::{
-    as_role, fresh_account, hosted_zone, in_ministack_account, request_certificate, sdk_config, tenant_only_distribution,
-};
+use blockwork_testenv::aws::{as_role, fresh_account, hosted_zone, in_ministack_account, request_certificate, tenant_only_distribution};
 use blockwork_testenv::control_plane::ControlPlane;
 use blockwork_testenv::emulators::{accounts_moto, ministack};
 use blockwork_testenv::fault_proxy::FaultProxy;
 use futures::{StreamExt as _, TryStreamExt as _};
-use kube::CustomResourceExt as _;
 use kube::api::{Api, ListParams, PostParams};
-use prometheus_client::registry::Registry;
-use support::{condition, default_connection_group};
-
-/// The operator's default (`blockwork run`).
-const CONCURRENCY: u16 = 3;
-
-fn env_or(name: &str, default: usize) -> usize {
-    std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or(default)
-}
+use support::fixtures::{condition, default_connection_group};
+use support::{CONCURRENCY, Controller, env_or, merged};
 
 fn main() {
-    let args: Vec<String> = std::env::args().collect();
-    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().unwrap();
-    if args.iter().any(|a| a == "--bench") {
-        runtime.block_on(bench());
-    } else {
-        println!("the tenant accounts benchmark runs with `cargo bench -p blockwork-tenant --bench accounts` (minutes, 200 tenants)");
-    }
+    support::main("accounts", bench());
 }
 
 /// A team: its namespace, mapped to a role in an account of its own holding its distribution
@@ -120,21 +99,10 @@ async fn ready_by_namespace(api: &Api<DistributionTenant>) -> BTreeMap<String, u
     counts
 }
 
-fn merged(proxies: &[&FaultProxy], of: impl Fn(&FaultProxy) -> std::collections::HashMap<String, usize>) -> BTreeMap<String, usize> {
-    let mut all = BTreeMap::new();
-    for proxy in proxies {
-        for (operation, count) in of(proxy) {
-            *all.entry(operation).or_default() += count;
-        }
-    }
-    all
-}
-
 async fn bench() {
     let accounts = env_or("BENCH_ACCOUNTS", 4);
     let tenants = env_or("BENCH_TENANTS", 200);
-    let plane = blockwork_testenv::control_plane::control_plane().await.unwrap();
-    plane.install_crds(&[DistributionTenant::crd(), AwsIdentity::crd()]).await.unwrap();
+    let plane = support::control_plane().await;
     let (moto, ministack) = (accounts_moto().await.unwrap().endpoint(), ministack().await.unwrap().endpoint());
     let book = AccountBook::default();
     let mut teams = Vec::new();
@@ -154,40 +122,9 @@ async fn bench() {
     dns_proxy.enforce_quotas(Quotas::aws());
 
     // The controller, in this process, with the operator's defaults and its mapping follower.
-    let (mut config, _) = AwsArgs { region: Some("us-east-1".into()), ..AwsArgs::default() }.config().unwrap();
-    let endpoint = |service, url: String| Endpoint { controller: None, service, url };
-    config.endpoints = vec![
-        endpoint(Service::CloudFront, proxy.endpoint()),
-        endpoint(Service::Acm, proxy.endpoint()),
-        endpoint(Service::Route53, dns_proxy.endpoint()),
-        endpoint(Service::Sts, dns_proxy.endpoint()),
-    ];
-    let mut registry = Registry::default();
-    let metrics = TenantMetrics::register(registry.sub_registry_with_prefix(blockwork_tenant::metrics::PREFIX));
-    let runtime_metrics = RuntimeMetrics::register(&mut registry);
-    let aws_metrics = Arc::new(AwsMetrics::register(&mut registry, &[Seed::Tenant]));
-    let aws = Aws::with_sdk_config(config, sdk_config(&dns_proxy.endpoint()).await, Arc::clone(&aws_metrics));
-    let identities = Identities::new(plane.client(), Settings { cluster: "bench".to_owned(), unmapped: Unmapped::Refuse });
-    let manager = TenantManager::new(
-        Sdk::new(&aws),
-        Some(Route53::new(aws.records())),
-        Arc::clone(&identities),
-        Arc::clone(&metrics),
-        &aws,
-        plane.client(),
-    );
-    let config = ControllerConfig::new(CONTROLLER, GROUP).with_timing(blockwork_tenant::default_timing());
-    let context = Context::new(plane.client(), manager, config, runtime_metrics);
-    let namespaces = blockwork_runtime::Namespaces::Only(teams.iter().map(|t| t.namespace.clone()).collect());
-    let client = plane.client();
-    let controller = tokio::spawn(async move {
-        let mappings = blockwork_identity::wake::follow(Arc::clone(&context), identities, Vec::new(), |o| o.aws_identity.as_deref());
-        let run = blockwork_runtime::run_in(&namespaces, |scope| {
-            let api: Api<DistributionTenant> = blockwork_runtime::namespaces::api(&client, scope.as_deref());
-            blockwork_runtime::run(api, Arc::clone(&context), CONCURRENCY, std::future::pending())
-        });
-        tokio::join!(mappings, run);
-    });
+    let namespaces = Namespaces::Only(teams.iter().map(|t| t.namespace.clone()).collect());
+    let settings = Settings { cluster: "bench".to_owned(), unmapped: Unmapped::Refuse };
+    let controller = Controller::start(plane, &proxy, &dns_proxy, settings, namespaces).await;
 
     let started = Instant::now();
     futures::stream::iter(0..tenants)
@@ -226,24 +163,17 @@ async fn bench() {
     };
     let calls = merged(&[&proxy, &dns_proxy], FaultProxy::all_calls);
     let throttled = merged(&[&proxy, &dns_proxy], FaultProxy::all_throttled);
-    controller.abort();
-    let operator_throttled: u64 = calls
-        .keys()
-        .map(|op| {
-            [Service::CloudFront, Service::Route53, Service::Acm, Service::Sts]
-                .iter()
-                .map(|s| aws_metrics.throttling_events(*s, op))
-                .sum::<u64>()
-        })
-        .sum();
+    controller.stop();
+    let operator_throttled = controller.throttled(calls.keys());
     let (fastest, slowest) =
         (account_done.values().min().copied().unwrap_or_default(), account_done.values().max().copied().unwrap_or_default());
 
     println!();
     println!(
-        "| {tenants} DistributionTenants created at once over {accounts} accounts (one namespace, AwsIdentity, distribution and hosted zone per account; concurrency {CONCURRENCY}, default quotas; the proxies throttle with AWS's buckets per account) | |"
+        "| {tenants} DistributionTenants created at once over {accounts} accounts (one namespace, AwsIdentity, distribution and hosted zone per account; concurrency {CONCURRENCY} per AwsIdentity, default quotas; the proxies throttle with AWS's buckets per account) | |"
     );
     println!("|---|---|");
+    println!("| load average at the end (1, 5, 15 min; the machine is shared) | {} |", support::load_average());
     println!("| objects created (API server) | {:.1} s |", created_in.as_secs_f64());
     println!("| **time until all Ready** | **{:.0} s** |", all_ready.as_secs_f64());
     println!("| an account's tenants all Ready: first / last account | {:.0} s / {:.0} s |", fastest.as_secs_f64(), slowest.as_secs_f64());

@@ -12,42 +12,27 @@
 //! `BENCH_TENANTS` changes the count. Not run by `cargo test` (it exits at once without
 //! `--bench`).
 
-#![allow(dead_code, clippy::unwrap_used, clippy::panic, clippy::print_stdout, clippy::print_stderr)]
+#![allow(clippy::unwrap_used, clippy::panic, clippy::print_stdout, clippy::print_stderr)]
 
-#[path = "../tests/support/mod.rs"]
 mod support;
 
-use std::collections::BTreeMap;
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use blockwork_aws::quota::{Quotas, Service};
-use blockwork_aws::{Aws, AwsArgs, AwsMetrics, Endpoint, Seed};
-use blockwork_runtime::{Context, ControllerConfig, RuntimeMetrics};
+use blockwork_aws::quota::Quotas;
+use blockwork_identity::Settings;
+use blockwork_runtime::Namespaces;
 use blockwork_tenant::api::{DnsConfig, DnsProvider, DomainName};
-use blockwork_tenant::cloudfront::Sdk;
-use blockwork_tenant::dns::Route53;
-use blockwork_tenant::{CONTROLLER, DistributionTenant, DistributionTenantSpec, GROUP, TenantManager, TenantMetrics};
+use blockwork_tenant::{DistributionTenant, DistributionTenantSpec};
 use blockwork_testenv::aws::{hosted_zone, request_certificate, sdk_config, tenant_only_distribution};
 use blockwork_testenv::emulators::{ministack, moto};
 use blockwork_testenv::fault_proxy::FaultProxy;
 use futures::{StreamExt as _, TryStreamExt as _};
-use kube::CustomResourceExt as _;
 use kube::api::{Api, ListParams, PostParams};
-use prometheus_client::registry::Registry;
-use support::{condition, default_connection_group};
-
-/// The operator's default (`blockwork run`).
-const CONCURRENCY: u16 = 3;
+use support::fixtures::{condition, default_connection_group};
+use support::{CONCURRENCY, Controller, merged};
 
 fn main() {
-    let args: Vec<String> = std::env::args().collect();
-    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().unwrap();
-    if args.iter().any(|a| a == "--bench") {
-        runtime.block_on(bench());
-    } else {
-        println!("the tenant benchmark runs with `cargo bench -p blockwork-tenant --bench two_hundred`");
-    }
+    support::main("two_hundred", bench());
 }
 
 async fn ready_count(api: &Api<DistributionTenant>) -> usize {
@@ -55,20 +40,9 @@ async fn ready_count(api: &Api<DistributionTenant>) -> usize {
     tenants.items.iter().filter(|t| condition(t, "Ready").is_some_and(|c| c.0 == "True")).count()
 }
 
-fn merged(proxies: &[&FaultProxy], of: impl Fn(&FaultProxy) -> std::collections::HashMap<String, usize>) -> BTreeMap<String, usize> {
-    let mut all = BTreeMap::new();
-    for proxy in proxies {
-        for (operation, count) in of(proxy) {
-            *all.entry(operation).or_default() += count;
-        }
-    }
-    all
-}
-
 async fn bench() {
-    let tenants: usize = std::env::var("BENCH_TENANTS").ok().and_then(|v| v.parse().ok()).unwrap_or(200);
-    let plane = blockwork_testenv::control_plane::control_plane().await.unwrap();
-    plane.install_crds(&[DistributionTenant::crd()]).await.unwrap();
+    let tenants = support::env_or("BENCH_TENANTS", 200);
+    let plane = support::control_plane().await;
     let namespace = plane.namespace("bench-tenants").await.unwrap();
     let ministack = ministack().await.unwrap().endpoint();
     let moto = moto().await.unwrap().endpoint();
@@ -90,26 +64,8 @@ async fn bench() {
     dns_proxy.enforce_quotas(Quotas::aws());
 
     // The controller, in this process, with the operator's defaults.
-    let (mut config, _) = AwsArgs { region: Some("us-east-1".into()), ..AwsArgs::default() }.config().unwrap();
-    let endpoint = |service, url: String| Endpoint { controller: None, service, url };
-    config.endpoints = vec![
-        endpoint(Service::CloudFront, proxy.endpoint()),
-        endpoint(Service::Acm, proxy.endpoint()),
-        endpoint(Service::Route53, dns_proxy.endpoint()),
-        endpoint(Service::Sts, dns_proxy.endpoint()),
-    ];
-    let mut registry = Registry::default();
-    let metrics = TenantMetrics::register(registry.sub_registry_with_prefix(blockwork_tenant::metrics::PREFIX));
-    let runtime_metrics = RuntimeMetrics::register(&mut registry);
-    let aws_metrics = Arc::new(AwsMetrics::register(&mut registry, &[Seed::Tenant]));
-    let aws = Aws::with_sdk_config(config, sdk_config(&proxy.endpoint()).await, Arc::clone(&aws_metrics));
-    let identities = blockwork_identity::Identities::new(plane.client(), blockwork_identity::Settings::default());
-    let manager =
-        TenantManager::new(Sdk::new(&aws), Some(Route53::new(aws.records())), identities, Arc::clone(&metrics), &aws, plane.client());
-    let config = ControllerConfig::new(CONTROLLER, GROUP).with_timing(blockwork_tenant::default_timing());
-    let context = Context::new(plane.client(), manager, config, runtime_metrics);
+    let controller = Controller::start(plane, &proxy, &dns_proxy, Settings::default(), Namespaces::Only(vec![namespace.clone()])).await;
     let api: Api<DistributionTenant> = Api::namespaced(plane.client(), &namespace);
-    let controller = tokio::spawn(blockwork_runtime::run(api.clone(), context, CONCURRENCY, std::future::pending()));
 
     let started = Instant::now();
     futures::stream::iter(0..tenants)
@@ -145,22 +101,15 @@ async fn bench() {
     };
     let calls = merged(&[&proxy, &dns_proxy], FaultProxy::all_calls);
     let throttled = merged(&[&proxy, &dns_proxy], FaultProxy::all_throttled);
-    controller.abort();
-    let operator_throttled: u64 = calls
-        .keys()
-        .map(|op| {
-            [Service::CloudFront, Service::Route53, Service::Acm, Service::Sts]
-                .iter()
-                .map(|s| aws_metrics.throttling_events(*s, op))
-                .sum::<u64>()
-        })
-        .sum();
+    controller.stop();
+    let operator_throttled = controller.throttled(calls.keys());
 
     println!();
     println!(
         "| {tenants} DistributionTenants created at once (CNAMEs in one hosted zone, concurrency {CONCURRENCY}, default quotas; the proxies throttle with AWS's buckets) | |"
     );
     println!("|---|---|");
+    println!("| load average at the end (1, 5, 15 min; the machine is shared) | {} |", support::load_average());
     println!("| objects created (API server) | {:.1} s |", created_in.as_secs_f64());
     println!("| **time until all Ready** | **{:.0} s** |", all_ready.as_secs_f64());
     for (operation, count) in &calls {

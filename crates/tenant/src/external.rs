@@ -377,4 +377,10 @@ impl<C: CloudFront + Acm, D: DnsRecords> ExternalResource for TenantManager<C, D
     fn asks(&self, object: &DistributionTenant) -> Asks {
         Asks { drift_policy: object.spec.drift_policy.map(DriftPolicy::from), dependencies: Vec::new() }
     }
+
+    /// The namespace's AwsIdentity: each account's tenants have reconciles in flight of their
+    /// own (`blockwork_runtime::shares`).
+    async fn share(&self, object: &DistributionTenant) -> String {
+        self.identity_of(object).await
+    }
 }

@@ -224,6 +224,13 @@ impl<C: CloudFront + Acm, D: DnsRecords> TenantManager<C, D> {
         check_certificate_coverage(spec, &names).map_err(|mismatch| validation(&mismatch).error)
     }
 
+    /// The name of the AwsIdentity `object`'s namespace acts as (`operator` when unmapped); `""`
+    /// for a namespace refused, which makes no call.
+    pub(super) async fn identity_of(&self, object: &DistributionTenant) -> String {
+        let grant = self.identities.grant(&object.namespace().unwrap_or_default(), &[]).await;
+        grant.map(|grant| grant.identity.to_string()).unwrap_or_default()
+    }
+
     /// What the calls of one reconcile act on, derived from the object once, by `verify`: its
     /// namespace's identity and, with `spec.dns`, the zone as the grant reaches it. A refusal —
     /// no identity for the namespace, or `spec.dns` outside its grant — comes back with nothing
