@@ -14,6 +14,9 @@ use clap::{CommandFactory as _, FromArgMatches as _};
 #[global_allocator]
 static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 
+/// The stack of each async worker thread (see where the runtime is built).
+const WORKER_STACK: usize = 8 << 20;
+
 fn main() -> ExitCode {
     let name = blockwork::cli::display_name(&std::env::args_os().next().unwrap_or_default());
     let cli = match Cli::from_arg_matches(&blockwork::cli::command(name).get_matches()) {
@@ -87,7 +90,10 @@ fn main() -> ExitCode {
                 Ok(selected) => selected,
                 Err(message) => usage_error("run", format!("invalid value for '--controllers': {message}")),
             };
-            let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+            // Reconciles are deep async state machines; unoptimized (`make dev`, the tests, the
+            // e2e node) their poll frames outgrow the 2 MiB default stack (a Cert reconcile since
+            // adoption and per-account shares). Only touched pages cost memory.
+            let runtime = match tokio::runtime::Builder::new_multi_thread().thread_stack_size(WORKER_STACK).enable_all().build() {
                 Ok(runtime) => runtime,
                 Err(e) => return report(Err(anyhow::Error::new(e).context("starting the async runtime"))),
             };

@@ -347,8 +347,6 @@ impl ExternalResource for CertManager {
     }
 }
 
-impl CertManager {}
-
 /// `Renewed=False` while ACM reports the managed renewal `FAILED`: the certificate still serves
 /// (the Cert stays Ready) but will expire, and a person must act before it does. Removed
 /// otherwise. Every call returns it, from the observation it leaves.

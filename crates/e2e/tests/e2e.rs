@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, Result, anyhow, bail, ensure};
 use blockwork_e2e::{Node, eventually, unique, workspace};
-use blockwork_testenv::collector::{Collector, Span};
+use blockwork_testenv::collector::{Collector, Span, Tree};
 use blockwork_testenv::emulators::{ACCOUNT_ID, Emulator};
 use libtest_mimic::{Arguments, Failed, Trial};
 use serde_json::Value;
@@ -1048,6 +1048,8 @@ fn cert_trace_reached_the_collector(suite: &Suite, namespace: &str, name: &str) 
         ensure!(!said.contains(ACCOUNT_ID), "a span tells the account id: {span:?}");
     }
     println!("e2e: the Cert's trace {trace_id} reached the collector from the pods ({} spans in all)", spans.len());
+    // The outline docs/observability.md shows as a trace from the node.
+    println!("e2e: the Cert's trace, as the collector has it:\n{}", Tree::of(&spans, &trace_id).outline());
     Ok(())
 }
 

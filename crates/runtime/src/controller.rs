@@ -70,7 +70,9 @@ pub async fn run<M: ExternalResource>(
         async move {
             let share = context.manager.share(&object).await;
             match shares.enter(&share, stopping).await {
-                Some(_place) => reconcile(object, context).await,
+                // On the heap: the reconcile's state machine is large, and held inline here it
+                // would be copied through every poll frame above it.
+                Some(_place) => Box::pin(reconcile(object, context)).await,
                 // Stopping: nothing was done; the next process looks at the object again.
                 None => Ok(Action::await_change()),
             }
