@@ -195,6 +195,9 @@ async fn bench() {
     let metrics = std::fs::read_to_string(&metrics_file).unwrap();
     let throttled = metric_sum(&metrics, "blockwork_aws_throttling_events_total");
     let waits = metric_sum(&metrics, "blockwork_aws_limiter_wait_seconds_sum");
+    // The emulator's own speed: how long one call took once the operator's buckets let it go.
+    let call_seconds = metric_sum(&metrics, "blockwork_aws_call_duration_seconds_sum");
+    let call_count = metric_sum(&metrics, "blockwork_aws_call_duration_seconds_count");
     operator.kill();
 
     // One account's floor: its share of ACM's quotas for the minimal calls.
@@ -232,6 +235,11 @@ async fn bench() {
     println!("| throttling answers from the proxy (AWS's buckets, per account) | {throttled_by_aws} |");
     println!("| throttling events (operator's metric) | {throttled} |");
     println!("| time calls waited for the operator's buckets, summed | {waits:.0} s |");
+    println!(
+        "| AWS calls per second until all Ready / mean time of one call (after the operator's buckets) | {:.1} / {:.0} ms |",
+        calls.values().sum::<usize>() as f64 / all_ready.as_secs_f64(),
+        1000.0 * call_seconds / call_count.max(1.0)
+    );
     println!("| operator VmRSS: idle / peak sampled / when all Ready | {} / {} / {} |", mib(idle_rss), mib(peak_rss), mib(rss_ready));
     println!("| operator VmHWM when all Ready | {} |", mib(hwm_ready));
     println!("| operator CPU until all Ready | {cpu:.1} s |");
