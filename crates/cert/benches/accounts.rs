@@ -2,7 +2,7 @@
 //! a role in an account of its own, 300 Certs each, all created at once against the local
 //! control plane and a moto whose AssumeRole switches accounts, behind the fault proxy, which
 //! tells the accounts apart, checks each role's ExternalId and throttles as AWS does: AWS's own
-//! buckets (`Quotas::aws()`, unscaled), one set per account.
+//! buckets (`Quotas::aws()`, unscaled unless `BENCH_QUOTA_SCALE` says), one set per account.
 //!
 //!     cargo bench -p blockwork-cert --bench accounts
 //!
@@ -17,6 +17,15 @@
 //! view, and the operator's own metric) and the operator's memory.
 //!
 //! `BENCH_ACCOUNTS` (default 8) and `BENCH_CERTS_PER_ACCOUNT` (default 300) change the sizes.
+//! `BENCH_QUOTA_SCALE` (default 1) runs at that fraction of AWS's quotas: the proxy's buckets
+//! (AWS's) and the operator's (its share, × 0.8) are both scaled by it, so the floor grows by
+//! 1 / factor while the AWS calls per second the emulator must answer shrink by the factor. On a
+//! machine where one moto cannot answer 8 accounts at AWS's full rates (about 64 calls/s), e.g.
+//!
+//!     BENCH_QUOTA_SCALE=0.05 BENCH_CERTS_PER_ACCOUNT=30 cargo bench -p blockwork-cert --bench accounts
+//!     BENCH_QUOTA_SCALE=0.05 BENCH_CERTS_PER_ACCOUNT=30 BENCH_ACCOUNTS=1 cargo bench -p blockwork-cert --bench accounts
+//!
+//! compare 8 accounts with one at a call rate the emulator keeps up with.
 //! Not run by `cargo test` (it exits at once without `--bench`).
 
 #![allow(clippy::unwrap_used, clippy::panic, clippy::print_stdout, clippy::print_stderr)]
@@ -26,8 +35,7 @@ mod support;
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
-use blockwork_aws::AwsArgs;
-use blockwork_aws::quota::{Quotas, Service};
+use blockwork_aws::quota::Service;
 use blockwork_cert::{Cert, CertArgs, CertSpec, CertState};
 use blockwork_identity::{AwsIdentity, AwsIdentitySpec, HostedZoneGrant, Settings, Unmapped};
 use blockwork_testenv::aws::{as_role, fresh_account, hosted_zone};
@@ -105,6 +113,7 @@ async fn bench() {
     let accounts = usize::try_from(support::env_or("BENCH_ACCOUNTS", 8)).unwrap();
     let per_account = usize::try_from(support::env_or("BENCH_CERTS_PER_ACCOUNT", 300)).unwrap();
     let total = accounts * per_account;
+    let scale = support::quota_scale();
 
     let plane = support::control_plane().await;
     let client = plane.client();
@@ -119,7 +128,7 @@ async fn bench() {
         identities.create(&PostParams::default(), &team.identity).await.unwrap();
     }
     // From now on the proxy throttles as AWS would, each account with its own buckets.
-    proxy.enforce_quotas(Quotas::aws());
+    proxy.enforce_quotas(support::aws_quotas(&[]));
     let metrics_file = plane.dir().join("cert-accounts-bench-metrics.txt");
     let operator = support::spawn_operator(plane.kubeconfig_path(), &proxy.endpoint(), Some(&metrics_file), &[]);
     tokio::time::sleep(Duration::from_secs(2)).await;
@@ -186,10 +195,13 @@ async fn bench() {
     let metrics = std::fs::read_to_string(&metrics_file).unwrap();
     let throttled = metric_sum(&metrics, "blockwork_aws_throttling_events_total");
     let waits = metric_sum(&metrics, "blockwork_aws_limiter_wait_seconds_sum");
+    // The emulator's own speed: how long one call took once the operator's buckets let it go.
+    let call_seconds = metric_sum(&metrics, "blockwork_aws_call_duration_seconds_sum");
+    let call_count = metric_sum(&metrics, "blockwork_aws_call_duration_seconds_count");
     operator.kill();
 
     // One account's floor: its share of ACM's quotas for the minimal calls.
-    let (config, _) = AwsArgs::default().config().unwrap();
+    let (config, _) = support::operator_aws_args(Vec::new()).config().unwrap();
     let acm = config.quotas.service(Service::Acm);
     let n = u64::try_from(per_account).unwrap();
     let floor_request = acm.operation("RequestCertificate").seconds_for(n);
@@ -200,7 +212,7 @@ async fn bench() {
 
     println!();
     println!(
-        "| {accounts} accounts × {per_account} Certs created at once (one namespace and AwsIdentity per account, a hosted zone in each; one process, concurrency {CONCURRENCY} per AwsIdentity, default quotas; the proxy throttles with AWS's buckets per account) | |"
+        "| {accounts} accounts × {per_account} Certs created at once (one namespace and AwsIdentity per account, a hosted zone in each; one process, concurrency {CONCURRENCY} per AwsIdentity, the operator's default share of the quotas; the proxy throttles with AWS's buckets per account; both × {scale}) | |"
     );
     println!("|---|---|");
     println!("| load average at the end (1, 5, 15 min; the machine is shared) | {} |", support::load_average());
@@ -213,6 +225,9 @@ async fn bench() {
     );
     println!("| all Ready / one account's floor | {:.2} |", all_ready.as_secs_f64() / floor);
     println!("| an account's Certs all Ready: first / last account | {:.0} s / {:.0} s |", fastest.as_secs_f64(), slowest.as_secs_f64());
+    for (namespace, time) in &account_ready {
+        println!("| {namespace}: all its Certs Ready | {:.0} s |", time.as_secs_f64());
+    }
     println!("| time until every validation record is written | {:.0} s |", all_written.as_secs_f64());
     for (operation, count) in &calls {
         println!("| AWS calls: {operation} | {count} ({:.3} per Cert) |", *count as f64 / total as f64);
@@ -220,6 +235,11 @@ async fn bench() {
     println!("| throttling answers from the proxy (AWS's buckets, per account) | {throttled_by_aws} |");
     println!("| throttling events (operator's metric) | {throttled} |");
     println!("| time calls waited for the operator's buckets, summed | {waits:.0} s |");
+    println!(
+        "| AWS calls per second until all Ready / mean time of one call (after the operator's buckets) | {:.1} / {:.0} ms |",
+        calls.values().sum::<usize>() as f64 / all_ready.as_secs_f64(),
+        1000.0 * call_seconds / call_count.max(1.0)
+    );
     println!("| operator VmRSS: idle / peak sampled / when all Ready | {} / {} / {} |", mib(idle_rss), mib(peak_rss), mib(rss_ready));
     println!("| operator VmHWM when all Ready | {} |", mib(hwm_ready));
     println!("| operator CPU until all Ready | {cpu:.1} s |");

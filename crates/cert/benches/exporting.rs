@@ -18,7 +18,8 @@
 //!    Secret holds the renewed certificate;
 //! 3. the child's VmRSS: idle, peak, when all are exported, after the quiet window.
 //!
-//! `BENCH_CERTS` changes the count. Not run by `cargo test` (it exits at once without `--bench`).
+//! `BENCH_CERTS` changes the count; `BENCH_QUOTA_SCALE` scales AWS's buckets and the operator's
+//! share of them alike (`benches/support`). Not run by `cargo test` (it exits at once without `--bench`).
 
 #![allow(clippy::unwrap_used, clippy::panic, clippy::print_stdout, clippy::print_stderr)]
 
@@ -27,8 +28,7 @@ mod support;
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
-use blockwork_aws::AwsArgs;
-use blockwork_aws::quota::{Quotas, Service};
+use blockwork_aws::quota::Service;
 use blockwork_cert::api::ExportSpec;
 use blockwork_cert::{Cert, CertArgs, CertSpec};
 use blockwork_testenv::fault_proxy::FaultProxy;
@@ -78,7 +78,7 @@ async fn bench() {
         let name = format!("z{i}.{namespace}.bench");
         zones.push((blockwork_testenv::aws::hosted_zone_at(&moto.endpoint(), &name).await, name));
     }
-    proxy.enforce_quotas(Quotas::aws());
+    proxy.enforce_quotas(support::aws_quotas(&[]));
     let zone_flag = zones.iter().map(|(id, name)| format!("{name}:{id}")).collect::<Vec<_>>().join(",");
     let kube = KubeProxy::start(plane).await.unwrap();
     let operator = support::spawn_operator(kube.kubeconfig_path(), &proxy.endpoint(), None, &[("BENCH_DNS_ZONES", &zone_flag)]);
@@ -125,7 +125,7 @@ async fn bench() {
     let calls: BTreeMap<String, usize> = proxy.all_calls().into_iter().collect();
     let (rss_exported, hwm_exported) = operator.memory().unwrap();
     let cpu = operator.cpu_seconds().unwrap();
-    let (config, _) = AwsArgs::default().config().unwrap();
+    let (config, _) = support::operator_aws_args(Vec::new()).config().unwrap();
     let acm = config.quotas.service(Service::Acm);
     let n = u64::try_from(certs).unwrap();
     let floor = ["RequestCertificate", "DescribeCertificate", "ExportCertificate"]

@@ -25,8 +25,9 @@
 //!
 //! `BENCH_CERTS` changes the first count and `BENCH_QUOTA` the account's quotas, in the proxy and
 //! the operator alike, as `--aws-quota` takes them (for development: e.g.
-//! `acm.RequestCertificate=50,acm.DescribeCertificate=50` reaches 2,500 Certs in a minute). Not run by `cargo test` (it exits at
-//! once without `--bench`).
+//! `acm.RequestCertificate=50,acm.DescribeCertificate=50` reaches 2,500 Certs in a minute);
+//! `BENCH_QUOTA_SCALE` scales both sets of buckets (`benches/support`). Not run by `cargo test`
+//! (it exits at once without `--bench`).
 
 #![allow(clippy::unwrap_used, clippy::panic, clippy::print_stdout, clippy::print_stderr)]
 
@@ -36,8 +37,7 @@ use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use aws_config::BehaviorVersion;
-use blockwork_aws::AwsArgs;
-use blockwork_aws::quota::{Override, Quotas, Service};
+use blockwork_aws::quota::{Override, Service};
 use blockwork_cert::{Cert, CertArgs, CertSpec, CertState};
 use blockwork_testenv::fault_proxy::FaultProxy;
 use blockwork_testenv::measure::{MeasuredChild, mib};
@@ -188,7 +188,7 @@ async fn bench() {
     let proxy = FaultProxy::start(&moto.endpoint()).await.unwrap();
     let zones = create_zones(&moto.endpoint(), &namespace).await;
     // From now on the proxy throttles as AWS would (AWS's own quotas, not the operator's share).
-    proxy.enforce_quotas(Quotas::aws().with(&quota_overrides()));
+    proxy.enforce_quotas(support::aws_quotas(&quota_overrides()));
     let zone_flag = zones.iter().map(|(name, id)| format!("{name}:{id}")).collect::<Vec<_>>().join(",");
     let metrics_file = plane.dir().join("cert-bench-metrics.txt");
     let traces = traces_endpoint().await;
@@ -217,7 +217,7 @@ async fn bench() {
     let waits = metric_sum(&metrics, "blockwork_aws_limiter_wait_seconds_sum");
 
     // The floor the operator's quotas allow for the minimal calls.
-    let (config, _) = AwsArgs { quotas: quota_overrides(), ..AwsArgs::default() }.config().unwrap();
+    let (config, _) = support::operator_aws_args(quota_overrides()).config().unwrap();
     let acm = config.quotas.service(Service::Acm);
     let n = u64::try_from(certs).unwrap();
     let floor_request = acm.operation("RequestCertificate").seconds_for(n);

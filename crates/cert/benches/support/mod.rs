@@ -2,6 +2,13 @@
 //! controller in a process of its own, so that its memory and CPU are its own), the control plane
 //! with the CRDs the controller needs, the child's metrics file, and its optional traces.
 //!
+//! `BENCH_QUOTA_SCALE` (a factor in (0, 1], default 1) runs a bench at that fraction of AWS's
+//! quotas: the fault proxy enforces AWS's buckets scaled by it ([`aws_quotas`]) and the operator
+//! holds its usual share of them (the safety factor) scaled by it too ([`operator_aws_args`]), so
+//! that every rate, the floor and the ratio of the operator's share to AWS's stay as in
+//! production while the emulators answer fewer calls per second. The child reads it from the
+//! environment it inherits.
+//!
 //! The controller reads every namespace's grant from the AwsIdentities (ADR 0014), so the
 //! AwsIdentity CRD is installed even when no mapping exists: without it the mappings are never
 //! read and every Cert waits, refused as `AwsIdentitiesNotRead`.
@@ -15,7 +22,7 @@ use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::time::Duration;
 
-use blockwork_aws::quota::Override;
+use blockwork_aws::quota::{DEFAULT_SAFETY_FACTOR, Override, Quotas};
 use blockwork_aws::{Aws, AwsArgs, AwsMetrics, Seed};
 use blockwork_cert::{Cert, CertArgs, CertConfig, CertMetrics};
 use blockwork_identity::{AwsIdentity, Settings};
@@ -42,6 +49,8 @@ pub const CONCURRENCY: u16 = 3;
 const METRICS_FILE: &str = "BENCH_METRICS_FILE";
 /// The child's AWS endpoint (the fault proxy).
 const AWS_ENDPOINT: &str = "BENCH_AWS_ENDPOINT";
+/// The fraction of AWS's quotas the bench runs at (see the module's header).
+pub const QUOTA_SCALE: &str = "BENCH_QUOTA_SCALE";
 /// Set: the child exports its traces over OTLP/HTTP to this collector, as `blockwork run` does
 /// with `OTEL_EXPORTER_OTLP_ENDPOINT`.
 pub const TRACES_ENDPOINT: &str = "BENCH_TRACES_ENDPOINT";
@@ -64,6 +73,26 @@ pub fn env_or(name: &str, default: u64) -> u64 {
     std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or(default)
 }
 
+/// `BENCH_QUOTA_SCALE`, 1 when unset; a value outside (0, 1] stops the bench.
+pub fn quota_scale() -> f64 {
+    let Ok(text) = std::env::var(QUOTA_SCALE) else { return 1.0 };
+    let scale: f64 = text.parse().unwrap_or_else(|_| panic!("{QUOTA_SCALE}={text:?} is not a number"));
+    assert!(scale.is_finite() && scale > 0.0 && scale <= 1.0, "{QUOTA_SCALE} must be in (0, 1], not {scale}");
+    scale
+}
+
+/// The buckets the fault proxy enforces: AWS's, with `overrides` (an account's raised quotas),
+/// scaled by `BENCH_QUOTA_SCALE`.
+pub fn aws_quotas(overrides: &[Override]) -> Quotas {
+    Quotas::aws().with(overrides).scaled(quota_scale()).unwrap()
+}
+
+/// The child's AWS settings: the operator's defaults with `overrides`, its safety factor scaled
+/// by `BENCH_QUOTA_SCALE`; also what the bench computes the operator's floor from.
+pub fn operator_aws_args(overrides: Vec<Override>) -> AwsArgs {
+    AwsArgs { quotas: overrides, safety_factor: DEFAULT_SAFETY_FACTOR * quota_scale(), ..AwsArgs::default() }
+}
+
 /// The test control plane with the Cert and AwsIdentity CRDs.
 pub async fn control_plane() -> &'static ControlPlane {
     let plane = blockwork_testenv::control_plane::control_plane().await.unwrap();
@@ -79,12 +108,8 @@ pub async fn controller(args: CertArgs, quotas: Vec<Override>, settings: Setting
     }
     let client = Client::try_default().await.unwrap();
     let config = CertConfig::from_args(&args).unwrap();
-    let aws_args = AwsArgs {
-        endpoint_url: Some(std::env::var(AWS_ENDPOINT).unwrap()),
-        region: Some("us-east-1".into()),
-        quotas,
-        ..AwsArgs::default()
-    };
+    let aws_args =
+        AwsArgs { endpoint_url: Some(std::env::var(AWS_ENDPOINT).unwrap()), region: Some("us-east-1".into()), ..operator_aws_args(quotas) };
     let (aws_config, _) = aws_args.config().unwrap();
     let mut registry = Registry::default();
     let metrics = CertMetrics::register(registry.sub_registry_with_prefix("cert_operator"));
