@@ -6,6 +6,7 @@
 use blockwork_aws::acm::{AcmStatus, Certificate};
 use blockwork_aws::mask_accounts;
 use blockwork_aws::ownership::{self, Owner};
+use blockwork_aws::principal::account_of_arn;
 
 use crate::api::CertSpec;
 use crate::decisions::{Desired, TAG_MANAGED_BY, issuance_differs};
@@ -15,11 +16,13 @@ use crate::zones::normalize;
 /// (`arn:<partition>:acm:<region>:<account>:certificate/<id>`); `None` for any other ARN.
 pub fn location(arn: &str) -> Option<(&str, &str)> {
     let mut parts = arn.splitn(6, ':');
-    let (Some("arn"), Some(_partition), Some("acm"), Some(region), Some(account), Some(resource)) =
+    let (Some("arn"), Some(_partition), Some("acm"), Some(region), Some(_account), Some(resource)) =
         (parts.next(), parts.next(), parts.next(), parts.next(), parts.next(), parts.next())
     else {
         return None;
     };
+    // The account as every other ARN's is read: twelve digits, or none.
+    let account = account_of_arn(arn)?;
     resource.starts_with("certificate/").then_some((region, account))
 }
 
