@@ -34,7 +34,7 @@ async fn no_status_event_log_or_metric_carries_the_account_id() {
     let emulators = Emulators::for_account(ACCOUNT).await.unwrap();
     let moto = FaultProxy::start(&emulators.moto.endpoint()).await.unwrap();
     let ministack = FaultProxy::start(&emulators.ministack.endpoint()).await.unwrap();
-    let plane = blockwork_testenv::control_plane::control_plane().await.unwrap();
+    let plane = blockwork_testenv::control_plane::of("account_ids").await.unwrap();
     let crds: Vec<_> = blockwork::controllers::registered().iter().flat_map(|c| (c.crds)()).collect();
     plane.install_crds(&crds).await.unwrap();
     let namespace = plane.namespace("account-ids").await.unwrap();

@@ -3,8 +3,8 @@
 //! AwsIdentity mappings name and reports per mapping; `blockwork run` killed (`kill -9`) while an
 //! AssumeRole is in flight leaves no duplicate in the mapped account. Against a real
 //! kube-apiserver and a moto whose AssumeRole switches accounts, through a fault proxy that
-//! checks the ExternalId each role's trust policy asks for. Own test binary: `check` reads every
-//! mapping of the cluster.
+//! checks the ExternalId each role's trust policy asks for. A control plane of its own
+//! (`control_plane::of`): `check` reads every mapping of the cluster.
 
 use std::path::Path;
 use std::time::Duration;
@@ -59,7 +59,7 @@ fn line<'a>(report: &'a str, start: &str) -> &'a str {
 
 #[tokio::test]
 async fn check_assumes_every_mapped_role_and_reports_per_mapping() {
-    let plane = blockwork_testenv::control_plane::control_plane().await.unwrap();
+    let plane = blockwork_testenv::control_plane::of("accounts").await.unwrap();
     plane.install_crds(&[blockwork_cert::crd(), blockwork_identity::crd()]).await.unwrap();
     let team = plane.namespace("check-team").await.unwrap();
     let moto = accounts_moto().await.unwrap().endpoint();
@@ -100,7 +100,7 @@ async fn check_assumes_every_mapped_role_and_reports_per_mapping() {
 /// assumes again, and the Cert ends up with one certificate, in the mapped account.
 #[tokio::test]
 async fn a_killed_operator_assuming_a_role_leaves_one_certificate_in_the_mapped_account() {
-    let plane = blockwork_testenv::control_plane::control_plane().await.unwrap();
+    let plane = blockwork_testenv::control_plane::of("accounts").await.unwrap();
     let team = plane.namespace("kill-assume").await.unwrap();
     let moto = accounts_moto().await.unwrap().endpoint();
     let proxy = FaultProxy::start(&moto).await.unwrap();

@@ -243,7 +243,7 @@ async fn remove_finalizers_releases_objects_for_uninstall() {
 
 /// A client, a kubeconfig for the binary, and a fresh namespace.
 async fn cluster(prefix: &str) -> (Client, PathBuf, String) {
-    let control_plane = blockwork_testenv::control_plane::control_plane().await.unwrap();
+    let control_plane = blockwork_testenv::control_plane::of("cli").await.unwrap();
     let crds: Vec<_> = blockwork::controllers::registered().iter().flat_map(|c| (c.crds)()).collect();
     control_plane.install_crds(&crds).await.unwrap();
     let namespace = control_plane.namespace(prefix).await.unwrap();
@@ -399,7 +399,7 @@ async fn imported_certs_applied_to_a_fresh_cluster_become_ready_on_the_existing_
     let names = [format!("api.{zone_name}"), format!("www.{zone_name}")];
     let arn = blockwork_testenv::aws::request_certificate(&acm, &names).await;
 
-    let plane = blockwork_testenv::control_plane::control_plane().await.unwrap();
+    let plane = blockwork_testenv::control_plane::of("cli").await.unwrap();
     plane.install_crds(&[blockwork_cert::crd(), blockwork_identity::crd()]).await.unwrap();
     let namespace = plane.namespace("imported").await.unwrap();
     let output = import(&proxy.endpoint(), &["-n", &namespace, "--service-name", "api", "--environment", "prod"]).await;
@@ -473,7 +473,7 @@ async fn imported_tenants_applied_to_a_fresh_cluster_become_ready_on_the_existin
     let zone = blockwork_testenv::aws::hosted_zone(&route53, &zone_name).await;
     blockwork_testenv::aws::upsert_cname(&route53, &zone, &domain, &endpoint).await;
 
-    let plane = blockwork_testenv::control_plane::control_plane().await.unwrap();
+    let plane = blockwork_testenv::control_plane::of("cli").await.unwrap();
     plane.install_crds(&[<DistributionTenant as kube::CustomResourceExt>::crd(), blockwork_identity::crd()]).await.unwrap();
     let namespace = plane.namespace("imported-tenants").await.unwrap();
     let cloudfront_endpoint = proxy.endpoint();

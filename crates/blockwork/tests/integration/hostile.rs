@@ -5,7 +5,7 @@
 //! run` against moto and MiniStack), and must be refused at the layer the case names — schema or
 //! CEL, conversion, admission webhook, a status condition or a Warning event — with the field and
 //! the reason in the message. At the end the operator must still be running: no input crashed it.
-//! Own test binary: the webhook registration is cluster-wide.
+//! A control plane of its own (`control_plane::of`): the webhook registration is cluster-wide.
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -117,7 +117,7 @@ async fn every_hostile_manifest_is_refused_at_its_layer_naming_the_field() {
     let cases = corpus();
     assert!(!cases.is_empty(), "no cases in {CORPUS}");
     let operator = start_operator().await;
-    let client = blockwork_testenv::control_plane::control_plane().await.unwrap().client();
+    let client = blockwork_testenv::control_plane::of("hostile").await.unwrap().client();
     let results: Vec<(String, Result<(), String>)> = futures::stream::iter(cases)
         .map(|(name, case)| {
             let client = client.clone();
@@ -183,7 +183,7 @@ fn corpus() -> Vec<(String, Case)> {
 
 /// One case in a namespace of its own.
 async fn run(client: &Client, name: &str, case: &Case) -> Result<(), String> {
-    let plane = blockwork_testenv::control_plane::control_plane().await.unwrap();
+    let plane = blockwork_testenv::control_plane::of("hostile").await.unwrap();
     let namespace = plane.namespace(&format!("hostile-{name}")).await.unwrap();
     for object in &case.setup {
         apply(client, &namespace, object).await.map_err(|e| format!("setup object refused: {e}"))?;
@@ -299,7 +299,7 @@ async fn get(client: &Client, namespace: &str, object: &Value) -> Result<Option<
 /// `blockwork run` with every controller, its webhook server on a free port, the CRDs and the
 /// admission webhooks registered as `blockwork crds` and `blockwork webhooks` print them.
 async fn start_operator() -> Operator {
-    let plane = blockwork_testenv::control_plane::control_plane().await.unwrap();
+    let plane = blockwork_testenv::control_plane::of("hostile").await.unwrap();
     let (moto, ministack) = (blockwork_testenv::emulators::moto().await.unwrap(), blockwork_testenv::emulators::ministack().await.unwrap());
     let operator = Operator::new(Path::new(BIN), plane.kubeconfig_path()).unwrap();
     let crds: Vec<CustomResourceDefinition> = serde_saphyr::from_multiple(&operator.manifests("crds", &[]).unwrap()).unwrap();
@@ -323,7 +323,7 @@ async fn start_operator() -> Operator {
 /// Until the API server calls the admission webhook (its configuration reaches the API server's
 /// informers a moment after it is written) and the webhook has its index of Certs.
 async fn await_admission(client: &Client, operator: &Operator) {
-    let plane = blockwork_testenv::control_plane::control_plane().await.unwrap();
+    let plane = blockwork_testenv::control_plane::of("hostile").await.unwrap();
     let namespace = plane.namespace("hostile-probe").await.unwrap();
     let probe = serde_json::json!({
         "apiVersion": "acm.blockwork.dev/v1", "kind": "Cert", "metadata": {"name": "probe"},

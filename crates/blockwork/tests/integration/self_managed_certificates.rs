@@ -5,8 +5,8 @@
 //! API server's calls to it, as kube-proxy would). The leader creates the CA and the serving
 //! certificate, the CRD's and the ValidatingWebhookConfiguration's `caBundle` are set, Cert
 //! admission and Cache conversion go through the webhook, and renewals — serving certificates
-//! every 20 s, a new CA once — swap the certificate without one failed request. Own test binary:
-//! the webhook configuration and CRDs are cluster-wide.
+//! every 20 s, a new CA once — swap the certificate without one failed request. A control plane of
+//! its own (`control_plane::of`): the webhook configuration and CRDs are cluster-wide.
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
@@ -118,7 +118,7 @@ async fn ca_bundles(client: &Client) -> (Vec<u8>, Vec<u8>) {
 
 #[tokio::test]
 async fn self_managed_certificates_are_trusted_and_renewed_without_a_failed_request() {
-    let plane = blockwork_testenv::control_plane::control_plane().await.unwrap();
+    let plane = blockwork_testenv::control_plane::of("self_managed_certificates").await.unwrap();
     let client = plane.client();
     let admin = plane.kubeconfig_path().to_path_buf();
     let namespace = plane.namespace("self-managed").await.unwrap();

@@ -54,7 +54,7 @@ async fn certs_and_tenants_in_one_process_reach_ready_without_a_throttling_answe
 }
 
 async fn one_process_under_aws_s_buckets(size: Size) {
-    let plane = blockwork_testenv::control_plane::control_plane().await.unwrap();
+    let plane = blockwork_testenv::control_plane::of("shared_aws_quotas").await.unwrap();
     plane
         .install_crds(&[blockwork_cert::crd(), <DistributionTenant as kube::CustomResourceExt>::crd(), blockwork_identity::crd()])
         .await

@@ -92,7 +92,7 @@ fn assert_no_account_id(spans: &[Span]) {
 
 #[tokio::test]
 async fn a_cert_create_is_one_trace_under_its_traceparent_from_the_webhook_call_to_issuance() {
-    let plane = blockwork_testenv::control_plane::control_plane().await.unwrap();
+    let plane = blockwork_testenv::control_plane::of("traces").await.unwrap();
     plane.install_crds(&[blockwork_cert::crd(), blockwork_identity::crd()]).await.unwrap();
     let namespace = plane.namespace("traces-cert").await.unwrap();
     let moto = moto().await.unwrap().endpoint();
@@ -268,7 +268,7 @@ async fn create_through_the_webhook(api: &Api<Cert>, cert: &Cert) {
 
 #[tokio::test]
 async fn a_tenant_update_is_the_trace_of_the_reconcile_the_change_woke() {
-    let plane = blockwork_testenv::control_plane::control_plane().await.unwrap();
+    let plane = blockwork_testenv::control_plane::of("traces").await.unwrap();
     plane.install_crds(&[blockwork_tenant::crd(), blockwork_identity::crd()]).await.unwrap();
     let namespace = plane.namespace("traces-tenant").await.unwrap();
     let ministack = ministack().await.unwrap().endpoint();
@@ -329,7 +329,7 @@ async fn a_tenant_update_is_the_trace_of_the_reconcile_the_change_woke() {
 
 #[tokio::test]
 async fn a_rotation_over_grpc_follows_the_first_sight_that_joined_the_sources_traceparent() {
-    let plane = blockwork_testenv::control_plane::control_plane().await.unwrap();
+    let plane = blockwork_testenv::control_plane::of("traces").await.unwrap();
     let namespace = plane.namespace("traces-rotator").await.unwrap();
     let collector = collector::jaeger().await.unwrap();
     let service = Collector::service("rotator");

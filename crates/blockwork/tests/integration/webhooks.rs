@@ -1,8 +1,9 @@
 #![allow(clippy::unwrap_used, clippy::panic)]
 //! Admission webhooks end to end, as a user runs them: `blockwork run` serves them with a
 //! certificate from files, `blockwork webhooks` registers them with a real kube-apiserver, and
-//! the API server asks them before storing a Cert or a DistributionTenant. Own test binary: the registration is
-//! cluster-wide, and each test registers its own, one test at a time.
+//! the API server asks them before storing a Cert or a DistributionTenant. A control plane of its own
+//! (`control_plane::of`): the registration is cluster-wide, and each test registers its own, one
+//! test at a time.
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -15,14 +16,15 @@ use blockwork_testenv::commands::kubectl_ok;
 use blockwork_testenv::operator::Operator;
 use kube::Api;
 use kube::api::PostParams;
-use tokio::sync::Mutex;
 
 const BIN: &str = env!("CARGO_BIN_EXE_blockwork");
 const ZONES: &str = "k8s.example.com:Z0000000000000000001";
 const CONTROLLERS: &str = "aws_identity,cert,tenant";
 
-/// One registration at a time.
-static REGISTRATION: Mutex<()> = Mutex::const_new(());
+/// One registration at a time, among the test processes too: held until dropped.
+async fn registration() -> blockwork_testenv::control_plane::Exclusive {
+    blockwork_testenv::control_plane::of("webhooks").await.unwrap().exclusive("registration").await.unwrap()
+}
 
 /// `blockwork run --controllers aws_identity,cert,tenant` with their webhooks on a free port,
 /// registered.
@@ -43,13 +45,13 @@ async fn start_webhooks(kubeconfig: &Path, fail_closed: bool) -> Operator {
 }
 
 async fn cluster() -> (kube::Client, PathBuf) {
-    let plane = blockwork_testenv::control_plane::control_plane().await.unwrap();
+    let plane = blockwork_testenv::control_plane::of("webhooks").await.unwrap();
     plane.install_crds(&[blockwork_cert::crd(), blockwork_tenant::crd(), blockwork_identity::crd()]).await.unwrap();
     (plane.client(), plane.kubeconfig_path().to_path_buf())
 }
 
 async fn namespace(prefix: &str) -> String {
-    blockwork_testenv::control_plane::control_plane().await.unwrap().namespace(prefix).await.unwrap()
+    blockwork_testenv::control_plane::of("webhooks").await.unwrap().namespace(prefix).await.unwrap()
 }
 
 fn cert(name: &str, service: &str, environment: &str) -> Cert {
@@ -76,7 +78,7 @@ where
 
 #[tokio::test]
 async fn a_domain_another_cert_holds_is_rejected_in_any_namespace() {
-    let _one = REGISTRATION.lock().await;
+    let _one = registration().await;
     let (client, kubeconfig) = cluster().await;
     let webhook = start_webhooks(&kubeconfig, true).await;
     let (first, second) = (namespace("webhook-first").await, namespace("webhook-second").await);
@@ -101,7 +103,7 @@ async fn a_domain_another_cert_holds_is_rejected_in_any_namespace() {
 
 #[tokio::test]
 async fn a_domain_outside_the_operators_zones_is_rejected() {
-    let _one = REGISTRATION.lock().await;
+    let _one = registration().await;
     let (client, kubeconfig) = cluster().await;
     let _webhook = start_webhooks(&kubeconfig, true).await;
     let api = Api::namespaced(client, &namespace("webhook-zone").await);
@@ -113,7 +115,7 @@ async fn a_domain_outside_the_operators_zones_is_rejected() {
 
 #[tokio::test]
 async fn fail_open_admits_problems_with_a_warning() {
-    let _one = REGISTRATION.lock().await;
+    let _one = registration().await;
     let (client, kubeconfig) = cluster().await;
     let _webhook = start_webhooks(&kubeconfig, false).await;
     let api = Api::namespaced(client, &namespace("webhook-open").await);
@@ -124,7 +126,7 @@ async fn fail_open_admits_problems_with_a_warning() {
 
 #[tokio::test]
 async fn a_cert_san_with_an_undecodable_a_label_is_rejected_naming_the_label_and_a_valid_idn_admitted() {
-    let _one = REGISTRATION.lock().await;
+    let _one = registration().await;
     let (client, kubeconfig) = cluster().await;
     let _webhook = start_webhooks(&kubeconfig, true).await;
     let api = Api::namespaced(client, &namespace("webhook-alabel").await);
@@ -156,7 +158,7 @@ fn identity(name: &str, namespaces: &[&str], zones: &[(&str, &str, Option<&str>)
 
 #[tokio::test]
 async fn an_aws_identity_listing_a_namespace_another_lists_is_refused_naming_both() {
-    let _one = REGISTRATION.lock().await;
+    let _one = registration().await;
     let (client, kubeconfig) = cluster().await;
     let webhook = start_webhooks(&kubeconfig, true).await;
     let team = namespace("webhook-overlap").await;
@@ -196,7 +198,7 @@ where
 
 #[tokio::test]
 async fn a_tenant_or_cert_reaching_outside_its_namespace_s_grant_is_refused_at_admission_naming_the_field() {
-    let _one = REGISTRATION.lock().await;
+    let _one = registration().await;
     let (client, kubeconfig) = cluster().await;
     let webhook = start_webhooks(&kubeconfig, true).await;
     let team = namespace("webhook-grant").await;
@@ -240,7 +242,7 @@ fn tenant(name: &str, domains: &[&str]) -> DistributionTenant {
 
 #[tokio::test]
 async fn a_distribution_tenant_domain_with_an_undecodable_a_label_is_rejected_naming_the_label() {
-    let _one = REGISTRATION.lock().await;
+    let _one = registration().await;
     let (client, kubeconfig) = cluster().await;
     let webhook = start_webhooks(&kubeconfig, true).await;
     let api = Api::namespaced(client, &namespace("webhook-tenant").await);
@@ -251,7 +253,7 @@ async fn a_distribution_tenant_domain_with_an_undecodable_a_label_is_rejected_na
 
 #[tokio::test]
 async fn a_distribution_tenant_domain_given_with_and_without_its_trailing_dot_is_rejected() {
-    let _one = REGISTRATION.lock().await;
+    let _one = registration().await;
     let (client, kubeconfig) = cluster().await;
     let _webhook = start_webhooks(&kubeconfig, true).await;
     let api = Api::namespaced(client, &namespace("webhook-dot").await);
@@ -262,7 +264,7 @@ async fn a_distribution_tenant_domain_given_with_and_without_its_trailing_dot_is
 
 #[tokio::test]
 async fn a_cert_adopting_a_certificate_of_another_region_is_refused_at_admission_naming_the_field() {
-    let _one = REGISTRATION.lock().await;
+    let _one = registration().await;
     let (client, kubeconfig) = cluster().await;
     let _webhook = start_webhooks(&kubeconfig, true).await;
     let api = Api::namespaced(client, &namespace("webhook-adopt").await);

@@ -17,15 +17,18 @@ use serde_json::json;
 
 const BIN: &str = env!("CARGO_BIN_EXE_blockwork");
 
-/// One test at a time registers the cluster-wide admission webhook or creates what it admits.
-static WEBHOOK: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+/// One test at a time (among the test processes too) registers the cluster-wide admission
+/// webhook or creates what it admits: held until dropped.
+async fn webhook() -> blockwork_testenv::control_plane::Exclusive {
+    plane().await.exclusive("webhook").await.unwrap()
+}
 
 fn text(output: &Output) -> String {
     format!("{}{}", String::from_utf8_lossy(&output.stdout), String::from_utf8_lossy(&output.stderr))
 }
 
 async fn plane() -> &'static blockwork_testenv::control_plane::ControlPlane {
-    blockwork_testenv::control_plane::control_plane().await.unwrap()
+    blockwork_testenv::control_plane::of("why_stuck").await.unwrap()
 }
 
 /// A Cert whose status says what the cert controller writes after ACM refused the request: no
@@ -62,7 +65,7 @@ fn kubectl(plugins: &Path, kubeconfig: &Path, args: &[&str]) -> Output {
 
 #[tokio::test]
 async fn kubectl_runs_blockwork_as_its_plugin() {
-    let _webhook = WEBHOOK.lock().await;
+    let _webhook = webhook().await;
     let plane = plane().await;
     plane.install_crds(&[blockwork_cert::crd()]).await.unwrap();
     let namespace = plane.namespace("plugin").await.unwrap();
@@ -192,7 +195,7 @@ fn line<'a>(report: &'a str, start: &str) -> &'a str {
 
 #[tokio::test]
 async fn check_passes_against_a_working_install_and_names_the_fix_of_each_failure() {
-    let _webhook = WEBHOOK.lock().await;
+    let _webhook = webhook().await;
     let plane = plane().await;
     let namespace = plane.namespace("check").await.unwrap();
     let lease_namespace = plane.namespace("check-lease").await.unwrap();
@@ -262,7 +265,7 @@ async fn check_passes_against_a_working_install_and_names_the_fix_of_each_failur
 
 #[tokio::test]
 async fn check_warns_about_a_missing_lease_and_fails_an_unconfigured_controller() {
-    let plane = blockwork_testenv::control_plane::control_plane().await.unwrap();
+    let plane = blockwork_testenv::control_plane::of("why_stuck").await.unwrap();
     let namespace = plane.namespace("check-bare").await.unwrap();
     // The rotator has no CRD and no webhook: only the API server and the Lease are checked.
     let output = std::process::Command::new(BIN)

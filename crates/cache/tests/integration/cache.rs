@@ -1,15 +1,13 @@
-//! The Cache operator against a real kube-apiserver, with the conversion webhook served by this
-//! test binary. (The rendered files run by real servers: servers.rs.)
+//! The Cache operator against a real kube-apiserver, with the conversion webhook served by the
+//! test processes (`support`). (The rendered files run by real servers: servers.rs.)
 
 #![allow(clippy::unwrap_used, clippy::panic)]
 
-use std::net::SocketAddr;
-use std::sync::OnceLock;
 use std::time::Duration;
 
 use blockwork_cache::api::{Cache, CacheSpec, Engine, EvictionPolicy, HighAvailability, Phase, Tls, v1alpha1};
+use blockwork_cache::controller;
 use blockwork_cache::settings::Settings;
-use blockwork_cache::{controller, conversion, crd};
 use blockwork_testenv::control_plane::control_plane;
 use blockwork_testenv::harness::{ControllerTask, TIMEOUT, TestNamespace, eventually};
 use blockwork_testenv::kube_proxy::{ApiFault, KubeProxy, Requests};
@@ -17,37 +15,11 @@ use k8s_openapi::ByteString;
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::{ConfigMap, Service};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
-use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::WebhookClientConfig;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use kube::{Client, ResourceExt};
 use serde_json::json;
 
-/// The conversion webhook, on its own thread and runtime so it outlives each test's runtime.
-fn webhook() -> &'static (SocketAddr, String) {
-    static WEBHOOK: OnceLock<(SocketAddr, String)> = OnceLock::new();
-    WEBHOOK.get_or_init(|| {
-        let (sender, receiver) = std::sync::mpsc::channel();
-        std::thread::spawn(move || {
-            let runtime = tokio::runtime::Runtime::new().unwrap();
-            runtime.block_on(async move {
-                let tls = blockwork_webhook::TlsMaterial::self_signed(&["127.0.0.1"]).unwrap();
-                let (address, _task) = blockwork_webhook::serve(
-                    "127.0.0.1:0".parse().unwrap(),
-                    conversion::router(),
-                    &blockwork_webhook::ServingCertificate::new(&tls).unwrap(),
-                    std::future::pending(),
-                )
-                .await
-                .unwrap();
-                sender.send((address, tls.ca_pem.clone())).unwrap();
-                std::future::pending::<()>().await;
-            });
-        });
-        receiver.recv().unwrap()
-    })
-}
-
-/// A namespace of the test's own with the Cache CRD (its conversion served by [`webhook`]) and
+/// A namespace of the test's own with the Cache CRD (its conversion served by the test processes) and
 /// the controller running in it.
 struct Harness {
     test: TestNamespace<Cache>,
@@ -70,13 +42,7 @@ impl Harness {
     /// The controller talks to the API server through `controller_client` (a fault proxy, say);
     /// the test through its own.
     async fn start_with_controller_client(prefix: &str, controller_client: Client) -> Self {
-        let (address, ca) = webhook();
-        let crd = crd::crd_with_conversion(WebhookClientConfig {
-            url: Some(format!("https://{address}{}", crd::CONVERSION_PATH)),
-            ca_bundle: Some(ByteString(ca.as_bytes().to_vec())),
-            ..WebhookClientConfig::default()
-        });
-        control_plane().await.unwrap().install_crds(&[crd]).await.unwrap();
+        crate::support::install_crd().await;
         let namespace = TestNamespace::new(prefix).await;
         let context = controller::Context::new(controller_client.clone(), Settings::default(), metrics());
         let api: Api<Cache> = Api::namespaced(controller_client, &namespace.namespace);

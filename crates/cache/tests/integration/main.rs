@@ -4,3 +4,4 @@
 mod cache;
 mod pods;
 mod servers;
+mod support;

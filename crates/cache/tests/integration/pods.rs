@@ -11,12 +11,11 @@ use std::collections::BTreeMap;
 
 use blockwork_cache::api::{Cache, CacheSpec, Engine, EvictionPolicy, HighAvailability, Tls};
 use blockwork_cache::settings::{CacheArgs, Settings};
-use blockwork_cache::{build, controller, crd};
+use blockwork_cache::{build, controller};
 use blockwork_testenv::control_plane::control_plane;
 use blockwork_testenv::harness::{ControllerTask, TIMEOUT, TestNamespace, eventually};
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::{Event, Namespace, ObjectReference, Pod, ResourceQuota};
-use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::WebhookClientConfig;
 use kube::api::{Api, ObjectMeta, Patch, PatchParams, PostParams};
 use serde_json::json;
 
@@ -126,9 +125,7 @@ async fn a_pod_that_breaks_the_restricted_standard_is_refused_there() {
 /// webhook is never called).
 async fn controller_in(prefix: &str) -> (TestNamespace<Cache>, ControllerTask) {
     let plane = control_plane().await.unwrap();
-    let crd =
-        crd::crd_with_conversion(WebhookClientConfig { url: Some("https://127.0.0.1:1/convert".into()), ..WebhookClientConfig::default() });
-    plane.install_crds(&[crd]).await.unwrap();
+    crate::support::install_crd().await;
     let namespace = TestNamespace::new(prefix).await;
     let context = controller::Context::new(plane.client(), Settings::default(), metrics());
     let mut task = ControllerTask::default();

@@ -1,14 +1,14 @@
-//! A restarted API server (own test binary: the restart cuts every client of the control plane).
+//! A restarted API server (a control plane of the test's own: the restart cuts every client).
 
 #![allow(clippy::unwrap_used, clippy::panic)]
 
-use blockwork_testenv::control_plane::control_plane;
+use blockwork_testenv::control_plane::ControlPlane;
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{Api, ObjectMeta, PostParams};
 
 #[tokio::test]
 async fn a_restarted_api_server_keeps_its_state_and_serves_the_same_clients() {
-    let plane = control_plane().await.unwrap();
+    let plane = ControlPlane::start_own().await.unwrap();
     let namespace = plane.namespace("restart").await.unwrap();
     let api: Api<ConfigMap> = Api::namespaced(plane.client(), &namespace);
     let object = ConfigMap { metadata: ObjectMeta { name: Some("kept".into()), ..ObjectMeta::default() }, ..ConfigMap::default() };

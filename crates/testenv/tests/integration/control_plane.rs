@@ -61,8 +61,8 @@ async fn kubeconfig_file_reaches_the_same_server() {
     Api::<Namespace>::all(client).get("default").await.unwrap();
 }
 
-/// Not a test of its own: `control_plane_processes_die_with_the_test_binary` runs it in a child
-/// process, which starts the control plane, prints its process ids and aborts.
+/// Not a test of its own: the tests below run it in a child process, which starts (or, as a test
+/// process of a nextest run, reaches) the control plane, prints its process ids and aborts.
 #[test]
 #[ignore = "helper process for control_plane_processes_die_with_the_test_binary"]
 fn start_control_plane_and_abort() {
@@ -75,15 +75,17 @@ fn start_control_plane_and_abort() {
     std::process::abort();
 }
 
-#[test]
-fn control_plane_processes_die_with_the_test_binary() {
+/// Runs [`start_control_plane_and_abort`] in a child with `env` (and nextest's variables
+/// otherwise unset); the pids of the etcd and kube-apiserver it used.
+fn control_plane_of_an_aborted_child(env: &[(&str, &str)]) -> Vec<u32> {
     // libtest names a test by its module path without the crate's name.
     let helper = format!("{}::start_control_plane_and_abort", module_path!().split_once("::").unwrap().1);
-    let output = std::process::Command::new(std::env::current_exe().unwrap())
-        .args([&helper, "--exact", "--ignored", "--nocapture", "--test-threads=1"])
-        .env("BLOCKWORK_TESTENV_ABORT_CHILD", "1")
-        .output()
-        .unwrap();
+    let mut command = std::process::Command::new(std::env::current_exe().unwrap());
+    command.args([&helper, "--exact", "--ignored", "--nocapture", "--test-threads=1"]);
+    for name in ["NEXTEST_EXECUTION_MODE", "NEXTEST_RUN_ID", "NEXTEST_BINARY_ID"] {
+        command.env_remove(name);
+    }
+    let output = command.env("BLOCKWORK_TESTENV_ABORT_CHILD", "1").envs(env.iter().copied()).output().unwrap();
     assert!(!output.status.success(), "the child aborts");
     let stdout = String::from_utf8_lossy(&output.stdout);
     let pids: Vec<u32> = stdout
@@ -94,13 +96,42 @@ fn control_plane_processes_die_with_the_test_binary() {
         .map(|pid| pid.parse().unwrap())
         .collect();
     assert_eq!(pids.len(), 2);
-    let deadline = Instant::now() + Duration::from_secs(10);
-    for pid in pids {
+    pids
+}
+
+fn assert_gone_within(pids: &[u32], within: Duration, what: &str) {
+    let deadline = Instant::now() + within;
+    for &pid in pids {
         while is_alive(pid) {
-            assert!(Instant::now() < deadline, "process {pid} outlived the test binary that started it");
+            assert!(Instant::now() < deadline, "process {pid} outlived {what}");
             std::thread::sleep(Duration::from_millis(50));
         }
     }
+}
+
+#[test]
+fn control_plane_processes_die_with_the_test_binary() {
+    let pids = control_plane_of_an_aborted_child(&[]);
+    assert_gone_within(&pids, Duration::from_secs(10), "the test binary that started it");
+}
+
+/// Under nextest each test is a process of its own: they share one kept control plane, which
+/// goes once the last of them is gone, however it ended.
+#[test]
+fn the_test_processes_of_a_run_share_a_kept_control_plane_that_goes_with_the_last_of_them() {
+    let run = uuid::Uuid::new_v4().to_string();
+    let idle = 2;
+    let idle_text = idle.to_string();
+    let test_process = [
+        ("NEXTEST_EXECUTION_MODE", "process-per-test"),
+        ("NEXTEST_RUN_ID", run.as_str()),
+        ("NEXTEST_BINARY_ID", "blockwork-testenv::integration"),
+        (blockwork_testenv::shared::IDLE_VARIABLE, idle_text.as_str()),
+    ];
+    let first = control_plane_of_an_aborted_child(&test_process);
+    let second = control_plane_of_an_aborted_child(&test_process);
+    assert_eq!(first, second, "the second test process reaches the control plane the first one started");
+    assert_gone_within(&first, Duration::from_secs(idle + 30), "the last test process that used it");
 }
 
 /// Running or sleeping; a zombie has already died.
