@@ -315,7 +315,8 @@ impl ControlPlane {
 
     /// Sends the API server's requests for Service `namespace/name` on `port` (its webhooks and
     /// conversions) to `backends`, in turn, as kube-proxy would in a cluster; see
-    /// [`crate::egress`]. The Service must exist and have a ClusterIP.
+    /// [`crate::egress`]. The Service must exist and have a ClusterIP. With the backends other
+    /// test processes sharing this control plane route to it, while each lives.
     pub async fn route_service(&self, namespace: &str, name: &str, port: u16, backends: &[std::net::SocketAddr]) -> Result<(), Error> {
         let service = Api::<k8s_openapi::api::core::v1::Service>::namespaced(self.client(), namespace)
             .get(name)
@@ -327,33 +328,6 @@ impl ControlPlane {
             .filter(|ip| !ip.is_empty() && ip != "None")
             .ok_or_else(|| Error::Setup(format!("Service {namespace}/{name} has no ClusterIP")))?;
         crate::egress::set_route(&self.dir.join(ROUTES), &format!("{ip}:{port}"), backends)
-    }
-
-    /// Sends the API server's requests for `host:port` (a webhook's URL, say) to `backend`: with
-    /// the other test processes sharing this control plane that route it too, in turn, while
-    /// each lives. Their servers are one service to the API server, as a Service's pods are: see
-    /// [`Self::shared_tls`].
-    pub fn route(&self, host: &str, port: u16, backend: std::net::SocketAddr) -> Result<(), Error> {
-        crate::egress::set_route(&self.dir.join(ROUTES), &format!("{host}:{port}"), &[backend])
-    }
-
-    /// A CA and a serving certificate for `host`, the same in every test process sharing this
-    /// control plane (made by the first that asks): for a server each process runs behind one
-    /// address ([`Self::route`]), registered once with its CA (a CRD's conversion webhook).
-    pub async fn shared_tls(&self, host: &str) -> Result<blockwork_webhook::TlsMaterial, Error> {
-        let _only = self.exclusive(&format!("tls-{host}")).await?;
-        let dir = self.dir.join("tls").join(host);
-        let tls_error = |e: blockwork_webhook::Error| Error::Setup(format!("TLS for {host}: {e}"));
-        if dir.join("ca.crt").exists() {
-            return blockwork_webhook::TlsMaterial::from_dir(&dir).map_err(tls_error);
-        }
-        let tls = blockwork_webhook::TlsMaterial::self_signed(&[host]).map_err(tls_error)?;
-        std::fs::create_dir_all(&dir)?;
-        // The CA last: its presence says the other two are complete.
-        std::fs::write(dir.join("tls.crt"), &tls.cert_pem)?;
-        std::fs::write(dir.join("tls.key"), &tls.key_pem)?;
-        std::fs::write(dir.join("ca.crt"), &tls.ca_pem)?;
-        Ok(tls)
     }
 
     /// A new namespace named `<prefix>-<random>`.

@@ -25,7 +25,7 @@ pub fn wait_for_installation() {
     }
 }
 
-/// Held by `scripts/install-test-tools` while it installs.
+/// Held by `scripts/install-test-tools node` while it installs, when `scripts/test` runs it.
 const INSTALLING: &str = "installing.lock";
 
 fn tools_dir() -> PathBuf {

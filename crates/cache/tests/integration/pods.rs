@@ -122,7 +122,7 @@ async fn a_pod_that_breaks_the_restricted_standard_is_refused_there() {
 }
 
 /// The controller running over a namespace of the test's own (v1beta1 only: the conversion
-/// webhook is never called).
+/// webhook is never called; the CRD is the one the other Cache tests install).
 async fn controller_in(prefix: &str) -> (TestNamespace<Cache>, ControllerTask) {
     let plane = control_plane().await.unwrap();
     crate::support::install_crd().await;
