@@ -50,7 +50,7 @@ pub async fn jaeger() -> Result<&'static Collector, Error> {
             if !kept() {
                 return Collector::start(Ipv4Addr::LOCALHOST).await;
             }
-            let (Description { host, otlp_http, otlp_grpc, query }, _) = attach::<Description>(Service::Jaeger).await?;
+            let Description { host, otlp_http, otlp_grpc, query } = attach::<Description>(Service::Jaeger).await?;
             Ok(Collector { host, otlp_http, otlp_grpc, query, _process: None })
         })
         .await

@@ -73,23 +73,35 @@ pub async fn second_control_plane() -> Result<&'static ControlPlane, Error> {
 /// others': for tests that change what the whole cluster does (a cluster-wide admission webhook,
 /// say), which would disturb the tests of other concerns. Started on first use.
 pub async fn of(concern: &'static str) -> Result<&'static ControlPlane, Error> {
+    cell_of(concern)
+        .get_or_try_init(|| async {
+            if kept() {
+                let description = attach::<Description>(Service::ControlPlane(concern.to_owned())).await?;
+                return ControlPlane::reach(description).await;
+            }
+            // The binary's first control plane keeps its files in the binary's directory.
+            let dir = || -> Result<PathBuf, Error> {
+                let dir = if concern == "default" { state_dir()? } else { state_dir()?.join(concern) };
+                std::fs::create_dir_all(&dir).map_err(Error::Io)?;
+                Ok(dir)
+            };
+            retry_on_port_clash(|| ControlPlane::start(dir())).await
+        })
+        .await
+}
+
+/// The cell of `concern`'s control plane in this process.
+fn cell_of(concern: &'static str) -> &'static OnceCell<ControlPlane> {
     static PLANES: Mutex<BTreeMap<&str, &OnceCell<ControlPlane>>> = Mutex::new(BTreeMap::new());
-    let cell: &'static OnceCell<ControlPlane> =
-        *PLANES.lock().unwrap_or_else(PoisonError::into_inner).entry(concern).or_insert_with(|| Box::leak(Box::new(OnceCell::new())));
-    cell.get_or_try_init(|| async {
-        if kept() {
-            let (description, _) = attach::<Description>(Service::ControlPlane(concern.to_owned())).await?;
-            return ControlPlane::reach(description).await;
+    let mut planes = PLANES.lock().unwrap_or_else(PoisonError::into_inner);
+    match planes.get(concern) {
+        Some(&cell) => cell,
+        None => {
+            let cell = Box::leak(Box::new(OnceCell::new()));
+            planes.insert(concern, cell);
+            cell
         }
-        // The binary's first control plane keeps its files in the binary's directory.
-        let dir = || -> Result<PathBuf, Error> {
-            let dir = if concern == "default" { state_dir()? } else { state_dir()?.join(concern) };
-            std::fs::create_dir_all(&dir).map_err(Error::Io)?;
-            Ok(dir)
-        };
-        retry_on_port_clash(|| ControlPlane::start(dir())).await
-    })
-    .await
+    }
 }
 
 impl ControlPlane {

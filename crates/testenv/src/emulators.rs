@@ -64,7 +64,7 @@ async fn kept_or(service: Service, start: impl Future<Output = Result<Emulator, 
     if !kept() {
         return start.await;
     }
-    let (Description { host, port, pid }, _) = attach::<Description>(service).await?;
+    let Description { host, port, pid } = attach::<Description>(service).await?;
     Ok(Emulator { host, port, pid, _process: None })
 }
 

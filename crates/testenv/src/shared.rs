@@ -110,13 +110,13 @@ static USING: Mutex<Vec<File>> = Mutex::new(Vec::new());
 
 /// The description of `service` as its keeper wrote it, starting the keeper if there is none.
 /// From now on until it exits, this process counts as one of the service's users.
-pub(crate) async fn attach<T: DeserializeOwned + Send + 'static>(service: Service) -> Result<(T, PathBuf), Error> {
+pub(crate) async fn attach<T: DeserializeOwned + Send + 'static>(service: Service) -> Result<T, Error> {
     tokio::task::spawn_blocking(move || attach_blocking(&service))
         .await
         .map_err(|e| Error::Setup(format!("attaching to a kept service: {e}")))?
 }
 
-fn attach_blocking<T: DeserializeOwned>(service: &Service) -> Result<(T, PathBuf), Error> {
+fn attach_blocking<T: DeserializeOwned>(service: &Service) -> Result<T, Error> {
     let dir = service_dir(service)?;
     remove_finished_runs();
     // Waits while a keeper on its way out holds it exclusively.
@@ -127,7 +127,7 @@ fn attach_blocking<T: DeserializeOwned>(service: &Service) -> Result<(T, PathBuf
     let start = open(&dir.join("start.lock"))?;
     start.lock()?;
     if let Some(ready) = read_ready(&dir)? {
-        return Ok((ready, dir));
+        return Ok(ready);
     }
     let keeper = keeper_binary()?;
     let log = File::create(dir.join("keeper.log"))?;
@@ -143,7 +143,7 @@ fn attach_blocking<T: DeserializeOwned>(service: &Service) -> Result<(T, PathBuf
     let deadline = Instant::now() + START_TIMEOUT;
     loop {
         if let Some(ready) = read_ready(&dir)? {
-            return Ok((ready, dir));
+            return Ok(ready);
         }
         if let Some(status) = child.try_wait()? {
             let log = std::fs::read_to_string(dir.join("keeper.log")).unwrap_or_default();

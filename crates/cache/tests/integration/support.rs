@@ -2,6 +2,8 @@
 //! process. The CRD is cluster-wide and names one process's webhook, so under nextest the tests
 //! that install it take turns (the `cache-crd` test group, .config/nextest.toml).
 
+#![allow(clippy::unwrap_used)]
+
 use std::net::SocketAddr;
 use std::sync::OnceLock;
 
