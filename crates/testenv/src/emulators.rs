@@ -87,10 +87,12 @@ impl Emulators {
     }
 }
 
-/// Which moto: as installed, or extended by a script of ours that runs moto's server after adding
-/// what moto lacks (the script's docstring says what and how).
+/// Which moto: moto's server through a script of ours that changes what moto gets wrong or
+/// lacks (each script's docstring says what and how).
 #[derive(Clone, Copy, Debug)]
 enum Moto {
+    /// `emulators/moto_with_consistent_listings.py`: ACM's ListCertificates under concurrent
+    /// requests.
     Plain,
     /// `emulators/moto_with_policy_simulation.py`: IAM's SimulatePrincipalPolicy.
     WithPolicySimulation,
@@ -99,16 +101,14 @@ enum Moto {
 impl Moto {
     /// The program and its leading arguments.
     fn command(self) -> Result<(std::path::PathBuf, Vec<String>), Error> {
-        let server = tool("moto_server")?;
-        match self {
-            Self::Plain => Ok((server, Vec::new())),
-            Self::WithPolicySimulation => {
-                // moto's own interpreter: the virtualenv moto_server links into.
-                let python = std::fs::read_link(&server).map_err(Error::Io)?.with_file_name("python3");
-                let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("emulators/moto_with_policy_simulation.py");
-                Ok((python, vec![script.display().to_string()]))
-            }
-        }
+        let script = match self {
+            Self::Plain => "moto_with_consistent_listings.py",
+            Self::WithPolicySimulation => "moto_with_policy_simulation.py",
+        };
+        // moto's own interpreter: the virtualenv moto_server links into.
+        let python = std::fs::read_link(tool("moto_server")?).map_err(Error::Io)?.with_file_name("python3");
+        let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("emulators").join(script);
+        Ok((python, vec![script.display().to_string()]))
     }
 }
 
