@@ -17,7 +17,7 @@
 //!
 //! So nothing outlives the last test process of the run by more than [`IDLE`], and a killed run
 //! leaves nothing behind either. The directory is `$TMPDIR/blockwork-testenv-run-<run id>/<binary
-//! id>/<service>`; run directories without a live keeper are removed by later runs.
+//! id>/<service>`; run directories without a live keeper are removed by later runs an hour on.
 
 use std::fs::File;
 use std::os::unix::process::CommandExt as _;
@@ -217,6 +217,10 @@ where
     }
 }
 
+/// How long a run's directory stays after its last change, so that a run still going (between
+/// a test's directory and its lock, say) never loses it.
+const FINISHED_AFTER: Duration = Duration::from_secs(3600);
+
 /// Removes the directories of earlier runs whose keepers are all gone (the current run's stay).
 fn remove_finished_runs() {
     static DONE: std::sync::Once = std::sync::Once::new();
@@ -225,7 +229,8 @@ fn remove_finished_runs() {
         let Ok(entries) = std::fs::read_dir(std::env::temp_dir()) else { return };
         for run in entries.flatten().map(|entry| entry.path()) {
             let is_run = run.file_name().and_then(|n| n.to_str()).is_some_and(|n| n.starts_with(RUN_DIR_PREFIX));
-            if is_run && run != current && !keeper_alive_under(&run) {
+            let quiet = std::fs::metadata(&run).and_then(|m| m.modified()).is_ok_and(|m| m.elapsed().is_ok_and(|e| e > FINISHED_AFTER));
+            if is_run && run != current && quiet && !keeper_alive_under(&run) {
                 // Best effort: another run may be removing it too.
                 let _ = std::fs::remove_dir_all(&run);
             }
