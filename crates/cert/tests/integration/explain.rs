@@ -37,7 +37,10 @@ fn state(cert: &blockwork_cert::Cert) -> Option<ReconcileState> {
 #[tokio::test]
 async fn a_cert_pending_validation_names_its_record_zone_and_how_long_it_waited() {
     let h = Harness::start("explain-pending", &["main"]).await;
-    h.proxy.inject(Operation::named("DescribeCertificate"), Fault::PendingValidation, 100_000);
+    // In every answer: the operator reads the certificate from its listing first.
+    for operation in ["DescribeCertificate", "ListCertificates"] {
+        h.proxy.inject(Operation::named(operation), Fault::PendingValidation, 100_000);
+    }
     h.create("api", spec("api", "prod")).await;
     let cert = h.wait_for_state("api", CertState::Validated).await;
     let record = status(&cert).observation.validation_records.first().cloned().expect("a validation record");
@@ -72,7 +75,10 @@ async fn explain_with_route53(h: &Harness, name: &str) -> String {
 #[tokio::test]
 async fn a_cert_pending_validation_says_whether_the_change_that_wrote_its_record_is_pending_or_insync() {
     let h = Harness::start("explain-insync", &["main"]).await;
-    h.proxy.inject(Operation::named("DescribeCertificate"), Fault::PendingValidation, 100_000);
+    // In every answer: the operator reads the certificate from its listing first.
+    for operation in ["DescribeCertificate", "ListCertificates"] {
+        h.proxy.inject(Operation::named(operation), Fault::PendingValidation, 100_000);
+    }
     h.create("api", spec("api", "prod")).await;
     let cert = h.wait_for_state("api", CertState::Validated).await;
     let record = status(&cert).observation.validation_records.first().cloned().expect("a validation record");

@@ -31,7 +31,10 @@ fn ready(cert: &Cert) -> (String, String) {
 async fn a_read_only_cert_writes_none_of_the_validation_records_acm_waits_for_until_it_may_create() {
     let h = Harness::start("upkeep-read-only", &["main"]).await;
     // ACM keeps the certificate pending validation: without its records it is never issued.
-    h.proxy.inject(Operation::named("DescribeCertificate"), Fault::PendingValidation, 100_000);
+    // In every answer: the operator reads the certificate from its listing first.
+    for operation in ["DescribeCertificate", "ListCertificates"] {
+        h.proxy.inject(Operation::named(operation), Fault::PendingValidation, 100_000);
+    }
     let created = create_annotated(&h, "api", spec("api", "dev"), &[(ACCESS_ANNOTATION, "R")]).await;
     // Read-only, it requests no certificate; one of its own, made outside for exactly its
     // names (as a restore finds it), is observed.
