@@ -52,6 +52,7 @@ use crate::error::{AwsError, ErrorClass, classify_sdk_error};
 use crate::limiter::{Account, Scope};
 use crate::principal::Principal;
 use crate::quota::Service;
+use crate::shared::Shared;
 
 /// A hosted zone, and who reaches it: the operator's own identity, or a role (of the zone's
 /// account when it is another one).
@@ -185,10 +186,15 @@ pub struct Records {
     /// Told the records written in the background (zone id, name), a batch at a time, with
     /// the batch's span.
     completions: tokio::sync::broadcast::Sender<Traced<Vec<(String, String)>>>,
+    /// Each reader's zone listing's failures, which lookups are told instead of waiting for its
+    /// retries ([`crate::shared`]).
+    health: Mutex<HashMap<Reader, Arc<Shared>>>,
 }
 
 /// How long a zone's CNAMEs, as listed for [`Records::lookup`], are reused.
 const LISTING_TTL: Duration = Duration::from_secs(30);
+/// How long after a zone listing failed its lookups are told so before one lists it again.
+const LISTING_RETRY: Duration = Duration::from_secs(5);
 /// Background results kept for [`Records::written`], at most.
 const WRITTEN_KEPT: usize = 20_000;
 
@@ -201,6 +207,7 @@ impl Records {
             statuses: Cache::builder().max_capacity(10_000).expire_after(StatusExpiry).build(),
             written: Mutex::default(),
             completions: tokio::sync::broadcast::channel(1024).0,
+            health: Mutex::default(),
         })
     }
 
@@ -301,20 +308,37 @@ impl Records {
     /// of the zone shared by every lookup of the same role for [`LISTING_TTL`], and read again
     /// once this process has sent the zone a batch since it began. It costs one
     /// ListResourceRecordSets per 300 records of the zone, however many names are looked up.
+    ///
+    /// While the listing fails transiently, a lookup is told at once what it waits for, AWS's
+    /// answer and since when ([`crate::shared`]), instead of waiting for the listing's retries;
+    /// the first lookup [`LISTING_RETRY`] after a failed listing ended lists again.
     pub async fn lookup(&self, caller: &'static str, zone: &Zone, names: &[String]) -> Result<Vec<Option<Record>>, AwsError> {
         let key = zone.reader();
-        let mut listing = self.listing(caller, zone, &key).await?;
+        let health = self.health(zone, &key);
+        let mut listing = self.listing(caller, zone, &key, &health).await?;
         if listing.batches < self.batches(zone) {
             // A batch went out while it was listed: the listing may not show it.
             self.listings.invalidate(&key).await;
-            listing = self.listing(caller, zone, &key).await?;
+            listing = self.listing(caller, zone, &key, &health).await?;
         }
         Ok(names.iter().map(|name| listing.cnames.get(&dns_name::from_route53(name)).cloned()).collect())
     }
 
-    async fn listing(&self, caller: &'static str, zone: &Zone, key: &Reader) -> Result<Arc<Listing>, AwsError> {
-        let entry =
-            self.listings.entry_by_ref(key).or_try_insert_with(Box::pin(self.list_cnames(caller, zone))).await.map_err(|e| (*e).clone())?;
+    fn health(&self, zone: &Zone, key: &Reader) -> Arc<Shared> {
+        let mut health = self.health.lock().unwrap_or_else(PoisonError::into_inner);
+        let what = || format!("the records of hosted zone {} as {}", zone.id, zone.principal);
+        Arc::clone(health.entry(key.clone()).or_insert_with(|| Arc::new(Shared::new(what(), Some(LISTING_RETRY)))))
+    }
+
+    async fn listing(&self, caller: &'static str, zone: &Zone, key: &Reader, health: &Shared) -> Result<Arc<Listing>, AwsError> {
+        if let Some(waiting) = health.outage() {
+            return Err(waiting);
+        }
+        let listed = self.listings.entry_by_ref(key).or_try_insert_with(Box::pin(self.list_cnames(caller, zone, health)));
+        let entry = tokio::select! {
+            entry = listed => entry.map_err(|error| health.told(&error))?,
+            waiting = health.next_failure() => return Err(waiting),
+        };
         let seeds: Vec<_> = crate::metrics::Seed::of(caller).into_iter().collect();
         self.aws.metrics().cache_lookup(&seeds, "route53-zone", !entry.is_fresh());
         Ok(entry.into_value())
@@ -326,10 +350,12 @@ impl Records {
         queues.get(&(zone.account(), zone.id.clone())).map_or(0, |queue| queue.batches.load(Ordering::Acquire))
     }
 
-    async fn list_cnames(&self, caller: &'static str, zone: &Zone) -> Result<Arc<Listing>, AwsError> {
+    async fn list_cnames(&self, caller: &'static str, zone: &Zone, health: &Shared) -> Result<Arc<Listing>, AwsError> {
         const OP: &str = "ListResourceRecordSets";
         let batches = self.batches(zone);
-        let client = self.aws.route53(caller, &zone.principal).await?;
+        let _flight = health.begin();
+        let failed = |error: &AwsError| health.failed(error);
+        let client = self.aws.route53(caller, &zone.principal).await.inspect_err(failed)?;
         let mut cnames = HashMap::new();
         let mut start: Option<(String, RrType)> = None;
         loop {
@@ -342,13 +368,17 @@ impl Records {
             };
             let page = self
                 .aws
-                .call(call, || {
-                    let mut request = client.list_resource_record_sets().hosted_zone_id(&zone.id);
-                    if let Some((name, kind)) = &start {
-                        request = request.start_record_name(name).start_record_type(kind.clone());
-                    }
-                    async move { request.send().await.map_err(|e| classify_sdk_error(OP, &e)) }
-                })
+                .call_watched(
+                    call,
+                    || {
+                        let mut request = client.list_resource_record_sets().hosted_zone_id(&zone.id);
+                        if let Some((name, kind)) = &start {
+                            request = request.start_record_name(name).start_record_type(kind.clone());
+                        }
+                        async move { request.send().await.map_err(|e| classify_sdk_error(OP, &e)) }
+                    },
+                    failed,
+                )
                 .await?;
             for set in page.resource_record_sets().iter().filter(|set| *set.r#type() == RrType::Cname) {
                 if let Some(value) = set.resource_records().first() {
@@ -359,7 +389,10 @@ impl Records {
             }
             match (page.is_truncated(), page.next_record_name(), page.next_record_type()) {
                 (true, Some(name), Some(kind)) => start = Some((name.to_owned(), kind.clone())),
-                _ => return Ok(Arc::new(Listing { batches, cnames })),
+                _ => {
+                    health.succeeded();
+                    return Ok(Arc::new(Listing { batches, cnames }));
+                }
             }
         }
     }
@@ -696,11 +729,7 @@ fn pick(items: &[Item], positions: &[usize]) -> Vec<Item> {
 }
 
 /// Records the result of each item at `positions`, told by its place among them.
-fn settle(
-    results: &mut [Option<Result<Outcome, AwsError>>],
-    positions: &[usize],
-    result: impl Fn(usize) -> Result<Outcome, AwsError>,
-) {
+fn settle(results: &mut [Option<Result<Outcome, AwsError>>], positions: &[usize], result: impl Fn(usize) -> Result<Outcome, AwsError>) {
     for (place, &position) in positions.iter().enumerate() {
         results[position] = Some(result(place));
     }

@@ -103,8 +103,12 @@ impl DnsRecords for Route53 {
     async fn delete(&self, dns: &DnsZone, domains: &[String], target: &str) -> Result<DnsChange, AwsError> {
         let records = domains.iter().map(|domain| Record { name: domain.clone(), value: target.to_owned(), ttl: dns.config.ttl }).collect();
         let deletions = self.records.delete(crate::CONTROLLER, &hosted_zone(dns), records).await?;
-        let deleted: Vec<&str> =
-            domains.iter().zip(&deletions).filter(|(_, deletion)| **deletion == Deletion::Deleted).map(|(domain, _)| domain.as_str()).collect();
+        let deleted: Vec<&str> = domains
+            .iter()
+            .zip(&deletions)
+            .filter(|(_, deletion)| **deletion == Deletion::Deleted)
+            .map(|(domain, _)| domain.as_str())
+            .collect();
         info!(zone = %dns.config.hosted_zone_id, ?deleted, "deleted CNAME records (any other was not there pointing at the tenant)");
         Ok(DnsChange { change_id: None })
     }

@@ -525,10 +525,7 @@ async fn handle(request: Request<Incoming>, state: &Mutex<State>, upstream: &str
             *state.throttled.entry(operation.clone()).or_default() += 1;
             fault = Some(Fault::Throttling);
         }
-        if fault.is_none()
-            && operation == "ChangeResourceRecordSets"
-            && denies(&state.denied_names, &body)
-        {
+        if fault.is_none() && operation == "ChangeResourceRecordSets" && denies(&state.denied_names, &body) {
             fault = Some(Fault::Custom { status: 403, code: "AccessDenied".to_owned(), message: denial_message(&parts) });
         }
         let statuses = (protocol == Protocol::Json && !state.certificate_statuses.is_empty()).then(|| state.certificate_statuses.clone());
@@ -647,9 +644,10 @@ fn denies(denied: &[String], body: &[u8]) -> bool {
         return false;
     }
     let text = String::from_utf8_lossy(body);
-    elements(&text, "Change").into_iter().filter_map(record_set).any(|set| {
-        denied.iter().any(|d| set.name == *d || set.name.strip_suffix(d.as_str()).is_some_and(|head| head.ends_with('.')))
-    })
+    elements(&text, "Change")
+        .into_iter()
+        .filter_map(record_set)
+        .any(|set| denied.iter().any(|d| set.name == *d || set.name.strip_suffix(d.as_str()).is_some_and(|head| head.ends_with('.'))))
 }
 
 /// IAM's refusal of a ChangeResourceRecordSets for the zone of `parts`, as AWS words an explicit
