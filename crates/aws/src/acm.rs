@@ -531,7 +531,8 @@ impl Acm {
         let swept = self.sweep(&latest, blockwork_runtime::trace::span_context(&span)).instrument(span).await;
         let (snapshot, changed) = swept.map_err(|error| self.listing.told(&error))?;
         // After a failure, even a sweep that changed nothing is told: its readers waited.
-        if !changed.is_empty() || self.listing.succeeded() {
+        let recovered = self.listing.succeeded();
+        if !changed.is_empty() || recovered {
             let _ = self.changes.send(Traced { value: changed, span: snapshot.span.clone() });
         }
         Ok(snapshot)
@@ -616,12 +617,19 @@ impl Acm {
     pub async fn keep_swept(self: Arc<Self>) {
         let mut renewal_due = Instant::now();
         loop {
-            // On-demand sweeps count: the next one is due after the latest, whoever made it.
-            let due = self.latest().taken.map_or_else(Instant::now, |taken| self.next_sweep(taken));
+            // On-demand sweeps count: the next one is due after the latest, whoever made it. While
+            // the listing fails its readers wait for this loop to retry it: at once (after the
+            // pause below a failure), not a sweep interval after the last success.
+            let due = match self.latest().taken {
+                Some(taken) if self.listing.outage().is_none() => self.next_sweep(taken),
+                _ => Instant::now(),
+            };
             if Instant::now() < due {
                 tokio::select! {
                     () = tokio::time::sleep_until(due.into()) => {}
                     () = self.awaited_changed.notified() => {}
+                    // A reader's sweep began failing: this loop retries it.
+                    _ = self.listing.next_failure() => {}
                 }
                 continue;
             }

@@ -278,6 +278,35 @@ async fn readers_missing_the_certificate_listing_at_once_share_one_sweep() {
     assert_eq!(proxy.calls("ListCertificates"), 2, "a current one is swept after the call began");
 }
 
+/// Issue 37: while the certificate listing fails, its readers are told at once (the same words
+/// for each, none kept in the sweep's retries), the background sweeps retry it without waiting
+/// for the next sweep interval, and the sweep that succeeds again is told to the followers.
+#[tokio::test]
+async fn a_failing_listing_is_told_to_its_readers_at_once_and_retried_by_the_background_sweeps() {
+    let proxy = FaultProxy::start(&moto().await.unwrap().endpoint()).await.unwrap();
+    let aws = layer(&proxy, generous(), BatchPolicy::default()).await;
+    let config = AcmConfig { sweep: Duration::from_secs(3600), busy_sweep: Duration::from_millis(100), ..AcmConfig::default() };
+    let acm = Acm::new(&aws, "cert", None, Principal::operator(), config);
+    acm.list_certificates(Freshness::Current).await.unwrap();
+    let sweeps = tokio::spawn(Arc::clone(&acm).keep_swept());
+    let mut changes = acm.changes();
+    // More failures than the layer retries (1 + 3 attempts): a sweep fails for good.
+    proxy.inject(Operation::named("ListCertificates"), Fault::ServerError(503), 6);
+    let failed = acm.list_certificates(Freshness::Current).await.unwrap_err();
+    assert_eq!((failed.code.as_deref(), failed.class), (Some("SharedCallFailing"), blockwork_aws::ErrorClass::Retryable), "{failed}");
+    assert!(failed.message.contains("ServiceUnavailable") && failed.message.contains("has been failing since"), "{failed}");
+    let told = futures::future::join_all((0..5).map(|_| acm.list_certificates(Freshness::Current))).await;
+    for again in &told {
+        let again = again.as_ref().err();
+        assert!(again.is_none_or(|again| again.message == failed.message), "the same words while it fails: {again:?}");
+    }
+    // The background sweeps retry it (the next interval is an hour away), and tell when it answers.
+    let recovered = tokio::time::timeout(Duration::from_secs(30), changes.recv()).await;
+    assert!(recovered.is_ok_and(|told| told.is_ok()), "the sweep that succeeded again is told");
+    acm.list_certificates(Freshness::Recent).await.unwrap();
+    sweeps.abort();
+}
+
 #[tokio::test]
 async fn a_sweep_tells_which_certificates_changed() {
     let proxy = FaultProxy::start(&moto().await.unwrap().endpoint()).await.unwrap();
