@@ -189,6 +189,9 @@ pub struct Records {
     /// Each reader's zone listing's failures, which lookups are told instead of waiting for its
     /// retries ([`crate::shared`]).
     health: Mutex<HashMap<Reader, Arc<Shared>>>,
+    /// Told when a zone listing that failed answers again, with the span it was listed in: the
+    /// objects waiting on it may go on.
+    recoveries: tokio::sync::broadcast::Sender<Traced<()>>,
 }
 
 /// How long a zone's CNAMEs, as listed for [`Records::lookup`], are reused.
@@ -208,7 +211,13 @@ impl Records {
             written: Mutex::default(),
             completions: tokio::sync::broadcast::channel(1024).0,
             health: Mutex::default(),
+            recoveries: tokio::sync::broadcast::channel(64).0,
         })
+    }
+
+    /// Zone listings that failed and answer again, each with the span it was listed in.
+    pub fn recoveries(&self) -> tokio::sync::broadcast::Receiver<Traced<()>> {
+        self.recoveries.subscribe()
     }
 
     /// UPSERTs `records` into `zone`; returns the change id once Route 53 has accepted them.
@@ -390,7 +399,10 @@ impl Records {
             match (page.is_truncated(), page.next_record_name(), page.next_record_type()) {
                 (true, Some(name), Some(kind)) => start = Some((name.to_owned(), kind.clone())),
                 _ => {
-                    health.succeeded();
+                    if health.succeeded() {
+                        // Nobody listening is fine: the waiting objects look again after their backoff.
+                        let _ = self.recoveries.send(Traced { value: (), span: crate::trace::current() });
+                    }
                     return Ok(Arc::new(Listing { batches, cnames }));
                 }
             }

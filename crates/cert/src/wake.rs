@@ -4,7 +4,8 @@
 //! - the certificate listing's sweeps tell which certificates changed (issued, revoked,
 //!   expired, renewing…): their Certs are reconciled at once, and so are the Certs waiting on a
 //!   call they share (a failing listing, their account's backoff), since a sweep is told after
-//!   a failing listing recovers even when nothing changed;
+//!   a failing listing recovers even when nothing changed — and when a hosted zone's listing
+//!   that failed answers again;
 //! - the zones' background batches tell which validation records were written: the Certs
 //!   waiting for them go on to `Validated`;
 //! - a Cert whose status lists validation records of its own that this process has not queued
@@ -46,6 +47,7 @@ const LISTED_CHECK: Duration = Duration::from_secs(1);
 pub async fn follow(context: Arc<Context<CertManager>>, accounts: Arc<Accounts>, records: Arc<Records>) {
     let mut certificates = accounts.changes();
     let mut written = records.completions();
+    let mut recovered = records.recoveries();
     let mut check = tokio::time::interval(LISTED_CHECK);
     check.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     // The (UID, resourceVersion) of each Cert woken for its listed records: woken once per
@@ -74,6 +76,11 @@ pub async fn follow(context: Arc<Context<CertManager>>, accounts: Arc<Accounts>,
                     wake(&context, span, |cert| holds_certificate(cert, &arns) || waits_on_a_shared_call(cert));
                 }
                 Err(RecvError::Lagged(missed)) => debug!(missed, "certificate changes were missed; the Certs' requeues cover them"),
+                Err(RecvError::Closed) => return,
+            },
+            listed = recovered.recv() => match listed {
+                Ok(Traced { span, .. }) => wake(&context, span, waits_on_a_shared_call),
+                Err(RecvError::Lagged(_)) => wake(&context, None, waits_on_a_shared_call),
                 Err(RecvError::Closed) => return,
             },
             done = written.recv() => match done {
