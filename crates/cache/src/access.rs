@@ -33,7 +33,7 @@ pub const NETWORK_ISOLATED: &str = "NetworkIsolated";
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, KubeSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct Access {
-    /// Only pods with these labels may connect, in the Cache's namespace and in `namespaces` (a
+    /// Only the pods this selects may connect, in the Cache's namespace and in `namespaces` (a
     /// label selector: `matchLabels`, `matchExpressions`) [default: every pod of those
     /// namespaces].
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -108,11 +108,17 @@ fn client_ports(cache: &Cache) -> Vec<i32> {
     ports
 }
 
+/// The ports the operator connects to: Sentinel's, to ask for the primary (`status.primary`),
+/// when Sentinel runs; no other.
+fn operator_ports(cache: &Cache) -> Vec<i32> {
+    if shape::has_sentinel(cache) { vec![SENTINEL_PORT] } else { Vec::new() }
+}
+
 /// The NetworkPolicy of `cache`'s pods (the ones its Services select): ingress only
 /// - from its clients: the pods of its namespace and of the namespaces `spec.access` names,
 ///   those `spec.access.podSelector` selects, on the server's port (and Sentinel's);
 /// - from its own pods, when they replicate: the server's port, and Sentinel's for the Sentinels;
-/// - from the operator's pods, when Sentinel runs: Sentinel's port, to ask for the primary;
+/// - from the operator's pods, on the ports it connects to ([`operator_ports`]);
 /// - from the scrapers, when the exporters run (`exporter`): the exporter's port.
 pub fn spec(cache: &Cache, peers: &Peers, exporter: bool) -> NetworkPolicySpec {
     let access = cache.spec.access.clone().unwrap_or_default();
@@ -130,8 +136,9 @@ pub fn spec(cache: &Cache, peers: &Peers, exporter: bool) -> NetworkPolicySpec {
         let own = NetworkPolicyPeer { pod_selector: Some(labelled(&shape::selector(cache))), ..NetworkPolicyPeer::default() };
         ingress.push(rule(vec![own], &client_ports(cache)));
     }
-    if shape::has_sentinel(cache) {
-        ingress.push(rule(vec![peer(&peers.operator)], &[SENTINEL_PORT]));
+    let operator = operator_ports(cache);
+    if !operator.is_empty() {
+        ingress.push(rule(vec![peer(&peers.operator)], &operator));
     }
     if exporter {
         ingress.push(rule(vec![peer(&peers.scraper)], &[shape::exporter_port(cache.spec.engine)]));
@@ -144,21 +151,21 @@ pub fn spec(cache: &Cache, peers: &Peers, exporter: bool) -> NetworkPolicySpec {
     }
 }
 
-/// The `NetworkIsolated` condition of `cache`, with `peers` as set at install (`None`:
-/// NetworkPolicies are off).
-pub fn condition(cache: &Cache, peers: Option<&Peers>) -> Condition {
+/// The `NetworkIsolated` condition of `cache`: whether the installation `applies` NetworkPolicies.
+pub fn condition(cache: &Cache, applies: bool) -> Condition {
     let generation = cache.metadata.generation;
-    let Some(_) = peers else {
+    if !applies {
         let message = "this installation applies no NetworkPolicy (blockwork run --cache-network-policies=false, the chart's controllers.cache.networkPolicies): any pod that reaches the Cache's pods may connect";
         return new_condition(NETWORK_ISOLATED, false, "NetworkPoliciesOff", message, generation);
-    };
+    }
     let access = cache.spec.access.clone().unwrap_or_default();
     let mut namespaces = vec![cache.namespace().unwrap_or_default()];
     namespaces.extend(access.namespaces);
     let which = if access.pod_selector.is_some() { "pods spec.access.podSelector selects" } else { "pods" };
     let message = format!(
-        "NetworkPolicy {} admits clients only from {which} of namespace {}, besides Blockwork's own peers; enforced where the cluster's network plugin enforces NetworkPolicies (`blockwork check` says)",
+        "NetworkPolicy {} admits clients only from {which} of namespace{} {}, besides Blockwork's own peers; enforced where the cluster's network plugin enforces NetworkPolicies (`blockwork check` says)",
         shape::resource_name(cache),
+        if namespaces.len() > 1 { "s" } else { "" },
         namespaces.join(", ")
     );
     new_condition(NETWORK_ISOLATED, true, "NetworkPolicyApplied", &message, generation)
@@ -306,10 +313,10 @@ mod tests {
     fn the_condition_says_whether_a_policy_isolates_the_pods() {
         let mut c = cache(Engine::Redis, None);
         c.spec.access = Some(Access { namespaces: vec!["team-b".into()], ..Access::default() });
-        let on = condition(&c, Some(&peers()));
+        let on = condition(&c, true);
         assert_eq!((on.status.as_str(), on.reason.as_str()), ("True", "NetworkPolicyApplied"));
         assert!(on.message.contains("c-cache") && on.message.contains("team-a, team-b"), "{}", on.message);
-        let off = condition(&c, None);
+        let off = condition(&c, false);
         assert_eq!((off.status.as_str(), off.reason.as_str()), ("False", "NetworkPoliciesOff"));
         assert!(off.message.contains("any pod"), "{}", off.message);
     }

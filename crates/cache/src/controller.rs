@@ -426,7 +426,7 @@ async fn apply(cache: &Cache, context: &Context) -> Result<Action, Error> {
         condition(READY, phase == Phase::Ready, ready_reason, &ready_message, generation),
         condition(SYNCED, true, "ReconcileSuccess", "every object of the Cache is applied", generation),
         resolved,
-        access::condition(cache, context.settings.network_policies.as_ref()),
+        access::condition(cache, context.settings.network_policies.is_some()),
     ];
     let (primary, dropped_conditions, next) = if shape::has_sentinel(cache) {
         let (update, known, next) = primary(cache, ready).await;

@@ -212,7 +212,7 @@ impl Settings {
             }
         };
         let secrets = args.image_pull_secrets.iter().map(|s| s.trim()).filter(|s| !s.is_empty()).map(str::to_owned).collect::<Vec<_>>();
-        if let Some(bad) = secrets.iter().find(|s| !SECRET_NAME.is_match(s) || s.len() > 253) {
+        if let Some(bad) = secrets.iter().find(|s| !DNS_SUBDOMAIN.is_match(s) || s.len() > 253) {
             return Err(InvalidSetting {
                 flag: "cache-image-pull-secrets",
                 value: bad.clone(),
@@ -270,7 +270,7 @@ impl Settings {
     }
 }
 
-/// The `--cache-*` flags of the NetworkPolicies (flattened into [`crate::settings::CacheArgs`]).
+/// The `--cache-*` flags of the NetworkPolicies (flattened into [`CacheArgs`]).
 #[derive(Clone, Debug, PartialEq, Eq, clap::Args)]
 pub struct NetworkPolicyArgs {
     /// Isolate every Cache's pods with a NetworkPolicy: clients from the Cache's namespace (and
@@ -345,7 +345,7 @@ impl NetworkPolicyArgs {
 }
 
 fn namespace(flag: &'static str, value: &str) -> Result<String, InvalidSetting> {
-    if is_dns_label(value) {
+    if DNS_LABEL.is_match(value) && value.len() <= 63 {
         Ok(value.to_owned())
     } else {
         Err(InvalidSetting { flag, value: value.to_owned(), why: "not a namespace name (a DNS-1123 label)" })
@@ -355,44 +355,23 @@ fn namespace(flag: &'static str, value: &str) -> Result<String, InvalidSetting> 
 /// `key=value,...` as a label map; empty for an empty value.
 fn labels(flag: &'static str, value: &str) -> Result<BTreeMap<String, String>, InvalidSetting> {
     let invalid = |why| InvalidSetting { flag, value: value.to_owned(), why };
+    let name = |name: &str| LABEL_NAME.is_match(name) && name.len() <= 63;
     let mut labels = BTreeMap::new();
     for pair in value.split(',').map(str::trim).filter(|pair| !pair.is_empty()) {
         let (key, label) = pair.split_once('=').ok_or_else(|| invalid("not `key=value` pairs, comma separated"))?;
-        if !is_label_key(key) {
+        let key_is_valid = match key.split_once('/') {
+            Some((prefix, key_name)) => DNS_SUBDOMAIN.is_match(prefix) && prefix.len() <= 253 && name(key_name),
+            None => name(key),
+        };
+        if !key_is_valid {
             return Err(invalid("a key is not a label key ([PREFIX/]NAME, NAME of at most 63 characters)"));
         }
-        if !label.is_empty() && !is_label_name(label) {
+        if !label.is_empty() && !name(label) {
             return Err(invalid("a value is not a label value (at most 63 letters, digits, '-', '_' or '.')"));
         }
         labels.insert(key.to_owned(), label.to_owned());
     }
     Ok(labels)
-}
-
-fn is_dns_label(value: &str) -> bool {
-    let bytes = value.as_bytes();
-    (1..=63).contains(&bytes.len())
-        && bytes.iter().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || *b == b'-')
-        && bytes.first().is_some_and(|b| *b != b'-')
-        && bytes.last().is_some_and(|b| *b != b'-')
-}
-
-/// A label's name part, or a label value: at most 63 alphanumerics, `-`, `_` and `.`, starting
-/// and ending with an alphanumeric.
-fn is_label_name(value: &str) -> bool {
-    let bytes = value.as_bytes();
-    (1..=63).contains(&bytes.len())
-        && bytes.iter().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'))
-        && bytes.first().is_some_and(u8::is_ascii_alphanumeric)
-        && bytes.last().is_some_and(u8::is_ascii_alphanumeric)
-}
-
-/// `[PREFIX/]NAME`, PREFIX a DNS subdomain of at most 253 characters.
-fn is_label_key(key: &str) -> bool {
-    match key.split_once('/') {
-        Some((prefix, name)) => prefix.len() <= 253 && prefix.split('.').all(is_dns_label) && is_label_name(name),
-        None => is_label_name(key),
-    }
 }
 
 /// The grammar of an image reference (the distribution project's `reference` package, which
@@ -416,10 +395,22 @@ static CPU_QUANTITY: LazyLock<Regex> = LazyLock::new(|| {
     Regex::new(r"^(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:m|k|M|G)?$").expect("a valid expression")
 });
 
-/// A Secret's name: a DNS-1123 subdomain.
-static SECRET_NAME: LazyLock<Regex> = LazyLock::new(|| {
+/// A Secret's name, a label key's prefix: a DNS-1123 subdomain.
+static DNS_SUBDOMAIN: LazyLock<Regex> = LazyLock::new(|| {
     #[allow(clippy::expect_used)]
     Regex::new(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$").expect("a valid expression")
+});
+
+/// A namespace's name: a DNS-1123 label (of at most 63 characters).
+static DNS_LABEL: LazyLock<Regex> = LazyLock::new(|| {
+    #[allow(clippy::expect_used)]
+    Regex::new(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$").expect("a valid expression")
+});
+
+/// A label's value, or its key's name (of at most 63 characters).
+static LABEL_NAME: LazyLock<Regex> = LazyLock::new(|| {
+    #[allow(clippy::expect_used)]
+    Regex::new(r"^[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$").expect("a valid expression")
 });
 
 #[cfg(test)]
