@@ -43,9 +43,9 @@ pub fn rbac() -> Vec<PolicyRule> {
     ]
 }
 
-/// What the NetworkPolicies add (`--cache-network-policies`, on by default; `blockwork rbac
-/// --opt-in cache.network-policies`, the chart's `controllers.cache.networkPolicies`): each
-/// Cache's own, applied, watched and deleted like its other objects.
+/// What the NetworkPolicies add (`--cache-network-policies`, on by default, and so in `blockwork
+/// rbac` unless `--opt-out cache.network-policies`; the chart's `controllers.cache.networkPolicies`):
+/// each Cache's own, applied, watched and deleted like its other objects.
 pub fn network_policy_rbac() -> Vec<PolicyRule> {
     vec![rule("networking.k8s.io", &["networkpolicies"], &["get", "list", "watch", "create", "patch", "delete"])]
 }
