@@ -3,7 +3,7 @@
 //! platform says at install where Blockwork's own peers run ([`Peers`]: the operator, which asks
 //! Sentinel for the primary, and Prometheus, which scrapes the exporters). [`spec`] makes of both
 //! the NetworkPolicy that isolates the Cache's pods: ingress from those, each on the ports it
-//! needs, and from nothing else. Egress stays open (ADR 0020 says why).
+//! needs, and from nothing else. Egress stays open (ADR 0021 says why).
 
 use std::collections::BTreeMap;
 
