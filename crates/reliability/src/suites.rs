@@ -473,7 +473,7 @@ fn describe(counts: &Counts) -> String {
 
 fn report_findings(report: &mut Report, findings: &crate::workload::Findings) {
     report.figure("duplicate certificates or tenants", findings.duplicates.len());
-    report.figure("certificates, tenants or records left behind", findings.leftovers.len());
+    report.figure("certificates, tenants, records or ConfigMaps left behind", findings.leftovers.len());
     report.figure("stuck finalizers", findings.stuck.len());
     report.figure("foreign records changed or deleted", findings.foreign.len());
     report.expect(findings.duplicates.is_empty(), || format!("duplicates: {:?}", findings.duplicates));

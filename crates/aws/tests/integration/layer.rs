@@ -115,22 +115,68 @@ async fn a_refused_change_fails_only_its_own_request() {
     let name = zone_name(&route53, &id).await;
     let records = aws.records();
     let zone = Zone::new(&id, Principal::operator());
-    let good = |i: usize| {
+    let write = |record: Record| {
         let (records, zone) = (Arc::clone(&records), zone.clone());
-        let record = cname(&format!("ok{i}.{name}"), "target.example.net");
         async move { records.upsert("cert", &zone, vec![record]).await.map(|_| ()) }
     };
-    // A DELETE of a record that does not exist: Route 53 refuses the whole batch for it.
-    let missing = {
-        let (records, zone) = (Arc::clone(&records), zone.clone());
-        let record = cname(&format!("gone.{name}"), "target.example.net");
-        async move { records.delete("cert", &zone, vec![record]).await }
-    };
-    let (goods, deletion) = tokio::join!(futures::future::join_all((0..5).map(good)), missing);
+    // A name outside the zone: Route 53 refuses the whole batch for it (InvalidChangeBatch).
+    let outside = write(cname("www.elsewhere.test", "target.example.net"));
+    let goods = futures::future::join_all((0..5).map(|i| write(cname(&format!("ok{i}.{name}"), "target.example.net"))));
+    let (goods, refused) = tokio::join!(goods, outside);
     assert!(goods.iter().all(Result::is_ok), "{goods:?}");
-    assert_eq!(deletion.unwrap(), [Deletion::NotFound], "nothing of that value to delete");
+    assert_eq!(refused.unwrap_err().code.as_deref(), Some("InvalidChangeBatch"));
     assert_eq!(cnames(&route53, &id).await.len(), 5, "the neighbours were written");
-    assert!(proxy.calls("ChangeResourceRecordSets") > 1, "refused, then split: {:?}", proxy.all_calls());
+    assert!(proxy.calls("ChangeResourceRecordSets") > 1, "refused, then searched: {:?}", proxy.all_calls());
+}
+
+/// Issue 37: IAM refuses a whole ChangeResourceRecordSets when a policy denies any name in it;
+/// the batch is searched for the denied change as a refused one is, so the neighbours are
+/// written at once and only the denied change fails (terminally, for its own object).
+#[tokio::test]
+async fn a_change_whose_name_iam_denies_fails_alone_and_its_batch_neighbours_are_written() {
+    let proxy = FaultProxy::start(&moto().await.unwrap().endpoint()).await.unwrap();
+    let aws = layer(&proxy, generous(), BatchPolicy { gather: Duration::from_millis(300), interval: Duration::from_secs(60) }).await;
+    let (id, route53) = zone("denied").await;
+    let name = zone_name(&route53, &id).await;
+    proxy.deny_record_names(&[&format!("secret.{name}")]);
+    let records = aws.records();
+    let zone = Zone::new(&id, Principal::operator());
+    let writes = (0..8).map(|i| {
+        let (records, zone) = (Arc::clone(&records), zone.clone());
+        let label = if i == 5 { "secret".to_owned() } else { format!("r{i}") };
+        let record = cname(&format!("{label}.{name}"), "target.example.net");
+        async move { records.upsert("tenant", &zone, vec![record]).await }
+    });
+    let results = futures::future::join_all(writes).await;
+    for (i, result) in results.iter().enumerate() {
+        match result {
+            Err(error) if i == 5 => {
+                assert_eq!((error.code.as_deref(), error.class), (Some("AccessDenied"), blockwork_aws::ErrorClass::Terminal));
+                assert!(!error.message.contains("123456789012"), "sanitized: {error}");
+            }
+            Ok(_) if i != 5 => {}
+            other => panic!("change {i}: {other:?}"),
+        }
+    }
+    assert_eq!(cnames(&route53, &id).await.len(), 7, "every change but the denied one is in the zone");
+    let requests = proxy.calls("ChangeResourceRecordSets");
+    assert!(requests <= 1 + 4, "the batch of 8 and at most log2(8) + 1 more: {requests}");
+}
+
+/// Issue 37: a record the status lists but that was never written (its write was lost with a
+/// killed process) is not there to delete: no DELETE is sent for it, and it counts as gone.
+#[tokio::test]
+async fn a_record_that_is_not_there_gets_no_delete_and_counts_as_gone() {
+    let proxy = FaultProxy::start(&moto().await.unwrap().endpoint()).await.unwrap();
+    let aws = layer(&proxy, generous(), BatchPolicy::default()).await;
+    let (id, route53) = zone("absent").await;
+    let name = zone_name(&route53, &id).await;
+    let records = aws.records();
+    let zone = Zone::new(&id, Principal::operator());
+    let never_written = cname(&format!("_never.{name}"), "_x.acm-validations.aws.");
+    let deletions = records.delete("cert", &zone, vec![never_written]).await.unwrap();
+    assert_eq!(deletions, [Deletion::NotFound]);
+    assert_eq!(proxy.calls("ChangeResourceRecordSets"), 0, "no DELETE without a record to delete: {:?}", proxy.all_calls());
 }
 
 #[tokio::test]
@@ -146,9 +192,11 @@ async fn a_record_is_deleted_only_with_the_value_written() {
     records.upsert("tenant", &zone, vec![ours.clone(), repointed.clone()]).await.unwrap();
     // Someone points one elsewhere.
     records.upsert("someone", &zone, vec![cname(&repointed.name, "elsewhere.example.net")]).await.unwrap();
+    let before = proxy.calls("ChangeResourceRecordSets");
     let deletions = records.delete("tenant", &zone, vec![ours, repointed.clone()]).await.unwrap();
     assert_eq!(deletions, [Deletion::Deleted, Deletion::NotFound]);
     assert_eq!(cnames(&route53, &id).await, [(repointed.name, "elsewhere.example.net".to_owned())]);
+    assert_eq!(proxy.calls("ChangeResourceRecordSets") - before, 1, "one DELETE, of the record still ours");
 }
 
 #[tokio::test]
@@ -228,6 +276,35 @@ async fn readers_missing_the_certificate_listing_at_once_share_one_sweep() {
     assert_eq!(proxy.calls("ListCertificates"), 1, "a recent listing is reused");
     acm.list_certificates(Freshness::Current).await.unwrap();
     assert_eq!(proxy.calls("ListCertificates"), 2, "a current one is swept after the call began");
+}
+
+/// Issue 37: while the certificate listing fails, its readers are told at once (the same words
+/// for each, none kept in the sweep's retries), the background sweeps retry it without waiting
+/// for the next sweep interval, and the sweep that succeeds again is told to the followers.
+#[tokio::test]
+async fn a_failing_listing_is_told_to_its_readers_at_once_and_retried_by_the_background_sweeps() {
+    let proxy = FaultProxy::start(&moto().await.unwrap().endpoint()).await.unwrap();
+    let aws = layer(&proxy, generous(), BatchPolicy::default()).await;
+    let config = AcmConfig { sweep: Duration::from_secs(3600), busy_sweep: Duration::from_millis(100), ..AcmConfig::default() };
+    let acm = Acm::new(&aws, "cert", None, Principal::operator(), config);
+    acm.list_certificates(Freshness::Current).await.unwrap();
+    let sweeps = tokio::spawn(Arc::clone(&acm).keep_swept());
+    let mut changes = acm.changes();
+    // More failures than the layer retries (1 + 3 attempts): a sweep fails for good.
+    proxy.inject(Operation::named("ListCertificates"), Fault::ServerError(503), 6);
+    let failed = acm.list_certificates(Freshness::Current).await.unwrap_err();
+    assert_eq!((failed.code.as_deref(), failed.class), (Some("SharedCallFailing"), blockwork_aws::ErrorClass::Retryable), "{failed}");
+    assert!(failed.message.contains("ServiceUnavailable") && failed.message.contains("has been failing since"), "{failed}");
+    let told = futures::future::join_all((0..5).map(|_| acm.list_certificates(Freshness::Current))).await;
+    for again in &told {
+        let again = again.as_ref().err();
+        assert!(again.is_none_or(|again| again.message == failed.message), "the same words while it fails: {again:?}");
+    }
+    // The background sweeps retry it (the next interval is an hour away), and tell when it answers.
+    let recovered = tokio::time::timeout(Duration::from_secs(30), changes.recv()).await;
+    assert!(recovered.is_ok_and(|told| told.is_ok()), "the sweep that succeeded again is told");
+    acm.list_certificates(Freshness::Recent).await.unwrap();
+    sweeps.abort();
 }
 
 #[tokio::test]

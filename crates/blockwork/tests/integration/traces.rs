@@ -206,6 +206,15 @@ async fn a_cert_create_is_one_trace_under_its_traceparent_from_the_webhook_call_
         "a reconcile woken by the batch, linked to it: {woken:#?}\n{outline}"
     );
 
+    // Every woken reconcile links to what woke it (issue 37): a batch, a sweep, or the
+    // reconcile whose listed validation records the once-a-second check found not yet queued.
+    for reconcile in ours.iter().filter(|s| s.attribute("blockwork.trigger") == Some("woken")) {
+        assert!(
+            reconcile.links.iter().any(|(_, _, kind)| kind == "trigger"),
+            "a woken reconcile without its trigger: {reconcile:?}\n{outline}"
+        );
+    }
+
     // The latency histograms name the trace of an observation in each bucket (OpenMetrics
     // exemplars): the Cert's reconciles, and its ACM calls within them.
     let metrics = operator.metrics().await;
@@ -253,6 +262,30 @@ async fn a_cert_create_is_one_trace_under_its_traceparent_from_the_webhook_call_
     // Log lines within a reconcile carry its trace id.
     let logs = operator.logs();
     assert!(logs.lines().any(|line| line.contains(&format!("trace_id=\"{trace_id}\"")) && line.contains("planned")), "{logs}");
+
+    // So do the lines about a reconcile that failed (issue 37): another Cert's create, whose
+    // DescribeCertificate is slow while the Cert is changed, so its status write is refused (409).
+    proxy.inject(Operation::named("DescribeCertificate"), Fault::Latency(Duration::from_secs(3)), 1);
+    let described = proxy.calls("DescribeCertificate");
+    let spec = CertSpec { environment: "conflict".into(), ..cert.spec.clone() };
+    create_through_the_webhook(&certs, &Cert::new("conflicted", spec)).await;
+    proxy.wait_for_calls("DescribeCertificate", described + 1).await;
+    let touched = serde_json::json!({"metadata": {"labels": {"touched": "during-the-create"}}});
+    certs.patch("conflicted", &PatchParams::default(), &Patch::Merge(&touched)).await.unwrap();
+    let failed = operator
+        .eventually("the failed reconcile's log lines", TIMEOUT, async || {
+            let logs = operator.logs();
+            let about = |what: &str| logs.lines().find(|line| line.contains(what) && line.contains("conflicted")).map(str::to_owned);
+            match (about("reconcile error"), about("reconcile failed")) {
+                (Some(error), Some(failed)) => Ok((error, failed)),
+                _ => Err("no reconcile error and failed lines about conflicted yet".to_owned()),
+            }
+        })
+        .await;
+    let trace_of = |line: &str| line.split("trace_id=\"").nth(1).and_then(|rest| rest.split('"').next()).map(str::to_owned);
+    let (error_trace, failed_trace) = (trace_of(&failed.0), trace_of(&failed.1));
+    assert!(error_trace.as_ref().is_some_and(|id| id.len() == 32), "reconcile error carries the trace id: {}", failed.0);
+    assert_eq!(error_trace, failed_trace, "both lines name the failed reconcile's trace: {failed:?}");
 }
 
 /// Creates `cert`, retrying while the API server cannot reach the webhook just registered.

@@ -19,6 +19,8 @@ use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use kube::{Client, ResourceExt};
 use serde_json::json;
 
+mod network_policies;
+
 /// A namespace of the test's own with the Cache CRD (its conversion served by this test process) and
 /// the controller running in it.
 struct Harness {
@@ -42,9 +44,18 @@ impl Harness {
     /// The controller talks to the API server through `controller_client` (a fault proxy, say);
     /// the test through its own.
     async fn start_with_controller_client(prefix: &str, controller_client: Client) -> Self {
+        Self::start_with(prefix, controller_client, Settings::default()).await
+    }
+
+    /// The controller with `settings`, as set at install.
+    async fn start_with_settings(prefix: &str, settings: Settings) -> Self {
+        Self::start_with(prefix, control_plane().await.unwrap().client(), settings).await
+    }
+
+    async fn start_with(prefix: &str, controller_client: Client, settings: Settings) -> Self {
         crate::support::install_crd().await;
         let namespace = TestNamespace::new(prefix).await;
-        let context = controller::Context::new(controller_client.clone(), Settings::default(), metrics());
+        let context = controller::Context::new(controller_client.clone(), settings, metrics());
         let api: Api<Cache> = Api::namespaced(controller_client, &namespace.namespace);
         let mut controller = ControllerTask::default();
         controller.start(controller::run(context, api, Some(namespace.namespace.clone()), 2, std::future::pending()));
@@ -64,6 +75,7 @@ fn cache(name: &str, engine: Engine, memory: &str, replicas: i32) -> Cache {
             memory: memory.into(),
             replicas,
             eviction_policy: EvictionPolicy::AllkeysLru,
+            access: None,
             tls: None,
             high_availability: None,
         },
@@ -172,6 +184,7 @@ async fn v1alpha1_objects_read_back_as_v1beta1() {
         memory: "64Mi".into(),
         replicas: 2,
         eviction_policy: EvictionPolicy::Noeviction,
+        access: None,
         tls: None,
     };
     alpha.create(&PostParams::default(), &v1alpha1::Cache::new("old", spec)).await.unwrap();
@@ -278,7 +291,14 @@ async fn high_availability_through_the_v1alpha1_annotation_must_hold_the_v1beta1
     let smuggle = |name: &str, engine: Engine, replicas: i32, annotation: &str| {
         let mut old = v1alpha1::Cache::new(
             name,
-            v1alpha1::CacheSpec { engine, memory: "64Mi".into(), replicas, eviction_policy: EvictionPolicy::AllkeysLru, tls: None },
+            v1alpha1::CacheSpec {
+                engine,
+                memory: "64Mi".into(),
+                replicas,
+                eviction_policy: EvictionPolicy::AllkeysLru,
+                access: None,
+                tls: None,
+            },
         );
         old.metadata.annotations = Some([(blockwork_cache::api::HIGH_AVAILABILITY_ANNOTATION.to_owned(), annotation.to_owned())].into());
         old

@@ -290,7 +290,7 @@ async fn a_domain_outside_the_namespace_s_grant_is_refused_before_any_aws_call()
     team.create("elsewhere", "www.example.org").await;
     let outside = team.wait_refused("api", "InvalidSpec").await;
     let message = &status(&outside).condition("Synced").unwrap().message;
-    assert!(message.contains("where this namespace is granted only"), "{message}");
+    assert!(message.starts_with("spec.domainName: ") && message.contains("where this namespace is granted only"), "{message}");
     let nowhere = team.wait_refused("elsewhere", "InvalidSpec").await;
     let message = &status(&nowhere).condition("Synced").unwrap().message;
     assert!(message.contains("www.example.org is not in the zone"), "{message}");
@@ -345,10 +345,22 @@ async fn a_role_refusing_the_external_id_fails_only_its_namespace_with_a_message
     wrong.create("web", &wrong.domain("web")).await;
     right.create("web", &right.domain("web")).await;
     right.wait_ready("web").await;
-    let failed = wrong.wait_refused("web", "AccessDenied").await;
+    let failed = wrong.wait_refused("web", "AssumeRoleFailed").await;
+    // Which mapping's role, in the condition, the event and `blockwork explain` (issue 37).
+    let named = format!("AwsIdentity {}", wrong.mapping());
     let message = &status(&failed).condition("Synced").unwrap().message;
-    assert!(message.contains("AssumeRole"), "{message}");
+    assert!(message.contains(&named) && message.contains("AccessDenied"), "{message}");
     assert!(!message.contains(&wrong.account), "{message}");
+    let told = wrong.ns.wait_for_event("web", "Failed").await;
+    assert!(told.iter().any(|event| event.note.contains(&named)), "{told:?}");
+    let now = jiff::Timestamp::now();
+    let keys = blockwork_inspect::read::default_keys();
+    let report =
+        blockwork_inspect::read::report(&world.client, &wrong.ns.namespace, blockwork_inspect::read::KindArg::Cert, "web", &keys, now)
+            .await
+            .unwrap();
+    let explained = blockwork_inspect::render::explain(&blockwork_inspect::render::Explanation::of(report, now), now);
+    assert!(explained.contains(&named) && !explained.contains(&wrong.account), "{explained}");
     assert!(wrong.certificates().await.is_empty());
 }
 

@@ -170,6 +170,62 @@ async fn persistent_throttling_backs_off_and_recovers() {
     assert_eq!(h.certificates_for(&format!("api-slow.{}", h.zones[0].name)).await.len(), 1);
 }
 
+/// Issue 37: Certs created while their account's certificate listing fails (a 503 outage) say
+/// from their first look what they wait for, AWS's answer and since when — in one status write,
+/// not one per retry — and are looked at again as soon as the listing answers.
+#[tokio::test]
+async fn certs_created_while_their_listing_fails_say_what_they_wait_for_in_one_status_write() {
+    let h = Harness::start("outage", &["main"]).await;
+    h.proxy.inject(Operation::named("ListCertificates"), Fault::ServerError(503), usize::MAX);
+    let names: Vec<String> = (0..8).map(|i| format!("c{i}")).collect();
+    for name in &names {
+        h.create(name, spec(name, "outage")).await;
+    }
+    let waiting = |cert: &blockwork_cert::Cert| {
+        cert.status.as_ref().and_then(|s| s.condition("Synced")).is_some_and(|c| c.reason == "SharedCallFailing")
+    };
+    let mut written = Vec::new();
+    for name in &names {
+        let cert = h.wait_for(name, "waiting on the listing", waiting).await;
+        let message = status(&cert).condition("Synced").unwrap().message.clone();
+        for said in ["the ACM certificate listing of the operator's own identity", "ServiceUnavailable", "has been failing since"] {
+            assert!(message.contains(said), "{said}: {message}");
+        }
+        assert_eq!(status(&cert).condition("Ready").map(|c| c.reason.as_str()), Some("SharedCallFailing"));
+        assert_eq!(status(&cert).last_error, None, "no retry count: the wait is the listing's, not the Cert's");
+        written.push(cert.resource_version());
+    }
+    // The outage goes on through several retries of every Cert: none is written again.
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    for (name, version) in names.iter().zip(&written) {
+        assert_eq!(&h.api().get(name).await.unwrap().resource_version(), version, "{name} was written again while it waited");
+    }
+    h.proxy.clear();
+    for name in &names {
+        h.wait_for_state(name, CertState::Ready).await;
+    }
+    assert_eq!(h.proxy.calls("RequestCertificate"), names.len(), "one certificate each, requested once the listing answered");
+}
+
+/// Issue 37: new Certs of an account AWS throttles, whose listing is stale, say
+/// `AccountBackingOff` from their first look, as the docs list for this case.
+#[tokio::test]
+async fn new_certs_of_a_throttled_account_say_it_is_backing_off_from_their_first_look() {
+    let h = Harness::start("backing-off", &["main"]).await;
+    h.proxy.inject(Operation::named("ListCertificates"), Fault::Throttling, usize::MAX);
+    h.create("api", spec("api", "throttled")).await;
+    let cert = h
+        .wait_for("api", "backing off", |c| {
+            c.status.as_ref().and_then(|s| s.condition("Synced")).is_some_and(|c| c.reason == "AccountBackingOff")
+        })
+        .await;
+    let message = status(&cert).condition("Synced").unwrap().message.clone();
+    assert!(message.contains("ACM certificate listing") && message.contains("AWS has been throttling it since"), "{message}");
+    assert_eq!(status(&cert).last_error, None);
+    h.proxy.clear();
+    h.wait_for_state("api", CertState::Ready).await;
+}
+
 #[tokio::test]
 async fn access_denied_fails_the_cert_with_a_sanitized_message() {
     let h = Harness::start("denied", &["main"]).await;
@@ -245,6 +301,32 @@ async fn crash_between_request_and_status_write_makes_no_duplicate() {
     let tags = h.acm.list_tags_for_certificate().certificate_arn(&arns[0]).send().await.unwrap();
     let owner = tags.tags().iter().find(|t| t.key() == "blockwork.dev/owner-uid").and_then(|t| t.value()).map(str::to_owned);
     assert_eq!(owner, created.uid());
+}
+
+/// Issue 37: the controller dies while its validation record's write is under way (listed in the
+/// status as its own, never written), then the Cert is deleted. The record is looked up and,
+/// not there, gets no DELETE: moto refused such a DELETE as an invalid request, which read as
+/// unknown held the deletion for good. The Cert is released with its certificate deleted.
+#[tokio::test]
+async fn a_cert_whose_record_write_died_with_the_controller_is_deleted_without_a_delete_of_that_record() {
+    let mut h = Harness::start("lost-write", &["main"]).await;
+    // The zone's batch is never answered and writes nothing: the controller dies waiting for it.
+    h.proxy.inject(Operation::named("ChangeResourceRecordSets"), Fault::Timeout, 1);
+    h.create("api", CertSpec { delete_on_removal: true, ..spec("api", "lost") }).await;
+    h.proxy.wait_for_calls("ChangeResourceRecordSets", 1).await;
+    h.controller.crash();
+    let cert = h.api().get("api").await.unwrap();
+    assert!(status(&cert).observation.validation_records.iter().any(|r| r.owned && r.pending), "listed as its own, not written");
+    assert!(h.cnames(&h.zones[0]).await.is_empty(), "nothing reached the zone");
+    let arn = status(&cert).observation.certificate_arn.clone().unwrap();
+
+    h.api().delete("api", &DeleteParams::default()).await.unwrap();
+    let before = h.proxy.calls("ChangeResourceRecordSets");
+    h.start_controller().await;
+    h.wait_gone("api").await;
+    assert_eq!(h.proxy.calls("ChangeResourceRecordSets"), before, "no DELETE of a record that is not there");
+    assert!(!h.certificate_exists(&arn).await, "the certificate was deleted");
+    assert!(h.cnames(&h.zones[0]).await.is_empty());
 }
 
 #[tokio::test]

@@ -47,6 +47,33 @@ async fn a_ready_cert_publishes_its_arn_updates_it_on_change_and_removes_it_with
     h.wait_for_configmap("api-certificate", "deleted", |m| m.is_none()).await;
 }
 
+/// Issue 37: a publish made from a copy of the Cert read before its deletion (another process
+/// draining a reconcile while the new one releases the Cert) does not leave the ConfigMap
+/// behind, whether the Cert is still being deleted or already gone.
+#[tokio::test]
+async fn a_publish_racing_the_cert_s_deletion_leaves_no_configmap_behind() {
+    let mut h = Harness::start("publish-race", &["main"]).await;
+    let created = h.create("api", spec("api", "dev")).await;
+    let cert = h.wait_for_state("api", CertState::Ready).await;
+    h.wait_for_configmap("api-certificate", "published", |m| m.is_some()).await;
+    let observation = status(&cert).observation.clone();
+    // The controller is gone; a finalizer of the test's own keeps the Cert while it is deleted.
+    h.controller.crash();
+    h.merge("api", json!({"metadata": {"finalizers": ["acm.blockwork.dev/finalizer", "test/hold"]}})).await;
+    h.api().delete("api", &kube::api::DeleteParams::default()).await.unwrap();
+    h.api_of::<ConfigMap>().delete("api-certificate", &Default::default()).await.unwrap();
+
+    // Being deleted: the late write is taken back.
+    blockwork_cert::publish::publish(&h.client, &created, &observation).await.unwrap();
+    assert!(h.api_of::<ConfigMap>().get_opt("api-certificate").await.unwrap().is_none(), "the Cert is being deleted");
+
+    // Gone: likewise.
+    h.merge("api", json!({"metadata": {"finalizers": null}})).await;
+    h.wait_gone("api").await;
+    blockwork_cert::publish::publish(&h.client, &created, &observation).await.unwrap();
+    assert!(h.api_of::<ConfigMap>().get_opt("api-certificate").await.unwrap().is_none(), "the Cert is gone");
+}
+
 #[tokio::test]
 async fn a_configmap_of_the_same_name_that_is_not_the_cert_s_is_left_alone_and_the_cert_says_so() {
     let h = Harness::start("publish-conflict", &["main"]).await;

@@ -22,6 +22,7 @@ const NOT_REASONS: &[&str] = &[
     "Secret",
     "Service",
     "StatefulSet",
+    "NetworkPolicy",
     "TenantCount",
     "Rotator",
     "Publisher",
@@ -51,6 +52,7 @@ const NOT_REASONS: &[&str] = &[
     // Condition types and statuses (their reasons are in the catalog).
     "Synced",
     "PrimaryKnown",
+    "NetworkIsolated",
     "Renewed",
     "True",
     "False",
@@ -125,6 +127,9 @@ const NOT_REASONS: &[&str] = &[
     "CrashLoopBackOff",
     "ScheduleAnyway",
     "DoNotSchedule",
+    // A NetworkPolicy's words: its policy type, a label selector's operator.
+    "Ingress",
+    "In",
     "RuntimeDefault",
     "Always",
     "IfNotPresent",
