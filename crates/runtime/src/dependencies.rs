@@ -172,8 +172,10 @@ impl<K: Resource<DynamicType = ()> + Clone + 'static> Dependencies<K> {
             };
             match api.get_opt(&dependency.name).await? {
                 None => return Ok(Err(format!("waiting for {dependency}: not found"))),
-                Some(found) if !is_ready(&found) => return Ok(Err(format!("waiting for {dependency} to be Ready"))),
-                Some(found) => resolved.push(found),
+                Some(found) => match unready(&found) {
+                    Some(why) => return Ok(Err(format!("waiting for {dependency} to be Ready: {why}"))),
+                    None => resolved.push(found),
+                },
             }
         }
         Ok(Ok(resolved))
@@ -262,10 +264,32 @@ async fn watch_dependencies<K: Resource<DynamicType = ()>>(
     }
 }
 
-fn is_ready(object: &DynamicObject) -> bool {
-    object.data["status"]["conditions"]
-        .as_array()
-        .is_some_and(|conditions| conditions.iter().any(|c| c["type"] == READY && c["status"] == "True"))
+/// Why a dependency found is not Ready, `None` when it is: Ready for its current generation (a
+/// status written before its latest change describes the spec before it), and not being deleted
+/// (a dependent that has not taken what it offers yet would start to use what is going away).
+/// Said with the dependency's own words, its Ready condition's reason and message.
+fn unready(object: &DynamicObject) -> Option<String> {
+    if object.metadata.deletion_timestamp.is_some() {
+        return Some("it is being deleted".to_owned());
+    }
+    let status = &object.data["status"];
+    let ready = status["conditions"].as_array().and_then(|conditions| conditions.iter().find(|c| c["type"] == READY));
+    let text = |field: &str| ready.and_then(|c| c[field].as_str()).filter(|s| !s.is_empty());
+    let said = match (text("reason"), text("message")) {
+        (Some(reason), Some(message)) => format!("{reason}: {message}"),
+        (Some(said), None) | (None, Some(said)) => said.to_owned(),
+        (None, None) => "it has no Ready condition yet".to_owned(),
+    };
+    if ready.is_none_or(|c| c["status"] != "True") {
+        return Some(said);
+    }
+    let observed = status["observedGeneration"].as_i64();
+    match (object.metadata.generation, observed) {
+        (Some(generation), Some(observed)) if observed < generation => {
+            Some(format!("its controller has not applied its latest change yet (generation {generation}, observed {observed})"))
+        }
+        _ => None,
+    }
 }
 
 #[cfg(test)]
@@ -281,6 +305,37 @@ mod tests {
         let mut names: Vec<String> = index.dependents.get(&key(name)).into_iter().flatten().map(|r| r.name.clone()).collect();
         names.sort();
         names
+    }
+
+    fn dependency(value: serde_json::Value) -> DynamicObject {
+        serde_json::from_value(value).expect("an object")
+    }
+
+    #[test]
+    fn a_dependency_is_ready_for_its_current_generation_and_while_it_is_not_being_deleted() {
+        let ready =
+            serde_json::json!({"type": "Ready", "status": "True", "reason": "Available", "message": "the external resource is ready"});
+        let object = |generation: i64, observed: i64, deleted: bool| {
+            let mut metadata = serde_json::json!({"name": "api", "generation": generation});
+            if deleted {
+                metadata["deletionTimestamp"] = "2026-01-01T00:00:00Z".into();
+            }
+            dependency(serde_json::json!({"metadata": metadata, "status": {"observedGeneration": observed, "conditions": [ready]}}))
+        };
+        assert_eq!(unready(&object(2, 2, false)), None);
+        let behind = unready(&object(3, 2, false)).expect("not ready");
+        assert!(behind.contains("not applied its latest change yet (generation 3, observed 2)"), "{behind}");
+        assert_eq!(unready(&object(2, 2, true)).as_deref(), Some("it is being deleted"));
+    }
+
+    #[test]
+    fn a_dependency_that_is_not_ready_is_told_in_its_own_words() {
+        let waiting = dependency(serde_json::json!({"metadata": {"name": "api"}, "status": {"conditions": [
+            {"type": "Ready", "status": "False", "reason": "InProgress", "message": "waiting for ACM to issue api.example.com"}
+        ]}}));
+        assert_eq!(unready(&waiting).as_deref(), Some("InProgress: waiting for ACM to issue api.example.com"));
+        let new = dependency(serde_json::json!({"metadata": {"name": "api"}}));
+        assert_eq!(unready(&new).as_deref(), Some("it has no Ready condition yet"));
     }
 
     #[test]
