@@ -43,9 +43,10 @@ use blockwork_runtime::{
     Asks, Conditions, DeleteOutcome, DriftPolicy, ExternalError, ExternalResource, MutateOutcome, Observed, Phase, Purpose, Request,
     Upkeep, VerifyOutcome, WithConditions,
 };
+use kube::api::DynamicObject;
 use kube::{Resource, ResourceExt};
 
-use crate::api::{CERTIFICATE_READY, DistributionTenant, TenantObservation};
+use crate::api::{CERTIFICATE_READY, DistributionTenant, DistributionTenantSpec, TenantObservation};
 use crate::classify::{CallContext, validation};
 use crate::cloudfront::{Acm, CloudFront, ObservedTenant, TenantWrite};
 use crate::diff::{Change, change};
@@ -373,9 +374,19 @@ impl<C: CloudFront + Acm, D: DnsRecords> ExternalResource for TenantManager<C, D
         WithConditions::gathered(async |conditions| self.deleting(request, observation, conditions).await).await
     }
 
-    /// `spec.driftPolicy`, over the operator's `--drift-policy` (the annotation beats both).
+    /// `spec.driftPolicy`, over the operator's `--drift-policy` (the annotation beats both), and
+    /// the Cert `spec.customizations.certificate.certRef` names.
     fn asks(&self, object: &DistributionTenant) -> Asks {
-        Asks { drift_policy: object.spec.drift_policy.map(DriftPolicy::from), dependencies: Vec::new() }
+        Asks {
+            drift_policy: object.spec.drift_policy.map(DriftPolicy::from),
+            dependencies: crate::cert_ref::dependency(&object.spec).into_iter().collect(),
+        }
+    }
+
+    /// The Cert's certificate ARN in `customizations.certificate.arn`, once CloudFront's rules
+    /// for it are checked ([`crate::cert_ref`]).
+    fn resolve(&self, object: &DistributionTenant, dependencies: &[DynamicObject]) -> Result<DistributionTenantSpec, ExternalError> {
+        crate::cert_ref::resolve(&object.spec, dependencies)
     }
 
     /// The namespace's AwsIdentity: each account's tenants have reconciles in flight of their

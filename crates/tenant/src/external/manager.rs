@@ -209,7 +209,7 @@ impl<C: CloudFront + Acm, D: DnsRecords> TenantManager<C, D> {
         if spec.managed_certificate_request.is_some() {
             return Ok(());
         }
-        let Some(arn) = spec.customizations.as_ref().and_then(|c| c.certificate.as_ref()).map(|c| c.arn.as_str()) else {
+        let Some(arn) = spec.certificate_arn() else {
             return Ok(());
         };
         let key = (principal.identity().to_owned(), arn.to_owned());
