@@ -133,6 +133,7 @@ impl Harness {
             export_secrets: true,
             certificate_authorities: self.certificate_authorities.clone(),
             ownership_interval: blockwork_cert::external::OWNERSHIP_INTERVAL,
+            ingress_users: false,
         };
         let mut aws = AwsConfig { endpoint_url: Some(self.proxy.endpoint()), ..layer_config() };
         (self.tweak)(&mut config, &mut aws);
