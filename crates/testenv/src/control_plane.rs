@@ -35,6 +35,9 @@ pub struct ControlPlane {
     /// kube-controller-manager running only its namespace controller, started by the first test
     /// that deletes a namespace and waits for it ([`Self::start_namespace_controller`]).
     namespace_controller: OnceCell<Process>,
+    /// kube-controller-manager running only its garbage collector, started by the first test that
+    /// needs owner references honoured ([`Self::start_garbage_collector`]).
+    garbage_collector: OnceCell<Process>,
 }
 
 static CONTROL_PLANE: OnceCell<ControlPlane> = OnceCell::const_new();
@@ -137,6 +140,7 @@ impl ControlPlane {
             restarts: AtomicUsize::new(0),
             routes,
             namespace_controller: OnceCell::new(),
+            garbage_collector: OnceCell::new(),
         })
     }
 
@@ -157,6 +161,24 @@ impl ControlPlane {
         let tool = tool("kube-controller-manager")?;
         self.namespace_controller
             .get_or_try_init(|| async { Process::start("kube-controller-manager", &tool, &args, &[], &self.dir) })
+            .await
+            .map(|_| ())
+    }
+
+    /// Starts kube-controller-manager with only its garbage collector (once per test binary), so
+    /// that an object whose owner is deleted goes as in a cluster (`ownerReferences`). Built with
+    /// the end-to-end node's tools, as for [`Self::start_namespace_controller`].
+    pub async fn start_garbage_collector(&self) -> Result<(), Error> {
+        let args = vec![
+            format!("--kubeconfig={}", self.kubeconfig.display()),
+            "--controllers=garbagecollector".into(),
+            "--leader-elect=false".into(),
+            "--secure-port=0".into(),
+            "--v=1".into(),
+        ];
+        let tool = tool("kube-controller-manager")?;
+        self.garbage_collector
+            .get_or_try_init(|| async { Process::start("kube-controller-manager-gc", &tool, &args, &[], &self.dir) })
             .await
             .map(|_| ())
     }
