@@ -223,7 +223,10 @@ pub fn registered() -> Vec<Controller> {
             opt_in_rbac: &[],
             webhooks: Webhooks::NONE,
             metrics_prefix: "blockwork_ingress",
-            start: |_| runnable(run_ingress),
+            start: |registry| {
+                let metrics = blockwork_cert::ingress::metrics::IngressMetrics::register(registry);
+                runnable(move |host| run_ingress(host, metrics))
+            },
         },
         Controller {
             name: "rotator",
@@ -274,10 +277,11 @@ fn runs(args: &RunArgs, name: &str) -> bool {
 
 /// Ingresses name Certs; the hosts an unmapped namespace may have certificates for are the Cert
 /// controller's `--dns-zones`.
-async fn run_ingress(host: Host) -> anyhow::Result<()> {
+async fn run_ingress(host: Host, metrics: Arc<blockwork_cert::ingress::metrics::IngressMetrics>) -> anyhow::Result<()> {
     let zones: blockwork_cert::zones::ZoneRegistry = host.args.cert.dns_zones.parse().context("--dns-zones")?;
     let shutdown = host.shutdown.wait_owned();
-    blockwork_cert::ingress::run(host.client, host.identities, zones.operator_zones(), host.namespaces, host.concurrency, shutdown).await;
+    let (client, identities, namespaces) = (host.client, host.identities, host.namespaces);
+    blockwork_cert::ingress::run(client, identities, zones.operator_zones(), metrics, namespaces, host.concurrency, shutdown).await;
     Ok(())
 }
 

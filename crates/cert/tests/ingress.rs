@@ -32,10 +32,13 @@ impl Ingresses {
         let operator_zones = blockwork_cert::zones::ZoneRegistry::new(h.zones.clone()).operator_zones();
         let mut controller = ControllerTask::default();
         let namespaces = Namespaces::Only(vec![h.namespace.clone()]);
+        let metrics = blockwork_cert::ingress::metrics::IngressMetrics::register(&mut prometheus_client::registry::Registry::default());
+        let identities = std::sync::Arc::clone(&h.identities);
         controller.start(blockwork_cert::ingress::run(
             h.client.clone(),
-            std::sync::Arc::clone(&h.identities),
+            identities,
             operator_zones,
+            metrics,
             namespaces,
             4,
             std::future::pending(),

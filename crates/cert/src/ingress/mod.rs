@@ -22,6 +22,7 @@
 //! ([`plan`], [`annotations`]); this file reads and writes.
 
 pub mod annotations;
+pub mod metrics;
 pub mod plan;
 
 use std::sync::Arc;
@@ -48,6 +49,7 @@ use tracing::warn;
 
 use crate::api::Cert;
 use annotations::{ALB_CERTIFICATE_ARN, Asked};
+use metrics::{IngressMetrics, Outcome};
 use plan::Annotation;
 
 /// The controller's name: `--controllers` entry, event reporter.
@@ -57,8 +59,10 @@ pub const FIELD_MANAGER: &str = "blockwork-ingress";
 
 /// Looks again this long after an Ingress settled (its and its Certs' changes come sooner).
 const SETTLED: Duration = Duration::from_secs(3600);
-/// Looks again this long after a failure, or while a Cert is awaited (its change comes sooner).
+/// Looks again this long after a failure.
 const RETRY: Duration = Duration::from_secs(30);
+/// Looks again this long while a Cert is awaited: its change wakes the Ingress sooner.
+const WAITING: Duration = Duration::from_secs(300);
 
 /// The cluster permissions of the Ingress controller, granted only when it is enabled at install
 /// (the chart's `controllers.ingress.enabled`): Ingresses read and patched (one annotation, by
@@ -80,22 +84,25 @@ pub fn rbac() -> Vec<PolicyRule> {
 struct Context {
     client: Client,
     events: Publisher,
+    metrics: Arc<IngressMetrics>,
     identities: Arc<Identities>,
     /// What unmapped namespaces are granted (the Cert controller's `--dns-zones`).
     operator_zones: Vec<OperatorZone>,
 }
 
 /// Runs the controller over the Ingresses of `namespaces` until `shutdown` completes.
+#[allow(clippy::too_many_arguments)]
 pub async fn run(
     client: Client,
     identities: Arc<Identities>,
     operator_zones: Vec<OperatorZone>,
+    metrics: Arc<IngressMetrics>,
     namespaces: Namespaces,
     concurrency: u16,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) {
-    let context =
-        Arc::new(Context { events: Publisher::new(client.clone(), FIELD_MANAGER), client: client.clone(), identities, operator_zones });
+    let events = Publisher::new(client.clone(), FIELD_MANAGER);
+    let context = Arc::new(Context { events, metrics, client: client.clone(), identities, operator_zones });
     let shutdown = shutdown.boxed().shared();
     run_in(&namespaces, |scope| {
         let (context, shutdown) = (Arc::clone(&context), shutdown.clone());
@@ -145,33 +152,43 @@ enum Error {
     Kube(#[from] kube::Error),
 }
 
-fn error_policy(ingress: Arc<Ingress>, error: &Error, _: Arc<Context>) -> Action {
+fn error_policy(ingress: Arc<Ingress>, error: &Error, context: Arc<Context>) -> Action {
     warn!(ingress = %ObjectRef::from_obj(ingress.as_ref()), %error, "retrying");
+    context.metrics.reconciled(Outcome::Error);
     Action::requeue(RETRY)
 }
 
+/// One look at an Ingress, counted by its outcome when it concerns Blockwork.
 async fn reconcile(ingress: Arc<Ingress>, context: Arc<Context>) -> Result<Action, Error> {
+    let (action, outcome) = look(&ingress, &context).await?;
+    if let Some(outcome) = outcome {
+        context.metrics.reconciled(outcome);
+    }
+    Ok(action)
+}
+
+async fn look(ingress: &Ingress, context: &Context) -> Result<(Action, Option<Outcome>), Error> {
     let asked = match annotations::read(ingress.annotations()) {
         Ok(asked) => asked,
         Err(problems) => {
             let problems: Vec<String> = problems.iter().map(ToString::to_string).collect();
             let note = format!("{}; nothing is done for this Ingress until it is fixed", problems.join("; "));
-            context.event(&ingress, EventType::Warning, "InvalidAnnotation", &note).await;
-            return Ok(Action::await_change());
+            context.event(ingress, EventType::Warning, "InvalidAnnotation", &note).await;
+            return Ok((Action::await_change(), Some(Outcome::Invalid)));
         }
     };
-    let written = written(&ingress);
+    let written = written(ingress);
     let namespace = ingress.namespace().unwrap_or_default();
     let certs: Api<Cert> = Api::namespaced(context.client.clone(), &namespace);
-    let made = certs.get_opt(&ingress.name_any()).await?.filter(|cert| made_for(cert, &ingress));
+    let made = certs.get_opt(&ingress.name_any()).await?.filter(|cert| made_for(cert, ingress));
     if !asked.any() && written.is_none() && made.is_none() {
-        return Ok(Action::await_change());
+        return Ok((Action::await_change(), None));
     }
     let from_hosts = match asked.from_hosts {
-        true => context.make_from_hosts(&ingress, &certs, made.as_ref()).await?,
+        true => context.make_from_hosts(ingress, &certs, made.as_ref()).await?,
         false => {
             if let Some(made) = made {
-                context.unmake(&ingress, &certs, &made).await?;
+                context.unmake(ingress, &certs, &made).await?;
             }
             None
         }
@@ -181,28 +198,32 @@ async fn reconcile(ingress: Arc<Ingress>, context: Arc<Context>) -> Result<Actio
         let cert = certs.get_opt(&name).await?;
         named.push((name, plan::offer(cert.as_ref())));
     }
-    match plan::annotation(&named, written.as_deref()) {
-        Annotation::Keep => Ok(Action::requeue(SETTLED)),
+    let outcome = match plan::annotation(&named, written.as_deref()) {
+        Annotation::Keep => Outcome::Unchanged,
         Annotation::Wait(waiting) => {
             let note = format!("{ALB_CERTIFICATE_ARN} is written once every Cert named is Ready: {}", waiting.join("; "));
-            context.event(&ingress, EventType::Normal, "WaitingForCerts", &note).await;
-            Ok(Action::requeue(RETRY))
+            context.event(ingress, EventType::Normal, "WaitingForCerts", &note).await;
+            return Ok((Action::requeue(WAITING), Some(Outcome::Waiting)));
         }
-        Annotation::Write(value) => {
-            let count = named.len();
-            context.apply(&ingress, Some(&value)).await?;
-            let certs: Vec<&str> = named.iter().map(|(name, _)| name.as_str()).collect();
-            let note = format!("{ALB_CERTIFICATE_ARN}: the certificates of {count} Cert(s), {}", certs.join(", "));
-            context.event(&ingress, EventType::Normal, "CertificatesWritten", &note).await;
-            Ok(Action::requeue(SETTLED))
-        }
-        Annotation::Remove => {
-            context.apply(&ingress, None).await?;
-            let note = format!("{ALB_CERTIFICATE_ARN}: the value Blockwork wrote is removed (no Cert is named)");
-            context.event(&ingress, EventType::Normal, "CertificatesRemoved", &note).await;
-            Ok(Action::requeue(SETTLED))
-        }
-    }
+        Annotation::Write(value) => match context.apply(ingress, Some(&value)).await? {
+            true => {
+                let certs: Vec<&str> = named.iter().map(|(name, _)| name.as_str()).collect();
+                let note = format!("{ALB_CERTIFICATE_ARN}: the certificates of {} Cert(s), {}", certs.len(), certs.join(", "));
+                context.event(ingress, EventType::Normal, "CertificatesWritten", &note).await;
+                Outcome::Written
+            }
+            false => Outcome::Conflict,
+        },
+        Annotation::Remove => match context.apply(ingress, None).await? {
+            true => {
+                let note = format!("{ALB_CERTIFICATE_ARN}: the value Blockwork wrote is removed (no Cert is named)");
+                context.event(ingress, EventType::Normal, "CertificatesRemoved", &note).await;
+                Outcome::Removed
+            }
+            false => Outcome::Conflict,
+        },
+    };
+    Ok((Action::requeue(SETTLED), Some(outcome)))
 }
 
 /// The Certs whose ARNs go on the load balancer, in order: those the annotation names, then the
@@ -238,15 +259,15 @@ impl Context {
 
     /// Writes (or, with `None`, removes) Blockwork's value of the load balancer's annotation, by
     /// server-side apply under [`FIELD_MANAGER`], not forced: a value another field manager owns
-    /// is a conflict, told in a Warning event and not overwritten.
-    async fn apply(&self, ingress: &Ingress, value: Option<&str>) -> Result<(), Error> {
+    /// is a conflict, told in a Warning event and not overwritten (`Ok(false)`).
+    async fn apply(&self, ingress: &Ingress, value: Option<&str>) -> Result<bool, Error> {
         let api: Api<Ingress> = Api::namespaced(self.client.clone(), &ingress.namespace().unwrap_or_default());
         let mut patch = json!({"apiVersion": "networking.k8s.io/v1", "kind": "Ingress", "metadata": {"name": ingress.name_any()}});
         if let Some(value) = value {
             patch["metadata"]["annotations"] = json!({ ALB_CERTIFICATE_ARN: value });
         }
         match api.patch(&ingress.name_any(), &PatchParams::apply(FIELD_MANAGER), &Patch::Apply(&patch)).await {
-            Ok(_) => Ok(()),
+            Ok(_) => Ok(true),
             Err(kube::Error::Api(status)) if status.code == 409 => {
                 let note = format!(
                     "{ALB_CERTIFICATE_ARN} is set by someone else ({}): Blockwork does not overwrite it. Remove it from where it is set to let the Certs named in {} write it, or remove that annotation",
@@ -254,7 +275,7 @@ impl Context {
                     annotations::CERTIFICATES
                 );
                 self.event(ingress, EventType::Warning, "AnnotationConflict", &note).await;
-                Ok(())
+                Ok(false)
             }
             Err(error) => Err(error.into()),
         }
