@@ -209,14 +209,10 @@ impl Users {
     ) -> (Arc<Self>, Watches) {
         let mut users = Self::default();
         let mut tasks = Vec::new();
-        let gvk = GroupVersionKind::gvk(TENANT_GROUP, TENANT_VERSION, TENANT_KIND);
-        let tenants = match kube::discovery::pinned_kind(client, &gvk).await {
-            Ok((resource, _)) => Some(resource),
-            Err(error) => {
-                info!(%error, "DistributionTenants are not served: no tenant can use a Cert");
-                None
-            }
-        };
+        let tenants = served_tenants(client).await;
+        if tenants.is_none() {
+            info!("DistributionTenants are not served: no tenant can use a Cert");
+        }
         for scope in namespaces.scopes() {
             if let Some(resource) = &tenants {
                 let api: Api<DynamicObject> = match &scope {
@@ -266,6 +262,25 @@ impl Users {
             .map(|(name, used)| (UserKind::DistributionTenant, name.as_str(), used.clone()))
             .chain(ingresses.iter().map(|(name, used)| (UserKind::Ingress, name.as_str(), used.clone())));
         Ok(users_of(cert, arns, objects))
+    }
+}
+
+/// The DistributionTenant kind, if the API server serves it. Asked until it answers: a Cert is
+/// never released because a transient failure made its tenants look absent.
+async fn served_tenants(client: &Client) -> Option<ApiResource> {
+    let gvk = GroupVersionKind::gvk(TENANT_GROUP, TENANT_VERSION, TENANT_KIND);
+    let mut backoff = Duration::from_millis(500);
+    loop {
+        match kube::discovery::pinned_kind(client, &gvk).await {
+            Ok((resource, _)) => return Some(resource),
+            Err(kube::Error::Api(status)) if status.code == 404 => return None,
+            Err(kube::Error::Discovery(_)) => return None,
+            Err(error) => {
+                warn!(%error, "asking the API server whether it serves DistributionTenants; retrying");
+                tokio::time::sleep(backoff).await;
+                backoff = (backoff * 2).min(Duration::from_secs(30));
+            }
+        }
     }
 }
 
