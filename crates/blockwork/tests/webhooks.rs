@@ -302,10 +302,8 @@ async fn a_tenant_naming_a_cert_cloudfront_would_refuse_is_refused_at_admission_
     issued("narrow", "us-east-1", "api.k8s.example.com").await;
     let tenants: Api<DistributionTenant> = Api::namespaced(client, &team);
     let naming = |tenant: &str, cert: &str| {
-        let certificate = blockwork_tenant::api::CertificateRef {
-            arn: None,
-            cert_ref: Some(blockwork_tenant::api::CertRef { name: cert.to_owned() }),
-        };
+        let certificate =
+            blockwork_tenant::api::CertificateRef { arn: None, cert_ref: Some(blockwork_tenant::api::CertRef { name: cert.to_owned() }) };
         let spec = DistributionTenantSpec {
             distribution_id: "E1ABCDEF2GHIJ".into(),
             domains: vec![DomainName { domain: "www.k8s.example.com".into() }],

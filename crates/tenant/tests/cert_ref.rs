@@ -11,9 +11,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use blockwork_aws::{Aws, AwsConfig, AwsMetrics, Seed};
-use blockwork_cert::zones::{Zone, ZoneRegistry};
-use blockwork_cert::{Cert, CertConfig, CertMetrics, CertSpec, CertState};
-use blockwork_runtime::{Namespaces, RequeuePolicy, RuntimeMetrics};
+use blockwork_cert::{Cert, CertArgs, CertConfig, CertMetrics, CertSpec, CertState};
+use blockwork_runtime::{Namespaces, RuntimeMetrics};
 use blockwork_tenant::DistributionTenantSpec;
 use blockwork_tenant::api::{CertRef, CertificateRef, Customizations};
 use blockwork_testenv::aws::{layer_config, sdk_config};
@@ -32,47 +31,21 @@ struct Composed {
     certs: Api<Cert>,
 }
 
-/// The Cert controller's quick looks (seed 000's states, a second or less).
-fn quick_cert_timing() -> blockwork_cert::Timing {
-    let ms = Duration::from_millis;
-    blockwork_cert::Timing {
-        pending: RequeuePolicy::exponential(ms(200), ms(1000)),
-        creating: RequeuePolicy::exponential(ms(100), ms(500)),
-        verifying: RequeuePolicy::exponential(ms(300), ms(1000)),
-        ready: RequeuePolicy::fixed(Duration::from_secs(3600)),
-        failed: RequeuePolicy::fixed(ms(1000)),
-        terminating: RequeuePolicy::exponential(ms(200), ms(1000)),
-        error_backoff: RequeuePolicy::exponential(ms(200), ms(1000)),
-        throttle_floor: ms(300),
-        deletion_blocked_after: Duration::from_secs(2),
-    }
-}
-
 impl Composed {
     /// Certs are requested in `region` (the installation's, `--aws-region`).
     async fn start(prefix: &str, region: &str) -> Self {
         let mut h = Harness::start(prefix).await;
         h.plane.install_crds(&[blockwork_cert::crd()]).await.unwrap();
         h.use_acm(&h.dns_proxy.endpoint()).await;
+        // The operator's intervals; the certificate listing swept quickly (its sweeps wake the Certs).
+        let zones = format!("{}.example.com:{}", h.namespace, h.zone_id);
         let config = CertConfig {
-            zones: ZoneRegistry::new(vec![Zone {
-                name: format!("{}.example.com", h.namespace),
-                id: h.zone_id.clone(),
-                domains: Vec::new(),
-            }]),
             acm: blockwork_aws::acm::AcmConfig {
                 sweep: Duration::from_secs(2),
                 busy_sweep: Duration::from_millis(200),
                 ..blockwork_aws::acm::AcmConfig::default()
             },
-            validation_timeout: Duration::from_secs(72 * 3600),
-            expiry_threshold_days: 90,
-            max_tracked_certificates: 1000,
-            timing: quick_cert_timing(),
-            export_secrets: false,
-            certificate_authorities: Vec::new(),
-            ownership_interval: blockwork_cert::external::OWNERSHIP_INTERVAL,
-            ingress_users: false,
+            ..CertConfig::from_args(&CertArgs { dns_zones: zones, ..CertArgs::default() }).unwrap()
         };
         let endpoint = h.dns_proxy.endpoint();
         let aws_config = AwsConfig { endpoint_url: Some(endpoint.clone()), region: Some(region.to_owned()), ..layer_config() };

@@ -151,36 +151,28 @@ impl ControlPlane {
     /// controllers. The binary is built with the end-to-end node's tools
     /// (`scripts/install-test-tools node`, which `make test` runs).
     pub async fn start_namespace_controller(&self) -> Result<(), Error> {
-        let args = vec![
-            format!("--kubeconfig={}", self.kubeconfig.display()),
-            "--controllers=namespace-controller".into(),
-            "--leader-elect=false".into(),
-            "--secure-port=0".into(),
-            "--v=1".into(),
-        ];
-        let tool = tool("kube-controller-manager")?;
-        self.namespace_controller
-            .get_or_try_init(|| async { Process::start("kube-controller-manager", &tool, &args, &[], &self.dir) })
-            .await
-            .map(|_| ())
+        self.start_controller_manager(&self.namespace_controller, "kube-controller-manager", "namespace-controller").await
     }
 
     /// Starts kube-controller-manager with only its garbage collector (once per test binary), so
     /// that an object whose owner is deleted goes as in a cluster (`ownerReferences`). Built with
     /// the end-to-end node's tools, as for [`Self::start_namespace_controller`].
     pub async fn start_garbage_collector(&self) -> Result<(), Error> {
+        self.start_controller_manager(&self.garbage_collector, "kube-controller-manager-gc", "garbagecollector").await
+    }
+
+    /// kube-controller-manager running only `controllers`, once per test binary (`running`), its
+    /// log named after `name`.
+    async fn start_controller_manager(&self, running: &OnceCell<Process>, name: &str, controllers: &str) -> Result<(), Error> {
         let args = vec![
             format!("--kubeconfig={}", self.kubeconfig.display()),
-            "--controllers=garbagecollector".into(),
+            format!("--controllers={controllers}"),
             "--leader-elect=false".into(),
             "--secure-port=0".into(),
             "--v=1".into(),
         ];
         let tool = tool("kube-controller-manager")?;
-        self.garbage_collector
-            .get_or_try_init(|| async { Process::start("kube-controller-manager-gc", &tool, &args, &[], &self.dir) })
-            .await
-            .map(|_| ())
+        running.get_or_try_init(|| async { Process::start(name, &tool, &args, &[], &self.dir) }).await.map(|_| ())
     }
 
     /// Kills kube-apiserver (SIGKILL) and starts it again on the same port with the same flags
