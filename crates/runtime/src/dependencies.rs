@@ -1,7 +1,9 @@
 //! Dependencies: the custom resources an object waits for. Each reconcile resolves them (all
 //! Ready, or a message saying which one is waited for), and registers them in an index that the
 //! dependency watches read, so that a change of a dependency reconciles its dependents at once
-//! instead of at their next requeue.
+//! instead of at their next requeue. Only a change that concerns them: whether the dependency is
+//! Ready (for its generation, not being deleted), or what the dependents' operator reads of it
+//! (`ExternalResource::dependency_view`); its other status writes wake nobody.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex, PoisonError};
@@ -26,11 +28,16 @@ pub(crate) struct Dependencies<K: Resource<DynamicType = ()>> {
     kinds: Mutex<HashMap<(String, String), DependencyKind>>,
     /// Shared with the dependency watch tasks, which look up whom a change concerns.
     index: Arc<Mutex<DependencyIndex<K>>>,
+    /// What the dependents' operator reads of a dependency.
+    view: View,
 }
 
-impl<K: Resource<DynamicType = ()>> Default for Dependencies<K> {
-    fn default() -> Self {
-        Self { kinds: Mutex::default(), index: Arc::default() }
+/// What an operator reads of a dependency (`ExternalResource::dependency_view`).
+pub(crate) type View = fn(&DynamicObject) -> serde_json::Value;
+
+impl<K: Resource<DynamicType = ()>> Dependencies<K> {
+    pub(crate) fn new(view: View) -> Self {
+        Self { kinds: Mutex::default(), index: Arc::default(), view }
     }
 }
 
@@ -64,6 +71,9 @@ struct WatchKey {
 /// go unnoticed until their next requeue, an hour later.
 struct DependencyIndex<K: Resource<DynamicType = ()>> {
     dependents: HashMap<DependencyKey, HashSet<ObjectRef<K>>>,
+    /// What the dependents were last told of each dependency: its readiness and what they read
+    /// of it. A change that alters neither wakes nobody.
+    told: HashMap<DependencyKey, Told>,
     /// The reverse map, to drop an object's old entries when its dependencies change.
     of_object: HashMap<ObjectRef<K>, HashSet<DependencyKey>>,
     watches: HashMap<WatchKey, tokio::task::JoinHandle<()>>,
@@ -74,7 +84,7 @@ struct DependencyIndex<K: Resource<DynamicType = ()>> {
 
 impl<K: Resource<DynamicType = ()>> Default for DependencyIndex<K> {
     fn default() -> Self {
-        Self { dependents: HashMap::new(), of_object: HashMap::new(), watches: HashMap::new(), triggers: None }
+        Self { dependents: HashMap::new(), told: HashMap::new(), of_object: HashMap::new(), watches: HashMap::new(), triggers: None }
     }
 }
 
@@ -97,6 +107,22 @@ impl<K: Resource<DynamicType = ()>> DependencyIndex<K> {
                     self.dependents.remove(&key);
                 }
             }
+        }
+    }
+
+    /// The objects to wake now that `dependency` is as `now` says (`None`: it is gone): its
+    /// dependents, when its readiness or what they read of it changed since they were last told.
+    fn tell(&mut self, dependency: &DependencyKey, now: Option<Told>) -> Vec<ObjectRef<K>> {
+        let changed = match now {
+            None => {
+                self.told.remove(dependency);
+                true
+            }
+            Some(told) => self.told.insert(dependency.clone(), told.clone()).as_ref() != Some(&told),
+        };
+        match self.dependents.get(dependency).filter(|_| changed) {
+            Some(dependents) => dependents.iter().cloned().collect(),
+            None => Vec::new(),
         }
     }
 
@@ -197,7 +223,7 @@ impl<K: Resource<DynamicType = ()> + Clone + 'static> Dependencies<K> {
             None => Api::all_with(client.clone(), &kind.resource),
         };
         debug!(controller, kind = %kind.resource.kind, ?namespace, "watching dependencies");
-        let task = tokio::spawn(watch_dependencies(api, key.clone(), Arc::clone(&self.index), triggers));
+        let task = tokio::spawn(watch_dependencies(api, key.clone(), Arc::clone(&self.index), self.view, triggers));
         index.watches.insert(key, task);
     }
 
@@ -224,19 +250,32 @@ impl<K: Resource<DynamicType = ()> + Clone + 'static> Dependencies<K> {
     }
 }
 
-/// Reports every change of a watched dependency (created, changed, deleted) to the objects
-/// that depend on it. Ends when the controller stops listening.
+/// What a dependency's dependents were told of it.
+#[derive(Clone, Debug, PartialEq)]
+struct Told {
+    /// [`unready`]'s verdict.
+    unready: Option<String>,
+    /// What the dependents' operator reads of it.
+    view: serde_json::Value,
+}
+
+/// Reports every change of a watched dependency that concerns its dependents (created, deleted,
+/// its readiness or what they read of it changed) to the objects that depend on it. Ends when the
+/// controller stops listening.
 async fn watch_dependencies<K: Resource<DynamicType = ()>>(
     api: Api<DynamicObject>,
     key: WatchKey,
     index: Arc<Mutex<DependencyIndex<K>>>,
+    view: View,
     triggers: UnboundedSender<ObjectRef<K>>,
 ) {
-    let changes = watcher(api, watcher::Config::default()).default_backoff().touched_objects();
-    futures::pin_mut!(changes);
-    while let Some(change) = changes.next().await {
-        let changed = match change {
-            Ok(changed) => changed,
+    let events = watcher(api, watcher::Config::default()).default_backoff();
+    futures::pin_mut!(events);
+    while let Some(event) = events.next().await {
+        let (changed, gone) = match event {
+            Ok(watcher::Event::Apply(object) | watcher::Event::InitApply(object)) => (object, false),
+            Ok(watcher::Event::Delete(object)) => (object, true),
+            Ok(watcher::Event::Init | watcher::Event::InitDone) => continue,
             // The backoff retries the watch; the dependents' own requeues cover the gap.
             Err(error) => {
                 warn!(kind = %key.kind, %error, "dependency watch failed");
@@ -249,13 +288,8 @@ async fn watch_dependencies<K: Resource<DynamicType = ()>>(
             namespace: key.namespace.as_ref().and(changed.metadata.namespace.clone()),
             name: changed.name_any(),
         };
-        let dependents: Vec<ObjectRef<K>> = index
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .dependents
-            .get(&dependency)
-            .map(|dependents| dependents.iter().cloned().collect())
-            .unwrap_or_default();
+        let now = (!gone).then(|| Told { unready: unready(&changed), view: view(&changed) });
+        let dependents = index.lock().unwrap_or_else(PoisonError::into_inner).tell(&dependency, now);
         for dependent in dependents {
             if triggers.unbounded_send(dependent).is_err() {
                 return;
@@ -336,6 +370,21 @@ mod tests {
         assert_eq!(unready(&waiting).as_deref(), Some("InProgress: waiting for ACM to issue api.example.com"));
         let new = dependency(serde_json::json!({"metadata": {"name": "api"}}));
         assert_eq!(unready(&new).as_deref(), Some("it has no Ready condition yet"));
+    }
+
+    #[test]
+    fn dependents_are_woken_when_the_dependency_s_readiness_or_what_they_read_of_it_changes_only() {
+        let mut index = DependencyIndex::<ConfigMap>::default();
+        index.register(ObjectRef::new("a").within("ns"), HashSet::from([key("db")]));
+        let told = |unready: Option<&str>, arn: &str| Some(Told { unready: unready.map(str::to_owned), view: serde_json::json!(arn) });
+        assert_eq!(index.tell(&key("db"), told(Some("InProgress"), "")).len(), 1, "first seen");
+        assert!(index.tell(&key("db"), told(Some("InProgress"), "")).is_empty(), "a status write about its own work");
+        assert_eq!(index.tell(&key("db"), told(None, "arn:1")).len(), 1, "Ready, with a value");
+        assert!(index.tell(&key("db"), told(None, "arn:1")).is_empty());
+        assert_eq!(index.tell(&key("db"), told(None, "arn:2")).len(), 1, "what the dependent reads changed");
+        assert_eq!(index.tell(&key("db"), None).len(), 1, "gone");
+        assert_eq!(index.tell(&key("db"), told(None, "arn:2")).len(), 1, "back");
+        assert!(index.tell(&key("other"), told(None, "x")).is_empty(), "nobody depends on it");
     }
 
     #[test]

@@ -235,6 +235,17 @@ pub trait ExternalResource: Send + Sync + 'static {
         Asks::default()
     }
 
+    /// What this operator reads of a dependency (in [`Self::resolve`], or the calls): a change of
+    /// it wakes the dependents, and so does any change of whether the dependency is Ready (for
+    /// its generation, not being deleted); its other changes (status writes about its own work)
+    /// wake nobody. By default its spec and status, every change of them.
+    fn dependency_view(dependency: &DynamicObject) -> serde_json::Value
+    where
+        Self: Sized,
+    {
+        serde_json::json!({ "spec": dependency.data["spec"], "status": dependency.data["status"] })
+    }
+
     /// The spec `object` asks for once its dependencies are resolved (every one Ready, in
     /// `dependencies` in the order [`Asks::dependencies`] named them): the values it takes from
     /// them (a Cert's certificate ARN) written into it. That spec is what every call of the live

@@ -66,6 +66,17 @@ pub fn check(spec: &DistributionTenantSpec, offered: &Offered, region: Option<&s
     if uncovered.is_empty() { Ok(()) } else { Err(SpecError::CertNotCovering { cert: offered.name.clone(), domains: uncovered }) }
 }
 
+/// What a tenant reads of a Cert ([`Offered`]): its certificate's ARN and its names.
+pub fn view(cert: &DynamicObject) -> serde_json::Value {
+    let data = &cert.data;
+    serde_json::json!([
+        data["status"]["certificateArn"],
+        data["status"]["domainName"],
+        data["spec"]["domainName"],
+        data["spec"]["subjectAlternativeNames"],
+    ])
+}
+
 /// The spec with the Cert's certificate ARN in `customizations.certificate.arn`: what the
 /// tenant's calls act on. `certs` are the dependencies the runtime resolved, all Ready.
 pub fn resolve(spec: &DistributionTenantSpec, certs: &[DynamicObject]) -> Result<DistributionTenantSpec, ExternalError> {
@@ -137,6 +148,20 @@ mod tests {
         assert_eq!(resolved.cert_ref(), Some("shop"), "the reference stays: the recorded spec says where the ARN came from");
         let unnamed = DistributionTenantSpec::default();
         assert_eq!(resolve(&unnamed, &[]).ok(), Some(unnamed), "no Cert named: the spec as it is");
+    }
+
+    #[test]
+    fn a_tenant_reads_of_its_cert_only_what_it_offers() {
+        let issued = cert(Some(ARN), "*.shop.example.com", &[]);
+        let mut recorded = issued.clone();
+        if let Some(status) = recorded.status.as_mut() {
+            status.observation.validation_records = vec![blockwork_cert::ValidationRecordStatus::default()];
+            status.reconcile_state_since = Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(jiff::Timestamp::UNIX_EPOCH));
+        }
+        assert_eq!(view(&dynamic(&issued)), view(&dynamic(&recorded)), "its own work is not the tenant's concern");
+        let replaced = cert(Some(&ARN.replace("0001", "0002")), "*.shop.example.com", &[]);
+        assert_ne!(view(&dynamic(&issued)), view(&dynamic(&replaced)));
+        assert_ne!(view(&dynamic(&issued)), view(&dynamic(&cert(Some(ARN), "*.shop.example.com", &["shop.example.com"]))));
     }
 
     #[test]

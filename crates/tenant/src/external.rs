@@ -383,6 +383,12 @@ impl<C: CloudFront + Acm, D: DnsRecords> ExternalResource for TenantManager<C, D
         }
     }
 
+    /// What a tenant reads of its Cert ([`crate::cert_ref::view`]): its other status writes (its
+    /// validation records written, say) wake no tenant.
+    fn dependency_view(dependency: &DynamicObject) -> serde_json::Value {
+        crate::cert_ref::view(dependency)
+    }
+
     /// The Cert's certificate ARN in `customizations.certificate.arn`, once CloudFront's rules
     /// for it are checked ([`crate::cert_ref`]).
     fn resolve(&self, object: &DistributionTenant, dependencies: &[DynamicObject]) -> Result<DistributionTenantSpec, ExternalError> {

@@ -447,6 +447,48 @@ mod tests {
     use super::*;
     use crate::kinds::fixtures::{at, validating_cert};
 
+    fn user(kind: blockwork_cert::users::UserKind, name: &str, serves: &[&str]) -> User {
+        User { kind, name: name.into(), names_it: serves.is_empty(), serves: serves.iter().map(|s| (*s).to_owned()).collect() }
+    }
+
+    #[test]
+    fn a_cert_being_deleted_while_in_use_names_its_users_and_the_ways_out() {
+        let mut held = validating_cert(false);
+        held.metadata.deletion_timestamp = Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(at(0)));
+        let users = [
+            user(blockwork_cert::users::UserKind::DistributionTenant, "shop", &[]),
+            user(blockwork_cert::users::UserKind::Ingress, "web", &[]),
+        ];
+        let report = cert(&held, &[], &users, at(60));
+        let used: Vec<(&str, &str)> = report.used_by.iter().map(|u| (u.what.as_str(), u.name.as_str())).collect();
+        assert_eq!(used, [("DistributionTenant", "shop"), ("Ingress", "web")]);
+        let note = report.notes.last().expect("a note");
+        assert!(
+            note.starts_with(
+                "Being deleted, and held: DistributionTenant shop (named in spec.customizations.certificate.certRef), Ingress web"
+            ),
+            "{note}"
+        );
+        assert!(note.contains("remove the reference to this Cert from each user") && note.contains("or delete the users"), "{note}");
+        assert!(cert(&held, &[], &[], at(60)).notes.last().is_some_and(|n| !n.contains("held")), "no user, the usual deletion note");
+    }
+
+    #[test]
+    fn a_replaced_certificate_a_user_still_serves_is_said_to_be_kept_for_it() {
+        const OLD: &str = "arn:aws:acm:us-east-1:123456789012:certificate/old";
+        let mut replacing = validating_cert(false);
+        if let Some(status) = replacing.status.as_mut() {
+            status.observation.previous_certificate_arns = vec![OLD.into()];
+        }
+        let users = [user(blockwork_cert::users::UserKind::DistributionTenant, "shop", &[OLD])];
+        let report = cert(&replacing, &[], &users, at(60));
+        let kept = report.observed.iter().find(|f| f.label == "replaced certificate").expect("listed");
+        assert_eq!(
+            kept.value,
+            "arn:aws:acm:us-east-1:[ACCOUNT_ID]:certificate/old (kept while DistributionTenant shop (serves arn:aws:acm:us-east-1:[ACCOUNT_ID]:certificate/old) serve(s) it; deleted once none does)"
+        );
+    }
+
     #[test]
     fn a_cert_waiting_longer_than_acm_usually_takes_says_where_to_look() {
         let report = cert(&validating_cert(false), &[], &[], at(43 * 60));
