@@ -274,7 +274,7 @@ impl ExternalResource for CertManager {
     type Upkeep = CertUpkeep;
     type Derived = ();
 
-    /// A Cert being deleted while it is in use waits for its users first (ADR 0020): nothing of
+    /// A Cert being deleted while it is in use waits for its users first (ADR 0022): nothing of
     /// it is deleted, and its status, a Warning event and `blockwork explain` name them.
     async fn verify(&self, request: &Request<'_, Cert>, observation: &mut CertObservation) -> Observed<CertUpkeep> {
         if request.phase == Phase::Deleting {

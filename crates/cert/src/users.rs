@@ -1,4 +1,4 @@
-//! Who uses a Cert's certificate (ADR 0020): DistributionTenants that name it
+//! Who uses a Cert's certificate (ADR 0022): DistributionTenants that name it
 //! (`spec.customizations.certificate.certRef`) or serve one of its certificates in CloudFront
 //! (`status.certificateInUse`), and Ingresses that name it (`blockwork.dev/certificates`, or the
 //! Cert made from their hosts) or list one of its certificates for their load balancer

@@ -38,7 +38,7 @@ pub enum Scope {
     /// Ownership of AWS resources (ADR 0017): adoption, handover, the same manifest elsewhere;
     /// on Certs and DistributionTenants.
     Ownership,
-    /// The Ingress controller's events on Ingresses that name Certs (ADR 0020).
+    /// The Ingress controller's events on Ingresses that name Certs (ADR 0022).
     Ingress,
 }
 

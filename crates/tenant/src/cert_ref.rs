@@ -1,5 +1,5 @@
 //! A tenant's certificate from a Cert of its namespace (`spec.customizations.certificate.certRef`,
-//! ADR 0020). The Cert is a dependency of the runtime's (seed 003): the tenant waits while it is
+//! ADR 0022). The Cert is a dependency of the runtime's (seed 003): the tenant waits while it is
 //! not Ready, is woken by a watch when it changes, and takes its certificate's ARN into the spec
 //! the calls act on ([`resolve`]), so that a Cert that replaces its certificate (a name added) is
 //! followed with one update. What CloudFront would refuse of a Cert is refused first, naming the

@@ -61,7 +61,7 @@ use decisions::{
     settled, upserted,
 };
 use manager::name_taken;
-pub use manager::{CERTIFICATE_NAMES_TTL, DISTRIBUTION_TTL, Desired, ROUTING_ENDPOINT_TTL, TenantManager, TenantUpkeep};
+pub use manager::{CERTIFICATE_NAMES_TTL, DISTRIBUTION_TTL, Desired, MISSING_TTL, ROUTING_ENDPOINT_TTL, TenantManager, TenantUpkeep};
 
 /// The calls, each noting the conditions it decides in `conditions` (the implementation of
 /// [`ExternalResource`] below returns them).
@@ -199,6 +199,7 @@ impl<C: CloudFront + Acm, D: DnsRecords> TenantManager<C, D> {
         }
         let write = TenantWrite { config: &desired.config, managed_certificate_request: spec.managed_certificate_request.as_ref() };
         let context = CallContext { creating: true, cloudfront_validates: cloudfront_validates(spec), ..CallContext::default() };
+        self.creating_tenant(principal, &name).await;
         match self.cloudfront.create_tenant(principal, &name, &claimant(request).owner.tags(), write).await {
             Ok(tenant) => {
                 record(observation, &tenant);

@@ -241,8 +241,16 @@ async fn deleting_a_cert_in_use_keeps_its_certificate_names_the_user_and_finishe
     let message = &held.status.as_ref().unwrap().last_error.as_ref().unwrap().message;
     assert!(message.contains("in use by DistributionTenant shop-held (named in spec.customizations.certificate.certRef; serves arn:aws:acm:us-east-1:[ACCOUNT_ID]:certificate/"), "{message}");
     assert!(message.contains("remove the reference to this Cert from each user, or delete the users"), "{message}");
-    let events = blockwork_inspect::read::events_of(&h.client, &held).await.unwrap();
-    assert!(events.iter().any(|e| e.reason.as_deref() == Some("HeldByUsers") && e.type_.as_deref() == Some("Warning")), "{events:?}");
+    // The event is published beside the status write, not before it: read until it is there.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let events = blockwork_inspect::read::events_of(&h.client, &held).await.unwrap();
+        if events.iter().any(|e| e.reason.as_deref() == Some("HeldByUsers") && e.type_.as_deref() == Some("Warning")) {
+            break;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "no HeldByUsers Warning event: {events:?}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
     let explained = blockwork_inspect::read::report(
         &h.client,
         &h.namespace,

@@ -1,5 +1,5 @@
 //! The `ingress` controller: an Ingress names its Certs and the AWS Load Balancer Controller gets
-//! their certificates, with no ARN copied by hand (ADR 0020, docs/composing.md).
+//! their certificates, with no ARN copied by hand (ADR 0022, docs/composing.md).
 //!
 //! - `blockwork.dev/certificates: a,b` writes `alb.ingress.kubernetes.io/certificate-arn` with
 //!   the Certs' ARNs (comma-separated, in order: the first is the listener's default) once every

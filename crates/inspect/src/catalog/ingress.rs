@@ -1,4 +1,4 @@
-//! The catalog's entries: the Ingress controller's events on Ingresses that name Certs (ADR 0020).
+//! The catalog's entries: the Ingress controller's events on Ingresses that name Certs (ADR 0022).
 
 use super::Scope::Ingress;
 use super::{Entry, NOTHING, fine, problem, waiting};
