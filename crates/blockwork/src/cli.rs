@@ -114,6 +114,11 @@ pub struct RbacArgs {
     /// --export-secrets`) [default: none].
     #[arg(long = "opt-in", value_delimiter = ',', value_name = "CONTROLLER.FEATURE")]
     pub opt_in: Vec<String>,
+    /// Features on by default whose permissions not to grant, comma separated, for features
+    /// turned off at install: `cache.network-policies` (NetworkPolicies, for `blockwork run
+    /// --cache-network-policies=false`) [default: none].
+    #[arg(long = "opt-out", value_delimiter = ',', value_name = "CONTROLLER.FEATURE")]
+    pub opt_out: Vec<String>,
 }
 
 #[derive(Debug, Args)]

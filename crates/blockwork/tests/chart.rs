@@ -184,6 +184,7 @@ fn every_run_flag_is_set_by_the_chart_or_deliberately_left_out() {
             "controllers.cache.imagePullSecrets[0].name=mirror",
             "controllers.cache.cpuLimit=1",
             "controllers.cache.runAsUser=1001",
+            "controllers.cache.exporter.scrapedFrom.namespace=monitoring",
         ][..],
     ] {
         let sets: Vec<&str> = everything.iter().chain(extra).copied().collect();
@@ -285,6 +286,13 @@ fn the_rbac_the_chart_grants_is_what_blockwork_rbac_generates() {
             "aws_identity,cache,cert,tenant,ingress,rotator",
             vec!["--namespaces", "a,b"],
         ),
+        // NetworkPolicies are on by default, and their rules with them; turned off, neither.
+        (vec!["controllers.cache.networkPolicies=false"], "cache,rotator", vec!["--opt-out", "cache.network-policies"]),
+        (
+            vec!["controllers.cache.networkPolicies=false", "namespaces={a,b}"],
+            "cache,rotator",
+            vec!["--opt-out", "cache.network-policies", "--namespaces", "a,b"],
+        ),
         // Export into Secrets, enabled at install: its rules, cluster-wide or per namespace.
         (
             all.iter().copied().chain(["controllers.cert.exportSecrets=true"]).collect(),
@@ -385,6 +393,8 @@ fn bad_values_are_refused_with_a_message_naming_them() {
         (vec!["tracing.sampler=parentbased_traceidratio"], "samplerArg"),
         (vec!["controllers.cache.images.redis.repository=Redis"], "images/redis/repository"),
         (vec!["controllers.cache.registry=https://mirror.example.com"], "registry"),
+        (vec!["controllers.cache.networkPolicies=yes"], "networkPolicies"),
+        (vec!["controllers.cache.exporter.scrapedFrom.namespace=Monitoring"], "scrapedFrom/namespace"),
         (vec!["controllers.cache.cpuRequest=lots"], "cpuRequest"),
         (vec!["controllers.cache.nodeSpread=always"], "nodeSpread"),
     ] {
@@ -527,8 +537,12 @@ async fn every_rendered_option_is_accepted_by_the_api_server() {
             "controllers.cache.nodeSpread=required",
             "controllers.cache.runAsUser=1001",
             "controllers.cache.exporter.enabled=true",
+            "controllers.cache.exporter.scrapedFrom.namespace=monitoring",
+            "controllers.cache.exporter.scrapedFrom.labels.app\\.kubernetes\\.io/name=prometheus",
+            "controllers.cache.exporter.scrapedFrom.labels.prometheus=k8s",
             "metrics.serviceMonitor.enabled=true",
         ],
+        vec!["controllers.cache.networkPolicies=false"],
         vec![
             "controllers.cache.enabled=false",
             "metrics.port=0",

@@ -284,29 +284,40 @@ async fn get(instance: &Operator, port: u16, path: &str) -> Response {
     instance.get(port, path).await.unwrap_or_else(|e| panic!("GET 127.0.0.1:{port}{path}: {e}\n{}", instance.logs()))
 }
 
+/// A kubeconfig (in the returned directory) of the ServiceAccount `blockwork` of `namespace`,
+/// bound to what `blockwork rbac ... RBAC_ARGS` generates.
+fn generated_rbac_kubeconfig(admin_kubeconfig: &Path, namespace: &str, rbac_args: &[&str]) -> (tempfile::TempDir, PathBuf) {
+    let kubectl = |args: &[&str], stdin: Option<&str>| kubectl_ok(admin_kubeconfig, args, stdin.unwrap_or_default().as_bytes()).unwrap();
+    kubectl(&["create", "serviceaccount", "blockwork", "-n", namespace], None);
+    let mut args = vec!["rbac", "--name", namespace, "--namespace", namespace, "--service-account", "blockwork"];
+    args.extend_from_slice(rbac_args);
+    let rbac = blockwork(&args);
+    assert!(rbac.status.success(), "{}", stderr(&rbac));
+    kubectl(&["apply", "-f", "-"], Some(&stdout(&rbac)));
+    let token = kubectl(&["create", "token", "blockwork", "-n", namespace], None);
+    let admin = std::fs::read_to_string(admin_kubeconfig).unwrap();
+    let admin_token = admin.lines().find_map(|l| l.trim().strip_prefix("token: ")).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let kubeconfig = dir.path().join("kubeconfig");
+    std::fs::write(&kubeconfig, admin.replace(admin_token, token.trim())).unwrap();
+    (dir, kubeconfig)
+}
+
+/// Whether `kubeconfig`'s identity may `verb` `resource` in `namespace`.
+fn can_i(kubeconfig: &Path, namespace: &str, verb: &str, resource: &str) -> bool {
+    let output = blockwork_testenv::commands::kubectl(kubeconfig, &["auth", "can-i", verb, resource, "-n", namespace], b"").unwrap();
+    stdout(&output).trim() == "yes"
+}
+
 /// `blockwork run` works under exactly the RBAC `blockwork rbac` generates, and that RBAC grants
 /// no more than it must.
 #[tokio::test]
 async fn run_needs_no_more_than_the_generated_rbac() {
     let (client, admin_kubeconfig, namespace) = cluster("blockwork-rbac").await;
-    let kubectl = |args: &[&str], stdin: Option<&str>| kubectl_ok(&admin_kubeconfig, args, stdin.unwrap_or_default().as_bytes()).unwrap();
-    kubectl(&["create", "serviceaccount", "blockwork", "-n", &namespace], None);
-    let rbac = blockwork(&["rbac", "--name", &namespace, "--namespace", &namespace, "--service-account", "blockwork"]);
-    assert!(rbac.status.success(), "{}", stderr(&rbac));
-    kubectl(&["apply", "-f", "-"], Some(&stdout(&rbac)));
-    let token = kubectl(&["create", "token", "blockwork", "-n", &namespace], None);
-
-    let admin = std::fs::read_to_string(&admin_kubeconfig).unwrap();
-    let admin_token = admin.lines().find_map(|l| l.trim().strip_prefix("token: ")).unwrap();
-    let dir = tempfile::tempdir().unwrap();
-    let kubeconfig = dir.path().join("kubeconfig");
-    std::fs::write(&kubeconfig, admin.replace(admin_token, token.trim())).unwrap();
-
-    let can_i = |verb: &str, resource: &str| {
-        let output = blockwork_testenv::commands::kubectl(&kubeconfig, &["auth", "can-i", verb, resource, "-n", &namespace], b"").unwrap();
-        stdout(&output).trim() == "yes"
-    };
+    let (_dir, kubeconfig) = generated_rbac_kubeconfig(&admin_kubeconfig, &namespace, &[]);
+    let can_i = |verb: &str, resource: &str| can_i(&kubeconfig, &namespace, verb, resource);
     assert!(can_i("create", "leases.coordination.k8s.io"));
+    assert!(can_i("create", "networkpolicies.networking.k8s.io"), "each Cache's NetworkPolicy, on by default");
     assert!(can_i("list", "secrets"), "the rotator reads its sources");
     assert!(!can_i("delete", "secrets"), "no controller deletes Secrets: targets hold signing keys");
     assert!(can_i("watch", "pods"), "the Cache controller reads its pods, to say why they do not start");
@@ -320,6 +331,41 @@ async fn run_needs_no_more_than_the_generated_rbac() {
     assert_eq!(holder, instance.identity().await, "{}", instance.logs());
     instance.interrupt().unwrap();
     assert_eq!(instance.wait_exit(Duration::from_secs(10)).await.unwrap().code(), Some(0), "{}", instance.logs());
+}
+
+/// NetworkPolicies turned off at install need none of their permissions: under the RBAC
+/// `blockwork rbac --opt-out cache.network-policies` generates, which grants none, `blockwork run
+/// --cache-network-policies=false` applies a Cache's objects, and its status says it has no policy.
+#[tokio::test]
+async fn with_network_policies_off_run_needs_no_permission_on_them() {
+    let (client, admin_kubeconfig, namespace) = cluster("blockwork-netpol-off").await;
+    let (_dir, kubeconfig) = generated_rbac_kubeconfig(&admin_kubeconfig, &namespace, &["--opt-out", "cache.network-policies"]);
+    assert!(!can_i(&kubeconfig, &namespace, "list", "networkpolicies.networking.k8s.io"), "least privilege once turned off");
+    let mut operator = Operator::new(Path::new(BIN), &kubeconfig)
+        .unwrap()
+        .args(["--controllers", "cache", "--namespaces", &namespace, "--cache-network-policies=false"])
+        .start()
+        .unwrap();
+    operator.wait_ready(Duration::from_secs(60)).await.unwrap();
+    let caches: Api<blockwork_cache::api::Cache> = Api::namespaced(client.clone(), &namespace);
+    let cache: blockwork_cache::api::Cache =
+        serde_json::from_value(serde_json::json!({"metadata": {"name": "open"}, "spec": {"engine": "redis", "memory": "64Mi"}})).unwrap();
+    caches.create(&Default::default(), &cache).await.unwrap();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let isolated = loop {
+        let status = caches.get("open").await.unwrap().status.unwrap_or_default();
+        let synced = status.conditions.iter().any(|c| c.type_ == "Synced" && c.status == "True");
+        let isolated = status.conditions.iter().find(|c| c.type_ == "NetworkIsolated").cloned();
+        match isolated {
+            Some(isolated) if synced => break isolated,
+            _ if Instant::now() > deadline => panic!("no Synced Cache within 60 s: {status:?}\n{}", operator.logs()),
+            _ => sleep(Duration::from_millis(250)).await,
+        }
+    };
+    assert_eq!((isolated.status.as_str(), isolated.reason.as_str()), ("False", "NetworkPoliciesOff"));
+    let statefulsets: Api<k8s_openapi::api::apps::v1::StatefulSet> = Api::namespaced(client, &namespace);
+    assert!(statefulsets.get_opt("open-cache").await.unwrap().is_some());
+    assert!(!operator.logs().contains("networkpolicies"), "the operator tried NetworkPolicies:\n{}", operator.logs());
 }
 
 /// `--log-format json` writes one JSON object per line, errors included.

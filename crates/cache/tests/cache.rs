@@ -22,6 +22,9 @@ use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use kube::{Client, ResourceExt};
 use serde_json::json;
 
+#[path = "cache/network_policies.rs"]
+mod network_policies;
+
 /// The conversion webhook, on its own thread and runtime so it outlives each test's runtime.
 fn webhook() -> &'static (SocketAddr, String) {
     static WEBHOOK: OnceLock<(SocketAddr, String)> = OnceLock::new();
@@ -70,6 +73,15 @@ impl Harness {
     /// The controller talks to the API server through `controller_client` (a fault proxy, say);
     /// the test through its own.
     async fn start_with_controller_client(prefix: &str, controller_client: Client) -> Self {
+        Self::start_with(prefix, controller_client, Settings::default()).await
+    }
+
+    /// The controller with `settings`, as set at install.
+    async fn start_with_settings(prefix: &str, settings: Settings) -> Self {
+        Self::start_with(prefix, control_plane().await.unwrap().client(), settings).await
+    }
+
+    async fn start_with(prefix: &str, controller_client: Client, settings: Settings) -> Self {
         let (address, ca) = webhook();
         let crd = crd::crd_with_conversion(WebhookClientConfig {
             url: Some(format!("https://{address}{}", crd::CONVERSION_PATH)),
@@ -78,7 +90,7 @@ impl Harness {
         });
         control_plane().await.unwrap().install_crds(&[crd]).await.unwrap();
         let namespace = TestNamespace::new(prefix).await;
-        let context = controller::Context::new(controller_client.clone(), Settings::default(), metrics());
+        let context = controller::Context::new(controller_client.clone(), settings, metrics());
         let api: Api<Cache> = Api::namespaced(controller_client, &namespace.namespace);
         let mut controller = ControllerTask::default();
         controller.start(controller::run(context, api, Some(namespace.namespace.clone()), 2, std::future::pending()));
@@ -98,6 +110,7 @@ fn cache(name: &str, engine: Engine, memory: &str, replicas: i32) -> Cache {
             memory: memory.into(),
             replicas,
             eviction_policy: EvictionPolicy::AllkeysLru,
+            access: None,
             tls: None,
             high_availability: None,
         },
@@ -206,6 +219,7 @@ async fn v1alpha1_objects_read_back_as_v1beta1() {
         memory: "64Mi".into(),
         replicas: 2,
         eviction_policy: EvictionPolicy::Noeviction,
+        access: None,
         tls: None,
     };
     alpha.create(&PostParams::default(), &v1alpha1::Cache::new("old", spec)).await.unwrap();
@@ -312,7 +326,14 @@ async fn high_availability_through_the_v1alpha1_annotation_must_hold_the_v1beta1
     let smuggle = |name: &str, engine: Engine, replicas: i32, annotation: &str| {
         let mut old = v1alpha1::Cache::new(
             name,
-            v1alpha1::CacheSpec { engine, memory: "64Mi".into(), replicas, eviction_policy: EvictionPolicy::AllkeysLru, tls: None },
+            v1alpha1::CacheSpec {
+                engine,
+                memory: "64Mi".into(),
+                replicas,
+                eviction_policy: EvictionPolicy::AllkeysLru,
+                access: None,
+                tls: None,
+            },
         );
         old.metadata.annotations = Some([(blockwork_cache::api::HIGH_AVAILABILITY_ANNOTATION.to_owned(), annotation.to_owned())].into());
         old

@@ -28,6 +28,7 @@ fn cache(engine: Engine, replicas: i32) -> Cache {
             memory: "64Mi".into(),
             replicas,
             eviction_policy: EvictionPolicy::AllkeysLru,
+            access: None,
             tls: None,
             high_availability: None,
         },

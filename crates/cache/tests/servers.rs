@@ -21,6 +21,7 @@ fn cache(name: &str, engine: Engine, memory: &str, replicas: i32) -> Cache {
             memory: memory.into(),
             replicas,
             eviction_policy: EvictionPolicy::AllkeysLru,
+            access: None,
             tls: None,
             high_availability: None,
         },

@@ -25,11 +25,15 @@ use serde_json::Value;
 // Issue 29's scenarios, beside this file (a directory cargo does not take for a test of its own).
 #[path = "e2e/cache_pods.rs"]
 mod cache_pods;
+#[path = "e2e/network_policies.rs"]
+mod network_policies;
 
 const SUITE_LOCK: &str = "/run/blockwork-e2e.lock";
 const RELEASE: &str = "blockwork";
 const NAMESPACE: &str = "blockwork-system";
-/// Where the suite's client pod runs (busybox and redis-cli, from the redis image).
+/// Where the suite's client pod runs (busybox and redis-cli, from the redis image). The suite's
+/// Caches name it in `spec.access.namespaces` ([`apply_cache`]), and the install lets it scrape
+/// the exporters, as a platform's Prometheus ([`cache_pods::NODE_IMAGES`]).
 const CLIENT_NAMESPACE: &str = "e2e-client";
 const CLIENT: &str = "client";
 /// Long enough for a pod to start on a loaded 2-core machine; a condition, never a sleep.
@@ -54,6 +58,10 @@ const SCENARIOS: &[(&str, Scenario)] = &[
     ("kubectl_scale_changes_a_cache_s_replicas_and_a_config_change_rolls_its_pods", cache_scales_and_rolls),
     ("a_cache_with_tls_serves_tls_only", cache_serves_tls),
     ("a_memcached_cache_with_tls_serves_tls_only", memcached_serves_tls),
+    (
+        "caches_admit_the_pods_of_their_namespace_and_those_their_access_names_and_no_other_plain_or_tls",
+        network_policies::caches_admit_only_the_pods_their_access_lets_in,
+    ),
     ("a_replicated_cache_promotes_a_replica_when_the_primary_pod_dies_and_keeps_acknowledged_writes", cache_fails_over),
     ("killing_the_leader_pod_hands_over_to_the_standby_which_rewrites_nothing", leader_failover),
     ("the_rotator_pod_rotates_a_renewed_cert_manager_secret", rotator_rotates),
@@ -245,7 +253,7 @@ impl Suite {
     /// A pod with busybox and redis-cli that scenarios run their clients in.
     fn start_client(&self) -> Result<()> {
         self.node.kubectl_with_input(&["apply", "-f", "-"], &format!(
-            "apiVersion: v1\nkind: Namespace\nmetadata: {{name: {CLIENT_NAMESPACE}}}\n---\napiVersion: v1\nkind: Pod\nmetadata: {{name: {CLIENT}, namespace: {CLIENT_NAMESPACE}}}\nspec:\n  terminationGracePeriodSeconds: 0\n  containers:\n  - {{name: client, image: {CLIENT_IMAGE}, command: [sleep, '86400']}}\n"
+            "apiVersion: v1\nkind: Namespace\nmetadata: {{name: {CLIENT_NAMESPACE}}}\n---\napiVersion: v1\nkind: Pod\nmetadata: {{name: {CLIENT}, namespace: {CLIENT_NAMESPACE}, labels: {{app.kubernetes.io/name: prometheus}}}}\nspec:\n  terminationGracePeriodSeconds: 0\n  containers:\n  - {{name: client, image: {CLIENT_IMAGE}, command: [sleep, '86400']}}\n"
         ))?;
         self.node.kubectl(&["-n", CLIENT_NAMESPACE, "wait", "--for=condition=Ready", &format!("pod/{CLIENT}"), "--timeout=180s"])?;
         Ok(())
@@ -404,6 +412,7 @@ fn check_after_install(suite: &Suite) -> Result<()> {
         format!(
             "PASS  Cache pods (leader {leader}): images redis localhost/blockwork-node/redis:7.0.15, valkey localhost/blockwork-node/valkey:9.1.2"
         ),
+        "PASS  Cache NetworkPolicies: applied to every Cache, enforced by kube-network-policies (kind's) (DaemonSet kube-system/kube-network-policies, 1/1 ready)".to_owned(),
     ] {
         ensure!(report.lines().any(|line| line.starts_with(&expected)), "blockwork check does not say {expected:?}:\n{report}");
     }
@@ -433,7 +442,12 @@ fn people_read_and_annotate(suite: &Suite) -> Result<()> {
 
 // --- caches -------------------------------------------------------------------------------------
 
+/// Applies the Cache `namespace/name` with `spec` (a YAML flow map), its clients the pods of its
+/// namespace and the suite's client pod (`spec.access.namespaces`: the Cache's NetworkPolicy is
+/// enforced on the node).
 fn apply_cache(suite: &Suite, namespace: &str, name: &str, spec: &str) -> Result<()> {
+    let fields = spec.trim().strip_suffix('}').ok_or_else(|| anyhow!("the spec is not a YAML flow map: {spec}"))?;
+    let spec = format!("{fields}, access: {{namespaces: [{CLIENT_NAMESPACE}]}}}}");
     suite.node.kubectl_with_input(
         &["apply", "-f", "-"],
         &format!(

@@ -23,6 +23,7 @@ const NOT_REASONS: &[&str] = &[
     "Secret",
     "Service",
     "StatefulSet",
+    "NetworkPolicy",
     "TenantCount",
     "Rotator",
     "Publisher",
@@ -52,6 +53,7 @@ const NOT_REASONS: &[&str] = &[
     // Condition types and statuses (their reasons are in the catalog).
     "Synced",
     "PrimaryKnown",
+    "NetworkIsolated",
     "Renewed",
     "True",
     "False",
@@ -126,6 +128,9 @@ const NOT_REASONS: &[&str] = &[
     "CrashLoopBackOff",
     "ScheduleAnyway",
     "DoNotSchedule",
+    // A NetworkPolicy's words: its policy type, a label selector's operator.
+    "Ingress",
+    "In",
     "RuntimeDefault",
     "Always",
     "IfNotPresent",
