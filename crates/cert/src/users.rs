@@ -140,7 +140,7 @@ pub fn users_of<'a>(cert: &Cert, arns: &[&str], objects: impl IntoIterator<Item 
         .into_iter()
         .filter_map(|(kind, object, used)| {
             let shim = kind == UserKind::Ingress && object == name && !owned_by_ingress(cert, object);
-            let names_it = used.names.iter().any(|n| *n == name) && !shim;
+            let names_it = used.names.contains(&name) && !shim;
             let serves: Vec<String> = used.serves.into_iter().filter(|arn| arns.contains(&arn.as_str())).collect();
             (names_it || !serves.is_empty()).then(|| User { kind, name: object.to_owned(), names_it, serves })
         })

@@ -165,7 +165,14 @@ pub async fn reports(
                 Ok(ingresses) => {
                     let certs = match list::<Cert>(client, scope, "certs.acm.blockwork.dev").await? {
                         Ok(certs) => certs,
-                        Err(_) => Vec::new(),
+                        // The Ingresses are shown without their Certs' states, and why is said
+                        // once (with the Certs' own listing when they are shown too).
+                        Err(why) => {
+                            if !kinds.contains(&KindArg::Cert) {
+                                unlisted.push(why);
+                            }
+                            Vec::new()
+                        }
                     };
                     for ingress in ingresses.iter().filter(|i| kinds::concerns_blockwork(i)) {
                         let of_namespace: Vec<Cert> = certs.iter().filter(|c| c.namespace() == ingress.namespace()).cloned().collect();

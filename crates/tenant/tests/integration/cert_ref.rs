@@ -168,7 +168,7 @@ async fn a_name_added_to_the_cert_updates_the_tenant_once_and_the_old_certificat
     let new = replaced.status.as_ref().unwrap().observation.certificate_arn.clone().unwrap();
     tokio::time::sleep(Duration::from_secs(3)).await;
     let cert = c.certs.get("shop").await.unwrap();
-    assert_eq!(cert.status.unwrap().observation.previous_certificate_arns, [old.clone()], "kept while the tenant serves it");
+    assert_eq!(cert.status.unwrap().observation.previous_certificate_arns, std::slice::from_ref(&old), "kept while the tenant serves it");
     assert!(c.exists(&old).await, "the old certificate is not deleted");
     assert_eq!(h.dns_proxy.calls("DeleteCertificate"), 0, "{:?}", h.dns_proxy.all_calls());
     assert_eq!(c.served("shop-replaced").await.as_deref(), Some(old.as_str()));
