@@ -205,7 +205,10 @@ pub fn registered() -> Vec<Controller> {
             rbac: blockwork_tenant::rbac,
             opt_in_rbac: &[],
             webhooks: Webhooks {
-                routes: |ctx| Ok(blockwork_tenant::webhook::router(Arc::clone(&ctx.identities), ctx.fail_closed)),
+                routes: |ctx| {
+                    let region = ctx.args.aws.region.clone();
+                    Ok(blockwork_tenant::webhook::router(ctx.client.clone(), Arc::clone(&ctx.identities), region, ctx.fail_closed))
+                },
                 validating: || vec![blockwork_tenant::webhook::validating_webhook()],
             },
             // Seed 001's names.
@@ -213,6 +216,19 @@ pub fn registered() -> Vec<Controller> {
             start: |registry| {
                 let metrics = blockwork_tenant::TenantMetrics::register(registry);
                 runnable(move |host| run_tenant(host, metrics))
+            },
+        },
+        Controller {
+            name: blockwork_cert::ingress::CONTROLLER,
+            // Certs, made and read as the mappings grant them.
+            crds: || vec![blockwork_cert::crd(), blockwork_identity::crd()],
+            rbac: blockwork_cert::ingress::rbac,
+            opt_in_rbac: &[],
+            webhooks: Webhooks::NONE,
+            metrics_prefix: "blockwork_ingress",
+            start: |registry| {
+                let metrics = blockwork_cert::ingress::metrics::IngressMetrics::register(registry);
+                runnable(move |host| run_ingress(host, metrics))
             },
         },
         Controller {
@@ -246,11 +262,29 @@ fn cert_webhook(ctx: &WebhookContext) -> anyhow::Result<axum::Router> {
 }
 
 async fn run_cert(host: Host, metrics: Arc<blockwork_cert::CertMetrics>) -> anyhow::Result<()> {
-    let config = cert_config(&host.args)?;
+    // Ingresses use Certs too when their controller runs here: its permissions let the Cert
+    // controller read them.
+    let config =
+        blockwork_cert::CertConfig { ingress_users: runs(&host.args, blockwork_cert::ingress::CONTROLLER), ..cert_config(&host.args)? };
     let shutdown = host.shutdown.wait_owned();
     let (aws, identities) = (host.aws, host.identities);
     blockwork_cert::run(host.client, config, aws, identities, host.runtime_metrics, metrics, host.namespaces, host.concurrency, shutdown)
         .await;
+    Ok(())
+}
+
+/// Whether this process runs the controller `name` (`--controllers`).
+fn runs(args: &RunArgs, name: &str) -> bool {
+    select(registered(), args.controllers.as_deref()).is_ok_and(|selected| selected.iter().any(|c| c.name == name))
+}
+
+/// Ingresses name Certs; the hosts an unmapped namespace may have certificates for are the Cert
+/// controller's `--dns-zones`.
+async fn run_ingress(host: Host, metrics: Arc<blockwork_cert::ingress::metrics::IngressMetrics>) -> anyhow::Result<()> {
+    let zones: blockwork_cert::zones::ZoneRegistry = host.args.cert.dns_zones.parse().context("--dns-zones")?;
+    let shutdown = host.shutdown.wait_owned();
+    let (client, identities, namespaces) = (host.client, host.identities, host.namespaces);
+    blockwork_cert::ingress::run(client, identities, zones.operator_zones(), metrics, namespaces, host.concurrency, shutdown).await;
     Ok(())
 }
 

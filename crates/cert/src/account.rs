@@ -81,7 +81,7 @@ pub struct Accounts {
 
 impl Accounts {
     pub fn new(aws: Arc<Aws>, identities: Arc<Identities>, operator_zones: &ZoneRegistry, acm: AcmConfig) -> Self {
-        let operator_zones = operator_zones.zones().iter().map(|z| OperatorZone { id: z.id.clone(), name: z.name.clone() }).collect();
+        let operator_zones = operator_zones.operator_zones();
         Self {
             aws,
             identities,

@@ -126,6 +126,9 @@ pub struct CertConfig {
     pub certificate_authorities: Vec<String>,
     /// How often a held certificate's ownership is confirmed when nothing is written for it.
     pub ownership_interval: Duration,
+    /// Ingresses are among the users of Certs (`crate::users`): the Ingress controller runs in
+    /// this process, so it may watch them. Not a flag: `blockwork run` sets it.
+    pub ingress_users: bool,
 }
 
 impl CertConfig {
@@ -161,6 +164,7 @@ impl CertConfig {
             export_secrets: args.export_secrets,
             certificate_authorities,
             ownership_interval: args.ownership_check_interval,
+            ingress_users: false,
         })
     }
 }

@@ -59,6 +59,7 @@ use crate::admission;
 use crate::api::{Cert, CertObservation, CertState};
 use crate::decisions::{self, Desired};
 use crate::metrics::CertMetrics;
+use crate::users::{User, Users};
 
 /// The Cert's intervals: seed 000's, but a minute between looks while ACM validates (a Cert
 /// waiting for issuance is woken by the listing's sweeps anyway, see `crate::wake`), and hourly
@@ -93,6 +94,9 @@ pub struct CertManager {
     ownership_interval: Duration,
     /// When each Cert's (by UID) ownership was last confirmed.
     ownership_checked: Mutex<HashMap<String, Instant>>,
+    /// Who uses each Cert's certificates ([`crate::users`]): a Cert in use is not deleted, nor a
+    /// certificate it replaced while a user still serves it.
+    users: Arc<Users>,
 }
 
 /// The default of [`CertManager::with_ownership_interval`] (`--ownership-check-interval`).
@@ -130,7 +134,21 @@ impl CertManager {
             pca,
             ownership_interval: OWNERSHIP_INTERVAL,
             ownership_checked: Mutex::default(),
+            users: Arc::default(),
         }
+    }
+
+    /// Reads the Certs' users from `users`' watches (without: no user is known, as for a
+    /// controller without them in tests).
+    pub fn with_users(self, users: Arc<Users>) -> Self {
+        Self { users, ..self }
+    }
+
+    /// The users of `cert`'s certificates (the current one and those it replaced).
+    pub(crate) async fn users(&self, cert: &Cert, observation: &CertObservation) -> Result<Vec<User>, ExternalError> {
+        let arns: Vec<&str> =
+            observation.certificate_arn.iter().chain(&observation.previous_certificate_arns).map(String::as_str).collect();
+        self.users.of(cert, &arns).await
     }
 
     /// How often a held certificate's ownership is confirmed when nothing is written for it.
@@ -256,7 +274,16 @@ impl ExternalResource for CertManager {
     type Upkeep = CertUpkeep;
     type Derived = ();
 
+    /// A Cert being deleted while it is in use waits for its users first (ADR 0022): nothing of
+    /// it is deleted, and its status, a Warning event and `blockwork explain` name them.
     async fn verify(&self, request: &Request<'_, Cert>, observation: &mut CertObservation) -> Observed<CertUpkeep> {
+        if request.phase == Phase::Deleting {
+            match self.users(request.object, observation).await {
+                Ok(users) if users.is_empty() => {}
+                Ok(users) => return VerifyOutcome::Error(crate::users::held(&users)).into(),
+                Err(unknown) => return VerifyOutcome::Error(crate::users::unknown_users(unknown)).into(),
+            }
+        }
         let observed = match self.observe(request, observation).await {
             Ok(observed) => observed,
             Err(error) => {

@@ -24,8 +24,10 @@ pub mod config;
 pub mod decisions;
 pub mod export;
 pub mod external;
+pub mod ingress;
 pub mod metrics;
 pub mod publish;
+pub mod users;
 pub mod wake;
 pub mod webhook;
 pub mod zones;
@@ -84,6 +86,13 @@ pub async fn run(
         },
     )
     .with_ownership_interval(config.ownership_interval);
+    let (users_changed, changes) = tokio::sync::mpsc::unbounded_channel();
+    let (users, _user_watches) = users::Users::watch(&client, &namespaces, config.ingress_users, move |namespace| {
+        // Closed: the controller stopped.
+        let _ = users_changed.send(namespace.to_owned());
+    })
+    .await;
+    let manager = manager.with_users(users);
     let context =
         Context::new(client.clone(), manager, ControllerConfig::new(CONTROLLER, GROUP).with_timing(config.timing), runtime_metrics);
     let operator_zones = accounts.operator_zones().to_vec();
@@ -92,6 +101,7 @@ pub async fn run(
     });
     let _mapped = Background(tokio::spawn(mappings));
     let _wakes = Background(tokio::spawn(wake::follow(Arc::clone(&context), accounts, records)));
+    let _users = Background(tokio::spawn(wake::follow_users(Arc::clone(&context), changes)));
     // Only with the Secret permissions that come with export (a watch without them fails forever).
     let _secrets = config
         .export_secrets
@@ -115,9 +125,10 @@ impl Drop for Background {
 }
 
 /// The cluster permissions the controller needs (beyond events and leases, which the binary
-/// grants every controller): its own objects, their status and finalizers, and the ConfigMaps
-/// that publish each certificate's ARN ([`publish`]). No Secrets: unless export is enabled at
-/// install ([`export_rbac`]) the certificate stays in ACM.
+/// grants every controller): its own objects, their status and finalizers, the ConfigMaps
+/// that publish each certificate's ARN ([`publish`]), and reading the DistributionTenants that
+/// use Certs ([`users`]; Ingresses are read with the Ingress controller's permissions). No
+/// Secrets: unless export is enabled at install ([`export_rbac`]) the certificate stays in ACM.
 pub fn rbac() -> Vec<PolicyRule> {
     use blockwork_runtime::rbac::rule;
     vec![
@@ -125,6 +136,7 @@ pub fn rbac() -> Vec<PolicyRule> {
         rule(GROUP, &["certs/status"], &["get", "patch", "update"]),
         rule(GROUP, &["certs/finalizers"], &["update"]),
         rule("", &["configmaps"], &["get", "create", "patch", "delete"]),
+        rule(users::TENANT_GROUP, &["distributiontenants"], &["get", "list", "watch"]),
     ]
     .into_iter()
     .chain(blockwork_identity::read_rules())
@@ -146,11 +158,12 @@ mod tests {
     use super::*;
 
     #[test]
-    fn rbac_covers_certs_status_finalizers_the_published_configmaps_and_reading_the_aws_identities() {
+    fn rbac_covers_certs_status_finalizers_the_published_configmaps_and_reading_the_users_and_aws_identities() {
         let rules = rbac();
         let resources: Vec<&str> = rules.iter().flat_map(|r| r.resources.iter().flatten().map(String::as_str)).collect();
-        assert_eq!(resources, ["certs", "certs/status", "certs/finalizers", "configmaps", "awsidentities"]);
-        assert_eq!(rules[4].verbs, ["get", "list", "watch"], "the mappings are only read");
+        assert_eq!(resources, ["certs", "certs/status", "certs/finalizers", "configmaps", "distributiontenants", "awsidentities"]);
+        assert_eq!(rules[4].verbs, ["get", "list", "watch"], "the tenants are only read");
+        assert_eq!(rules[5].verbs, ["get", "list", "watch"], "the mappings are only read");
         let (certs, configmaps) = rules[..4].split_at(3);
         assert!(certs.iter().all(|r| r.api_groups.as_deref() == Some(&[GROUP.to_owned()][..])));
         assert!(certs.iter().all(|r| !r.verbs.iter().any(|v| v == "delete" || v == "create" || v == "*")));

@@ -95,6 +95,22 @@ pub async fn follow(context: Arc<Context<CertManager>>, accounts: Arc<Accounts>,
     }
 }
 
+/// Wakes, each time a user of Certs changes (`crate::users`: a tenant or an Ingress, by its
+/// namespace), the Certs of that namespace that wait for their users, until the users' watches
+/// end (the process stops).
+pub async fn follow_users(context: Arc<Context<CertManager>>, mut changed: tokio::sync::mpsc::UnboundedReceiver<String>) {
+    while let Some(namespace) = changed.recv().await {
+        wake(&context, None, |cert| cert.namespace().as_deref() == Some(namespace.as_str()) && waits_for_users(cert));
+    }
+}
+
+/// Whether what the Cert does next depends on its users: it is being deleted, or keeps
+/// certificates it replaced.
+fn waits_for_users(cert: &Cert) -> bool {
+    cert.metadata.deletion_timestamp.is_some()
+        || cert.status.as_ref().is_some_and(|status| !status.observation.previous_certificate_arns.is_empty())
+}
+
 /// Wakes the Certs `concerned` by the work done in `span` (a sweep, a batch), their trigger
 /// linked to it.
 fn wake(context: &Context<CertManager>, span: Option<SpanContext>, concerned: impl Fn(&Cert) -> bool) {
@@ -164,6 +180,16 @@ mod tests {
         }
         assert!(!holds_certificate(&holding, &HashSet::from(["arn:other".to_owned()])));
         assert!(!holds_certificate(&Cert::new("b", CertSpec::default()), &HashSet::from(["arn:new".to_owned()])));
+    }
+
+    #[test]
+    fn only_a_cert_being_deleted_or_keeping_replaced_certificates_waits_for_its_users() {
+        let keeping = cert(CertObservation { previous_certificate_arns: vec!["arn:old".into()], ..CertObservation::default() });
+        assert!(waits_for_users(&keeping));
+        let mut deleting = cert(CertObservation::default());
+        assert!(!waits_for_users(&deleting), "a Ready Cert's users change nothing of it");
+        deleting.metadata.deletion_timestamp = Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(jiff::Timestamp::now()));
+        assert!(waits_for_users(&deleting));
     }
 
     #[test]

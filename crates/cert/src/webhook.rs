@@ -71,7 +71,7 @@ pub fn router(client: Client, identities: Arc<Identities>, operator_zones: &Zone
         },
     );
     tokio::spawn(watch);
-    let operator_zones = operator_zones.zones().iter().map(|z| OperatorZone { id: z.id.clone(), name: z.name.clone() }).collect();
+    let operator_zones = operator_zones.operator_zones();
     let validator = Validator { certs, identities, operator_zones: Arc::new(operator_zones), fail_closed, issuance: Arc::new(issuance) };
     Router::new().route(PATH, post(review)).with_state(validator)
 }

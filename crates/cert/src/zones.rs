@@ -111,6 +111,12 @@ impl ZoneRegistry {
         &self.zones
     }
 
+    /// What these zones grant the namespaces the operator acts for with its own identity (ADR
+    /// 0014).
+    pub fn operator_zones(&self) -> Vec<blockwork_identity::OperatorZone> {
+        self.zones.iter().map(|z| blockwork_identity::OperatorZone { id: z.id.clone(), name: z.name.clone() }).collect()
+    }
+
     pub fn is_empty(&self) -> bool {
         self.zones.is_empty()
     }

@@ -964,10 +964,11 @@ distribution = cloudfront.create_distribution(DistributionConfig={
 print(zone["HostedZone"]["Id"].rsplit("/", 1)[-1], distribution["Distribution"]["Id"], group["ConnectionGroup"]["Id"])
 "#;
 
-/// The Cert and DistributionTenant controllers turned on with `helm upgrade`, pointed at moto
-/// and MiniStack on the host's bridge address: the examples reach Ready, driven from inside
-/// the pods; the admission webhook, reached through its Service, rejects a Cert for a domain
-/// another Cert holds. With `tracing.endpoint` the pods export their traces to the collector on
+/// The Cert, DistributionTenant and Ingress controllers turned on with `helm upgrade`, pointed at
+/// moto and MiniStack on the host's bridge address: the examples reach Ready, driven from inside
+/// the pods — a tenant that names its Cert serves that Cert's certificate, an Ingress that names
+/// Certs gets their ARNs for its load balancer (one Cert made from its TLS hosts); the admission
+/// webhook, reached through its Service, rejects a Cert for a domain another Cert holds. With `tracing.endpoint` the pods export their traces to the collector on
 /// the host: the trace a Cert's status names is there, its reconcile with its AWS calls.
 fn aws_examples_reach_ready(suite: &Suite) -> Result<()> {
     let node = &suite.node;
@@ -983,6 +984,7 @@ fn aws_examples_reach_ready(suite: &Suite) -> Result<()> {
         "controllers.cert.enabled=true",
         &zones,
         "controllers.tenant.enabled=true",
+        "controllers.ingress.enabled=true",
         &cloudfront,
         &endpoint,
         "aws.region=us-east-1",
@@ -993,7 +995,7 @@ fn aws_examples_reach_ready(suite: &Suite) -> Result<()> {
     ])?;
 
     let namespace = suite.new_namespace("aws")?;
-    for example in ["examples/cert.yaml", "examples/tenant.yaml"] {
+    for example in ["examples/cert.yaml", "examples/tenant.yaml", "examples/composed-tenant.yaml", "examples/composed-ingress.yaml"] {
         let manifest = std::fs::read_to_string(workspace().join(example))?
             .replace("DEV_DISTRIBUTION_ID", &distribution)
             .replace("DEV_CONNECTION_GROUP_ID", &group)
@@ -1014,6 +1016,7 @@ fn aws_examples_reach_ready(suite: &Suite) -> Result<()> {
     for kind in ["cert", "distributiontenant"] {
         node.kubectl(&["-n", &namespace, "wait", "--for=condition=Ready", kind, "--all", "--timeout=180s"])?;
     }
+    composed_examples_use_their_certs(suite, &namespace)?;
     cert_trace_reached_the_collector(suite, &namespace, "my-service")?;
 
     let duplicate = format!(
@@ -1048,6 +1051,30 @@ fn aws_examples_reach_ready(suite: &Suite) -> Result<()> {
     let started = Instant::now();
     node.kubectl(&["delete", "namespace", &namespace, "--timeout=180s"])?;
     println!("e2e: the namespace with the examples and the typo tenant was deleted in {:.1} s", started.elapsed().as_secs_f64());
+    Ok(())
+}
+
+/// The composed examples (issue 40), as the pods made them: the tenant serves its Cert's
+/// certificate, the Ingress's load balancer annotation lists its Certs' ARNs in order, and the
+/// Cert made from its hosts is owned by it.
+fn composed_examples_use_their_certs(suite: &Suite, namespace: &str) -> Result<()> {
+    let node = &suite.node;
+    let arn_of = |cert: &str| -> Result<String> {
+        Ok(node.kubectl(&["-n", namespace, "get", "cert", cert, "-o", "jsonpath={.status.certificateArn}"])?.trim().to_owned())
+    };
+    let cdn = arn_of("cdn")?;
+    let served = node.kubectl(&["-n", namespace, "get", "dt", "cdn.k8s.example.com", "-o", "jsonpath={.status.certificateInUse}"])?;
+    ensure!(!cdn.is_empty() && served.trim() == cdn, "the tenant serves {served:?}, its Cert's certificate is {cdn:?}");
+    let annotation = "jsonpath={.metadata.annotations.alb\\.ingress\\.kubernetes\\.io/certificate-arn}";
+    let written = eventually("the Ingress's load balancer certificates", Duration::from_secs(180), || {
+        let written = node.kubectl(&["-n", namespace, "get", "ingress", "storefront", "-o", annotation])?;
+        Ok((!written.trim().is_empty()).then(|| written.trim().to_owned()))
+    })?;
+    let (web, storefront) = (arn_of("web")?, arn_of("storefront")?);
+    ensure!(written == format!("{web},{storefront}"), "the load balancer lists {written:?}, not the Certs' {web},{storefront}");
+    let owner = node.kubectl(&["-n", namespace, "get", "cert", "storefront", "-o", "jsonpath={.metadata.ownerReferences[0].kind}"])?;
+    ensure!(owner.trim() == "Ingress", "the Cert from the hosts is owned by {owner:?}");
+    println!("e2e: a tenant serves its Cert's certificate, an Ingress's load balancer lists its Certs': {written}");
     Ok(())
 }
 

@@ -58,6 +58,7 @@ async fn annotations(
     Ok(match kind {
         KindArg::Cert => read!(Cert),
         KindArg::DistributionTenant => read!(DistributionTenant),
+        KindArg::Ingress => bail!(NOT_FOR_INGRESSES),
         KindArg::Cache => read!(Cache),
         KindArg::Secret => read!(Secret),
     })
@@ -67,10 +68,14 @@ async fn annotate(client: &Client, namespace: &str, kind: KindArg, name: &str, b
     match kind {
         KindArg::Cert => patch::<Cert>(client, namespace, name, body).await.map(drop),
         KindArg::DistributionTenant => patch::<DistributionTenant>(client, namespace, name, body).await.map(drop),
+        KindArg::Ingress => bail!(NOT_FOR_INGRESSES),
         KindArg::Cache => patch::<Cache>(client, namespace, name, body).await.map(drop),
         KindArg::Secret => patch::<Secret>(client, namespace, name, body).await.map(drop),
     }
 }
+
+/// An Ingress has no state of Blockwork's to pause or retry.
+const NOT_FOR_INGRESSES: &str = "the Ingress controller acts on an Ingress whenever it or a Cert it names changes, with no pause or retry of its own: change or remove its blockwork.dev/ annotations";
 
 /// `pause` (`true`) or `resume` (`false`). The key rotator has no pause: it writes a target only
 /// when its source changes, so there is nothing to hold.
@@ -143,6 +148,7 @@ async fn handled(client: &Client, namespace: &str, kind: KindArg, name: &str) ->
             .await?
             .status
             .and_then(|s| s.last_handled_reconcile_at),
+        KindArg::Ingress => None,
         KindArg::Cache => {
             Api::<Cache>::namespaced(client.clone(), namespace).get(name).await?.status.and_then(|s| s.last_handled_reconcile_at)
         }

@@ -12,6 +12,7 @@ mod aws;
 mod cache;
 mod cert;
 mod identity;
+mod ingress;
 mod ownership;
 mod rotator;
 mod runtime;
@@ -37,6 +38,8 @@ pub enum Scope {
     /// Ownership of AWS resources (ADR 0017): adoption, handover, the same manifest elsewhere;
     /// on Certs and DistributionTenants.
     Ownership,
+    /// The Ingress controller's events on Ingresses that name Certs (ADR 0022).
+    Ingress,
 }
 
 impl Scope {
@@ -50,6 +53,7 @@ impl Scope {
             Self::Aws => "AWS error code (Cert, DistributionTenant)",
             Self::Identity => "AWS identity (Cert, DistributionTenant; AwsIdentity's Ready)",
             Self::Ownership => "ownership: adoption and handover (Cert, DistributionTenant)",
+            Self::Ingress => "Ingress (events of the Ingress controller)",
         }
     }
 }
@@ -110,6 +114,7 @@ const SECTIONS: &[&[Entry]] = &[
     tenant::ENTRIES,
     identity::ENTRIES,
     ownership::ENTRIES,
+    ingress::ENTRIES,
     aws::ENTRIES,
     cache::ENTRIES,
     rotator::ENTRIES,

@@ -102,6 +102,10 @@ fn headline(report: &Report, now: Timestamp, next_retry: Option<&str>) -> String
     {
         return format!("Deletion blocked: {}.", error.message.trim_end_matches('.'));
     }
+    // A Cert held for its users: who they are and the ways out are the headline.
+    if let Some(error) = report.last_error.as_ref().filter(|e| report.deleting && e.reason == blockwork_cert::users::HELD_BY_USERS) {
+        return format!("Deletion held: {}.", error.message.trim_end_matches('.'));
+    }
     if let Some(error) = &report.last_error {
         let class = error.class.as_deref().map(|c| format!(" ({c})")).unwrap_or_default();
         let repeated = match (error.attempts, error.since) {

@@ -6,12 +6,14 @@ use std::collections::BTreeSet;
 use anyhow::{Context as _, bail};
 use blockwork_cache::api::Cache;
 use blockwork_cert::Cert;
+use blockwork_cert::users::{Use, User, UserKind, ingress_use, tenant_use};
 pub use blockwork_rotator::Keys;
 use blockwork_tenant::DistributionTenant;
 use jiff::Timestamp;
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::{ConfigMap, Event, Pod, Secret, Service};
-use kube::api::{ListParams, PartialObjectMeta};
+use k8s_openapi::api::networking::v1::Ingress;
+use kube::api::{DynamicObject, ListParams, PartialObjectMeta};
 use kube::core::NamespaceResourceScope;
 use kube::{Api, Client, Resource, ResourceExt};
 use serde::de::DeserializeOwned;
@@ -30,13 +32,15 @@ pub fn default_keys() -> Keys {
 pub enum KindArg {
     Cert,
     DistributionTenant,
+    /// Ingresses that name Certs.
+    Ingress,
     Cache,
     /// Rotator sources and targets.
     Secret,
 }
 
 impl KindArg {
-    pub const ALL: [Self; 4] = [Self::Cert, Self::DistributionTenant, Self::Cache, Self::Secret];
+    pub const ALL: [Self; 5] = [Self::Cert, Self::DistributionTenant, Self::Ingress, Self::Cache, Self::Secret];
 
     /// kubectl's names: singular, plural, short name, `kind.group`, any case.
     pub fn parse(text: &str) -> Result<Self, String> {
@@ -45,9 +49,12 @@ impl KindArg {
         match base {
             "cert" | "certs" => Ok(Self::Cert),
             "dt" | "distributiontenant" | "distributiontenants" | "tenant" | "tenants" => Ok(Self::DistributionTenant),
+            "ing" | "ingress" | "ingresses" => Ok(Self::Ingress),
             "cache" | "caches" | "ch" => Ok(Self::Cache),
             "secret" | "secrets" | "rotator" => Ok(Self::Secret),
-            _ => Err(format!("unknown kind `{text}`: expected cert, dt (distributiontenant), cache or secret (the key rotator's)")),
+            _ => {
+                Err(format!("unknown kind `{text}`: expected cert, dt (distributiontenant), ingress, cache or secret (the key rotator's)"))
+            }
         }
     }
 }
@@ -148,7 +155,30 @@ pub async fn reports(
     for kind in kinds {
         match kind {
             KindArg::Cert => match list::<Cert>(client, scope, "certs.acm.blockwork.dev").await? {
-                Ok(certs) => reports.extend(certs.iter().map(|c| kinds::cert(c, &[], now))),
+                Ok(certs) => {
+                    let uses = uses(client, scope).await?;
+                    reports.extend(certs.iter().map(|c| kinds::cert(c, &[], &users_of(c, &uses), now)));
+                }
+                Err(why) => unlisted.push(why),
+            },
+            KindArg::Ingress => match list::<Ingress>(client, scope, "ingresses.networking.k8s.io").await? {
+                Ok(ingresses) => {
+                    let certs = match list::<Cert>(client, scope, "certs.acm.blockwork.dev").await? {
+                        Ok(certs) => certs,
+                        // The Ingresses are shown without their Certs' states, and why is said
+                        // once (with the Certs' own listing when they are shown too).
+                        Err(why) => {
+                            if !kinds.contains(&KindArg::Cert) {
+                                unlisted.push(why);
+                            }
+                            Vec::new()
+                        }
+                    };
+                    for ingress in ingresses.iter().filter(|i| kinds::concerns_blockwork(i)) {
+                        let of_namespace: Vec<Cert> = certs.iter().filter(|c| c.namespace() == ingress.namespace()).cloned().collect();
+                        reports.push(kinds::ingress(ingress, &of_namespace, &[], now));
+                    }
+                }
                 Err(why) => unlisted.push(why),
             },
             KindArg::DistributionTenant => {
@@ -236,7 +266,8 @@ pub async fn report(client: &Client, namespace: &str, kind: KindArg, name: &str,
         KindArg::Cert => {
             let cert = get::<Cert>(client, namespace, name).await?.ok_or_else(not_found)?;
             let events = events_of(client, &cert).await?;
-            let mut report = kinds::cert(&cert, &events, now);
+            let uses = uses(client, &Scope::Namespace(namespace.to_owned())).await?;
+            let mut report = kinds::cert(&cert, &events, &users_of(&cert, &uses), now);
             report.owned.extend(published_configmap(client, &cert).await?);
             Ok(report)
         }
@@ -245,6 +276,12 @@ pub async fn report(client: &Client, namespace: &str, kind: KindArg, name: &str,
             let events = events_of(client, &tenant).await?;
             let certs = certs_of_namespace(client, namespace).await?;
             Ok(kinds::tenant(&tenant, &events, &certs, now))
+        }
+        KindArg::Ingress => {
+            let ingress = get::<Ingress>(client, namespace, name).await?.ok_or_else(not_found)?;
+            let events = events_of(client, &ingress).await?;
+            let certs = certs_of_namespace(client, namespace).await?;
+            Ok(kinds::ingress(&ingress, &certs, &events, now))
         }
         KindArg::Cache => {
             let cache = get::<Cache>(client, namespace, name).await?.ok_or_else(not_found)?;
@@ -408,10 +445,42 @@ async fn certs_of_namespace(client: &Client, namespace: &str) -> anyhow::Result<
     }
 }
 
+/// An object that may use Certs, and how (`blockwork_cert::users`), by namespace.
+type Uses = Vec<(String, UserKind, String, Use)>;
+
+/// How the DistributionTenants and Ingresses of `scope` use Certs, as the Cert controller reads
+/// them; kinds the cluster does not serve or the reader may not list are left out.
+async fn uses(client: &Client, scope: &Scope) -> anyhow::Result<Uses> {
+    let mut uses = Vec::new();
+    if let Ok(tenants) = list::<DistributionTenant>(client, scope, "distributiontenants.cloudfront.blockwork.dev").await? {
+        for tenant in tenants {
+            let untyped: DynamicObject = serde_json::from_value(serde_json::to_value(&tenant)?)?;
+            uses.push((tenant.namespace().unwrap_or_default(), UserKind::DistributionTenant, tenant.name_any(), tenant_use(&untyped)));
+        }
+    }
+    if let Ok(ingresses) = list::<Ingress>(client, scope, "ingresses.networking.k8s.io").await? {
+        for ingress in ingresses {
+            uses.push((ingress.namespace().unwrap_or_default(), UserKind::Ingress, ingress.name_any(), ingress_use(&ingress)));
+        }
+    }
+    Ok(uses)
+}
+
+/// The users of `cert` among `uses`.
+fn users_of(cert: &Cert, uses: &Uses) -> Vec<User> {
+    let observation = cert.status.as_ref().map(|s| &s.observation);
+    let arns: Vec<&str> =
+        observation.iter().flat_map(|o| o.certificate_arn.iter().chain(&o.previous_certificate_arns)).map(String::as_str).collect();
+    let namespace = cert.namespace().unwrap_or_default();
+    let of_namespace = uses.iter().filter(|(ns, ..)| *ns == namespace).map(|(_, kind, name, used)| (*kind, name.as_str(), used.clone()));
+    blockwork_cert::users::users_of(cert, &arns, of_namespace)
+}
+
 pub fn kind_name(kind: KindArg) -> &'static str {
     match kind {
         KindArg::Cert => "Cert",
         KindArg::DistributionTenant => "DistributionTenant",
+        KindArg::Ingress => "Ingress",
         KindArg::Cache => "Cache",
         KindArg::Secret => "Secret",
     }

@@ -23,6 +23,9 @@ pub struct Row {
     pub in_state_seconds: Option<i64>,
     pub last_error: Option<String>,
     pub next_retry: Option<Timestamp>,
+    /// The objects that use this one (`dt/shop`, `ingress/web`): a Cert's users.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub used_by: Vec<String>,
 }
 
 impl Row {
@@ -47,16 +50,45 @@ impl Row {
                 .or_else(|| unsynced.map(|c| format!("{}: {}", c.reason, c.message)))
                 .or_else(|| unexported.map(|c| format!("{}: {}", c.reason, c.message))),
             next_retry: report.last_error.as_ref().and_then(|e| e.retry_at),
+            used_by: report.used_by.iter().map(|user| format!("{}/{}", short_kind(&user.what), user.name)).collect(),
         }
     }
 }
 
-/// The `status` table: one row per object, columns padded to fit.
+/// How `KIND/NAME` names a kind given by its name (a user's).
+fn short_kind(kind: &str) -> String {
+    match kind {
+        "DistributionTenant" => "dt".to_owned(),
+        other => other.to_ascii_lowercase(),
+    }
+}
+
+/// How many users a row lists before it counts the rest.
+const USERS_SHOWN: usize = 3;
+
+/// `dt/a, ingress/b` (and `+N more`).
+fn users_cell(users: &[String]) -> String {
+    if users.is_empty() {
+        return "-".to_owned();
+    }
+    let mut shown = users.iter().take(USERS_SHOWN).cloned().collect::<Vec<_>>().join(", ");
+    if users.len() > USERS_SHOWN {
+        shown.push_str(&format!(" +{} more", users.len() - USERS_SHOWN));
+    }
+    shown
+}
+
+/// The `status` table: one row per object, columns padded to fit; a USED BY column (what uses
+/// each Cert, as `crossplane beta trace` shows a composition) when any object has users.
 pub fn table(rows: &[Row], now: Timestamp) -> String {
-    let header = ["KIND", "NAMESPACE/NAME", "STATE", "READY", "IN STATE", "LAST ERROR", "NEXT RETRY"].map(str::to_owned);
-    let mut lines: Vec<[String; 7]> = vec![header];
+    let used = rows.iter().any(|row| !row.used_by.is_empty());
+    let mut header = vec!["KIND", "NAMESPACE/NAME", "STATE", "READY", "IN STATE", "LAST ERROR", "NEXT RETRY"];
+    if used {
+        header.push("USED BY");
+    }
+    let mut lines: Vec<Vec<String>> = vec![header.into_iter().map(str::to_owned).collect()];
     for row in rows {
-        lines.push([
+        let mut line = vec![
             row.kind.clone(),
             format!("{}/{}", row.namespace, row.name),
             row.state.clone(),
@@ -68,9 +100,13 @@ pub fn table(rows: &[Row], now: Timestamp) -> String {
             row.in_state_seconds.map(crate::text::duration).unwrap_or_else(|| "-".into()),
             row.last_error.as_deref().map(|e| short(e, 60)).unwrap_or_else(|| "-".into()),
             row.next_retry.map(|at| crate::text::ago_or_in(at, now)).unwrap_or_else(|| "-".into()),
-        ]);
+        ];
+        if used {
+            line.push(users_cell(&row.used_by));
+        }
+        lines.push(line);
     }
-    let widths: Vec<usize> = (0..7).map(|i| lines.iter().map(|l| l[i].chars().count()).max().unwrap_or(0)).collect();
+    let widths: Vec<usize> = (0..lines[0].len()).map(|i| lines.iter().map(|l| l[i].chars().count()).max().unwrap_or(0)).collect();
     let mut out = String::new();
     for line in &lines {
         let mut text = String::new();
@@ -192,10 +228,16 @@ pub fn explain(explanation: &Explanation, now: Timestamp) -> String {
             let _ = writeln!(out, "  {:<18}{}  [{mark}] {}", reference.what, reference.name, reference.state);
         }
     }
+    if !report.used_by.is_empty() {
+        let _ = writeln!(out, "\nUsed by:");
+        for user in &report.used_by {
+            let _ = writeln!(out, "  {:<20}{}  {}", user.what, user.name, user.state);
+        }
+    }
     if !report.observed.is_empty() {
         let title = match report.kind {
             crate::report::Kind::RotatorSource | crate::report::Kind::RotatorTarget => "Keys",
-            crate::report::Kind::Cache => "Observed",
+            crate::report::Kind::Cache | crate::report::Kind::Ingress => "Observed",
             _ => "External resource (as last observed)",
         };
         let _ = writeln!(out, "\n{title}:");
@@ -298,6 +340,28 @@ mod tests {
         let state_column = lines[0].find("STATE").expect("a STATE column");
         assert_eq!(Row::of(&cache, now).last_error, None);
         assert_eq!(lines[2].find("Ready"), Some(state_column), "columns are aligned:\n{text}");
+    }
+
+    #[test]
+    fn a_used_cert_lists_its_users_in_a_column_of_its_own_and_explain_says_how_each_uses_it() {
+        let mut cert = Report::new(Kind::Cert, "team-a", "api");
+        cert.state = "Succeeded".into();
+        let user = |what: &str, name: &str| crate::report::Reference {
+            what: what.into(),
+            name: name.into(),
+            state: "named in spec.customizations.certificate.certRef".into(),
+            ok: true,
+        };
+        cert.used_by = vec![user("DistributionTenant", "shop"), user("Ingress", "web")];
+        let alone = Report::new(Kind::Cache, "team-a", "sessions");
+        let text = table(&[Row::of(&cert, at(0)), Row::of(&alone, at(0))], at(0));
+        let lines: Vec<&str> = text.lines().collect();
+        assert!(lines[0].ends_with("USED BY"), "{text}");
+        assert!(lines[1].ends_with("dt/shop, ingress/web"), "{text}");
+        assert!(lines[2].ends_with('-'), "{text}");
+        assert!(!table(&[Row::of(&alone, at(0))], at(0)).contains("USED BY"), "no column when nothing is used");
+        let story = explain(&Explanation::of(cert, at(0)), at(0));
+        assert!(story.contains("Used by:\n  DistributionTenant  shop  named in spec.customizations.certificate.certRef"), "{story}");
     }
 
     #[test]

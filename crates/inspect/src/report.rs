@@ -17,6 +17,8 @@ use crate::catalog::Scope;
 pub enum Kind {
     Cert,
     DistributionTenant,
+    /// An Ingress that names Certs (the Ingress controller's annotations).
+    Ingress,
     Cache,
     /// A Secret the key rotator reads (`<prefix>/source-secret: "true"`).
     RotatorSource,
@@ -29,6 +31,7 @@ impl Kind {
         match self {
             Self::Cert => "Cert",
             Self::DistributionTenant => "DistributionTenant",
+            Self::Ingress => "Ingress",
             Self::Cache => "Cache",
             Self::RotatorSource | Self::RotatorTarget => "Secret",
         }
@@ -39,6 +42,7 @@ impl Kind {
         match self {
             Self::Cert => "cert",
             Self::DistributionTenant => "dt",
+            Self::Ingress => "ingress",
             Self::Cache => "cache",
             Self::RotatorSource | Self::RotatorTarget => "secret",
         }
@@ -48,6 +52,7 @@ impl Kind {
         match self {
             Self::Cert => Scope::Cert,
             Self::DistributionTenant => Scope::DistributionTenant,
+            Self::Ingress => Scope::Ingress,
             Self::Cache => Scope::Cache,
             Self::RotatorSource | Self::RotatorTarget => Scope::Rotator,
         }
@@ -221,6 +226,8 @@ pub struct Report {
     pub deleting: bool,
     pub policies: Vec<Policy>,
     pub references: Vec<Reference>,
+    /// The objects that use this one (a Cert's DistributionTenants and Ingresses).
+    pub used_by: Vec<Reference>,
     /// The external resource (or the key set) as last observed.
     pub observed: Vec<Field>,
     pub owned: Vec<Owned>,
@@ -250,6 +257,7 @@ impl Report {
             deleting: false,
             policies: Vec::new(),
             references: Vec::new(),
+            used_by: Vec::new(),
             observed: Vec::new(),
             owned: Vec::new(),
             events: Vec::new(),

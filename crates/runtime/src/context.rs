@@ -94,7 +94,7 @@ impl<M: ExternalResource> Context<M> {
             config,
             metrics,
             attempts: Attempts::default(),
-            dependencies: Dependencies::default(),
+            dependencies: Dependencies::new(M::dependency_view),
             stores: Mutex::default(),
             wakers: Mutex::default(),
             triggers: Triggers::default(),

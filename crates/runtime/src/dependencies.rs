@@ -1,7 +1,9 @@
 //! Dependencies: the custom resources an object waits for. Each reconcile resolves them (all
 //! Ready, or a message saying which one is waited for), and registers them in an index that the
 //! dependency watches read, so that a change of a dependency reconciles its dependents at once
-//! instead of at their next requeue.
+//! instead of at their next requeue. Only a change that concerns them: whether the dependency is
+//! Ready (for its generation, not being deleted), or what the dependents' operator reads of it
+//! (`ExternalResource::dependency_view`); its other status writes wake nobody.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex, PoisonError};
@@ -26,11 +28,16 @@ pub(crate) struct Dependencies<K: Resource<DynamicType = ()>> {
     kinds: Mutex<HashMap<(String, String), DependencyKind>>,
     /// Shared with the dependency watch tasks, which look up whom a change concerns.
     index: Arc<Mutex<DependencyIndex<K>>>,
+    /// What the dependents' operator reads of a dependency.
+    view: View,
 }
 
-impl<K: Resource<DynamicType = ()>> Default for Dependencies<K> {
-    fn default() -> Self {
-        Self { kinds: Mutex::default(), index: Arc::default() }
+/// What an operator reads of a dependency (`ExternalResource::dependency_view`).
+pub(crate) type View = fn(&DynamicObject) -> serde_json::Value;
+
+impl<K: Resource<DynamicType = ()>> Dependencies<K> {
+    pub(crate) fn new(view: View) -> Self {
+        Self { kinds: Mutex::default(), index: Arc::default(), view }
     }
 }
 
@@ -64,6 +71,9 @@ struct WatchKey {
 /// go unnoticed until their next requeue, an hour later.
 struct DependencyIndex<K: Resource<DynamicType = ()>> {
     dependents: HashMap<DependencyKey, HashSet<ObjectRef<K>>>,
+    /// What the dependents were last told of each dependency: its readiness and what they read
+    /// of it. A change that alters neither wakes nobody.
+    told: HashMap<DependencyKey, Told>,
     /// The reverse map, to drop an object's old entries when its dependencies change.
     of_object: HashMap<ObjectRef<K>, HashSet<DependencyKey>>,
     watches: HashMap<WatchKey, tokio::task::JoinHandle<()>>,
@@ -74,7 +84,7 @@ struct DependencyIndex<K: Resource<DynamicType = ()>> {
 
 impl<K: Resource<DynamicType = ()>> Default for DependencyIndex<K> {
     fn default() -> Self {
-        Self { dependents: HashMap::new(), of_object: HashMap::new(), watches: HashMap::new(), triggers: None }
+        Self { dependents: HashMap::new(), told: HashMap::new(), of_object: HashMap::new(), watches: HashMap::new(), triggers: None }
     }
 }
 
@@ -97,6 +107,22 @@ impl<K: Resource<DynamicType = ()>> DependencyIndex<K> {
                     self.dependents.remove(&key);
                 }
             }
+        }
+    }
+
+    /// The objects to wake now that `dependency` is as `now` says (`None`: it is gone): its
+    /// dependents, when its readiness or what they read of it changed since they were last told.
+    fn tell(&mut self, dependency: &DependencyKey, now: Option<Told>) -> Vec<ObjectRef<K>> {
+        let changed = match now {
+            None => {
+                self.told.remove(dependency);
+                true
+            }
+            Some(told) => self.told.insert(dependency.clone(), told.clone()).as_ref() != Some(&told),
+        };
+        match self.dependents.get(dependency).filter(|_| changed) {
+            Some(dependents) => dependents.iter().cloned().collect(),
+            None => Vec::new(),
         }
     }
 
@@ -172,8 +198,10 @@ impl<K: Resource<DynamicType = ()> + Clone + 'static> Dependencies<K> {
             };
             match api.get_opt(&dependency.name).await? {
                 None => return Ok(Err(format!("waiting for {dependency}: not found"))),
-                Some(found) if !is_ready(&found) => return Ok(Err(format!("waiting for {dependency} to be Ready"))),
-                Some(found) => resolved.push(found),
+                Some(found) => match unready(&found) {
+                    Some(why) => return Ok(Err(format!("waiting for {dependency} to be Ready: {why}"))),
+                    None => resolved.push(found),
+                },
             }
         }
         Ok(Ok(resolved))
@@ -195,7 +223,7 @@ impl<K: Resource<DynamicType = ()> + Clone + 'static> Dependencies<K> {
             None => Api::all_with(client.clone(), &kind.resource),
         };
         debug!(controller, kind = %kind.resource.kind, ?namespace, "watching dependencies");
-        let task = tokio::spawn(watch_dependencies(api, key.clone(), Arc::clone(&self.index), triggers));
+        let task = tokio::spawn(watch_dependencies(api, key.clone(), Arc::clone(&self.index), self.view, triggers));
         index.watches.insert(key, task);
     }
 
@@ -222,19 +250,32 @@ impl<K: Resource<DynamicType = ()> + Clone + 'static> Dependencies<K> {
     }
 }
 
-/// Reports every change of a watched dependency (created, changed, deleted) to the objects
-/// that depend on it. Ends when the controller stops listening.
+/// What a dependency's dependents were told of it.
+#[derive(Clone, Debug, PartialEq)]
+struct Told {
+    /// [`unready`]'s verdict.
+    unready: Option<String>,
+    /// What the dependents' operator reads of it.
+    view: serde_json::Value,
+}
+
+/// Reports every change of a watched dependency that concerns its dependents (created, deleted,
+/// its readiness or what they read of it changed) to the objects that depend on it. Ends when the
+/// controller stops listening.
 async fn watch_dependencies<K: Resource<DynamicType = ()>>(
     api: Api<DynamicObject>,
     key: WatchKey,
     index: Arc<Mutex<DependencyIndex<K>>>,
+    view: View,
     triggers: UnboundedSender<ObjectRef<K>>,
 ) {
-    let changes = watcher(api, watcher::Config::default()).default_backoff().touched_objects();
-    futures::pin_mut!(changes);
-    while let Some(change) = changes.next().await {
-        let changed = match change {
-            Ok(changed) => changed,
+    let events = watcher(api, watcher::Config::default()).default_backoff();
+    futures::pin_mut!(events);
+    while let Some(event) = events.next().await {
+        let (changed, gone) = match event {
+            Ok(watcher::Event::Apply(object) | watcher::Event::InitApply(object)) => (object, false),
+            Ok(watcher::Event::Delete(object)) => (object, true),
+            Ok(watcher::Event::Init | watcher::Event::InitDone) => continue,
             // The backoff retries the watch; the dependents' own requeues cover the gap.
             Err(error) => {
                 warn!(kind = %key.kind, %error, "dependency watch failed");
@@ -247,13 +288,8 @@ async fn watch_dependencies<K: Resource<DynamicType = ()>>(
             namespace: key.namespace.as_ref().and(changed.metadata.namespace.clone()),
             name: changed.name_any(),
         };
-        let dependents: Vec<ObjectRef<K>> = index
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .dependents
-            .get(&dependency)
-            .map(|dependents| dependents.iter().cloned().collect())
-            .unwrap_or_default();
+        let now = (!gone).then(|| Told { unready: unready(&changed), view: view(&changed) });
+        let dependents = index.lock().unwrap_or_else(PoisonError::into_inner).tell(&dependency, now);
         for dependent in dependents {
             if triggers.unbounded_send(dependent).is_err() {
                 return;
@@ -262,10 +298,32 @@ async fn watch_dependencies<K: Resource<DynamicType = ()>>(
     }
 }
 
-fn is_ready(object: &DynamicObject) -> bool {
-    object.data["status"]["conditions"]
-        .as_array()
-        .is_some_and(|conditions| conditions.iter().any(|c| c["type"] == READY && c["status"] == "True"))
+/// Why a dependency found is not Ready, `None` when it is: Ready for its current generation (a
+/// status written before its latest change describes the spec before it), and not being deleted
+/// (a dependent that has not taken what it offers yet would start to use what is going away).
+/// Said with the dependency's own words, its Ready condition's reason and message.
+fn unready(object: &DynamicObject) -> Option<String> {
+    if object.metadata.deletion_timestamp.is_some() {
+        return Some("it is being deleted".to_owned());
+    }
+    let status = &object.data["status"];
+    let ready = status["conditions"].as_array().and_then(|conditions| conditions.iter().find(|c| c["type"] == READY));
+    let text = |field: &str| ready.and_then(|c| c[field].as_str()).filter(|s| !s.is_empty());
+    let said = match (text("reason"), text("message")) {
+        (Some(reason), Some(message)) => format!("{reason}: {message}"),
+        (Some(said), None) | (None, Some(said)) => said.to_owned(),
+        (None, None) => "it has no Ready condition yet".to_owned(),
+    };
+    if ready.is_none_or(|c| c["status"] != "True") {
+        return Some(said);
+    }
+    let observed = status["observedGeneration"].as_i64();
+    match (object.metadata.generation, observed) {
+        (Some(generation), Some(observed)) if observed < generation => {
+            Some(format!("its controller has not applied its latest change yet (generation {generation}, observed {observed})"))
+        }
+        _ => None,
+    }
 }
 
 #[cfg(test)]
@@ -281,6 +339,52 @@ mod tests {
         let mut names: Vec<String> = index.dependents.get(&key(name)).into_iter().flatten().map(|r| r.name.clone()).collect();
         names.sort();
         names
+    }
+
+    fn dependency(value: serde_json::Value) -> DynamicObject {
+        serde_json::from_value(value).expect("an object")
+    }
+
+    #[test]
+    fn a_dependency_is_ready_for_its_current_generation_and_while_it_is_not_being_deleted() {
+        let ready =
+            serde_json::json!({"type": "Ready", "status": "True", "reason": "Available", "message": "the external resource is ready"});
+        let object = |generation: i64, observed: i64, deleted: bool| {
+            let mut metadata = serde_json::json!({"name": "api", "generation": generation});
+            if deleted {
+                metadata["deletionTimestamp"] = "2026-01-01T00:00:00Z".into();
+            }
+            dependency(serde_json::json!({"metadata": metadata, "status": {"observedGeneration": observed, "conditions": [ready]}}))
+        };
+        assert_eq!(unready(&object(2, 2, false)), None);
+        let behind = unready(&object(3, 2, false)).expect("not ready");
+        assert!(behind.contains("not applied its latest change yet (generation 3, observed 2)"), "{behind}");
+        assert_eq!(unready(&object(2, 2, true)).as_deref(), Some("it is being deleted"));
+    }
+
+    #[test]
+    fn a_dependency_that_is_not_ready_is_told_in_its_own_words() {
+        let waiting = dependency(serde_json::json!({"metadata": {"name": "api"}, "status": {"conditions": [
+            {"type": "Ready", "status": "False", "reason": "InProgress", "message": "waiting for ACM to issue api.example.com"}
+        ]}}));
+        assert_eq!(unready(&waiting).as_deref(), Some("InProgress: waiting for ACM to issue api.example.com"));
+        let new = dependency(serde_json::json!({"metadata": {"name": "api"}}));
+        assert_eq!(unready(&new).as_deref(), Some("it has no Ready condition yet"));
+    }
+
+    #[test]
+    fn dependents_are_woken_when_the_dependency_s_readiness_or_what_they_read_of_it_changes_only() {
+        let mut index = DependencyIndex::<ConfigMap>::default();
+        index.register(ObjectRef::new("a").within("ns"), HashSet::from([key("db")]));
+        let told = |unready: Option<&str>, arn: &str| Some(Told { unready: unready.map(str::to_owned), view: serde_json::json!(arn) });
+        assert_eq!(index.tell(&key("db"), told(Some("InProgress"), "")).len(), 1, "first seen");
+        assert!(index.tell(&key("db"), told(Some("InProgress"), "")).is_empty(), "a status write about its own work");
+        assert_eq!(index.tell(&key("db"), told(None, "arn:1")).len(), 1, "Ready, with a value");
+        assert!(index.tell(&key("db"), told(None, "arn:1")).is_empty());
+        assert_eq!(index.tell(&key("db"), told(None, "arn:2")).len(), 1, "what the dependent reads changed");
+        assert_eq!(index.tell(&key("db"), None).len(), 1, "gone");
+        assert_eq!(index.tell(&key("db"), told(None, "arn:2")).len(), 1, "back");
+        assert!(index.tell(&key("other"), told(None, "x")).is_empty(), "nobody depends on it");
     }
 
     #[test]

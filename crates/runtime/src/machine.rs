@@ -245,8 +245,13 @@ pub fn deletion_failed(error: ExternalError, blocked_for: Duration, after: Durat
         );
         return ExternalError { reason: DELETION_BLOCKED.to_owned(), message, ..error };
     }
+    // Still there is no failure of the call: the operator keeps it on purpose (it is in use).
+    let what = match error.existence {
+        Existence::StillThere => "the external resource is not deleted",
+        _ => "deleting the external resource failed",
+    };
     let message = format!(
-        "deleting the external resource failed: {}; to delete the object and keep the external resource, annotate it {DELETION_POLICY_ANNOTATION}=Orphan",
+        "{what}: {}; to delete the object and keep the external resource, annotate it {DELETION_POLICY_ANNOTATION}=Orphan",
         error.message
     );
     ExternalError { message, ..error }
@@ -553,6 +558,7 @@ mod tests {
         let in_use = ExternalError::still_there("CertificateInUse", "in use by 2 AWS resources; detach it");
         let told = deletion_failed(in_use, Duration::from_secs(3600), Duration::from_secs(300));
         assert_eq!(told.reason, "CertificateInUse");
+        assert!(told.message.starts_with("the external resource is not deleted: in use"), "kept, no failure: {}", told.message);
         assert!(told.message.contains("detach it") && told.message.contains("=Orphan"), "{}", told.message);
     }
 

@@ -148,10 +148,25 @@ async fn reconcile_object<M: ExternalResource>(object: &M::Object, context: &Con
                 return write_status(object, &api, context, &current, next, conclusion, Some(&uid)).await;
             }
         };
-    reconcile_live(object, &api, context, calls, &current, next, &policies, &dependencies, &uid).await
+    // What the object asks for is its spec with what it takes from its dependencies: the calls
+    // act on it, and the runtime records it as applied.
+    let asked = match manager.resolve(object, &dependencies) {
+        Ok(spec) => {
+            let mut asked = object.clone();
+            *asked.spec_mut() = spec;
+            asked
+        }
+        Err(refused) => {
+            let conclusion = Conclusion::error(current.state(), refused);
+            return write_status(object, &api, context, &current, next, conclusion, Some(&uid)).await;
+        }
+    };
+    reconcile_live(&asked, &api, context, calls, &current, next, &policies, &dependencies, &uid).await
 }
 
-/// The live path: verify, plan, call at most one of create/update/delete, conclude.
+/// The live path: verify, plan, call at most one of create/update/delete, conclude. `object`
+/// carries the spec it asks for ([`ExternalResource::resolve`]); its metadata is as read, so
+/// every write's precondition holds.
 #[allow(clippy::too_many_arguments)]
 async fn reconcile_live<M: ExternalResource>(
     object: &M::Object,

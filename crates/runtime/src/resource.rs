@@ -20,6 +20,8 @@ use crate::status::{CreatePending, ManagedStatus};
 /// `D` is what `verify` derived ([`ExternalResource::Derived`]): `()` in `verify` itself.
 #[derive(Debug)]
 pub struct Request<'a, K: HasSpec, D = ()> {
+    /// The object, its spec as it asks to be applied: on the live path, with the values it takes
+    /// from its dependencies filled in ([`ExternalResource::resolve`]).
     pub object: &'a K,
     /// Whether the object lives or is being deleted (the runtime's finalizer is running): an
     /// operator reads this, not `deletionTimestamp`.
@@ -112,11 +114,13 @@ pub struct Asks {
     /// ([`crate::ControllerConfig::default_drift`]). The `blockwork.dev/drift-policy`
     /// annotation beats both: it stays the one override that works the same for every kind.
     pub drift_policy: Option<DriftPolicy>,
-    /// Custom resources that must be Ready before this object is reconciled.
+    /// Custom resources that must be Ready before this object is reconciled: found, not being
+    /// deleted, `Ready=True` for their current generation.
     pub dependencies: Vec<DependencyRef>,
 }
 
-/// A custom resource this object waits for: it is reconciled only while each is Ready.
+/// A custom resource this object waits for: it is reconciled only while each is Ready, and
+/// woken when one changes.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct DependencyRef {
     pub api_version: String,
@@ -157,7 +161,7 @@ impl fmt::Display for DependencyRef {
 /// they are given at registration ([`crate::ControllerConfig`]).
 pub trait ExternalResource: Send + Sync + 'static {
     type Object: Resource<DynamicType = (), Scope = NamespaceResourceScope>
-        + HasSpec<Spec: Serialize + DeserializeOwned + fmt::Debug + Send + Sync>
+        + HasSpec<Spec: Clone + Serialize + DeserializeOwned + fmt::Debug + Send + Sync>
         + HasStatus<Status = ManagedStatus<Self::Observation>>
         + Clone
         + fmt::Debug
@@ -229,6 +233,29 @@ pub trait ExternalResource: Send + Sync + 'static {
     /// What `object` asks of the runtime: its own drift policy and the objects it waits for.
     fn asks(&self, _object: &Self::Object) -> Asks {
         Asks::default()
+    }
+
+    /// What this operator reads of a dependency (in [`Self::resolve`], or the calls): a change of
+    /// it wakes the dependents, and so does any change of whether the dependency is Ready (for
+    /// its generation, not being deleted); its other changes (status writes about its own work)
+    /// wake nobody. By default its spec and status, every change of them.
+    fn dependency_view(dependency: &DynamicObject) -> serde_json::Value
+    where
+        Self: Sized,
+    {
+        serde_json::json!({ "spec": dependency.data["spec"], "status": dependency.data["status"] })
+    }
+
+    /// The spec `object` asks for once its dependencies are resolved (every one Ready, in
+    /// `dependencies` in the order [`Asks::dependencies`] named them): the values it takes from
+    /// them (a Cert's certificate ARN) written into it. That spec is what every call of the live
+    /// path is handed ([`Request::object`]) and what the runtime records (`lastAppliedSpec`, the
+    /// create-pending marker), so a dependency's new value is a change of the spec, applied
+    /// whatever the drift policy, never mistaken for drift. An error refuses the object before
+    /// any call (a dependency it may not use, named in the message), as a failed `verify` would.
+    /// By default the spec as it is.
+    fn resolve(&self, object: &Self::Object, _dependencies: &[DynamicObject]) -> Result<<Self::Object as HasSpec>::Spec, ExternalError> {
+        Ok(object.spec().clone())
     }
 
     /// Which share of the controller's concurrency `object`'s reconciles take

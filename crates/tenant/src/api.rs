@@ -24,12 +24,14 @@ pub const DNS_READY: &str = "DNSReady";
     namespaced,
     shortname = "dt",
     status = "DistributionTenantStatus",
+    validation = Rule::new("!has(self.spec.managedCertificateRequest) || !has(self.spec.customizations) || !has(self.spec.customizations.certificate) || !has(self.spec.customizations.certificate.certRef)").message("spec.customizations.certificate.certRef and spec.managedCertificateRequest exclude each other: the tenant's certificate is a Cert's or one CloudFront manages"),
     validation = Rule::new("size(self.metadata.name) >= 3 && size(self.metadata.name) <= 128 && self.metadata.name.matches('^[a-z0-9]([a-z0-9.-]*[a-z0-9])?$')").message("metadata.name is the CloudFront tenant name: 3-128 characters, lowercase letters, digits, dots and hyphens, starting and ending with a letter or digit"),
     printcolumn = r#"{"name":"Distribution","type":"string","jsonPath":".spec.distributionId"}"#,
     printcolumn = r#"{"name":"Tenant ID","type":"string","jsonPath":".status.id"}"#,
     printcolumn = r#"{"name":"AWS Status","type":"string","jsonPath":".status.distributionTenantStatus"}"#,
     printcolumn = r#"{"name":"Ready","type":"string","jsonPath":".status.conditions[?(@.type==\"Ready\")].status"}"#,
     printcolumn = r#"{"name":"State","type":"string","jsonPath":".status.reconcileState","priority":1}"#,
+    printcolumn = r#"{"name":"Cert","type":"string","jsonPath":".spec.customizations.certificate.certRef.name","priority":1}"#,
     printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
 )]
 #[serde(rename_all = "camelCase")]
@@ -156,11 +158,48 @@ pub struct Customizations {
     pub geo_restrictions: Option<GeoRestrictions>,
 }
 
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+/// The tenant's certificate: an ACM certificate by its ARN, or the certificate of a Cert of the
+/// tenant's namespace, followed when the Cert replaces it.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, KubeSchema)]
+#[x_kube(validation = Rule::new("has(self.arn) != has(self.certRef)").message("spec.customizations.certificate needs exactly one of arn (an ACM certificate's ARN) and certRef (a Cert of this namespace)"))]
+#[serde(rename_all = "camelCase")]
 pub struct CertificateRef {
-    /// The ACM certificate's ARN (`arn:aws:acm:us-east-1:…`).
+    /// The ACM certificate's ARN (`arn:aws:acm:us-east-1:…`). Exclusive with `certRef`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(regex(pattern = r"^arn:aws[a-z-]*:acm:[a-z0-9-]+:\d{12}:certificate/.+$"), length(max = MAX_ARN_LENGTH))]
-    pub arn: String,
+    pub arn: Option<String>,
+    /// A Cert of this namespace whose certificate the tenant uses: the tenant waits until the
+    /// Cert is Ready, and follows its certificate when the Cert replaces it (a name added). The
+    /// Cert must be in us-east-1 and its names must cover every domain of the tenant (CloudFront's
+    /// rules). While the tenant uses its certificate, the Cert's deletion waits for it. Exclusive
+    /// with `arn`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cert_ref: Option<CertRef>,
+}
+
+/// A Cert of the tenant's namespace (only a name: another namespace's Cert cannot be named).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct CertRef {
+    /// The Cert's name.
+    #[schemars(regex(pattern = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"), length(min = 1, max = 253))]
+    pub name: String,
+}
+
+impl DistributionTenantSpec {
+    /// The ARN of the certificate the spec names: `customizations.certificate.arn` (on the live
+    /// path, the one a `certRef` resolved to).
+    pub fn certificate_arn(&self) -> Option<&str> {
+        self.certificate().and_then(|c| c.arn.as_deref())
+    }
+
+    /// The Cert `customizations.certificate.certRef` names, if any.
+    pub fn cert_ref(&self) -> Option<&str> {
+        self.certificate().and_then(|c| c.cert_ref.as_ref()).map(|r| r.name.as_str())
+    }
+
+    fn certificate(&self) -> Option<&CertificateRef> {
+        self.customizations.as_ref().and_then(|c| c.certificate.as_ref())
+    }
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, KubeSchema)]
@@ -333,6 +372,10 @@ pub struct TenantObservation {
     /// The managed certificate's ARN, once CloudFront requested it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub certificate_arn: Option<String>,
+    /// The ACM certificate the tenant serves in CloudFront, as last read or written: a Cert whose
+    /// certificate it is keeps it (and is not deleted) until the tenant lets go of it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub certificate_in_use: Option<String>,
     /// The managed certificate's status: `pending-validation`, `issued`, `inactive`, `expired`,
     /// `validation-timed-out`, `revoked` or `failed`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -376,7 +419,7 @@ mod tests {
         assert_eq!(crd.spec.names.short_names.as_deref(), Some(&["dt".to_owned()][..]));
         let version = &crd.spec.versions[0];
         let columns: Vec<&str> = version.additional_printer_columns.iter().flatten().map(|c| c.name.as_str()).collect();
-        assert_eq!(columns, ["Distribution", "Tenant ID", "AWS Status", "Ready", "State", "Age"]);
+        assert_eq!(columns, ["Distribution", "Tenant ID", "AWS Status", "Ready", "State", "Cert", "Age"]);
         let schema = serde_json::to_string(&version.schema).expect("serializes");
         assert!(schema.contains("self.metadata.name.matches"), "{schema}");
     }

@@ -70,7 +70,7 @@ impl TenantConfig {
             enabled: spec.enabled.unwrap_or(true),
             connection_group_id: spec.connection_group_id.clone(),
             parameters: spec.parameters.iter().map(|p| (p.name.clone(), p.value.clone())).collect(),
-            certificate_arn: customizations.and_then(|c| c.certificate.as_ref()).map(|c| c.arn.clone()),
+            certificate_arn: spec.certificate_arn().map(str::to_owned),
             web_acl: customizations.and_then(|c| c.web_acl.as_ref()).map(|w| WebAcl { action: w.action, arn: w.arn.clone() }),
             geo_restrictions: customizations
                 .and_then(|c| c.geo_restrictions.as_ref())
@@ -228,7 +228,10 @@ mod tests {
     fn certificate_removed_outside_is_a_difference() {
         let mut with_certificate = spec();
         with_certificate.customizations = Some(Customizations {
-            certificate: Some(crate::api::CertificateRef { arn: "arn:aws:acm:us-east-1:123456789012:certificate/c".to_owned() }),
+            certificate: Some(crate::api::CertificateRef {
+                arn: Some("arn:aws:acm:us-east-1:123456789012:certificate/c".to_owned()),
+                cert_ref: None,
+            }),
             ..Customizations::default()
         });
         let observed = TenantConfig { certificate_arn: None, ..TenantConfig::desired(&with_certificate) };

@@ -43,9 +43,10 @@ use blockwork_runtime::{
     Asks, Conditions, DeleteOutcome, DriftPolicy, ExternalError, ExternalResource, MutateOutcome, Observed, Phase, Purpose, Request,
     Upkeep, VerifyOutcome, WithConditions,
 };
+use kube::api::DynamicObject;
 use kube::{Resource, ResourceExt};
 
-use crate::api::{CERTIFICATE_READY, DistributionTenant, TenantObservation};
+use crate::api::{CERTIFICATE_READY, DistributionTenant, DistributionTenantSpec, TenantObservation};
 use crate::classify::{CallContext, validation};
 use crate::cloudfront::{Acm, CloudFront, ObservedTenant, TenantWrite};
 use crate::diff::{Change, change};
@@ -60,7 +61,7 @@ use decisions::{
     settled, upserted,
 };
 use manager::name_taken;
-pub use manager::{CERTIFICATE_NAMES_TTL, DISTRIBUTION_TTL, Desired, ROUTING_ENDPOINT_TTL, TenantManager, TenantUpkeep};
+pub use manager::{CERTIFICATE_NAMES_TTL, DISTRIBUTION_TTL, Desired, MISSING_TTL, ROUTING_ENDPOINT_TTL, TenantManager, TenantUpkeep};
 
 /// The calls, each noting the conditions it decides in `conditions` (the implementation of
 /// [`ExternalResource`] below returns them).
@@ -198,6 +199,7 @@ impl<C: CloudFront + Acm, D: DnsRecords> TenantManager<C, D> {
         }
         let write = TenantWrite { config: &desired.config, managed_certificate_request: spec.managed_certificate_request.as_ref() };
         let context = CallContext { creating: true, cloudfront_validates: cloudfront_validates(spec), ..CallContext::default() };
+        self.creating_tenant(principal, &name).await;
         match self.cloudfront.create_tenant(principal, &name, &claimant(request).owner.tags(), write).await {
             Ok(tenant) => {
                 record(observation, &tenant);
@@ -373,9 +375,25 @@ impl<C: CloudFront + Acm, D: DnsRecords> ExternalResource for TenantManager<C, D
         WithConditions::gathered(async |conditions| self.deleting(request, observation, conditions).await).await
     }
 
-    /// `spec.driftPolicy`, over the operator's `--drift-policy` (the annotation beats both).
+    /// `spec.driftPolicy`, over the operator's `--drift-policy` (the annotation beats both), and
+    /// the Cert `spec.customizations.certificate.certRef` names.
     fn asks(&self, object: &DistributionTenant) -> Asks {
-        Asks { drift_policy: object.spec.drift_policy.map(DriftPolicy::from), dependencies: Vec::new() }
+        Asks {
+            drift_policy: object.spec.drift_policy.map(DriftPolicy::from),
+            dependencies: crate::cert_ref::dependency(&object.spec).into_iter().collect(),
+        }
+    }
+
+    /// What a tenant reads of its Cert ([`crate::cert_ref::view`]): its other status writes (its
+    /// validation records written, say) wake no tenant.
+    fn dependency_view(dependency: &DynamicObject) -> serde_json::Value {
+        crate::cert_ref::view(dependency)
+    }
+
+    /// The Cert's certificate ARN in `customizations.certificate.arn`, once CloudFront's rules
+    /// for it are checked ([`crate::cert_ref`]).
+    fn resolve(&self, object: &DistributionTenant, dependencies: &[DynamicObject]) -> Result<DistributionTenantSpec, ExternalError> {
+        crate::cert_ref::resolve(&object.spec, dependencies)
     }
 
     /// The namespace's AwsIdentity: each account's tenants have reconciles in flight of their

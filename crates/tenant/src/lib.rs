@@ -10,11 +10,14 @@
 //!   (`blockwork_aws`: quotas, retries, metrics, caches). [`dns`]: the DNS trait over the layer's
 //!   batched Route 53 records (an assumed role for another account's zone). [`external`]: the
 //!   runtime's `ExternalResource`.
+//! - [`cert_ref`]: a certificate from a Cert of the namespace (the runtime's dependency), checked
+//!   against CloudFront's rules and followed when the Cert replaces it.
 //! - [`webhook`]: the validating admission webhook ([`validate`]'s rules, before the object is
 //!   stored).
 //! - [`metrics`]: seed 001's metrics. [`config`]: flags.
 
 pub mod api;
+pub mod cert_ref;
 pub mod classify;
 pub mod cloudfront;
 pub mod config;
@@ -97,12 +100,14 @@ impl Drop for Background {
 }
 
 /// The cluster permissions the controller needs (beyond events and leases, which the binary
-/// grants every controller): its own objects, their status and finalizers.
+/// grants every controller): its own objects, their status and finalizers, and reading the Certs
+/// tenants name (`certRef`: waited for, watched, their certificate's ARN used).
 pub fn rbac() -> Vec<PolicyRule> {
     vec![
         rule(GROUP, &["distributiontenants"], &["get", "list", "watch", "patch", "update"]),
         rule(GROUP, &["distributiontenants/status"], &["get", "patch", "update"]),
         rule(GROUP, &["distributiontenants/finalizers"], &["update"]),
+        rule(blockwork_cert::GROUP, &["certs"], &["get", "list", "watch"]),
     ]
     .into_iter()
     .chain(blockwork_identity::read_rules())
@@ -114,12 +119,16 @@ mod tests {
     use super::*;
 
     #[test]
-    fn rbac_covers_tenants_status_and_finalizers_and_reading_the_aws_identities() {
+    fn rbac_covers_tenants_status_and_finalizers_and_reading_the_certs_and_aws_identities() {
         let rules = rbac();
         let resources: Vec<&str> = rules.iter().flat_map(|r| r.resources.iter().flatten().map(String::as_str)).collect();
-        assert_eq!(resources, ["distributiontenants", "distributiontenants/status", "distributiontenants/finalizers", "awsidentities"]);
+        assert_eq!(
+            resources,
+            ["distributiontenants", "distributiontenants/status", "distributiontenants/finalizers", "certs", "awsidentities"]
+        );
         assert!(rules[..3].iter().all(|r| r.api_groups.as_deref() == Some(&[GROUP.to_owned()][..])));
-        assert_eq!(rules[3].verbs, ["get", "list", "watch"]);
+        assert_eq!(rules[3].verbs, ["get", "list", "watch"], "the Certs are only read");
+        assert_eq!(rules[4].verbs, ["get", "list", "watch"], "the mappings are only read");
         assert!(rules.iter().all(|r| !r.verbs.iter().any(|v| v == "delete" || v == "create" || v == "*")));
     }
 

@@ -31,6 +31,13 @@ pub enum SpecError {
     CertificateRegion(String),
     #[error("the certificate does not cover the domains {}", .0.join(", "))]
     CertificateSanMismatch(Vec<String>),
+    #[error(
+        "{}: Cert {cert}'s certificate is in {region}, but CloudFront only uses certificates from {CERTIFICATE_REGION}",
+        crate::cert_ref::FIELD
+    )]
+    CertRegion { cert: String, region: String },
+    #[error("{}: Cert {cert}'s names do not cover the domains {}", crate::cert_ref::FIELD, .domains.join(", "))]
+    CertNotCovering { cert: String, domains: Vec<String> },
     #[error("spec.{0} must not be empty")]
     Missing(&'static str),
     #[error("spec.{field} is too long: at most {max} characters")]
@@ -78,7 +85,7 @@ impl SpecError {
     /// The condition reason: seed 001 names the SAN mismatch on its own.
     pub fn reason(&self) -> &'static str {
         match self {
-            Self::CertificateSanMismatch(_) => "CertificateSANMismatch",
+            Self::CertificateSanMismatch(_) | Self::CertNotCovering { .. } => "CertificateSANMismatch",
             _ => "InvalidSpec",
         }
     }
@@ -134,8 +141,8 @@ pub fn validate(name: &str, spec: &DistributionTenantSpec) -> Result<(), SpecErr
     {
         return Err(SpecError::WebAclArnMissing);
     }
-    if let Some(certificate) = customizations.and_then(|c| c.certificate.as_ref()) {
-        validate_certificate_region(&certificate.arn)?;
+    if let Some(arn) = spec.certificate_arn() {
+        validate_certificate_region(arn)?;
     }
     // Any case here: objects stored before the CRD's enum (which takes capitals only) may have
     // lowercase codes, which are sent in capitals; what is no code at all stops them.
@@ -172,11 +179,7 @@ pub fn validate_bounds(spec: &DistributionTenantSpec) -> Result<(), SpecError> {
         too_long(&format!("parameters[{index}].value"), &parameter.value, MAX_PARAMETER_VALUE)?;
     }
     let customizations = spec.customizations.as_ref();
-    too_long(
-        "customizations.certificate.arn",
-        customizations.and_then(|c| c.certificate.as_ref()).map_or("", |c| c.arn.as_str()),
-        MAX_ARN_LENGTH,
-    )?;
+    too_long("customizations.certificate.arn", spec.certificate_arn().unwrap_or_default(), MAX_ARN_LENGTH)?;
     too_long(
         "customizations.webAcl.arn",
         customizations.and_then(|c| c.web_acl.as_ref()).and_then(|w| w.arn.as_deref()).unwrap_or_default(),
@@ -231,16 +234,19 @@ pub fn validate_name(name: &str) -> Result<(), SpecError> {
 
 /// `arn:PARTITION:acm:REGION:ACCOUNT:certificate/ID`, and REGION must be us-east-1.
 pub fn validate_certificate_region(arn: &str) -> Result<(), SpecError> {
+    match region_of(arn) {
+        Some(CERTIFICATE_REGION) => Ok(()),
+        Some(region) => Err(SpecError::CertificateRegion(region.to_owned())),
+        None => Err(SpecError::CertificateArn(mask_accounts(arn))),
+    }
+}
+
+/// The region of an ACM certificate's ARN, `None` for what is no certificate ARN.
+pub fn region_of(arn: &str) -> Option<&str> {
     let parts: Vec<&str> = arn.splitn(6, ':').collect();
     match parts.as_slice() {
-        ["arn", _, "acm", region, _, resource] if resource.starts_with("certificate/") => {
-            if *region == CERTIFICATE_REGION {
-                Ok(())
-            } else {
-                Err(SpecError::CertificateRegion((*region).to_owned()))
-            }
-        }
-        _ => Err(SpecError::CertificateArn(mask_accounts(arn))),
+        ["arn", _, "acm", region, _, resource] if resource.starts_with("certificate/") => Some(*region),
+        _ => None,
     }
 }
 
@@ -387,7 +393,10 @@ mod tests {
     fn spec_with_certificate_in_another_region_fails_validation() {
         let mut spec = spec(&["a.example.com"]);
         spec.customizations = Some(Customizations {
-            certificate: Some(CertificateRef { arn: "arn:aws:acm:eu-central-1:123456789012:certificate/x".to_owned() }),
+            certificate: Some(CertificateRef {
+                arn: Some("arn:aws:acm:eu-central-1:123456789012:certificate/x".to_owned()),
+                cert_ref: None,
+            }),
             ..Customizations::default()
         });
         assert_eq!(validate("tenant", &spec), Err(SpecError::CertificateRegion("eu-central-1".to_owned())));

@@ -31,8 +31,11 @@ pub struct ControlPlane {
     dir: PathBuf,
     processes: Processes,
     /// kube-controller-manager running only its namespace controller, started by the first test
-    /// that deletes a namespace and waits for it ([`Self::start_namespace_controller`]).
+    /// (of this process) that deletes a namespace and waits for it ([`Self::start_namespace_controller`]).
     namespace_controller: OnceCell<Process>,
+    /// kube-controller-manager running only its garbage collector, started by the first test (of
+    /// this process) that needs owner references honoured ([`Self::start_garbage_collector`]).
+    garbage_collector: OnceCell<Process>,
 }
 
 #[derive(Debug)]
@@ -135,6 +138,7 @@ impl ControlPlane {
             dir: description.dir.clone(),
             processes: Processes::Kept(description),
             namespace_controller: OnceCell::new(),
+            garbage_collector: OnceCell::new(),
         })
     }
 
@@ -212,6 +216,7 @@ impl ControlPlane {
             dir,
             processes: Processes::Own { etcd, apiserver: Mutex::new(Some(apiserver)), apiserver_args, restarts: AtomicUsize::new(0) },
             namespace_controller: OnceCell::new(),
+            garbage_collector: OnceCell::new(),
         })
     }
 
@@ -222,18 +227,29 @@ impl ControlPlane {
     /// controllers. The binary is built with the end-to-end node's tools
     /// (`scripts/install-test-tools node`, which `make test` runs).
     pub async fn start_namespace_controller(&self) -> Result<(), Error> {
+        self.start_controller_manager(&self.namespace_controller, "kube-controller-manager", "namespace-controller").await
+    }
+
+    /// Starts kube-controller-manager with only its garbage collector (once per test process), so
+    /// that an object whose owner is deleted goes as in a cluster (`ownerReferences`). Built with
+    /// the end-to-end node's tools, as for [`Self::start_namespace_controller`].
+    pub async fn start_garbage_collector(&self) -> Result<(), Error> {
+        self.start_controller_manager(&self.garbage_collector, "kube-controller-manager-gc", "garbagecollector").await
+    }
+
+    /// kube-controller-manager running only `controllers`, once per test process (`running`), its
+    /// log named after `name`. Under nextest several may run at once against a shared control
+    /// plane (without leader election): their controllers' work is idempotent.
+    async fn start_controller_manager(&self, running: &OnceCell<Process>, name: &str, controllers: &str) -> Result<(), Error> {
         let args = vec![
             format!("--kubeconfig={}", self.kubeconfig.display()),
-            "--controllers=namespace-controller".into(),
+            format!("--controllers={controllers}"),
             "--leader-elect=false".into(),
             "--secure-port=0".into(),
             "--v=1".into(),
         ];
         let tool = tool("kube-controller-manager")?;
-        self.namespace_controller
-            .get_or_try_init(|| async { Process::start("kube-controller-manager", &tool, &args, &[], &self.dir) })
-            .await
-            .map(|_| ())
+        running.get_or_try_init(|| async { Process::start(name, &tool, &args, &[], &self.dir) }).await.map(|_| ())
     }
 
     /// Kills kube-apiserver (SIGKILL) and starts it again on the same port with the same flags

@@ -68,7 +68,11 @@ where
 {
     /// Starts the control plane (once per test binary) and creates `<prefix>-<random>`.
     pub async fn new(prefix: &str) -> Self {
-        let plane = control_plane().await.unwrap_or_else(|e| fail(format!("the control plane starts: {e}")));
+        Self::on(control_plane().await.unwrap_or_else(|e| fail(format!("the control plane starts: {e}"))), prefix).await
+    }
+
+    /// `<prefix>-<random>` on `plane` (a concern's own, [`crate::control_plane::of`]).
+    pub async fn on(plane: &'static ControlPlane, prefix: &str) -> Self {
         let namespace = plane.namespace(prefix).await.unwrap_or_else(|e| fail(format!("the namespace is created: {e}")));
         Self { plane, client: plane.client(), namespace, kind: std::marker::PhantomData }
     }

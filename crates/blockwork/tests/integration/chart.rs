@@ -233,6 +233,24 @@ fn grants(documents: &[&Value], subject: (&str, &str)) -> BTreeMap<String, BTree
 }
 
 #[test]
+fn ingresses_are_granted_only_when_the_ingress_controller_is_enabled_and_it_needs_the_cert_controller() {
+    let all = ["controllers.cert.enabled=true", ZONES[0], ZONES[1], "controllers.tenant.enabled=true"];
+    let on_ingresses = |rendered: &[Value]| {
+        rendered.iter().any(|d| d["rules"].as_array().is_some_and(|r| r.iter().any(|r| r["resources"][0] == "ingresses")))
+    };
+    assert!(!on_ingresses(&documents(&render("ops", &all))), "off by default: nothing on Ingresses");
+    let enabled: Vec<&str> = all.iter().copied().chain(["controllers.ingress.enabled=true"]).collect();
+    let rendered = documents(&render("ops", &enabled));
+    assert!(on_ingresses(&rendered));
+    let deployment = rendered.iter().find(|d| d["kind"] == "Deployment").unwrap();
+    let args: Vec<&str> =
+        deployment["spec"]["template"]["spec"]["containers"][0]["args"].as_array().unwrap().iter().filter_map(Value::as_str).collect();
+    assert!(args.iter().any(|a| a.starts_with("--controllers=") && a.contains("ingress")), "{args:?}");
+    let refused = try_render("ops", &["controllers.ingress.enabled=true"]).expect_err("refused");
+    assert!(refused.contains("controllers.ingress.enabled needs controllers.cert.enabled=true"), "{refused}");
+}
+
+#[test]
 fn the_rbac_the_chart_grants_is_what_blockwork_rbac_generates() {
     let all = ["controllers.cert.enabled=true", ZONES[0], ZONES[1], "controllers.tenant.enabled=true"];
     let cases: Vec<(Vec<&str>, &str, Vec<&str>)> = vec![
@@ -256,6 +274,18 @@ fn the_rbac_the_chart_grants_is_what_blockwork_rbac_generates() {
             vec![],
         ),
         (vec!["controllers.cache.enabled=false"], "rotator", vec![]),
+        // Ingresses that name Certs, enabled at install: the ingress controller and its rules,
+        // cluster-wide or per namespace (without it, `all` above grants nothing on Ingresses).
+        (
+            all.iter().copied().chain(["controllers.ingress.enabled=true"]).collect(),
+            "aws_identity,cache,cert,tenant,ingress,rotator",
+            vec![],
+        ),
+        (
+            all.iter().copied().chain(["controllers.ingress.enabled=true", "namespaces={a,b}"]).collect(),
+            "aws_identity,cache,cert,tenant,ingress,rotator",
+            vec!["--namespaces", "a,b"],
+        ),
         // NetworkPolicies are on by default, and their rules with them; turned off, neither.
         (vec!["controllers.cache.networkPolicies=false"], "cache,rotator", vec!["--opt-out", "cache.network-policies"]),
         (
@@ -620,6 +650,8 @@ fn exported() -> BTreeMap<String, BTreeSet<String>> {
             "cache" => blockwork_cache::metrics::CacheMetrics::register(registry).failover("ns", "c"),
             // The AwsIdentity status keeper has no metrics of its own: its AWS calls are the layer's.
             "aws_identity" => {}
+            "ingress" => blockwork_cert::ingress::metrics::IngressMetrics::register(registry)
+                .reconciled(blockwork_cert::ingress::metrics::Outcome::Written),
             other => panic!("controller `{other}` is new: touch its metrics here so the dashboard test sees them"),
         }
     }

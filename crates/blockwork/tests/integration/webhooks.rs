@@ -276,3 +276,61 @@ async fn a_cert_adopting_a_certificate_of_another_region_is_refused_at_admission
     assert!(message.contains("spec.adopt.certificateArn") && message.contains("eu-west-1"), "{message}");
     assert!(!message.contains("123456789012"), "{message}");
 }
+
+/// A tenant naming a Cert (issue 40): the webhook reads the Cert. One whose certificate is outside
+/// us-east-1, or whose names do not cover the tenant's domains, is refused naming the field; one
+/// that does not exist yet is admitted with a warning (the tenant waits for it). The Cert's
+/// status is written as its controller writes it (no controller runs here).
+#[tokio::test]
+async fn a_tenant_naming_a_cert_cloudfront_would_refuse_is_refused_at_admission_naming_the_field() {
+    let _one = registration().await;
+    let (client, kubeconfig) = cluster().await;
+    let _webhook = start_webhooks(&kubeconfig, true).await;
+    let team = namespace("webhook-certref").await;
+    let certs: Api<Cert> = Api::namespaced(client.clone(), &team);
+    let issued = |name: &str, region: &str, domain: &str| {
+        let certs = certs.clone();
+        let (name, region, domain) = (name.to_owned(), region.to_owned(), domain.to_owned());
+        async move {
+            let mut named = cert(&name, &name, "prod");
+            named.spec.domain_name = Some(domain.clone());
+            create(&certs, &named).await.unwrap();
+            let arn = format!("arn:aws:acm:{region}:123456789012:certificate/0a1b2c3d-0000-4000-8000-0000000000aa");
+            let status = serde_json::json!({"status": {"certificateArn": arn, "domainName": domain}});
+            certs.patch_status(&name, &kube::api::PatchParams::default(), &kube::api::Patch::Merge(&status)).await.unwrap();
+        }
+    };
+    issued("ireland", "eu-west-1", "*.k8s.example.com").await;
+    issued("narrow", "us-east-1", "api.k8s.example.com").await;
+    let tenants: Api<DistributionTenant> = Api::namespaced(client, &team);
+    let naming = |tenant: &str, cert: &str| {
+        let certificate =
+            blockwork_tenant::api::CertificateRef { arn: None, cert_ref: Some(blockwork_tenant::api::CertRef { name: cert.to_owned() }) };
+        let spec = DistributionTenantSpec {
+            distribution_id: "E1ABCDEF2GHIJ".into(),
+            domains: vec![DomainName { domain: "www.k8s.example.com".into() }],
+            customizations: Some(blockwork_tenant::api::Customizations { certificate: Some(certificate), ..Default::default() }),
+            ..DistributionTenantSpec::default()
+        };
+        DistributionTenant::new(tenant, spec)
+    };
+    let elsewhere = create(&tenants, &naming("shop-ireland", "ireland")).await.expect_err("outside us-east-1");
+    assert!(
+        elsewhere.contains("spec.customizations.certificate.certRef: Cert ireland's certificate is in eu-west-1, but CloudFront only uses certificates from us-east-1"),
+        "{elsewhere}"
+    );
+    assert!(!elsewhere.contains("123456789012"), "no account: {elsewhere}");
+    let narrow = create(&tenants, &naming("shop-narrow", "narrow")).await.expect_err("not covering");
+    assert!(
+        narrow.contains("spec.customizations.certificate.certRef: Cert narrow's names do not cover the domains www.k8s.example.com"),
+        "{narrow}"
+    );
+    create(&tenants, &naming("shop-later", "later")).await.expect("a Cert that does not exist yet: the tenant waits for it");
+    // Both fields at once: the schema's rule, naming both.
+    let mut both = naming("shop-both", "narrow");
+    if let Some(certificate) = both.spec.customizations.as_mut().and_then(|c| c.certificate.as_mut()) {
+        certificate.arn = Some("arn:aws:acm:us-east-1:123456789012:certificate/0a1b2c3d-0000-4000-8000-0000000000bb".into());
+    }
+    let message = create(&tenants, &both).await.expect_err("arn and certRef");
+    assert!(message.contains("spec.customizations.certificate needs exactly one of arn"), "{message}");
+}

@@ -6,7 +6,7 @@ use blockwork_runtime::Existence;
 
 use blockwork_runtime::{DeleteOutcome, ExternalError, Phase, Request};
 use kube::ResourceExt;
-use tracing::warn;
+use tracing::{info, warn};
 
 use super::CertManager;
 use crate::account::CertAccount;
@@ -39,8 +39,10 @@ impl CertManager {
 
     /// Once the current certificate is issued: deletes the ones it replaced (deleteOnRemoval),
     /// or forgets them (without: e.g. after the field was switched off), and with them the
-    /// validation records only they used. One that is in use, or whose deletion fails, stays
-    /// listed with its records for the next look; the Cert is Ready meanwhile.
+    /// validation records only they used. One that a user still serves (a tenant not updated
+    /// yet, an Ingress: [`crate::users`]), that AWS says is in use, or whose deletion fails,
+    /// stays listed with its records for the next look (a user letting go wakes the Cert); the
+    /// Cert is Ready meanwhile.
     pub(super) async fn settle_previous(
         &self,
         account: &CertAccount,
@@ -54,12 +56,29 @@ impl CertManager {
         // Without its validation options a certificate's records are unknown: delete none.
         let mut needs_known = !needed.is_empty();
         let mut staying = Vec::new();
+        // Unknown users keep every replaced certificate: deleting one in use is what this avoids.
+        let users = self.users(object, observation).await;
         for arn in std::mem::take(&mut observation.previous_certificate_arns) {
             if !object.spec.delete_on_removal {
                 continue;
             }
-            if let Err(error) = self.delete_owned(account, &arn, &uid).await {
-                warn!(cert = %object.name_any(), %error, "a replaced certificate is not deleted yet; the next look tries again");
+            let serving = users.as_ref().map(|users| crate::users::serving(users, &arn));
+            let kept = match serving {
+                Ok(serving) if serving.is_empty() => match self.delete_owned(account, &arn, &uid).await {
+                    Ok(()) => false,
+                    Err(error) => {
+                        warn!(cert = %object.name_any(), %error, "a replaced certificate is not deleted yet; the next look tries again");
+                        true
+                    }
+                },
+                serving => {
+                    let who = serving.map_or_else(|_| "its users are not known yet".to_owned(), |s| crate::users::listed(&s));
+                    info!(cert = %object.name_any(), certificate = %blockwork_aws::mask_accounts(&arn), %who, "a replaced certificate is kept while in use");
+                    true
+                }
+            };
+            if kept {
+                // It stays with the validation records it renews with.
                 match account.acm.describe(account.principal(), &arn).await {
                     Ok(certificate) if !certificate.validations.is_empty() => needed.extend(decisions::record_names(&certificate)),
                     _ => needs_known = false,

@@ -153,6 +153,7 @@ impl World {
             export_secrets: true,
             certificate_authorities: Vec::new(),
             ownership_interval: blockwork_cert::external::OWNERSHIP_INTERVAL,
+            ingress_users: false,
         };
         let aws_config = AwsConfig { endpoint_url: Some(self.proxy.endpoint()), ..layer_config() };
         let aws = Aws::with_sdk_config(aws_config, sdk_config(&self.proxy.endpoint()).await, Arc::clone(&self.aws_metrics));

@@ -9,6 +9,7 @@ mod expiry_and_renewal;
 mod explain;
 mod export;
 mod iam;
+mod ingress;
 mod jwks;
 mod lifecycle;
 mod metrics;

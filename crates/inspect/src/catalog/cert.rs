@@ -17,6 +17,18 @@ pub(super) const ENTRIES: &[Entry] = &[
         "The ACM certificate is attached to AWS resources (load balancers, CloudFront) and is not deleted.",
         "Detach it from the resources named in ACM, or set spec.deleteOnRemoval: false to keep it; the controller retries.",
     ),
+    waiting(
+        "HeldByUsers",
+        Cert,
+        "The Cert is being deleted while DistributionTenants or Ingresses use it (the message names each, and how: named in its spec or annotation, or serving one of its certificates): the Cert and its certificate stay until no user is left, whatever deleteOnRemoval says.",
+        "Remove the reference to this Cert from each user named (a tenant's spec.customizations.certificate.certRef, an Ingress's blockwork.dev/certificates or blockwork.dev/certificate-from-hosts), or delete them: the Cert is woken and finishes at once. To release it now and keep its certificate, annotate it blockwork.dev/deletion-policy=Orphan.",
+    ),
+    waiting(
+        "UsersNotKnown",
+        Cert,
+        "The Cert is being deleted, or settles certificates it replaced, and who uses it is not known yet: the controller's watches of DistributionTenants and Ingresses have not listed them (just started, or the API server is slow). Nothing is deleted meanwhile.",
+        "Nothing to do unless it lasts; then check that the operator may list distributiontenants (and ingresses, with the Ingress controller): `blockwork check`.",
+    ),
     problem(
         "NameTooLong",
         Cert,

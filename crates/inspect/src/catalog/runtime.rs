@@ -49,8 +49,8 @@ pub(super) const ENTRIES: &[Entry] = &[
     waiting(
         "DependenciesNotReady",
         Runtime,
-        "An object this one depends on is missing or not Ready; the message names it.",
-        "Make the named object Ready (`blockwork explain` on it); this one follows at once.",
+        "An object this one depends on (a DistributionTenant's Cert, spec.customizations.certificate.certRef) is missing, not Ready, changed and not reconciled yet, or being deleted; the message names it and says why in its own words. Nothing is asked of AWS while it waits.",
+        "Make the named object Ready (`blockwork explain` on it): this one is woken when it changes, not polled. One being deleted waits for this one to let go: name another, or remove the reference.",
     ),
     problem(
         "ExternalResourceMissing",

@@ -64,8 +64,20 @@ pub(super) const ENTRIES: &[Entry] = &[
     problem(
         "CertificateSANMismatch",
         Tenant,
-        "The certificate in spec.customizations.certificate.arn does not cover every domain of the tenant.",
-        "Use a certificate whose names (or wildcards) cover every domain in spec.domains.",
+        "The certificate (spec.customizations.certificate.arn, or the Cert spec.customizations.certificate.certRef names) does not cover every domain of the tenant; a wildcard covers one label (`*.a.com` covers `x.a.com`, not `a.com` nor `x.y.a.com`). Nothing was written.",
+        "Use a certificate whose names (or wildcards) cover every domain in spec.domains, or add the missing names to the Cert (its certificate is replaced, and the tenant follows).",
+    ),
+    waiting(
+        "CertWithoutCertificate",
+        Tenant,
+        "The Cert spec.customizations.certificate.certRef names is Ready but shows no certificate ARN yet; the tenant waits, writing nothing.",
+        "Nothing to do unless it lasts; then `blockwork explain cert/NAME`.",
+    ),
+    problem(
+        "CertUnreadable",
+        Tenant,
+        "The Cert spec.customizations.certificate.certRef names could not be read as a Cert (the API server answered with something else); nothing was written.",
+        "Check that the Cert CRD installed is Blockwork's (`blockwork check`); the controller retries.",
     ),
     waiting(
         "PreconditionFailed",

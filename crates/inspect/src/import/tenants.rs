@@ -109,7 +109,7 @@ fn dns(tenant: &FoundTenant, records: &[FoundRecord], groups: &Groups) -> (Optio
 fn spec(tenant: &FoundTenant, groups: &Groups, dns: Option<DnsConfig>) -> DistributionTenantSpec {
     let config = &tenant.config;
     let customizations = Customizations {
-        certificate: config.certificate_arn.clone().map(|arn| CertificateRef { arn }),
+        certificate: config.certificate_arn.clone().map(|arn| CertificateRef { arn: Some(arn), cert_ref: None }),
         web_acl: config.web_acl.as_ref().map(|w| WebAclCustomization { action: w.action, arn: w.arn.clone() }),
         geo_restrictions: config
             .geo_restrictions

@@ -4,6 +4,7 @@
 //! metadata only, against ACM's serial read at explain time).
 
 use blockwork_aws::mask_accounts;
+use blockwork_cert::users::User;
 use blockwork_cert::{Cert, CertState};
 use jiff::Timestamp;
 use k8s_openapi::api::core::v1::{ConfigMap, Event, Secret};
@@ -17,8 +18,10 @@ use crate::text::{age, ago_or_in};
 /// How long ACM usually takes to issue once the validation records resolve.
 pub const ACM_USUAL_MINUTES: i64 = 30;
 
-/// A Cert: the runtime's status, the ACM certificate as last observed, its validation records.
-pub fn cert(cert: &Cert, events: &[Event], now: Timestamp) -> Report {
+/// A Cert: the runtime's status, the ACM certificate as last observed, its validation records,
+/// and `users`, the objects that use it (`blockwork_cert::users`, as read: what holds its
+/// deletion and the certificates it replaced).
+pub fn cert(cert: &Cert, events: &[Event], users: &[User], now: Timestamp) -> Report {
     let mut report = Report::new(Kind::Cert, &cert.namespace().unwrap_or_default(), &cert.name_any());
     report.deleting = cert.metadata.deletion_timestamp.is_some();
     report::runtime_status(&mut report, cert.status.as_ref(), cert.metadata.generation);
@@ -96,17 +99,33 @@ pub fn cert(cert: &Cert, events: &[Event], now: Timestamp) -> Report {
             ),
         ));
     }
-    if !observation.previous_certificate_arns.is_empty() {
-        report.observed.push(Field::new(
-            "replaced certificates",
-            format!("{} kept until the new one is issued", observation.previous_certificate_arns.len()),
-        ));
+    for arn in &observation.previous_certificate_arns {
+        let serving = blockwork_cert::users::serving(users, arn);
+        let kept = if serving.is_empty() {
+            "kept until the new one is issued, then deleted".to_owned()
+        } else {
+            format!("kept while {} serve(s) it; deleted once none does", blockwork_cert::users::listed(&serving))
+        };
+        report.observed.push(Field::new("replaced certificate", format!("{} ({kept})", mask_accounts(arn))));
     }
+    report.used_by = users
+        .iter()
+        .map(|user| Reference { what: user.kind.as_str().into(), name: user.name.clone(), state: user.how(), ok: true })
+        .collect();
     report.notes.extend(cert_notes(cert, now));
     if report.deleting {
-        report.notes.push(deletion_note(cert));
+        report.notes.push(if users.is_empty() { deletion_note(cert) } else { held_note(users) });
     }
     report
+}
+
+/// A Cert being deleted while in use: who holds it, and the ways out.
+fn held_note(users: &[User]) -> String {
+    let users: Vec<&User> = users.iter().collect();
+    format!(
+        "Being deleted, and held: {} use(s) it, so the Cert and its certificate stay until no user is left. Two ways out: remove the reference to this Cert from each user (a tenant's spec.customizations.certificate.certRef, an Ingress's blockwork.dev/certificates), or delete the users; the Cert finishes at once. blockwork.dev/deletion-policy=Orphan releases it now and keeps its certificate.",
+        blockwork_cert::users::listed(&users)
+    )
 }
 
 /// What the deletion of a Cert still deletes: with deleteOnRemoval its certificates, then the
@@ -401,7 +420,7 @@ fn zone_name(name: Option<&str>, id: Option<&str>) -> String {
 
 /// A Cert another object depends on: its state and whether it is Ready, in a few words.
 pub(super) fn cert_reference(issuing: &Cert, now: Timestamp) -> Reference {
-    let report = cert(issuing, &[], now);
+    let report = cert(issuing, &[], &[], now);
     let since = report.state_since.map(|s| format!(" for {}", age(s, now))).unwrap_or_default();
     let ready = report.ready == Some(true);
     let why = report
@@ -428,9 +447,51 @@ mod tests {
     use super::*;
     use crate::kinds::fixtures::{at, validating_cert};
 
+    fn user(kind: blockwork_cert::users::UserKind, name: &str, serves: &[&str]) -> User {
+        User { kind, name: name.into(), names_it: serves.is_empty(), serves: serves.iter().map(|s| (*s).to_owned()).collect() }
+    }
+
+    #[test]
+    fn a_cert_being_deleted_while_in_use_names_its_users_and_the_ways_out() {
+        let mut held = validating_cert(false);
+        held.metadata.deletion_timestamp = Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(at(0)));
+        let users = [
+            user(blockwork_cert::users::UserKind::DistributionTenant, "shop", &[]),
+            user(blockwork_cert::users::UserKind::Ingress, "web", &[]),
+        ];
+        let report = cert(&held, &[], &users, at(60));
+        let used: Vec<(&str, &str)> = report.used_by.iter().map(|u| (u.what.as_str(), u.name.as_str())).collect();
+        assert_eq!(used, [("DistributionTenant", "shop"), ("Ingress", "web")]);
+        let note = report.notes.last().expect("a note");
+        assert!(
+            note.starts_with(
+                "Being deleted, and held: DistributionTenant shop (named in spec.customizations.certificate.certRef), Ingress web"
+            ),
+            "{note}"
+        );
+        assert!(note.contains("remove the reference to this Cert from each user") && note.contains("or delete the users"), "{note}");
+        assert!(cert(&held, &[], &[], at(60)).notes.last().is_some_and(|n| !n.contains("held")), "no user, the usual deletion note");
+    }
+
+    #[test]
+    fn a_replaced_certificate_a_user_still_serves_is_said_to_be_kept_for_it() {
+        const OLD: &str = "arn:aws:acm:us-east-1:123456789012:certificate/old";
+        let mut replacing = validating_cert(false);
+        if let Some(status) = replacing.status.as_mut() {
+            status.observation.previous_certificate_arns = vec![OLD.into()];
+        }
+        let users = [user(blockwork_cert::users::UserKind::DistributionTenant, "shop", &[OLD])];
+        let report = cert(&replacing, &[], &users, at(60));
+        let kept = report.observed.iter().find(|f| f.label == "replaced certificate").expect("listed");
+        assert_eq!(
+            kept.value,
+            "arn:aws:acm:us-east-1:[ACCOUNT_ID]:certificate/old (kept while DistributionTenant shop (serves arn:aws:acm:us-east-1:[ACCOUNT_ID]:certificate/old) serve(s) it; deleted once none does)"
+        );
+    }
+
     #[test]
     fn a_cert_waiting_longer_than_acm_usually_takes_says_where_to_look() {
-        let report = cert(&validating_cert(false), &[], at(43 * 60));
+        let report = cert(&validating_cert(false), &[], &[], at(43 * 60));
         let note = report.notes.first().expect("a note");
         assert!(
             note.starts_with(
@@ -439,7 +500,7 @@ mod tests {
             "{note}"
         );
         assert!(note.contains("longer than the usual 30 min") && note.contains("`dig CNAME _x.api-prod.k8s.example.com.`"), "{note}");
-        assert!(!cert(&validating_cert(false), &[], at(10 * 60)).notes[0].contains("longer than the usual"), "10 minutes is usual");
+        assert!(!cert(&validating_cert(false), &[], &[], at(10 * 60)).notes[0].contains("longer than the usual"), "10 minutes is usual");
     }
 
     fn written_by(change: Result<ChangeNow, String>) -> Vec<RecordNow> {
@@ -478,7 +539,7 @@ mod tests {
 
     #[test]
     fn a_record_not_written_yet_is_counted() {
-        let report = cert(&validating_cert(true), &[], at(60));
+        let report = cert(&validating_cert(true), &[], &[], at(60));
         assert!(report.notes[0].contains("0 of 1 validation record(s) written to zone Z123"), "{:?}", report.notes);
     }
 

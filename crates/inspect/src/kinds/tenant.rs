@@ -49,17 +49,31 @@ pub fn tenant(tenant: &DistributionTenant, events: &[Event], certs: &[Cert], now
             ok: !missing,
         });
     }
-    if let Some(certificate) = spec.customizations.as_ref().and_then(|c| c.certificate.as_ref()) {
+    if let Some(name) = spec.cert_ref() {
+        let named = certs.iter().find(|c| c.name_any() == name);
+        report.references.push(match named {
+            Some(cert) => cert_reference(cert, now),
+            None => Reference {
+                what: "Cert".into(),
+                name: name.to_owned(),
+                state: "does not exist in this namespace: the tenant waits for it".into(),
+                ok: false,
+            },
+        });
+        if named.is_some_and(|cert| cert.metadata.deletion_timestamp.is_some()) {
+            report.notes.push(format!(
+                "Cert {name} is being deleted: it and its certificate are held while this tenant uses them. Two ways out: remove spec.customizations.certificate.certRef (or name another Cert), or delete this tenant."
+            ));
+        }
+    } else if let Some(arn) = spec.certificate_arn() {
         let certificate_ready = condition(blockwork_tenant::api::CERTIFICATE_READY);
         report.references.push(Reference {
             what: "certificate".into(),
-            name: mask_accounts(&certificate.arn),
+            name: mask_accounts(arn),
             state: certificate_ready.as_ref().map(|c| c.reason.clone()).unwrap_or_else(|| "named in the spec".into()),
             ok: certificate_ready.as_ref().is_none_or(ConditionView::is_true),
         });
-        let issuing = certs
-            .iter()
-            .find(|c| c.status.as_ref().and_then(|s| s.observation.certificate_arn.as_deref()) == Some(certificate.arn.as_str()));
+        let issuing = certs.iter().find(|c| c.status.as_ref().and_then(|s| s.observation.certificate_arn.as_deref()) == Some(arn));
         if let Some(issuing) = issuing {
             report.references.push(cert_reference(issuing, now));
         }
@@ -99,6 +113,9 @@ pub fn tenant(tenant: &DistributionTenant, events: &[Event], certs: &[Cert], now
     }
     if let Some(arn) = &observation.certificate_arn {
         report.observed.push(Field::new("managed certificate ARN", mask_accounts(arn)));
+    }
+    if let Some(arn) = &observation.certificate_in_use {
+        report.observed.push(Field::new("certificate served", mask_accounts(arn)));
     }
     if let Some(dns) =
         condition(blockwork_tenant::api::DNS_READY).filter(|c| c.reason == "DNSPropagating" || c.reason == "DNSRecordCreating")
@@ -160,6 +177,43 @@ mod tests {
         assert!(note.contains("a hosted zone that does not exist) counts as deleted") && note.contains("DeletionBlocked"), "{note}");
     }
 
+    fn naming(cert: &str) -> DistributionTenant {
+        DistributionTenant::new(
+            "shop",
+            blockwork_tenant::api::DistributionTenantSpec {
+                distribution_id: "E123".into(),
+                customizations: Some(blockwork_tenant::api::Customizations {
+                    certificate: Some(blockwork_tenant::api::CertificateRef {
+                        arn: None,
+                        cert_ref: Some(blockwork_tenant::api::CertRef { name: cert.into() }),
+                    }),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            },
+        )
+    }
+
+    #[test]
+    fn a_tenant_depends_on_the_cert_it_names_and_says_when_it_does_not_exist() {
+        let report = tenant(&naming("api"), &[], &[validating_cert(false)], at(43 * 60));
+        let cert = report.references.iter().find(|r| r.what == "Cert").expect("the named Cert");
+        assert_eq!((cert.name.as_str(), cert.ok), ("api", false));
+        assert!(cert.state.starts_with("Verifying for 43m, not Ready"), "{}", cert.state);
+        let missing = tenant(&naming("web"), &[], &[validating_cert(false)], at(0));
+        let cert = missing.references.iter().find(|r| r.what == "Cert").expect("the named Cert");
+        assert_eq!(cert.state, "does not exist in this namespace: the tenant waits for it");
+    }
+
+    #[test]
+    fn a_tenant_whose_cert_is_being_deleted_is_told_the_two_ways_out() {
+        let mut deleting = validating_cert(false);
+        deleting.metadata.deletion_timestamp = Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(at(0)));
+        let report = tenant(&naming("api"), &[], &[deleting], at(60));
+        let note = report.notes.iter().find(|n| n.starts_with("Cert api is being deleted")).expect("a note");
+        assert!(note.contains("remove spec.customizations.certificate.certRef") && note.contains("delete this tenant"), "{note}");
+    }
+
     #[test]
     fn a_tenant_names_the_cert_its_certificate_comes_from_and_that_cert_s_wait() {
         const ARN: &str = "arn:aws:acm:us-east-1:123456789012:certificate/abc";
@@ -174,7 +228,7 @@ mod tests {
             blockwork_tenant::api::DistributionTenantSpec {
                 distribution_id: "E123".into(),
                 customizations: Some(blockwork_tenant::api::Customizations {
-                    certificate: Some(blockwork_tenant::api::CertificateRef { arn: ARN.into() }),
+                    certificate: Some(blockwork_tenant::api::CertificateRef { arn: Some(ARN.into()), cert_ref: None }),
                     ..Default::default()
                 }),
                 ..Default::default()

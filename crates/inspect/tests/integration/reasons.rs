@@ -18,6 +18,7 @@ const NOT_REASONS: &[&str] = &[
     "ConfigMap",
     "DistributionTenant",
     "DistributionTenantStatus",
+    "Ingress",
     "PodDisruptionBudget",
     "Secret",
     "Service",

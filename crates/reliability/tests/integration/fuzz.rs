@@ -137,10 +137,18 @@ fn the_cert_admission_webhook_answers_every_review_with_a_well_formed_verdict() 
     });
 }
 
+fn tenant_router() -> axum::Router {
+    runtime().block_on(async {
+        let plane = blockwork_testenv::control_plane::control_plane().await.unwrap();
+        plane.install_crds(&[blockwork_cert::crd()]).await.unwrap();
+        let identities = blockwork_identity::Identities::fixed(Vec::new(), blockwork_identity::Settings::default());
+        blockwork_tenant::webhook::router(plane.client(), identities, None, true)
+    })
+}
+
 #[test]
 fn the_tenant_admission_webhook_answers_every_review_with_a_well_formed_verdict() {
-    let router =
-        blockwork_tenant::webhook::router(blockwork_identity::Identities::fixed(Vec::new(), blockwork_identity::Settings::default()), true);
+    let router = tenant_router();
     proptest!(|(object in tenant_object(), op in operation(), uid in "[a-f0-9-]{1,36}")| {
         let review = admission_review(("cloudfront.blockwork.dev", "v1alpha1", "DistributionTenant", "distributiontenants"), object, op, &uid);
         holds(webhook::answers_the_admission_review(&router, blockwork_tenant::webhook::PATH, &review, &uid))?;
@@ -149,8 +157,7 @@ fn the_tenant_admission_webhook_answers_every_review_with_a_well_formed_verdict(
 
 #[test]
 fn the_admission_webhooks_refuse_arbitrary_bodies_with_a_client_error_never_a_crash() {
-    let tenant =
-        blockwork_tenant::webhook::router(blockwork_identity::Identities::fixed(Vec::new(), blockwork_identity::Settings::default()), true);
+    let tenant = tenant_router();
     let cert = cert_router();
     proptest!(|(body in prop_oneof![json_value().prop_map(|v| serde_json::to_vec(&v).unwrap()), prop::collection::vec(any::<u8>(), 0..512)])| {
         for (router, path) in [(&tenant, blockwork_tenant::webhook::PATH), (cert, blockwork_cert::webhook::PATH)] {

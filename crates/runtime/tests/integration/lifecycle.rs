@@ -436,6 +436,32 @@ async fn dependency_that_stops_being_ready_sends_the_object_back_to_pending() {
     h.wait_for_state("child", ReconcileState::Succeeded).await;
 }
 
+/// A value taken from a dependency is part of what the object asks for (`resolve`): its change
+/// is applied like a change of the spec, whatever the drift policy (under `report`, drift would
+/// be left alone), and recorded as applied.
+#[tokio::test]
+async fn a_value_taken_from_a_dependency_is_applied_as_a_change_of_the_spec_not_left_as_drift() {
+    let h = Harness::start_slow("deps-value", &[ReconcileState::Succeeded]).await;
+    h.create(widget("parent", 1)).await;
+    h.wait_for_state("parent", ReconcileState::Succeeded).await;
+    let mut dependent = widget("child", 9);
+    dependent.spec.size_from = Some("parent".into());
+    dependent.spec.drift_policy = Some("report".into());
+    let child = h.create(dependent).await;
+    h.wait_for_state("child", ReconcileState::Succeeded).await;
+    assert_eq!(h.backend.widget(&token(&child)).map(|w| w.size), Some(1), "the size is the parent's, not the spec's 9");
+
+    h.merge("parent", json!({"spec": {"size": 3}})).await;
+    let w = h
+        .wait_for("child", "the parent's new size applied", |w| {
+            w.status.as_ref().and_then(|s| s.last_applied_spec.as_deref()).is_some_and(|applied| applied.contains(r#""size":3"#))
+        })
+        .await;
+    assert_eq!(h.backend.widget(&token(&child)).map(|w| w.size), Some(3));
+    assert_eq!(condition(&w, "Synced"), Some(("True".into(), "ReconcileSuccess".into())), "a change, not drift");
+    assert_ne!(w.status.as_ref().and_then(|s| s.drift_detected), Some(true));
+}
+
 #[tokio::test]
 async fn cluster_scoped_dependency_is_found_and_watched() {
     let h = Harness::start_slow("deps-cluster", &[ReconcileState::Pending, ReconcileState::Succeeded]).await;

@@ -23,7 +23,7 @@ pub(super) fn settled(
     desired: &TenantConfig,
     observation: &TenantObservation,
 ) -> MutateOutcome {
-    let spec_certificate = spec.customizations.as_ref().and_then(|c| c.certificate.as_ref()).map(|c| c.arn.as_str());
+    let spec_certificate = spec.certificate_arn();
     let certificate_settled = spec.managed_certificate_request.is_none()
         || spec_certificate.is_some_and(|arn| tenant.config.certificate_arn.as_deref() == Some(arn));
     // Records of domains the spec no longer has go after a verify (`TenantUpkeep`), at the short
@@ -51,7 +51,7 @@ pub(super) fn certificate_progress(
     attached: Option<&str>,
     generation: Option<i64>,
 ) -> CertificateStep {
-    let spec_arn = spec.customizations.as_ref().and_then(|c| c.certificate.as_ref()).map(|c| c.arn.as_str());
+    let spec_arn = spec.certificate_arn();
     let details = observation.managed_certificate_status.as_deref().map(|status| (status, observation.certificate_arn.as_deref()));
     let step = certificate_step(spec.managed_certificate_request.is_some(), details, spec_arn, attached);
     if let Some((ready, reason, message)) = step.condition() {
@@ -60,11 +60,14 @@ pub(super) fn certificate_progress(
     step
 }
 
+/// The tenant as CloudFront answered (a read or a write), including the certificate it serves:
+/// a Cert keeps that certificate while a tenant uses it.
 pub(super) fn record(observation: &mut TenantObservation, tenant: &ObservedTenant) {
     observation.id = Some(tenant.id.clone());
     observation.arn.clone_from(&tenant.arn);
     observation.e_tag.clone_from(&tenant.e_tag);
     observation.distribution_tenant_status.clone_from(&tenant.status);
+    observation.certificate_in_use.clone_from(&tenant.config.certificate_arn);
 }
 
 /// The tenant is gone: what described it goes too (DNS fields stay until the records go).
@@ -73,6 +76,7 @@ pub(super) fn forget(observation: &mut TenantObservation) {
     observation.arn = None;
     observation.e_tag = None;
     observation.distribution_tenant_status = None;
+    observation.certificate_in_use = None;
 }
 
 pub(super) fn dns_records_remain(spec: &DistributionTenantSpec, observation: &TenantObservation) -> bool {

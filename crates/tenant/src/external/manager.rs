@@ -45,6 +45,13 @@ pub const CERTIFICATE_NAMES_TTL: Duration = Duration::from_secs(600);
 /// after its create and again at its first verify.
 pub const ROUTING_ENDPOINT_TTL: Duration = Duration::from_secs(600);
 
+/// How long a tenant CloudFront just said does not exist is taken as missing without asking
+/// again: the look right after the create-pending marker is written (a second later), which no
+/// create can have preceded — a create runs only under the marker, which this process wrote after
+/// that answer, and one controller process acts at a time (leader election; a new one starts with
+/// nothing remembered). This process forgets it before any create of that tenant.
+pub const MISSING_TTL: Duration = Duration::from_secs(5);
+
 /// Distributions and certificates remembered at most; each entry is a few hundred bytes.
 const CACHE_ENTRIES: u64 = 1000;
 
@@ -68,6 +75,9 @@ pub struct TenantManager<C, D> {
     /// By identity and connection group id (`""`: the account's default group): its routing
     /// endpoint.
     routing_endpoints: Cached<(String, String), String>,
+    /// By identity and the name or id a tenant was read by: tenants found missing within
+    /// [`MISSING_TTL`].
+    missing: Cached<(String, String), ()>,
 }
 
 impl<C: CloudFront + Acm, D: DnsRecords> TenantManager<C, D> {
@@ -98,6 +108,7 @@ impl<C: CloudFront + Acm, D: DnsRecords> TenantManager<C, D> {
                 ROUTING_ENDPOINT_TTL,
                 CACHE_ENTRIES,
             ),
+            missing: Cached::new(aws_metrics, crate::CONTROLLER, "cloudfront-tenant-missing", MISSING_TTL, CACHE_ENTRIES),
         }
     }
 
@@ -166,6 +177,11 @@ impl<C: CloudFront + Acm, D: DnsRecords> TenantManager<C, D> {
         Err(ExternalError::retryable("PreconditionFailed", "the tenant kept changing while it was being updated; retrying"))
     }
 
+    /// Forgets that the tenant `name` was missing: it is about to be created.
+    pub(super) async fn creating_tenant(&self, principal: &Principal, name: &str) {
+        self.missing.invalidate(&(principal.identity().to_owned(), name.to_owned())).await;
+    }
+
     pub(super) async fn refetch_etag(&self, principal: &Principal, id: &str) -> Result<String, ExternalError> {
         match self.cloudfront.get_tenant(principal, id).await {
             Ok(Some(ObservedTenant { e_tag: Some(tag), .. })) => Ok(tag),
@@ -189,11 +205,18 @@ impl<C: CloudFront + Acm, D: DnsRecords> TenantManager<C, D> {
         let adopt = object.spec.adopt.as_ref().map(|adopt| adopt.tenant_id.clone());
         let by_name = observation.id.is_none() && adopt.is_none();
         let identifier = observation.id.clone().or(adopt).unwrap_or_else(|| object.name_any());
+        let key = (principal.identity().to_owned(), identifier);
+        if self.missing.get(&key).await.is_some() {
+            return Ok(None);
+        }
         let tenant = self
             .cloudfront
-            .get_tenant(principal, &identifier)
+            .get_tenant(principal, &key.1)
             .await
             .map_err(|error| self.cloudfront_error(&error, CallContext::default()).error)?;
+        if tenant.is_none() {
+            self.missing.insert(key, ()).await;
+        }
         match tenant.as_ref().filter(|_| by_name).and_then(|tenant| super::adoption::not_ours_by_name(tenant, claimant)) {
             Some(error) => Err(error),
             None => Ok(tenant),
@@ -209,7 +232,7 @@ impl<C: CloudFront + Acm, D: DnsRecords> TenantManager<C, D> {
         if spec.managed_certificate_request.is_some() {
             return Ok(());
         }
-        let Some(arn) = spec.customizations.as_ref().and_then(|c| c.certificate.as_ref()).map(|c| c.arn.as_str()) else {
+        let Some(arn) = spec.certificate_arn() else {
             return Ok(());
         };
         let key = (principal.identity().to_owned(), arn.to_owned());

@@ -3,6 +3,7 @@
 
 mod accounts;
 mod adoption;
+mod cert_ref;
 mod costs;
 mod explain;
 mod support;

@@ -204,7 +204,10 @@ async fn certificate_outside_us_east_1_fails_validation_without_calling_cloudfro
     let h = Harness::start("dt-invalid").await;
     let spec = DistributionTenantSpec {
         customizations: Some(Customizations {
-            certificate: Some(CertificateRef { arn: "arn:aws:acm:eu-west-1:123456789012:certificate/abc".to_owned() }),
+            certificate: Some(CertificateRef {
+                arn: Some("arn:aws:acm:eu-west-1:123456789012:certificate/abc".to_owned()),
+                cert_ref: None,
+            }),
             ..Customizations::default()
         }),
         ..h.spec(&["www"])
@@ -251,7 +254,10 @@ async fn certificate_not_covering_every_domain_is_a_san_mismatch() {
     let h = Harness::start("dt-san").await;
     let arn = h.certificate(&[h.domain("www")]).await;
     let spec = DistributionTenantSpec {
-        customizations: Some(Customizations { certificate: Some(CertificateRef { arn }), ..Customizations::default() }),
+        customizations: Some(Customizations {
+            certificate: Some(CertificateRef { arn: Some(arn), cert_ref: None }),
+            ..Customizations::default()
+        }),
         ..h.spec(&["www", "api"])
     };
     h.create("shop-san", spec).await;
@@ -267,7 +273,10 @@ async fn wildcard_certificate_covering_every_domain_is_attached() {
     let h = Harness::start("dt-wildcard").await;
     let arn = h.certificate(&[h.domain("*")]).await;
     let spec = DistributionTenantSpec {
-        customizations: Some(Customizations { certificate: Some(CertificateRef { arn: arn.clone() }), ..Customizations::default() }),
+        customizations: Some(Customizations {
+            certificate: Some(CertificateRef { arn: Some(arn.clone()), cert_ref: None }),
+            ..Customizations::default()
+        }),
         ..h.spec(&["www", "api"])
     };
     h.create("shop-wildcard", spec).await;
@@ -455,8 +464,7 @@ async fn issued_managed_certificate_is_written_into_the_spec_once_and_pushed_to_
     let status = tenant.status.as_ref().unwrap();
     assert_eq!(status.observation.managed_certificate_status.as_deref(), Some("issued"));
     let arn = status.observation.certificate_arn.clone().expect("the managed certificate's ARN is in status");
-    let spec_arn = tenant.spec.customizations.as_ref().and_then(|c| c.certificate.as_ref()).map(|c| c.arn.clone());
-    assert_eq!(spec_arn.as_deref(), Some(arn.as_str()), "the operator wrote the ARN into the spec");
+    assert_eq!(tenant.spec.certificate_arn(), Some(arn.as_str()), "the operator wrote the ARN into the spec");
     assert_eq!(tenant.metadata.generation, Some(2), "exactly one spec write");
     assert_eq!(condition(&tenant, "CertificateReady").unwrap().1, "CertificateAttached");
     let (aws, _) = h.aws_tenant("shop-managed").await.unwrap();

@@ -113,7 +113,10 @@ async fn certificate_names_are_read_once_per_dns_first_create() {
     let h = Harness::start("dt-v-san-once").await;
     let arn = h.certificate(&[h.domain("www")]).await;
     let spec = DistributionTenantSpec {
-        customizations: Some(Customizations { certificate: Some(CertificateRef { arn }), ..Customizations::default() }),
+        customizations: Some(Customizations {
+            certificate: Some(CertificateRef { arn: Some(arn), cert_ref: None }),
+            ..Customizations::default()
+        }),
         ..h.dns_spec(&["www"], &h.zone_id, 300)
     };
     h.create("shop-san-once", spec).await;

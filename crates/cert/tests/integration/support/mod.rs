@@ -82,7 +82,11 @@ impl Harness {
     }
 
     pub async fn start_with(prefix: &str, zones: &[&str], tweak: fn(&mut CertConfig, &mut AwsConfig)) -> Self {
-        let test_namespace = TestNamespace::new(prefix).await;
+        Self::start_on(TestNamespace::new(prefix).await, zones, tweak).await
+    }
+
+    /// In `test_namespace`, on a control plane of its concern's (`control_plane::of`).
+    pub async fn start_on(test_namespace: TestNamespace<Cert>, zones: &[&str], tweak: fn(&mut CertConfig, &mut AwsConfig)) -> Self {
         test_namespace.plane.install_crds(&[Cert::crd(), blockwork_identity::crd()]).await.expect("the CRDs install");
         let moto = moto().await.expect("moto starts");
         let proxy = FaultProxy::start(&moto.endpoint()).await.expect("proxy starts");
@@ -133,6 +137,7 @@ impl Harness {
             export_secrets: true,
             certificate_authorities: self.certificate_authorities.clone(),
             ownership_interval: blockwork_cert::external::OWNERSHIP_INTERVAL,
+            ingress_users: false,
         };
         let mut aws = AwsConfig { endpoint_url: Some(self.proxy.endpoint()), ..layer_config() };
         (self.tweak)(&mut config, &mut aws);

@@ -18,7 +18,7 @@ use blockwork_runtime::{
 use blockwork_testenv::harness::{ControllerTask, TIMEOUT, TestNamespace, eventually};
 use futures::StreamExt;
 use futures::stream::BoxStream;
-use kube::api::Api;
+use kube::api::{Api, DynamicObject};
 use kube::runtime::watcher;
 use kube::{Client, CustomResource, CustomResourceExt, ResourceExt};
 use prometheus_client::registry::Registry;
@@ -39,6 +39,10 @@ pub struct WidgetSpec {
     /// Names of Nodes this one waits for: a cluster-scoped dependency of a built-in kind.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub depends_on_nodes: Vec<String>,
+    /// A Widget of the namespace this one takes its size from (its `spec.size`, through
+    /// `resolve`), waiting for it like for `dependsOn`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub size_from: Option<String>,
     /// The widget's own drift policy (the `drift_policy` hook): enforce, report or suspend.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub drift_policy: Option<String>,
@@ -338,7 +342,7 @@ impl ExternalResource for WidgetManager {
     }
 
     fn asks(&self, object: &Widget) -> Asks {
-        let widgets = object.spec.depends_on.iter().map(|name| DependencyRef {
+        let widgets = object.spec.depends_on.iter().chain(&object.spec.size_from).map(|name| DependencyRef {
             api_version: format!("{GROUP}/v1alpha1"),
             kind: "Widget".into(),
             name: name.clone(),
@@ -354,6 +358,16 @@ impl ExternalResource for WidgetManager {
             drift_policy: object.spec.drift_policy.as_deref().and_then(|p| p.parse().ok()),
             dependencies: widgets.chain(nodes).collect(),
         }
+    }
+
+    fn resolve(&self, object: &Widget, dependencies: &[DynamicObject]) -> Result<WidgetSpec, ExternalError> {
+        let mut spec = object.spec.clone();
+        if let Some(from) = &object.spec.size_from {
+            let source = dependencies.iter().find(|d| d.metadata.name.as_deref() == Some(from.as_str()));
+            let size = source.and_then(|d| d.data["spec"]["size"].as_i64()).and_then(|size| i32::try_from(size).ok());
+            spec.size = size.ok_or_else(|| ExternalError::terminal("InvalidSpec", format!("spec.sizeFrom: Widget {from} has no size")))?;
+        }
+        Ok(spec)
     }
 }
 

@@ -60,6 +60,9 @@ pub struct Harness {
     runtime_metrics: Arc<RuntimeMetrics>,
     /// The cluster's AwsIdentity mappings, as every controller this harness starts reads them.
     pub identities: Arc<Identities>,
+    /// Where the controller's ACM calls go: MiniStack's, through `proxy`, unless a test gives
+    /// another ([`Self::use_acm`]).
+    acm_endpoint: Option<String>,
 }
 
 impl Deref for Harness {
@@ -118,10 +121,19 @@ impl Harness {
             aws_metrics,
             runtime_metrics,
             identities,
+            acm_endpoint: None,
             controller: ControllerTask::default(),
         };
         harness.start_controller().await;
         harness
+    }
+
+    /// Points the controller's ACM calls at `endpoint` (another emulator's, e.g. the moto a Cert
+    /// controller requests certificates in) and restarts the controller.
+    pub async fn use_acm(&mut self, endpoint: &str) {
+        self.controller.crash();
+        self.acm_endpoint = Some(endpoint.to_owned());
+        self.start_controller().await;
     }
 
     /// Starts a controller (again): a new process, as far as the objects are concerned.
@@ -151,7 +163,7 @@ impl Harness {
         AwsConfig {
             endpoints: vec![
                 endpoint(Service::CloudFront, self.proxy.endpoint()),
-                endpoint(Service::Acm, self.proxy.endpoint()),
+                endpoint(Service::Acm, self.acm_endpoint.clone().unwrap_or_else(|| self.proxy.endpoint())),
                 endpoint(Service::Route53, self.dns_proxy.endpoint()),
                 endpoint(Service::Sts, self.dns_proxy.endpoint()),
             ],
