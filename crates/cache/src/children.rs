@@ -2,7 +2,7 @@
 //! change, see [`applied`]), deleted on cleanup. What to apply is decided by [`crate::build`].
 
 use k8s_openapi::api::apps::v1::StatefulSet;
-use k8s_openapi::api::core::v1::{ConfigMap, Service};
+use k8s_openapi::api::core::v1::{ConfigMap, Secret, Service};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use kube::api::{Api, DeleteParams, Patch, PatchParams};
 use kube::{Client, Resource, ResourceExt};
@@ -14,6 +14,7 @@ use blockwork_runtime::trace;
 
 use crate::api::Cache;
 use crate::applied;
+use crate::auth;
 use crate::build::Desired;
 use crate::shape;
 
@@ -77,6 +78,11 @@ pub async fn apply(
     Ok(stateful_set)
 }
 
+/// Applies one of the Cache's Secrets (the binding Secret): only when it changes, as the others.
+pub async fn apply_secret(client: &Client, namespace: &str, secret: &Secret) -> Result<Secret, ApplyFailed> {
+    ssa(client, namespace, secret).await
+}
+
 /// Deletes every owned object (there may be no garbage collector to do it); the errors other
 /// than "not found" (a child already gone is deleted), as text.
 pub async fn delete(client: &Client, cache: &Cache) -> Vec<String> {
@@ -89,6 +95,8 @@ pub async fn delete(client: &Client, cache: &Cache) -> Vec<String> {
         Api::<Service>::namespaced(client.clone(), &namespace).delete(&shape::headless_name(cache), &params).await.map(|_| ()),
         Api::<ConfigMap>::namespaced(client.clone(), &namespace).delete(&format!("{name}-config"), &params).await.map(|_| ()),
         Api::<PodDisruptionBudget>::namespaced(client.clone(), &namespace).delete(&name, &params).await.map(|_| ()),
+        Api::<Secret>::namespaced(client.clone(), &namespace).delete(&auth::binding_secret_name(cache), &params).await.map(|_| ()),
+        Api::<Secret>::namespaced(client.clone(), &namespace).delete(&auth::state_secret_name(cache), &params).await.map(|_| ()),
     ];
     results.into_iter().filter_map(Result::err).filter(|e| Existence::of_kube(e) != Existence::Gone).map(|e| e.to_string()).collect()
 }

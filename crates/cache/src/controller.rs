@@ -6,8 +6,10 @@
 //! (the Secrets are watched, so it clears when the Secret appears), and an owned object the API
 //! server refuses is `Synced=False` with reason `ApplyFailed`. Each comes with a Warning event.
 
+use std::collections::HashMap;
+use std::hash::{Hash as _, Hasher as _};
 use std::panic::AssertUnwindSafe;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use futures::{FutureExt as _, Stream, StreamExt as _};
@@ -34,7 +36,12 @@ use blockwork_runtime::status::condition;
 use blockwork_runtime::trace::{self, Cause};
 use blockwork_runtime::watches::on_its_own;
 
-use crate::api::{Cache, GROUP, Phase};
+use crate::api::{Binding, Cache, GROUP, Phase};
+use crate::auth::password::Password;
+use crate::auth::plan::{self, Plan, Step};
+use crate::auth::reconcile;
+use crate::auth::servers::{self, Outcome};
+use crate::auth::{self, PodAuth};
 use crate::build;
 use crate::children::{self, FIELD_MANAGER};
 use crate::metrics::CacheMetrics;
@@ -84,6 +91,9 @@ pub struct Context {
     metrics: Arc<CacheMetrics>,
     /// Why each Cache's next reconcile runs, for its span (only while traces are exported).
     triggers: CacheTriggers,
+    /// For each Cache, what its servers were last found in step with (the passwords' Secret and
+    /// the ready pods' containers): while that holds, they are not asked again.
+    in_step: Arc<Mutex<HashMap<ObjectRef<Cache>, u64>>>,
 }
 
 impl Context {
@@ -97,7 +107,39 @@ impl Context {
             failed_creates: None,
             metrics,
             triggers: CacheTriggers::default(),
+            in_step: Arc::default(),
         })
+    }
+
+    /// The stable names of the ready pods of `cache`, and a fingerprint of what the operator
+    /// would find on them with the passwords' Secret `secret_version`: which pods, which
+    /// container starts (a restarted server reads the Secret's file, which may be behind).
+    fn ready_pods(&self, cache: &Cache, secret_version: &str) -> (Vec<String>, u64) {
+        let namespace = cache.namespace();
+        let name = cache.name_any();
+        let pods: Vec<Arc<Pod>> = self.pods.as_ref().map(Store::state).unwrap_or_default();
+        let mut ready: Vec<&Pod> = pods
+            .iter()
+            .filter(|pod| pod.namespace() == namespace && pod.labels().get(shape::INSTANCE_LABEL) == Some(&name))
+            .filter(|pod| {
+                let conditions = pod.status.as_ref().and_then(|s| s.conditions.as_ref());
+                conditions.is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+            })
+            .map(|pod| &**pod)
+            .collect();
+        ready.sort_by_key(|pod| pod.name_any());
+        let mut hasher = std::hash::DefaultHasher::new();
+        secret_version.hash(&mut hasher);
+        let mut hosts = Vec::new();
+        for pod in ready {
+            let Some(ordinal) = pod.name_any().rsplit('-').next().and_then(|o| o.parse().ok()) else { continue };
+            hosts.push(shape::pod_host(cache, ordinal));
+            (pod.name_any(), pod.metadata.uid.clone()).hash(&mut hasher);
+            for container in pod.status.iter().flat_map(|s| s.container_statuses.iter().flatten()) {
+                (&container.name, container.restart_count).hash(&mut hasher);
+            }
+        }
+        (hosts, hasher.finish())
     }
 
     /// Why the pods of `cache` (whose StatefulSet is `stateful_set`) do not start, if the
@@ -255,12 +297,18 @@ where
     watcher(child_api::<K>(client, namespace), config.clone()).default_backoff().touched_objects()
 }
 
-/// The Caches whose TLS Secret `secret` is.
+/// The Caches `secret` matters to: their TLS Secret, their password Secret, or one of their own
+/// (the passwords' Secret, the binding Secret).
 fn referencing(caches: &Store<Cache>, secret: &PartialObjectMeta<Secret>) -> Vec<ObjectRef<Cache>> {
+    let name = secret.metadata.name.as_deref();
+    let owners: Vec<&str> = secret.owner_references().iter().filter(|o| o.kind == "Cache").map(|o| o.name.as_str()).collect();
     caches
         .state()
         .iter()
-        .filter(|cache| cache.namespace() == secret.namespace() && refs::tls_secret_name(cache) == secret.metadata.name.as_deref())
+        .filter(|cache| cache.namespace() == secret.namespace())
+        .filter(|cache| {
+            refs::tls_secret_name(cache) == name || refs::password_secret_name(cache) == name || owners.contains(&cache.name_any().as_str())
+        })
         .map(|cache| ObjectRef::from_obj(&**cache))
         .collect()
 }
@@ -344,7 +392,9 @@ async fn held(cache: &Cache, context: &Context, hold: Hold) -> Result<Action, Er
 async fn apply(cache: &Cache, context: &Context) -> Result<Action, Error> {
     let namespace = cache.namespace().unwrap_or_default();
     let generation = cache.metadata.generation;
-    let desired = match build::desired(cache, &context.settings) {
+    let auth = reconcile::before(&context.client, cache, jiff::Timestamp::now()).await?;
+    let pod_auth = auth.mode.issues_passwords().then(|| PodAuth { generation: auth.state().map_or("", |state| state.generation.as_str()) });
+    let desired = match build::desired(cache, &context.settings, pod_auth) {
         Ok(desired) => desired,
         Err(invalid) => {
             let message = invalid.to_string();
@@ -367,7 +417,8 @@ async fn apply(cache: &Cache, context: &Context) -> Result<Action, Error> {
         Some(name) => Api::<Secret>::namespaced(context.client.clone(), &namespace).get_opt(name).await?,
         None => None,
     };
-    let unresolved = refs::check_tls_secret(cache, secret.as_ref()).err();
+    let unresolved =
+        refs::check_tls_secret(cache, secret.as_ref(), auth.mode.issues_passwords()).err().or_else(|| auth.given.clone().err());
     let budget_may_exist = desired.pdb.is_none() && context.may_have_disruption_budget(&namespace, &shape::resource_name(cache)).await;
     let stateful_set = match children::apply(&context.client, &namespace, cache, desired, budget_may_exist).await {
         Ok(stateful_set) => stateful_set,
@@ -389,11 +440,17 @@ async fn apply(cache: &Cache, context: &Context) -> Result<Action, Error> {
         }
     };
 
+    let ca = secret.as_ref().and_then(|s| s.data.as_ref()?.get("ca.crt")).map(|ca| ca.0.as_slice());
+    let passwords = passwords(cache, context, &auth, ca).await?;
+
     let status = stateful_set.status.clone().unwrap_or_default();
     let (ready, created) = (status.ready_replicas.unwrap_or(0), status.replicas);
     let (phase, message) = build::phase(cache.spec.replicas, created, ready);
     let stuck = if phase == Phase::Ready { None } else { context.stuck(cache, &stateful_set) };
     let (ready_reason, ready_message) = match (&unresolved, &stuck, phase) {
+        (_, _, Phase::Ready) if !auth.mode.issues_passwords() => {
+            ("AllReplicasAvailable", format!("{message}; {}", auth::status::OPEN_NOTE))
+        }
         (_, _, Phase::Ready) => ("AllReplicasAvailable", message),
         // The replicas wait for the reference: say that, not only that they wait.
         (Some(unresolved), _, _) => (unresolved.reason(), format!("{message}: {unresolved}")),
@@ -410,13 +467,16 @@ async fn apply(cache: &Cache, context: &Context) -> Result<Action, Error> {
         None => condition(RESOLVED_REFS, true, "ResolvedRefs", "every referenced Secret exists with the keys it needs", generation),
         Some(unresolved) => condition(RESOLVED_REFS, false, unresolved.reason(), &unresolved.to_string(), generation),
     };
+    let state = passwords.plan.as_ref().map(|plan| &plan.state).or(auth.state());
     let mut conditions = vec![
         condition(READY, phase == Phase::Ready, ready_reason, &ready_message, generation),
         condition(SYNCED, true, "ReconcileSuccess", "every object of the Cache is applied", generation),
         resolved,
+        auth::status::authenticated(cache, auth.mode, state, &passwords.outcome, generation),
     ];
+    let operator = auth.state().map(|state| (auth::users::OPERATOR, &state.operator));
     let (primary, dropped_conditions, next) = if shape::has_sentinel(cache) {
-        let (update, known, next) = primary(cache, ready).await;
+        let (update, known, next) = primary(cache, ready, operator).await;
         conditions.push(known);
         (update, &[][..], next)
     } else {
@@ -425,12 +485,7 @@ async fn apply(cache: &Cache, context: &Context) -> Result<Action, Error> {
     let last_error = match (&unresolved, &stuck) {
         (None, None) => ErrorUpdate::Clear,
         (None, Some(stuck)) => ErrorUpdate::Failed(ErrorClass::Terminal, stuck.reason(), stuck.to_string()),
-        (Some(unresolved), _) => match unresolved {
-            refs::Unresolved::SecretNotFound(_) => ErrorUpdate::Failed(ErrorClass::NotFound, unresolved.reason(), unresolved.to_string()),
-            refs::Unresolved::SecretIncomplete { .. } => {
-                ErrorUpdate::Failed(ErrorClass::Terminal, unresolved.reason(), unresolved.to_string())
-            }
-        },
+        (Some(unresolved), _) => ErrorUpdate::Failed(unresolved.class(), unresolved.reason(), unresolved.to_string()),
     };
     let report = Report {
         phase: Some(phase),
@@ -442,6 +497,7 @@ async fn apply(cache: &Cache, context: &Context) -> Result<Action, Error> {
             .map(|unresolved| (unresolved.reason().to_owned(), unresolved.to_string()))
             .or_else(|| newly_stuck.map(|stuck| (stuck.reason().to_owned(), stuck.to_string()))),
         last_error,
+        auth: Some((auth::status::status(cache, auth.mode, state), Binding { name: auth::binding_secret_name(cache) })),
     };
     if status::write(cache, &context.client, &context.events, report).await? {
         context.metrics.failover(&namespace, &cache.name_any());
@@ -449,20 +505,86 @@ async fn apply(cache: &Cache, context: &Context) -> Result<Action, Error> {
     if phase == Phase::Ready {
         traced::settled(&context.triggers, cache);
     }
+    let next = passwords.look_again.map_or(next, |at| next.min(at));
     Ok(traced::requeue(&context.triggers, cache, next, Cause::Requeued))
+}
+
+/// What the passwords' part of a reconcile did.
+struct Passwords {
+    outcome: Outcome,
+    plan: Option<Plan>,
+    /// When a rotation (or the servers out of step) wants the Cache looked at again.
+    look_again: Option<Duration>,
+}
+
+/// After the Cache's objects are applied: the running servers in step with the passwords (asked
+/// only when something changed since they were found so), the binding Secret published, the
+/// rotation's step written and told. `ca` is the TLS Secret's.
+async fn passwords(cache: &Cache, context: &Context, auth: &reconcile::Before, ca: Option<&[u8]>) -> Result<Passwords, Error> {
+    let key = ObjectRef::from_obj(cache);
+    let version = auth.secret.as_ref().and_then(|(secret, _)| secret.resource_version()).unwrap_or_default();
+    let (hosts, fingerprint) = context.ready_pods(cache, &format!("{version}/{:?}", auth.mode));
+    let known_in_step = context.in_step.lock().map(|known| known.get(&key) == Some(&fingerprint)).unwrap_or(false);
+    let tls = match ca.filter(|_| shape::tls_enabled(cache)) {
+        Some(ca) => Some(servers::Tls::new(ca, &auth::binding::service_host(cache))),
+        None => None,
+    };
+    let unusable_ca = tls.as_ref().and_then(|tls| tls.as_ref().err().cloned());
+    let servers = reconcile::Servers {
+        // Without a CA the servers are not asked: the passwords would travel to an unverified server.
+        hosts: if unusable_ca.is_some() || (shape::tls_enabled(cache) && tls.is_none()) { &[] } else { &hosts },
+        tls: tls.as_ref().and_then(|tls| tls.as_ref().ok()),
+        known_in_step,
+    };
+    let now = jiff::Timestamp::now();
+    let mut after = reconcile::after(&context.client, cache, auth, servers, ca, context.settings.secret_propagation, now).await?;
+    if let Some(why) = unusable_ca.filter(|_| auth.mode.issues_passwords()) {
+        after.outcome.failed.push((refs::tls_secret_name(cache).unwrap_or_default().to_owned(), why));
+    }
+    if let Ok(mut known) = context.in_step.lock() {
+        if after.outcome.in_step() && auth.secret.is_some() {
+            known.insert(key, fingerprint);
+        } else {
+            known.remove(&key);
+        }
+    }
+    if !after.outcome.changed.is_empty() {
+        info!(cache = %cache.name_any(), pods = ?after.outcome.changed, "brought the servers' passwords in step");
+    }
+    if let Some(plan) = &after.plan {
+        if let Some((type_, reason, note)) = auth::status::event(cache, &plan.step, &plan.state) {
+            publish(context, cache, type_, reason, &note).await;
+        }
+        if plan.step == Step::Retire {
+            context.metrics.password_rotation(&cache.namespace().unwrap_or_default(), &cache.name_any());
+        }
+    }
+    if auth.reset {
+        let note = format!(
+            "the Secret {} lacked what it needs and was made anew: every password is new, and the pods restart with them",
+            auth::state_secret_name(cache)
+        );
+        publish(context, cache, EventType::Warning, "AuthSecretReset", &note).await;
+    }
+    let look_again = match (&after.plan, after.outcome.in_step()) {
+        (_, false) => Some(plan::POLL),
+        (Some(plan), true) => plan.look_again.map(|at| at.duration_since(now).unsigned_abs().max(Duration::from_secs(1))),
+        (None, true) => None,
+    };
+    Ok(Passwords { outcome: after.outcome, plan: after.plan, look_again })
 }
 
 /// Asks the Sentinels of `cache` (which has `ready` pods ready) for the primary: what the status
 /// says of it, the `PrimaryKnown` condition, and when to look again. No answer keeps what the
 /// status says, under `PrimaryKnown=False`.
-async fn primary(cache: &Cache, ready: i32) -> (PrimaryUpdate, Condition, Duration) {
+async fn primary(cache: &Cache, ready: i32, operator: Option<(&str, &Password)>) -> (PrimaryUpdate, Condition, Duration) {
     let generation = cache.metadata.generation;
     if ready == 0 {
         let message = "no pod is ready: there is no Sentinel to ask yet";
         return (PrimaryUpdate::Keep, condition(sentinel::PRIMARY_KNOWN, false, "NoSentinelReady", message, generation), sentinel::POLL);
     }
     let hosts: Vec<String> = (0..cache.spec.replicas).map(|ordinal| shape::pod_host(cache, ordinal)).collect();
-    let (reports, errors) = sentinel::ask(&hosts, shape::SENTINEL_PORT as u16, &cache.name_any()).await;
+    let (reports, errors) = sentinel::ask(&hosts, shape::SENTINEL_PORT as u16, &cache.name_any(), operator).await;
     match sentinel::latest(reports) {
         Some(report) => {
             // A pod not ready may be the primary, before Sentinel notices (5 s): look again soon.

@@ -3,6 +3,7 @@
 
 pub mod api;
 pub mod applied;
+pub mod auth;
 pub mod build;
 pub mod children;
 pub mod controller;

@@ -149,6 +149,7 @@ mod tests {
                 eviction_policy: EvictionPolicy::AllkeysLru,
                 tls: None,
                 high_availability: None,
+                auth: None,
             },
         );
         cache.metadata.namespace = Some("ns".into());

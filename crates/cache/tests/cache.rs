@@ -100,6 +100,7 @@ fn cache(name: &str, engine: Engine, memory: &str, replicas: i32) -> Cache {
             eviction_policy: EvictionPolicy::AllkeysLru,
             tls: None,
             high_availability: None,
+            auth: None,
         },
     )
 }
@@ -207,6 +208,7 @@ async fn v1alpha1_objects_read_back_as_v1beta1() {
         replicas: 2,
         eviction_policy: EvictionPolicy::Noeviction,
         tls: None,
+        auth: None,
     };
     alpha.create(&PostParams::default(), &v1alpha1::Cache::new("old", spec)).await.unwrap();
     let beta = h.api().get("old").await.unwrap();
@@ -312,7 +314,14 @@ async fn high_availability_through_the_v1alpha1_annotation_must_hold_the_v1beta1
     let smuggle = |name: &str, engine: Engine, replicas: i32, annotation: &str| {
         let mut old = v1alpha1::Cache::new(
             name,
-            v1alpha1::CacheSpec { engine, memory: "64Mi".into(), replicas, eviction_policy: EvictionPolicy::AllkeysLru, tls: None },
+            v1alpha1::CacheSpec {
+                engine,
+                memory: "64Mi".into(),
+                replicas,
+                eviction_policy: EvictionPolicy::AllkeysLru,
+                tls: None,
+                auth: None,
+            },
         );
         old.metadata.annotations = Some([(blockwork_cache::api::HIGH_AVAILABILITY_ANNOTATION.to_owned(), annotation.to_owned())].into());
         old

@@ -30,6 +30,7 @@ fn cache(engine: Engine, replicas: i32) -> Cache {
             eviction_policy: EvictionPolicy::AllkeysLru,
             tls: None,
             high_availability: None,
+            auth: None,
         },
     );
     cache.metadata.uid = Some("0a1b2c3d-0000-4000-8000-000000000000".into());

@@ -23,6 +23,7 @@ fn cache(name: &str, engine: Engine, memory: &str, replicas: i32) -> Cache {
             eviction_policy: EvictionPolicy::AllkeysLru,
             tls: None,
             high_availability: None,
+            auth: None,
         },
     )
 }
