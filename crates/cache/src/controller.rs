@@ -538,7 +538,7 @@ async fn passwords(cache: &Cache, context: &Context, auth: &reconcile::Before, c
     };
     let now = jiff::Timestamp::now();
     let mut after = reconcile::after(&context.client, cache, auth, servers, ca, context.settings.secret_propagation, now).await?;
-    if let Some(why) = unusable_ca.filter(|_| auth.mode.issues_passwords()) {
+    if let Some(why) = unusable_ca.filter(|_| auth.mode.issues_passwords() && !hosts.is_empty()) {
         after.outcome.failed.push((refs::tls_secret_name(cache).unwrap_or_default().to_owned(), why));
     }
     if let Ok(mut known) = context.in_step.lock() {

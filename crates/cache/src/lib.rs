@@ -33,9 +33,11 @@ pub fn rbac() -> Vec<PolicyRule> {
         rule("apps", &["statefulsets"], &["get", "list", "watch", "create", "patch", "delete"]),
         rule("", &["services", "configmaps"], &["get", "list", "watch", "create", "patch", "delete"]),
         rule("policy", &["poddisruptionbudgets"], &["get", "list", "watch", "create", "patch", "delete"]),
-        // The TLS Secret: watched by metadata (its changes clear the ResolvedRefs condition), read
-        // only to check that it has the keys the pods need; never written.
-        rule("", &["secrets"], &["get", "list", "watch"]),
+        // Secrets, watched by metadata only (a change of a referenced one reconciles its Cache).
+        // Read: the TLS Secret (its keys, its CA) and the user's password Secret. Written: the
+        // Cache's own two, its passwords' Secret and the binding Secret (owned by the Cache, so
+        // deleted with it); a replace carries the read resourceVersion (a rotation's commit point).
+        rule("", &["secrets"], &["get", "list", "watch", "create", "update", "patch", "delete"]),
         // Why a Cache's pods do not start: its pods (by label) and the StatefulSets'
         // FailedCreate events, watched; never written.
         rule("", &["pods", "events"], &["get", "list", "watch"]),

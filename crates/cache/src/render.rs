@@ -9,9 +9,9 @@ use std::collections::BTreeMap;
 use kube::ResourceExt;
 
 use crate::api::{Cache, Engine, EvictionPolicy};
+use crate::auth::MONITOR_FILE;
 use crate::auth::state::MEMCACHED_AUTH;
 use crate::auth::users::MONITOR;
-use crate::auth::{AUTH_DIR, MONITOR_FILE};
 use crate::replication;
 use crate::shape::{self, InvalidSpec, MEMCACHED_LOOPBACK_PORT, SENTINEL_PORT, TLS_DIR, Topology};
 
@@ -27,12 +27,10 @@ pub const RELOAD_SECONDS: u32 = 2;
 /// passwords' files (`$CACHE_AUTH_DIR`: never a password here).
 pub fn files(cache: &Cache, authenticated: bool) -> Result<BTreeMap<String, String>, InvalidSpec> {
     let mut files: BTreeMap<String, String> = match cache.spec.engine {
-        Engine::Redis | Engine::Valkey => [
-            ("redis.conf".to_owned(), config(cache, authenticated)?),
-            ("start.sh".to_owned(), replication::start_script(cache, authenticated)),
-        ]
-        .into(),
-        Engine::Memcached => [("memcached.args".to_owned(), config(cache, authenticated)?)].into(),
+        Engine::Redis | Engine::Valkey => {
+            [("redis.conf".to_owned(), config(cache)?), ("start.sh".to_owned(), replication::start_script(cache, authenticated))].into()
+        }
+        Engine::Memcached => [("memcached.args".to_owned(), config(cache)?)].into(),
     };
     if cache.spec.engine == Engine::Memcached && authenticated {
         files.insert("start.sh".into(), memcached_start_script(cache));
@@ -44,9 +42,9 @@ pub fn files(cache: &Cache, authenticated: bool) -> Result<BTreeMap<String, Stri
     Ok(files)
 }
 
-/// The engine's configuration file (Redis/Valkey: `start.sh` adds the ACL file) or argument
-/// list (Memcached: with `authenticated`, its auth file).
-pub fn config(cache: &Cache, authenticated: bool) -> Result<String, InvalidSpec> {
+/// The engine's configuration file or argument list (with authentication, `start.sh` adds the
+/// passwords' files).
+pub fn config(cache: &Cache) -> Result<String, InvalidSpec> {
     let limit = shape::data_limit_bytes(&cache.spec.memory)?;
     let tls = shape::tls_enabled(cache);
     let port = shape::port(cache.spec.engine);
@@ -86,10 +84,6 @@ pub fn config(cache: &Cache, authenticated: bool) -> Result<String, InvalidSpec>
             if tls {
                 args.push("--enable-ssl".into());
                 args.push(format!("--extended=ssl_chain_cert={TLS_DIR}/tls.crt,ssl_key={TLS_DIR}/tls.key"));
-            }
-            if authenticated {
-                // Every connection's first command authenticates (a `set` of `USER PASSWORD`).
-                args.push(format!("--auth-file={AUTH_DIR}/{MEMCACHED_AUTH}"));
             }
             args.join("\n") + "\n"
         }
@@ -210,7 +204,8 @@ server=$$
     fi
   done
 ) &
-exec memcached $(cat "$CACHE_CONFIG_DIR/memcached.args")
+# Every connection's first command authenticates (a `set` whose data is `USER PASSWORD`).
+exec memcached $(cat "$CACHE_CONFIG_DIR/memcached.args") --auth-file="$auth"
 "#,
         name = cache.name_any()
     )
@@ -247,7 +242,7 @@ mod tests {
     fn redis_config_limits_data_to_eighty_percent_with_the_policy() {
         let mut c = cache(Engine::Redis, "100Mi");
         c.spec.eviction_policy = EvictionPolicy::VolatileLru;
-        let config = config(&c, false).expect("renders");
+        let config = config(&c).expect("renders");
         assert!(config.contains(&format!("maxmemory {}\n", (100u64 << 20) / 5 * 4)), "{config}");
         assert!(config.contains("maxmemory-policy volatile-lru\n"), "{config}");
         assert!(config.contains("port 6379\n"), "{config}");
@@ -255,7 +250,7 @@ mod tests {
 
     #[test]
     fn redis_tls_moves_the_port_to_tls() {
-        let config = config(&with_tls(cache(Engine::Valkey, "64Mi")), false).expect("renders");
+        let config = config(&with_tls(cache(Engine::Valkey, "64Mi"))).expect("renders");
         assert!(config.contains("port 0\ntls-port 6379\n"), "{config}");
     }
 
@@ -263,14 +258,14 @@ mod tests {
     fn memcached_arguments_carry_megabytes_and_noeviction() {
         let mut c = cache(Engine::Memcached, "1Gi");
         c.spec.eviction_policy = EvictionPolicy::Noeviction;
-        let args = config(&c, false).expect("renders");
+        let args = config(&c).expect("renders");
         assert!(args.contains("--memory-limit=819\n"), "{args}");
         assert!(args.contains("--disable-evictions\n"), "{args}");
     }
 
     #[test]
     fn memcached_with_tls_speaks_plain_text_only_on_loopback() {
-        let args = config(&with_tls(cache(Engine::Memcached, "64Mi")), false).expect("renders");
+        let args = config(&with_tls(cache(Engine::Memcached, "64Mi"))).expect("renders");
         assert!(args.contains("--listen=0.0.0.0:11211,notls:127.0.0.1:11212\n") && args.contains("--enable-ssl\n"), "{args}");
         assert!(probe_script(&with_tls(cache(Engine::Memcached, "64Mi")), false).contains("nc 127.0.0.1 11212"));
     }
@@ -288,7 +283,7 @@ mod tests {
         let mut c = with_tls(cache(Engine::Redis, "64Mi"));
         c.spec.replicas = 3;
         c.spec.high_availability = Some(HighAvailability { enabled: true, auto_failover: true });
-        let config = config(&c, false).expect("renders");
+        let config = config(&c).expect("renders");
         assert!(config.contains("tls-replication yes\n") && config.contains("tls-ca-cert-file"), "{config}");
     }
 

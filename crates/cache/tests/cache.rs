@@ -8,14 +8,14 @@ use std::sync::OnceLock;
 use std::time::Duration;
 
 use blockwork_cache::api::{Cache, CacheSpec, Engine, EvictionPolicy, HighAvailability, Phase, Tls, v1alpha1};
-use blockwork_cache::settings::Settings;
-use blockwork_cache::{controller, conversion, crd};
+use blockwork_cache::settings::{CacheArgs, Settings};
+use blockwork_cache::{build, controller, conversion, crd};
 use blockwork_testenv::control_plane::control_plane;
 use blockwork_testenv::harness::{ControllerTask, TIMEOUT, TestNamespace, eventually};
 use blockwork_testenv::kube_proxy::{ApiFault, KubeProxy, Requests};
 use k8s_openapi::ByteString;
 use k8s_openapi::api::apps::v1::StatefulSet;
-use k8s_openapi::api::core::v1::{ConfigMap, Service};
+use k8s_openapi::api::core::v1::{ConfigMap, Secret, Service};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::WebhookClientConfig;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
@@ -70,6 +70,11 @@ impl Harness {
     /// The controller talks to the API server through `controller_client` (a fault proxy, say);
     /// the test through its own.
     async fn start_with_controller_client(prefix: &str, controller_client: Client) -> Self {
+        Self::start_with(prefix, controller_client, Settings::default()).await
+    }
+
+    /// The controller runs with `settings` (those set at install).
+    async fn start_with(prefix: &str, controller_client: Client, settings: Settings) -> Self {
         let (address, ca) = webhook();
         let crd = crd::crd_with_conversion(WebhookClientConfig {
             url: Some(format!("https://{address}{}", crd::CONVERSION_PATH)),
@@ -78,7 +83,7 @@ impl Harness {
         });
         control_plane().await.unwrap().install_crds(&[crd]).await.unwrap();
         let namespace = TestNamespace::new(prefix).await;
-        let context = controller::Context::new(controller_client.clone(), Settings::default(), metrics());
+        let context = controller::Context::new(controller_client.clone(), settings, metrics());
         let api: Api<Cache> = Api::namespaced(controller_client, &namespace.namespace);
         let mut controller = ControllerTask::default();
         controller.start(controller::run(context, api, Some(namespace.namespace.clone()), 2, std::future::pending()));
@@ -421,7 +426,8 @@ async fn status_and_explain_show_the_class_and_the_next_retry_of_what_a_cache_wa
     // The Secret appears: nothing waits any more, and the record goes.
     let secret = k8s_openapi::api::core::v1::Secret {
         metadata: kube::api::ObjectMeta { name: Some("orders-tls".into()), ..Default::default() },
-        data: Some(["tls.crt", "tls.key"].iter().map(|k| ((*k).to_owned(), ByteString(b"pem".to_vec()))).collect()),
+        // ca.crt too: the Cache authenticates its clients, and the operator verifies its servers with it.
+        data: Some(["tls.crt", "tls.key", "ca.crt"].iter().map(|k| ((*k).to_owned(), ByteString(b"pem".to_vec()))).collect()),
         ..Default::default()
     };
     h.api_of::<k8s_openapi::api::core::v1::Secret>().create(&PostParams::default(), &secret).await.unwrap();
@@ -456,7 +462,8 @@ async fn a_missing_tls_secret_is_a_condition_that_clears_when_the_secret_appears
     })
     .await;
     // The Secret is watched: completing it clears the condition without touching the Cache.
-    secrets.replace("c-tls", &PostParams::default(), &secret(&["tls.crt", "tls.key"])).await.unwrap();
+    // (ca.crt too: the Cache authenticates its clients, and the operator verifies its servers with it.)
+    secrets.replace("c-tls", &PostParams::default(), &secret(&["tls.crt", "tls.key", "ca.crt"])).await.unwrap();
     let resolved = h
         .eventually("ResolvedRefs=True", async || condition(&h.api().get("c").await.unwrap(), "ResolvedRefs").filter(|c| c.0 == "True"))
         .await;
@@ -734,4 +741,265 @@ async fn defaults_are_applied_by_the_api_server() {
 
 fn metrics() -> std::sync::Arc<blockwork_cache::metrics::CacheMetrics> {
     blockwork_cache::metrics::CacheMetrics::register(&mut prometheus_client::registry::Registry::default())
+}
+
+// --- Authentication --------------------------------------------------------------------------
+
+fn secret_value(secret: &k8s_openapi::api::core::v1::Secret, key: &str) -> Option<String> {
+    secret.data.as_ref()?.get(key).map(|value| String::from_utf8_lossy(&value.0).into_owned())
+}
+
+/// Every password the passwords' Secret of Cache `name` holds.
+async fn passwords_of(h: &Harness, name: &str) -> Vec<String> {
+    let secret =
+        h.eventually("the passwords' Secret", async || h.api_of::<Secret>().get_opt(&format!("{name}-cache-auth")).await.unwrap()).await;
+    let state = blockwork_cache::auth::state::State::read(&secret).unwrap();
+    [
+        Some(&state.current),
+        state.next.as_ref(),
+        state.previous.as_ref(),
+        Some(&state.replication),
+        Some(&state.sentinel),
+        Some(&state.monitor),
+        Some(&state.operator),
+    ]
+    .into_iter()
+    .flatten()
+    .map(|password| password.expose().to_owned())
+    .collect()
+}
+
+/// A new Cache without `spec.auth` authenticates its clients: the passwords are in a Secret it
+/// owns, the binding Secret publishes the application's, and none is in the ConfigMap, the
+/// StatefulSet, the Cache's status or its events.
+#[tokio::test]
+async fn a_new_cache_authenticates_and_no_password_is_in_its_objects_status_or_events() {
+    let h = Harness::start("cache-auth-new").await;
+    let mut c = cache("ha", Engine::Redis, "64Mi", 3);
+    c.spec.high_availability = Some(HighAvailability { enabled: true, auto_failover: true });
+    h.api().create(&PostParams::default(), &c).await.unwrap();
+    let (status, reason, message) = h
+        .eventually("Authenticated=True", async || condition(&h.api().get("ha").await.unwrap(), "Authenticated").filter(|c| c.0 == "True"))
+        .await;
+    assert_eq!(reason, "PasswordRequired");
+    assert!(message.contains("ha-cache-binding"), "{status} {message}");
+    let passwords = passwords_of(&h, "ha").await;
+    let binding = h.eventually("the binding Secret", async || h.api_of::<Secret>().get_opt("ha-cache-binding").await.unwrap()).await;
+    assert_eq!(binding.type_.as_deref(), Some("servicebinding.io/redis"));
+    assert_eq!(secret_value(&binding, "password").as_deref(), Some(passwords[0].as_str()));
+    assert_eq!(secret_value(&binding, "sentinel.master").as_deref(), Some("ha"));
+    for secret in [&binding, &h.api_of::<Secret>().get("ha-cache-auth").await.unwrap()] {
+        assert_eq!(secret.owner_references()[0].kind, "Cache", "deleted with the Cache");
+    }
+    let cache = h.api().get("ha").await.unwrap();
+    assert_eq!(cache.status.as_ref().and_then(|s| s.binding.as_ref()).map(|b| b.name.as_str()), Some("ha-cache-binding"));
+    assert_eq!(cache.status.as_ref().and_then(|s| s.auth.as_ref()).and_then(|a| a.user.as_deref()), Some("app"));
+
+    let config_map = serde_json::to_string(&h.api_of::<ConfigMap>().get("ha-cache-config").await.unwrap()).unwrap();
+    let stateful_set = h.api_of::<StatefulSet>().get("ha-cache").await.unwrap();
+    let volumes: Vec<String> =
+        stateful_set.spec.as_ref().unwrap().template.spec.as_ref().unwrap().volumes.iter().flatten().map(|v| v.name.clone()).collect();
+    assert!(volumes.contains(&"auth".to_owned()) && volumes.contains(&"sentinel-auth".to_owned()), "{volumes:?}");
+    let events =
+        serde_json::to_string(&h.api_of::<k8s_openapi::api::events::v1::Event>().list(&Default::default()).await.unwrap()).unwrap();
+    let (stateful_set, status) = (serde_json::to_string(&stateful_set).unwrap(), serde_json::to_string(&cache.status).unwrap());
+    for password in &passwords {
+        for (what, text) in
+            [("the ConfigMap", &config_map), ("the StatefulSet", &stateful_set), ("the status", &status), ("an event", &events)]
+        {
+            assert!(!text.contains(password.as_str()), "a password is in {what}");
+        }
+    }
+}
+
+/// Caches that served without a password before Blockwork had authentication (here: the objects
+/// the release before built, made while the Cache was paused) keep serving without one, with
+/// nothing of theirs rewritten; the documented move then takes them to authentication, and
+/// requiring it rolls no pod.
+#[tokio::test]
+async fn a_cache_that_served_without_a_password_stays_open_until_moved_and_requiring_rolls_no_pod() {
+    let h = Harness::start("cache-auth-upgrade").await;
+    let mut c = cache("old", Engine::Redis, "64Mi", 1);
+    c.metadata.annotations = Some([("blockwork.dev/paused".to_owned(), "true".to_owned())].into());
+    let created = h.api().create(&PostParams::default(), &c).await.unwrap();
+    let before = build::desired(&created, &Settings::default(), None).unwrap();
+    let applied = h.api_of::<StatefulSet>().create(&PostParams::default(), &before.stateful_set).await.unwrap();
+    h.api_of::<ConfigMap>().create(&PostParams::default(), &before.config_map).await.unwrap();
+    h.annotate("old", "blockwork.dev/paused", None).await;
+
+    let (_, reason, message) = h
+        .eventually("Authenticated=False", async || {
+            condition(&h.api().get("old").await.unwrap(), "Authenticated").filter(|c| c.0 == "False")
+        })
+        .await;
+    assert_eq!(reason, "AuthenticationNotConfigured", "{message}");
+    let binding = h.eventually("the binding Secret", async || h.api_of::<Secret>().get_opt("old-cache-binding").await.unwrap()).await;
+    assert_eq!(secret_value(&binding, "password"), None, "an open Cache publishes no password");
+    assert!(h.api_of::<Secret>().get_opt("old-cache-auth").await.unwrap().is_none(), "no passwords made");
+    let kept = h.api_of::<StatefulSet>().get("old-cache").await.unwrap();
+    assert_eq!(kept.spec.as_ref().unwrap().template, applied.spec.as_ref().unwrap().template, "its pods do not roll");
+
+    // The move: passwords issued while clients without one are still served.
+    h.merge("old", json!({"spec": {"auth": {"required": false}}})).await;
+    h.eventually("AuthenticationOptional", async || {
+        condition(&h.api().get("old").await.unwrap(), "Authenticated").filter(|c| c.1 == "AuthenticationOptional")
+    })
+    .await;
+    let acl = h.eventually("the passwords' Secret", async || h.api_of::<Secret>().get_opt("old-cache-auth").await.unwrap()).await;
+    assert!(secret_value(&acl, "users.acl").unwrap().contains("user default on nopass"), "clients without a password still served");
+    let optional = h
+        .eventually("the pods with the passwords' files", async || {
+            let stateful_set = h.api_of::<StatefulSet>().get("old-cache").await.unwrap();
+            let template = stateful_set.spec.unwrap().template;
+            template.spec.as_ref().unwrap().volumes.iter().flatten().any(|v| v.name == "auth").then_some(template)
+        })
+        .await;
+    assert!(secret_value(&h.api_of::<Secret>().get("old-cache-binding").await.unwrap(), "password").is_some());
+
+    // Every client moved: required. The servers turn the default user off at run time.
+    h.merge("old", json!({"spec": {"auth": {"required": true}}})).await;
+    h.eventually("PasswordRequired", async || {
+        condition(&h.api().get("old").await.unwrap(), "Authenticated").filter(|c| c.1 == "PasswordRequired")
+    })
+    .await;
+    h.eventually("the default user off in the ACL file", async || {
+        let secret = h.api_of::<Secret>().get("old-cache-auth").await.unwrap();
+        secret_value(&secret, "users.acl").unwrap().contains("user default off").then_some(())
+    })
+    .await;
+    let required = h.api_of::<StatefulSet>().get("old-cache").await.unwrap().spec.unwrap().template;
+    assert_eq!(required, optional, "requiring authentication rolls no pod");
+}
+
+/// `blockwork rotate` starts a rotation; with no pod running, nothing stands in the way but the
+/// Secret's propagation: the new password is published, the previous one retires after the
+/// grace period, which the status dates.
+#[tokio::test]
+async fn a_requested_rotation_publishes_a_new_password_and_dates_the_previous_one_s_retirement() {
+    let client = control_plane().await.unwrap().client();
+    let settings = Settings::from_args(&CacheArgs { secret_propagation: "2s".into(), ..CacheArgs::default() }).unwrap();
+    let h = Harness::start_with("cache-auth-rotate", client, settings).await;
+    h.api().create(&PostParams::default(), &cache("c", Engine::Valkey, "64Mi", 1)).await.unwrap();
+    h.eventually("PasswordRequired", async || {
+        condition(&h.api().get("c").await.unwrap(), "Authenticated").filter(|c| c.1 == "PasswordRequired")
+    })
+    .await;
+    let first = secret_value(&h.api_of::<Secret>().get("c-cache-binding").await.unwrap(), "password").unwrap();
+
+    let rotated =
+        blockwork_inspect::actions::rotate(&h.client, &h.namespace, blockwork_inspect::read::KindArg::Cache, "c", Duration::from_secs(30))
+            .await
+            .unwrap();
+    assert!(matches!(rotated, blockwork_inspect::actions::Rotated::Started { .. }), "{rotated:?}");
+    let published = h
+        .eventually("the new password published", async || {
+            let password = secret_value(&h.api_of::<Secret>().get("c-cache-binding").await.unwrap(), "password")?;
+            (password != first).then_some(password)
+        })
+        .await;
+    let status = h
+        .eventually("RetiringPrevious", async || {
+            let auth = h.api().get("c").await.unwrap().status?.auth?;
+            (auth.rotation == Some(blockwork_cache::api::RotationPhase::RetiringPrevious)).then_some(auth)
+        })
+        .await;
+    let retires = status.previous_retires_at.unwrap().0.duration_since(jiff::Timestamp::now()).as_secs();
+    assert!((500..=600).contains(&retires), "the default grace period: 10 minutes from the publication ({retires} s left)");
+    let acl = secret_value(&h.api_of::<Secret>().get("c-cache-auth").await.unwrap(), "users.acl").unwrap();
+    let hash = |p: &str| blockwork_cache::auth::password::Password::parse(p.as_bytes()).unwrap().sha256();
+    assert!(acl.contains(&hash(&first)) && acl.contains(&hash(&published)), "both accepted during the grace period");
+    let (_, reason, _) = condition(&h.api().get("c").await.unwrap(), "Authenticated").unwrap();
+    assert_eq!(reason, "PasswordRotating");
+    h.wait_for_event("c", "PasswordPublished").await;
+}
+
+/// The user's own password (`auth.secretRef`): missing, the Cache says so and makes none; then
+/// it is the password, and a new value in the Secret is rotated in.
+#[tokio::test]
+async fn the_user_s_password_secret_is_the_password_and_a_new_value_is_rotated_in() {
+    let client = control_plane().await.unwrap().client();
+    let settings = Settings::from_args(&CacheArgs { secret_propagation: "1s".into(), ..CacheArgs::default() }).unwrap();
+    let h = Harness::start_with("cache-auth-given", client, settings).await;
+    let mut c = cache("c", Engine::Memcached, "64Mi", 1);
+    c.spec.auth = Some(blockwork_cache::api::Auth {
+        secret_ref: Some(blockwork_cache::api::SecretReference { name: "mine".into() }),
+        ..blockwork_cache::api::Auth::default()
+    });
+    h.api().create(&PostParams::default(), &c).await.unwrap();
+    let (_, reason, message) = h
+        .eventually("ResolvedRefs=False", async || condition(&h.api().get("c").await.unwrap(), "ResolvedRefs").filter(|c| c.0 == "False"))
+        .await;
+    assert_eq!(reason, "AuthSecretNotFound", "{message}");
+    assert!(h.api_of::<Secret>().get_opt("c-cache-auth").await.unwrap().is_none(), "no password made up in place of the user's");
+
+    let mine = |password: &str| Secret {
+        metadata: kube::api::ObjectMeta { name: Some("mine".into()), ..Default::default() },
+        data: Some([("password".to_owned(), ByteString(password.as_bytes().to_vec()))].into()),
+        ..Default::default()
+    };
+    h.api_of::<Secret>().create(&PostParams::default(), &mine("short")).await.unwrap();
+    let (_, reason, message) = h
+        .eventually("AuthSecretInvalid", async || {
+            condition(&h.api().get("c").await.unwrap(), "ResolvedRefs").filter(|c| c.1 == "AuthSecretInvalid")
+        })
+        .await;
+    assert!(message.contains("5 characters") && !message.contains("short"), "{reason}: {message}");
+    h.api_of::<Secret>().replace("mine", &PostParams::default(), &mine("the-first-password")).await.unwrap();
+    h.eventually("the user's password published", async || {
+        let binding = h.api_of::<Secret>().get_opt("c-cache-binding").await.unwrap()?;
+        (secret_value(&binding, "password")? == "the-first-password").then_some(())
+    })
+    .await;
+    h.api_of::<Secret>().replace("mine", &PostParams::default(), &mine("the-second-password")).await.unwrap();
+    h.eventually("the new value rotated in and published", async || {
+        let binding = h.api_of::<Secret>().get_opt("c-cache-binding").await.unwrap()?;
+        (secret_value(&binding, "password")? == "the-second-password").then_some(())
+    })
+    .await;
+    let auth = secret_value(&h.api_of::<Secret>().get("c-cache-auth").await.unwrap(), "memcached.auth").unwrap();
+    assert!(auth.contains("app:the-first-password\n") && auth.contains("app:the-second-password\n"), "both work during the grace period");
+}
+
+/// Turning authentication off removes the passwords (the Secret that held them), and says the
+/// Cache is open.
+#[tokio::test]
+async fn disabling_authentication_removes_the_passwords_and_says_the_cache_is_open() {
+    let h = Harness::start("cache-auth-off").await;
+    h.api().create(&PostParams::default(), &cache("c", Engine::Redis, "64Mi", 1)).await.unwrap();
+    passwords_of(&h, "c").await;
+    h.merge("c", json!({"spec": {"auth": {"enabled": false}}})).await;
+    h.eventually("the passwords gone", async || h.api_of::<Secret>().get_opt("c-cache-auth").await.unwrap().is_none().then_some(())).await;
+    let (_, reason, _) = h
+        .eventually("AuthenticationDisabled", async || {
+            condition(&h.api().get("c").await.unwrap(), "Authenticated").filter(|c| c.1 == "AuthenticationDisabled")
+        })
+        .await;
+    assert_eq!(reason, "AuthenticationDisabled");
+    assert_eq!(secret_value(&h.api_of::<Secret>().get("c-cache-binding").await.unwrap(), "password"), None);
+}
+
+#[tokio::test]
+async fn the_schema_refuses_what_authentication_cannot_do_with_its_message() {
+    let h = Harness::start("cache-auth-invalid").await;
+    for (spec, expected) in [
+        (
+            json!({"engine": "memcached", "memory": "64Mi", "auth": {"required": false}}),
+            "memcached cannot serve clients with and without a password",
+        ),
+        (
+            json!({"engine": "redis", "memory": "64Mi", "auth": {"secretRef": {"name": "mine"}, "rotationPeriod": "720h"}}),
+            "with auth.secretRef the password is yours",
+        ),
+        (json!({"engine": "redis", "memory": "64Mi", "auth": {"rotationPeriod": "30m"}}), "auth.rotationPeriod must be at least 1h"),
+        (json!({"engine": "redis", "memory": "64Mi", "auth": {"gracePeriod": "10s"}}), "auth.gracePeriod must be at least 1m"),
+        (
+            json!({"engine": "redis", "memory": "64Mi", "auth": {"rotationPeriod": "1h", "gracePeriod": "2h"}}),
+            "auth.rotationPeriod must be longer than auth.gracePeriod",
+        ),
+        (json!({"engine": "redis", "memory": "64Mi", "auth": {"enabled": false, "rotationPeriod": "24h"}}), "need auth.enabled"),
+        (json!({"engine": "redis", "memory": "64Mi", "auth": {"rotationPeriod": "a week"}}), "spec.auth.rotationPeriod"),
+    ] {
+        let message = rejection(&h, "bad", spec.clone()).await;
+        assert!(message.contains(expected), "{spec}: {message}");
+    }
 }

@@ -29,8 +29,9 @@ pub const DEFAULT: &str = "default";
 /// `@admin`) is given back: Sentinel-aware clients ask it to confirm they reached the primary.
 const APP_ON_SERVERS: &str = "~* &* +@all -@admin +role";
 /// What `app` may do on a Sentinel: the questions Sentinel-aware clients ask, and the events
-/// they subscribe to (`+switch-master`).
-const APP_ON_SENTINELS: &str = "allchannels -@all +auth +hello +ping +role +client|setname +client|getname +client|setinfo +client|id \
+/// they subscribe to (`+switch-master`). Every command named exists in Redis 7.0 (an unknown one
+/// stops a server from loading its users).
+const APP_ON_SENTINELS: &str = "allchannels -@all +auth +hello +ping +role +client|setname +client|getname +client|id \
 +sentinel|get-master-addr-by-name +sentinel|master +sentinel|masters +sentinel|replicas +sentinel|slaves +sentinel|sentinels \
 +subscribe +psubscribe +unsubscribe +punsubscribe";
 /// What a replica asks its primary, as Redis' documentation gives it.
