@@ -51,6 +51,7 @@ const NOT_REASONS: &[&str] = &[
     // Condition types and statuses (their reasons are in the catalog).
     "Synced",
     "PrimaryKnown",
+    "Authenticated",
     "Renewed",
     "True",
     "False",
