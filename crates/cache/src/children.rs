@@ -14,7 +14,6 @@ use blockwork_runtime::trace;
 
 use crate::api::Cache;
 use crate::applied;
-use crate::auth;
 use crate::build::Desired;
 use crate::shape;
 
@@ -83,8 +82,9 @@ pub async fn apply_secret(client: &Client, namespace: &str, secret: &Secret) -> 
     ssa(client, namespace, secret).await
 }
 
-/// Deletes every owned object (there may be no garbage collector to do it); the errors other
-/// than "not found" (a child already gone is deleted), as text.
+/// Deletes every owned object (there may be no garbage collector to do it) but the Cache's
+/// Secrets, which no controller may delete (they go with the Cache, their owner); the errors
+/// other than "not found" (a child already gone is deleted), as text.
 pub async fn delete(client: &Client, cache: &Cache) -> Vec<String> {
     let namespace = cache.namespace().unwrap_or_default();
     let name = shape::resource_name(cache);
@@ -95,8 +95,6 @@ pub async fn delete(client: &Client, cache: &Cache) -> Vec<String> {
         Api::<Service>::namespaced(client.clone(), &namespace).delete(&shape::headless_name(cache), &params).await.map(|_| ()),
         Api::<ConfigMap>::namespaced(client.clone(), &namespace).delete(&format!("{name}-config"), &params).await.map(|_| ()),
         Api::<PodDisruptionBudget>::namespaced(client.clone(), &namespace).delete(&name, &params).await.map(|_| ()),
-        Api::<Secret>::namespaced(client.clone(), &namespace).delete(&auth::binding_secret_name(cache), &params).await.map(|_| ()),
-        Api::<Secret>::namespaced(client.clone(), &namespace).delete(&auth::state_secret_name(cache), &params).await.map(|_| ()),
     ];
     results.into_iter().filter_map(Result::err).filter(|e| Existence::of_kube(e) != Existence::Gone).map(|e| e.to_string()).collect()
 }

@@ -35,9 +35,10 @@ pub fn rbac() -> Vec<PolicyRule> {
         rule("policy", &["poddisruptionbudgets"], &["get", "list", "watch", "create", "patch", "delete"]),
         // Secrets, watched by metadata only (a change of a referenced one reconciles its Cache).
         // Read: the TLS Secret (its keys, its CA) and the user's password Secret. Written: the
-        // Cache's own two, its passwords' Secret and the binding Secret (owned by the Cache, so
-        // deleted with it); a replace carries the read resourceVersion (a rotation's commit point).
-        rule("", &["secrets"], &["get", "list", "watch", "create", "update", "patch", "delete"]),
+        // Cache's own two, its passwords' Secret and the binding Secret; a replace carries the read
+        // resourceVersion (a rotation's commit point). Never deleted by the operator (no
+        // controller may delete a Secret): owned by the Cache, they go with it.
+        rule("", &["secrets"], &["get", "list", "watch", "create", "update", "patch"]),
         // Why a Cache's pods do not start: its pods (by label) and the StatefulSets'
         // FailedCreate events, watched; never written.
         rule("", &["pods", "events"], &["get", "list", "watch"]),

@@ -960,15 +960,19 @@ async fn the_user_s_password_secret_is_the_password_and_a_new_value_is_rotated_i
     assert!(auth.contains("app:the-first-password\n") && auth.contains("app:the-second-password\n"), "both work during the grace period");
 }
 
-/// Turning authentication off removes the passwords (the Secret that held them), and says the
-/// Cache is open.
+/// Turning authentication off removes the passwords (the Secret that held them is emptied: no
+/// controller deletes a Secret), and says the Cache is open; turning it on again makes new ones.
 #[tokio::test]
 async fn disabling_authentication_removes_the_passwords_and_says_the_cache_is_open() {
     let h = Harness::start("cache-auth-off").await;
     h.api().create(&PostParams::default(), &cache("c", Engine::Redis, "64Mi", 1)).await.unwrap();
-    passwords_of(&h, "c").await;
+    let before = passwords_of(&h, "c").await;
     h.merge("c", json!({"spec": {"auth": {"enabled": false}}})).await;
-    h.eventually("the passwords gone", async || h.api_of::<Secret>().get_opt("c-cache-auth").await.unwrap().is_none().then_some(())).await;
+    h.eventually("the passwords gone", async || {
+        let secret = h.api_of::<Secret>().get("c-cache-auth").await.unwrap();
+        secret.data.is_none_or(|d| d.is_empty()).then_some(())
+    })
+    .await;
     let (_, reason, _) = h
         .eventually("AuthenticationDisabled", async || {
             condition(&h.api().get("c").await.unwrap(), "Authenticated").filter(|c| c.1 == "AuthenticationDisabled")
@@ -976,6 +980,14 @@ async fn disabling_authentication_removes_the_passwords_and_says_the_cache_is_op
         .await;
     assert_eq!(reason, "AuthenticationDisabled");
     assert_eq!(secret_value(&h.api_of::<Secret>().get("c-cache-binding").await.unwrap(), "password"), None);
+    h.merge("c", json!({"spec": {"auth": {"enabled": true}}})).await;
+    h.eventually("PasswordRequired", async || {
+        condition(&h.api().get("c").await.unwrap(), "Authenticated").filter(|c| c.1 == "PasswordRequired")
+    })
+    .await;
+    let after = passwords_of(&h, "c").await;
+    assert!(after.iter().all(|p| !before.contains(p)), "new passwords");
+    assert!(warnings(&h, "c", "AuthSecretReset").await.is_empty(), "turning it on again is no reset");
 }
 
 #[tokio::test]

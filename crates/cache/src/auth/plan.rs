@@ -99,8 +99,11 @@ pub struct Plan {
 pub fn plan(input: &Input<'_>) -> Plan {
     let Input { cache, required, secret, given, now, .. } = *input;
     let read = secret.map(State::read);
+    // A Secret without data is one authentication was turned off for: made again as new.
+    let emptied = secret.is_some_and(|s| s.data.as_ref().is_none_or(|d| d.is_empty()));
     let (step, state) = match read {
         None => (Step::Create, State::new(given.cloned(), now)),
+        Some(Err(_)) if emptied => (Step::Create, State::new(given.cloned(), now)),
         Some(Err(damaged)) => (Step::Reset(damaged), State::new(given.cloned(), now)),
         Some(Ok(state)) => next_step(input, state),
     };

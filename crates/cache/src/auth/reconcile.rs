@@ -9,10 +9,9 @@ use std::time::Duration;
 use jiff::Timestamp;
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::Secret;
-use kube::api::{Api, DeleteParams, PostParams};
+use kube::api::{Api, PostParams};
 use kube::{Client, ResourceExt};
 
-use blockwork_runtime::outcome::Existence;
 use blockwork_runtime::trace;
 
 use crate::api::{Cache, Engine};
@@ -58,11 +57,12 @@ pub async fn before(client: &Client, cache: &Cache, now: Timestamp) -> Result<Be
     let name = auth::state_secret_name(cache);
     if !mode.issues_passwords() {
         if mode == Mode::Open(auth::Open::Disabled) {
-            // Authentication turned off: its passwords go (a Cache made open never had any).
-            match secrets.delete(&name, &DeleteParams::background()).await {
-                Ok(_) => {}
-                Err(error) if Existence::of_kube(&error) == Existence::Gone => {}
-                Err(error) => return Err(error),
+            // Authentication turned off: its passwords go (a Cache made open never had any). The
+            // Secret is emptied, not deleted (no controller deletes Secrets); it goes with the Cache.
+            if let Some(mut secret) = secrets.get_opt(&name).await?.filter(|s| s.data.as_ref().is_some_and(|d| !d.is_empty())) {
+                secret.data = None;
+                secret.metadata.managed_fields = None;
+                trace::kubernetes_write("replace", "child", "Secret", secrets.replace(&name, &PostParams::default(), &secret)).await?;
             }
         }
         return Ok(Before { mode, given: Ok(None), secret: None, reset: false });
