@@ -1015,3 +1015,100 @@ async fn the_schema_refuses_what_authentication_cannot_do_with_its_message() {
         assert!(message.contains(expected), "{spec}: {message}");
     }
 }
+
+/// What authentication costs a reconcile, counted at a proxy in front of the API server: reads
+/// and writes of a new Cache until it is applied and of a steady-state reconcile (`blockwork
+/// retry`), open and authenticating, and of a rotation until the new password is published. Prints
+/// the table docs/benchmarks.md keeps (`-- --nocapture`); asserts what the design says: a
+/// steady-state reconcile of an authenticating Cache writes nothing more than an open one's, and
+/// a rotation writes the passwords' Secret once per step and the binding Secret once.
+#[tokio::test]
+async fn what_authentication_costs_a_reconcile_and_a_rotation() {
+    let proxy = KubeProxy::start(control_plane().await.unwrap()).await.unwrap();
+    let settings = Settings::from_args(&CacheArgs { secret_propagation: "1s".into(), ..CacheArgs::default() }).unwrap();
+    let h = Harness::start_with("cache-auth-costs", proxy.client().await.unwrap(), settings).await;
+    let since = |before: (usize, usize, usize), proxy: &KubeProxy| {
+        let counts = proxy.counts();
+        (
+            counts.get("read").copied().unwrap_or(0) - before.0,
+            counts.get("write").copied().unwrap_or(0) - before.1,
+            proxy.writes().len() - before.2,
+        )
+    };
+    let mark = |proxy: &KubeProxy| {
+        let counts = proxy.counts();
+        (counts.get("read").copied().unwrap_or(0), counts.get("write").copied().unwrap_or(0), proxy.writes().len())
+    };
+    let writes_of = |from: usize, proxy: &KubeProxy| -> Vec<String> {
+        proxy.writes()[from..]
+            .iter()
+            .map(|w| format!("{} {}", w.method, w.path.rsplit("/namespaces/").next().unwrap_or_default()))
+            .collect()
+    };
+    let mut rows = Vec::new();
+    let mut steady = Vec::new();
+    for (name, auth) in [("open", json!({"enabled": false})), ("authenticating", json!({}))] {
+        let before = mark(&proxy);
+        let object = json!({"apiVersion": "cache.blockwork.dev/v1beta1", "kind": "Cache", "metadata": {"name": name}, "spec": {"engine": "redis", "memory": "64Mi", "auth": auth}});
+        let api: Api<kube::api::DynamicObject> =
+            Api::namespaced_with(h.client.clone(), &h.namespace, &kube::api::ApiResource::erase::<Cache>(&()));
+        api.create(&PostParams::default(), &serde_json::from_value(object).unwrap()).await.unwrap();
+        h.eventually("applied, Authenticated said", async || {
+            let cache = h.api().get(name).await.unwrap();
+            (condition(&cache, "Synced").is_some_and(|c| c.0 == "True") && condition(&cache, "Authenticated").is_some()).then_some(())
+        })
+        .await;
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        let (reads, writes, _) = since(before, &proxy);
+        rows.push(format!("| {name}: create → applied | {reads} | {writes} | |"));
+
+        let before = mark(&proxy);
+        let started = std::time::Instant::now();
+        h.annotate(name, "blockwork.dev/reconcile-requested-at", Some("2026-11-28T00:00:00Z")).await;
+        h.eventually("the retry handled", async || {
+            h.api().get(name).await.unwrap().status?.last_handled_reconcile_at.filter(|at| at == "2026-11-28T00:00:00Z")
+        })
+        .await;
+        let took = started.elapsed();
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        let (reads, writes, _) = since(before, &proxy);
+        let written = writes_of(before.2, &proxy);
+        rows.push(format!(
+            "| {name}: steady-state reconcile (retry) | {reads} | {writes}: {} | {} ms |",
+            written.join(", "),
+            took.as_millis()
+        ));
+        steady.push((writes, written));
+    }
+    let (open_writes, authenticating_writes) = (&steady[0], &steady[1]);
+    assert!(
+        authenticating_writes.0 <= open_writes.0,
+        "an authenticating Cache's steady-state reconcile writes more: {:?} against {:?}",
+        authenticating_writes.1,
+        open_writes.1
+    );
+
+    let before = mark(&proxy);
+    let started = std::time::Instant::now();
+    let first = secret_value(&h.api_of::<Secret>().get("authenticating-cache-binding").await.unwrap(), "password").unwrap();
+    h.annotate("authenticating", "blockwork.dev/rotate-requested-at", Some("2026-11-28T00:00:00Z")).await;
+    h.eventually("RetiringPrevious", async || {
+        let auth = h.api().get("authenticating").await.unwrap().status?.auth?;
+        (auth.rotation == Some(blockwork_cache::api::RotationPhase::RetiringPrevious)).then_some(())
+    })
+    .await;
+    let took = started.elapsed();
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let (reads, writes, _) = since(before, &proxy);
+    let written = writes_of(before.2, &proxy);
+    rows.push(format!(
+        "| rotation: requested → published (propagation 1 s) | {reads} | {writes}: {} | {} ms |",
+        written.join(", "),
+        took.as_millis()
+    ));
+    assert_ne!(secret_value(&h.api_of::<Secret>().get("authenticating-cache-binding").await.unwrap(), "password").unwrap(), first);
+    let count = |suffix: &str| written.iter().filter(|w| w.ends_with(suffix)).count();
+    assert_eq!(count("secrets/authenticating-cache-auth"), 3, "one write per step (started, promoted, published): {written:?}");
+    assert_eq!(count("secrets/authenticating-cache-binding"), 1, "the binding Secret written once: {written:?}");
+    println!("| scenario | reads | writes | time |\n|---|---|---|---|\n{}", rows.join("\n"));
+}

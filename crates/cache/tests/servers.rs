@@ -834,3 +834,33 @@ fn the_exporter_scrapes_an_authenticated_server_as_monitor() {
     let said = std::fs::read_to_string(&log).unwrap();
     assert!(!said.contains("NOPERM"), "the exporter was refused a command: {said}");
 }
+
+/// The documented move of a Cache that served without a password: `auth.required: false`
+/// (its server accepts `app` and still serves clients without a password), then `true`, which
+/// the operator sets on the running server (`ACL SETUSER default off`): a connection opened
+/// without a password keeps working, a new one is refused, and `app` works throughout.
+#[test]
+fn requiring_authentication_on_a_running_server_refuses_new_clients_without_a_password_and_keeps_open_connections() {
+    use blockwork_cache::auth::servers;
+    let mut c = cache("c", Engine::Redis, "64Mi", 1);
+    c.spec.auth = Some(blockwork_cache::api::Auth { required: false, ..blockwork_cache::api::Auth::default() });
+    let state = State::new(None, jiff::Timestamp::now());
+    let (_server, port, _, auth) = authenticated_server(&c, "/usr/bin/redis-server", &state);
+    // What the pods of `required: false` mount.
+    std::fs::write(auth.join("users.acl"), &state.secret(&c, false).data.unwrap()["users.acl"].0).unwrap();
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let in_step = runtime.block_on(servers::sync_redis(&["127.0.0.1".to_owned()], false, port, &state, false, None));
+    assert!(in_step.in_step(), "{in_step:?}");
+    let app = Some(("app", state.current.expose()));
+    wait_until("app's PONG", Duration::from_secs(10), || redis_cli_as(app, port, &["PING"]) == "PONG");
+    assert_eq!(redis_cli(port, &["SET", "k", "v"]), "OK", "clients without a password are still served");
+    let open = runtime.block_on(servers::connect("127.0.0.1", port, None, None)).unwrap();
+
+    let required = runtime.block_on(servers::sync_redis(&["127.0.0.1".to_owned()], false, port, &state, true, None));
+    assert_eq!(required.changed.len(), 1, "{required:?}");
+    assert_eq!(redis_cli(port, &["GET", "k"]), "NOAUTH Authentication required.");
+    assert_eq!(redis_cli_as(app, port, &["GET", "k"]), "v");
+    let mut open = open;
+    let value: String = runtime.block_on(redis::cmd("GET").arg("k").query_async(&mut open)).unwrap();
+    assert_eq!(value, "v", "a connection opened without a password is not closed");
+}

@@ -216,16 +216,14 @@ pub fn after(time: Timestamp, duration: Duration) -> Timestamp {
     jiff::SignedDuration::try_from(duration).ok().and_then(|d| time.checked_add(d).ok()).unwrap_or(Timestamp::MAX)
 }
 
-/// When time alone moves `state` on: the end of the kubelet's sync while adding (and every
-/// [`POLL`] while the servers are not all in step), now while publishing, the end of the grace
-/// period while retiring, the next rotation's time when rotations are periodic.
+/// When time alone moves `state` on: the end of the kubelet's sync while adding (every [`POLL`]
+/// while the servers are not all in step), now while publishing, the end of the grace period
+/// while retiring, the next rotation's time when rotations are periodic.
 fn look_again(input: &Input<'_>, state: &State) -> Option<Timestamp> {
-    let Input { cache, propagation, now, .. } = *input;
+    let Input { cache, servers_in_step, propagation, now, .. } = *input;
     match state.phase() {
-        Some(RotationPhase::AddingNext) => {
-            let synced = state.next_added_at.map_or(now, |added| after(added, propagation));
-            Some(synced.max(after(now, POLL)))
-        }
+        Some(RotationPhase::AddingNext) if servers_in_step => Some(state.next_added_at.map_or(now, |added| after(added, propagation))),
+        Some(RotationPhase::AddingNext) => Some(after(now, POLL)),
         Some(RotationPhase::Publishing) => Some(now),
         Some(RotationPhase::RetiringPrevious) => state.published_at.map(|published| after(published, grace(cache))),
         None if !users_own(cache) => rotation_period(cache).map(|period| after(state.since, period)),

@@ -11,7 +11,7 @@
 //! | `sentinel` | Sentinels | everything: the Sentinels among themselves (`sentinel-user`) |
 //! | `monitor` | both | PING, INFO and the reads the exporter makes; on Sentinels which server is the primary: the probes, the start scripts and the exporter |
 //! | `operator` | both | `ACL GETUSER`/`ACL SETUSER` (the passwords of `app` and `default`) and, on Sentinels, `SENTINEL MASTER`: Blockwork's own calls |
-//! | `default` | both | nothing (off), unless `auth.required` is false: then everything, as without authentication |
+//! | `default` | both | off: no client may use it (connections it had before keep working), unless `auth.required` is false: then everything, as without authentication |
 //!
 //! Memcached has no permissions per user: its auth file lists who may connect (`app` with each
 //! of its passwords, and `monitor` for the probes), and each may do everything.
@@ -49,10 +49,12 @@ const MONITOR_ON_SENTINELS: &str = "-@all +ping +sentinel|master +sentinel|repli
 /// The operator changes only the passwords of `app` and `default` (and reads them back).
 const OPERATOR_ON_SERVERS: &str = "-@all +ping +acl|getuser +acl|setuser";
 const OPERATOR_ON_SENTINELS: &str = "-@all +ping +acl|getuser +acl|setuser +sentinel|master";
-/// The default user while clients without a password are still served: as without
-/// authentication; else nothing.
-const DEFAULT_OPEN: &str = "~* &* +@all";
-const DEFAULT_CLOSED: &str = "-@all";
+/// The default user's permissions: those of a Cache without authentication. When authentication
+/// is required it is off: no client may use it any more, and turning it off at run time (a Cache
+/// moved to authentication) leaves the connections it already has working as they did (`ACL
+/// SETUSER` re-evaluates an open connection's permissions at each command, so taking them away
+/// would fail their requests).
+const DEFAULT_PERMISSIONS: &str = "~* &* +@all";
 
 /// Every password of a Cache: the application's (up to three during a rotation) and one per
 /// internal user.
@@ -123,11 +125,7 @@ pub fn runtime_users(passwords: &Passwords, required: bool, place: Place) -> Vec
         Place::Server => APP_ON_SERVERS,
         Place::Sentinel => APP_ON_SENTINELS,
     };
-    let default = if required {
-        (RuntimeUser { name: DEFAULT, enabled: false, nopass: false, hashes: Vec::new() }, DEFAULT_CLOSED)
-    } else {
-        (RuntimeUser { name: DEFAULT, enabled: true, nopass: true, hashes: Vec::new() }, DEFAULT_OPEN)
-    };
+    let default = (RuntimeUser { name: DEFAULT, enabled: !required, nopass: true, hashes: Vec::new() }, DEFAULT_PERMISSIONS);
     vec![(RuntimeUser { name: APP, enabled: true, nopass: false, hashes }, app_rules), default]
 }
 
@@ -215,7 +213,7 @@ mod tests {
     #[test]
     fn the_default_user_is_off_when_authentication_is_required_and_open_when_not() {
         let required = server_acl(&passwords(&["current-pw"]), true);
-        assert!(required.contains("user default off -@all\n"), "{required}");
+        assert!(required.contains("user default off nopass ~* &* +@all\n"), "{required}");
         let optional = server_acl(&passwords(&["current-pw"]), false);
         assert!(optional.contains("user default on nopass ~* &* +@all\n"), "{optional}");
     }
@@ -240,7 +238,7 @@ mod tests {
         assert_eq!(arguments[3..5], [format!("#{}", hashes[0]), format!("#{}", hashes[1])]);
         assert!(arguments.iter().all(|a| !a.contains("current-pw")), "{arguments:?}");
         let (default, rules) = &users[1];
-        assert_eq!(default.setuser(rules), ["default", "reset", "off", "-@all"]);
+        assert_eq!(default.setuser(rules), ["default", "reset", "off", "nopass", "~*", "&*", "+@all"]);
     }
 
     #[test]

@@ -15,7 +15,8 @@ use super::{CLIENT_IMAGE, POD_TIMEOUT, RESTRICTED_CONTAINER, RESTRICTED_POD, Sui
 const BINDINGS: &str = "/binding";
 
 /// A pod of `namespace` that mounts the binding Secret of each of `caches` (none: a pod without
-/// any password), with redis-cli, busybox and openssl (the suite's client image).
+/// any password), with redis-cli, busybox and openssl (the suite's client image), and a
+/// writable `/scratch`.
 pub struct ClientPod<'a> {
     suite: &'a Suite,
     namespace: String,
@@ -28,11 +29,8 @@ impl<'a> ClientPod<'a> {
             caches.iter().map(|cache| format!("    - {{name: {cache}, mountPath: {BINDINGS}/{cache}, readOnly: true}}\n")).collect();
         let volumes: String =
             caches.iter().map(|cache| format!("  - {{name: {cache}, secret: {{secretName: {cache}-cache-binding}}}}\n")).collect();
-        let (mounts, volumes) = if caches.is_empty() {
-            (String::new(), String::new())
-        } else {
-            (format!("    volumeMounts:\n{mounts}"), format!("  volumes:\n{volumes}"))
-        };
+        let mounts = format!("    volumeMounts:\n    - {{name: scratch, mountPath: /scratch}}\n{mounts}");
+        let volumes = format!("  volumes:\n  - {{name: scratch, emptyDir: {{}}}}\n{volumes}");
         suite.node.kubectl_with_input(&["apply", "-f", "-"], &format!(
             "apiVersion: v1\nkind: Pod\nmetadata: {{name: {name}, namespace: {namespace}}}\nspec:\n{RESTRICTED_POD}  terminationGracePeriodSeconds: 0\n  containers:\n  - name: client\n    image: {CLIENT_IMAGE}\n{RESTRICTED_CONTAINER}    command: [sleep, '86400']\n{mounts}{volumes}"
         ))?;
@@ -82,8 +80,9 @@ impl<'a> ClientPod<'a> {
     }
 
     /// The memcached text protocol `commands` (CRLF-terminated), after authenticating with the
-    /// binding Secret of `cache` (`None`: without authenticating), over TLS with its CA when it
-    /// says so: the answers.
+    /// binding Secret of `cache` (or not), over TLS with its CA when it says so: the answers
+    /// within 5 s (memcached keeps an unauthenticated connection open after `quit`, and
+    /// `s_client -quiet` ignores the end of its input).
     pub fn memcached(&self, cache: &str, host: &str, port: &str, authenticate: bool, commands: &str) -> Result<String> {
         let dir = format!("{BINDINGS}/{cache}");
         let token = if authenticate {
@@ -92,7 +91,7 @@ impl<'a> ClientPod<'a> {
             String::new()
         };
         self.sh(&format!(
-            r#"{{ {token} printf '{commands}quit\r\n'; }} | if [ "$(cat {dir}/ssl 2>/dev/null)" = true ]; then openssl s_client -connect {host}:{port} -servername {host} -CAfile {dir}/ca.crt -verify_return_error -quiet 2>/dev/null; else nc -w 3 {host} {port}; fi"#
+            r#"{{ {token} printf '{commands}quit\r\n'; }} | if [ "$(cat {dir}/ssl 2>/dev/null)" = true ]; then timeout 5 openssl s_client -connect {host}:{port} -servername {host} -CAfile {dir}/ca.crt -verify_return_error -quiet 2>/dev/null; else nc -w 3 {host} {port}; fi"#
         ))
     }
 }
@@ -178,6 +177,17 @@ pub fn every_engine_refuses_clients_without_the_password_and_serves_the_binding_
     let host = tls_host("mc");
     memcached_refuses_without_the_password(&without, "mc", &host)?;
     memcached_serves_the_binding(&with, "mc", &host)?;
+
+    // The example of an application using its Cache's binding Secret, as documented.
+    let example = std::fs::read_to_string(blockwork_e2e::workspace().join("examples/cache/binding.yaml"))?
+        .replace("namespace: default", &format!("namespace: {namespace}"))
+        .replace("image: redis:7.2", &format!("image: {CLIENT_IMAGE}"));
+    suite.node.kubectl_with_input(&["apply", "-f", "-"], &example)?;
+    let log = eventually("the example application counting its visits", POD_TIMEOUT, || {
+        let log = suite.node.kubectl(&["-n", &namespace, "logs", "sessions-app"]).unwrap_or_default();
+        Ok(log.contains("visits: 3").then_some(log))
+    })?;
+    ensure!(!log.contains("NOAUTH") && !log.contains("WRONGPASS"), "the example application was refused: {log}");
     suite.node.kubectl(&["delete", "namespace", &namespace, "--wait=false"])?;
     Ok(())
 }
@@ -194,7 +204,7 @@ pub fn a_rotation_under_a_writing_client_fails_no_command(suite: &Suite) -> Resu
     let old = text(&binding(suite, &namespace, "sessions-cache-binding")?["password"]);
     // The writer: each command on a new connection, as the pod's files say now.
     client.sh(&format!(
-        r#"nohup sh -c 'i=0; while [ ! -e /tmp/stop ]; do echo "$i $(REDISCLI_AUTH="$(cat {BINDINGS}/sessions/password)" timeout 2 redis-cli --no-auth-warning --user app -h {host} set write:$i $i 2>&1)"; i=$((i+1)); sleep 0.1; done' > /tmp/writes.log 2>&1 &"#
+        r#"nohup sh -c 'i=0; while [ ! -e /scratch/stop ]; do echo "$i $(REDISCLI_AUTH="$(cat {BINDINGS}/sessions/password)" timeout 2 redis-cli --no-auth-warning --user app -h {host} set write:$i $i 2>&1)"; i=$((i+1)); sleep 0.1; done' > /scratch/writes.log 2>&1 &"#
     ))?;
     std::thread::sleep(Duration::from_secs(3));
 
@@ -232,10 +242,10 @@ pub fn a_rotation_under_a_writing_client_fails_no_command(suite: &Suite) -> Resu
     })?;
     println!("e2e: the old password is refused: {}", refused.trim());
     std::thread::sleep(Duration::from_secs(2));
-    client.sh("touch /tmp/stop")?;
+    client.sh("touch /scratch/stop")?;
     std::thread::sleep(Duration::from_secs(1));
 
-    let log = client.sh("cat /tmp/writes.log")?;
+    let log = client.sh("cat /scratch/writes.log")?;
     let lines: Vec<&str> = log.lines().filter(|l| !l.trim().is_empty()).collect();
     let failed: Vec<&&str> = lines.iter().filter(|l| !l.ends_with(" OK")).collect();
     let seconds = requested.elapsed().as_secs_f64() + 3.0;
