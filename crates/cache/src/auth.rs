@@ -20,6 +20,7 @@ pub mod servers;
 pub mod state;
 pub mod status;
 pub mod users;
+pub mod volumes;
 
 use std::time::Duration;
 

@@ -6,10 +6,8 @@
 //! (the Secrets are watched, so it clears when the Secret appears), and an owned object the API
 //! server refuses is `Synced=False` with reason `ApplyFailed`. Each comes with a Warning event.
 
-use std::collections::HashMap;
-use std::hash::{Hash as _, Hasher as _};
 use std::panic::AssertUnwindSafe;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use futures::{FutureExt as _, Stream, StreamExt as _};
@@ -40,7 +38,7 @@ use crate::api::{Binding, Cache, GROUP, Phase};
 use crate::auth::password::Password;
 use crate::auth::plan::{self, Plan, Step};
 use crate::auth::reconcile;
-use crate::auth::servers::{self, Outcome};
+use crate::auth::servers::Outcome;
 use crate::auth::{self, PodAuth};
 use crate::build;
 use crate::children::{self, FIELD_MANAGER};
@@ -91,9 +89,8 @@ pub struct Context {
     metrics: Arc<CacheMetrics>,
     /// Why each Cache's next reconcile runs, for its span (only while traces are exported).
     triggers: CacheTriggers,
-    /// For each Cache, what its servers were last found in step with (the passwords' Secret and
-    /// the ready pods' containers): while that holds, they are not asked again.
-    in_step: Arc<Mutex<HashMap<ObjectRef<Cache>, u64>>>,
+    /// What each Cache's servers were last found in step with: not asked again while it holds.
+    in_step: Arc<reconcile::InStep>,
 }
 
 impl Context {
@@ -109,37 +106,6 @@ impl Context {
             triggers: CacheTriggers::default(),
             in_step: Arc::default(),
         })
-    }
-
-    /// The stable names of the ready pods of `cache`, and a fingerprint of what the operator
-    /// would find on them with the passwords' Secret `secret_version`: which pods, which
-    /// container starts (a restarted server reads the Secret's file, which may be behind).
-    fn ready_pods(&self, cache: &Cache, secret_version: &str) -> (Vec<String>, u64) {
-        let namespace = cache.namespace();
-        let name = cache.name_any();
-        let pods: Vec<Arc<Pod>> = self.pods.as_ref().map(Store::state).unwrap_or_default();
-        let mut ready: Vec<&Pod> = pods
-            .iter()
-            .filter(|pod| pod.namespace() == namespace && pod.labels().get(shape::INSTANCE_LABEL) == Some(&name))
-            .filter(|pod| {
-                let conditions = pod.status.as_ref().and_then(|s| s.conditions.as_ref());
-                conditions.is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
-            })
-            .map(|pod| &**pod)
-            .collect();
-        ready.sort_by_key(|pod| pod.name_any());
-        let mut hasher = std::hash::DefaultHasher::new();
-        secret_version.hash(&mut hasher);
-        let mut hosts = Vec::new();
-        for pod in ready {
-            let Some(ordinal) = pod.name_any().rsplit('-').next().and_then(|o| o.parse().ok()) else { continue };
-            hosts.push(shape::pod_host(cache, ordinal));
-            (pod.name_any(), pod.metadata.uid.clone()).hash(&mut hasher);
-            for container in pod.status.iter().flat_map(|s| s.container_statuses.iter().flatten()) {
-                (&container.name, container.restart_count).hash(&mut hasher);
-            }
-        }
-        (hosts, hasher.finish())
     }
 
     /// Why the pods of `cache` (whose StatefulSet is `stateful_set`) do not start, if the
@@ -517,37 +483,14 @@ struct Passwords {
     look_again: Option<Duration>,
 }
 
-/// After the Cache's objects are applied: the running servers in step with the passwords (asked
-/// only when something changed since they were found so), the binding Secret published, the
-/// rotation's step written and told. `ca` is the TLS Secret's.
+/// After the Cache's objects are applied: the passwords' part of the reconcile
+/// ([`reconcile::after`]), then the rotation's step told (an event, the rotations' counter).
+/// `ca` is the TLS Secret's.
 async fn passwords(cache: &Cache, context: &Context, auth: &reconcile::Before, ca: Option<&[u8]>) -> Result<Passwords, Error> {
-    let key = ObjectRef::from_obj(cache);
-    let version = auth.secret.as_ref().and_then(|(secret, _)| secret.resource_version()).unwrap_or_default();
-    let (hosts, fingerprint) = context.ready_pods(cache, &format!("{version}/{:?}", auth.mode));
-    let known_in_step = context.in_step.lock().map(|known| known.get(&key) == Some(&fingerprint)).unwrap_or(false);
-    let tls = match ca.filter(|_| shape::tls_enabled(cache)) {
-        Some(ca) => Some(servers::Tls::new(ca, &auth::binding::service_host(cache))),
-        None => None,
-    };
-    let unusable_ca = tls.as_ref().and_then(|tls| tls.as_ref().err().cloned());
-    let servers = reconcile::Servers {
-        // Without a CA the servers are not asked: the passwords would travel to an unverified server.
-        hosts: if unusable_ca.is_some() || (shape::tls_enabled(cache) && tls.is_none()) { &[] } else { &hosts },
-        tls: tls.as_ref().and_then(|tls| tls.as_ref().ok()),
-        known_in_step,
-    };
+    let pods: Vec<Arc<Pod>> = context.pods.as_ref().map(Store::state).unwrap_or_default();
     let now = jiff::Timestamp::now();
-    let mut after = reconcile::after(&context.client, cache, auth, servers, ca, context.settings.secret_propagation, now).await?;
-    if let Some(why) = unusable_ca.filter(|_| auth.mode.issues_passwords() && !hosts.is_empty()) {
-        after.outcome.failed.push((refs::tls_secret_name(cache).unwrap_or_default().to_owned(), why));
-    }
-    if let Ok(mut known) = context.in_step.lock() {
-        if after.outcome.in_step() && auth.secret.is_some() {
-            known.insert(key, fingerprint);
-        } else {
-            known.remove(&key);
-        }
-    }
+    let after =
+        reconcile::after(&context.client, cache, auth, &pods, &context.in_step, ca, context.settings.secret_propagation, now).await?;
     if !after.outcome.changed.is_empty() {
         info!(cache = %cache.name_any(), pods = ?after.outcome.changed, "brought the servers' passwords in step");
     }

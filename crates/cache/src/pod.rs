@@ -18,7 +18,7 @@
 //!   where the nodes are labelled; the PodDisruptionBudget keeps all but one during drains.
 
 use k8s_openapi::api::core::v1::{
-    Capabilities, ConfigMapVolumeSource, Container, ContainerPort, EmptyDirVolumeSource, EnvVar, EnvVarSource, ExecAction, KeyToPath,
+    Capabilities, ConfigMapVolumeSource, Container, ContainerPort, EmptyDirVolumeSource, EnvVar, EnvVarSource, ExecAction,
     LocalObjectReference, ObjectFieldSelector, PodSecurityContext, PodSpec, PodTemplateSpec, Probe, ResourceRequirements, SeccompProfile,
     SecretVolumeSource, SecurityContext, TCPSocketAction, TopologySpreadConstraint, Volume, VolumeMount,
 };
@@ -29,7 +29,7 @@ use kube::ResourceExt;
 
 use crate::api::{Cache, Engine};
 use crate::auth::users::MONITOR;
-use crate::auth::{self, AUTH_DIR, AUTH_VOLUME, MONITOR_FILE, PodAuth, state};
+use crate::auth::{AUTH_DIR, PodAuth, state, volumes};
 use crate::render::{self, PROBE_ANSWER_SECONDS};
 use crate::replication;
 use crate::settings::{Settings, Spread};
@@ -79,7 +79,7 @@ pub fn template(cache: &Cache, settings: &Settings, config_hash: String, auth: O
         metadata: Some(ObjectMeta { labels: Some(shape::labels(cache)), annotations: Some(annotations), ..ObjectMeta::default() }),
         spec: Some(PodSpec {
             containers,
-            volumes: Some(volumes(cache, auth.is_some())),
+            volumes: Some(pod_volumes(cache, auth.is_some(), runs_exporter(cache, settings, auth))),
             security_context: Some(PodSecurityContext {
                 run_as_non_root: Some(true),
                 run_as_user: Some(user),
@@ -100,7 +100,7 @@ pub fn template(cache: &Cache, settings: &Settings, config_hash: String, auth: O
     }
 }
 
-fn volumes(cache: &Cache, authenticated: bool) -> Vec<Volume> {
+fn pod_volumes(cache: &Cache, authenticated: bool, exporter: bool) -> Vec<Volume> {
     let mut volumes = vec![
         Volume {
             name: "config".into(),
@@ -118,50 +118,10 @@ fn volumes(cache: &Cache, authenticated: bool) -> Vec<Volume> {
         });
     }
     if authenticated {
-        volumes.extend(auth_volumes(cache));
+        volumes.extend(volumes::all(cache, exporter));
     }
     volumes
 }
-
-/// The passwords' Secret, once per container that reads it, each with only the files it reads
-/// (readable by the pod's group only): the server's users and `monitor`'s password (and, for a
-/// replica, how it authenticates to its primary), the Sentinel's users and credentials, the
-/// exporter's password file.
-fn auth_volumes(cache: &Cache) -> Vec<Volume> {
-    let secret = auth::state_secret_name(cache);
-    let volume = |name: &str, files: &[(&str, &str)]| Volume {
-        name: name.into(),
-        secret: Some(SecretVolumeSource {
-            secret_name: Some(secret.clone()),
-            items: Some(files.iter().map(|(key, path)| KeyToPath { key: (*key).into(), path: (*path).into(), mode: None }).collect()),
-            default_mode: Some(0o440),
-            ..SecretVolumeSource::default()
-        }),
-        ..Volume::default()
-    };
-    let monitor = (state::MONITOR, MONITOR_FILE);
-    match cache.spec.engine {
-        Engine::Memcached => vec![volume(AUTH_VOLUME, &[(state::MEMCACHED_AUTH, state::MEMCACHED_AUTH), monitor])],
-        Engine::Redis | Engine::Valkey => {
-            let mut server = vec![(state::SERVER_ACL, state::SERVER_ACL), monitor];
-            if shape::topology(cache) != Topology::Standalone {
-                server.push((state::REPLICATION_CONF, state::REPLICATION_CONF));
-            }
-            let mut volumes = vec![volume(AUTH_VOLUME, &server)];
-            if shape::has_sentinel(cache) {
-                volumes.push(volume(
-                    SENTINEL_AUTH_VOLUME,
-                    &[(state::SENTINEL_ACL, state::SENTINEL_ACL), (state::SENTINEL_AUTH, state::SENTINEL_AUTH), monitor],
-                ));
-            }
-            volumes.push(volume(EXPORTER_AUTH_VOLUME, &[(state::EXPORTER_PASSWORDS, state::EXPORTER_PASSWORDS)]));
-            volumes
-        }
-    }
-}
-
-const SENTINEL_AUTH_VOLUME: &str = "sentinel-auth";
-const EXPORTER_AUTH_VOLUME: &str = "exporter-auth";
 
 fn mount(volume: &str, path: &str, read_only: bool) -> VolumeMount {
     VolumeMount { name: volume.into(), mount_path: path.into(), read_only: read_only.then_some(true), ..VolumeMount::default() }
@@ -310,7 +270,7 @@ fn server(cache: &Cache, settings: &Settings, authenticated: bool) -> Container 
         startup_probe: startup(cache),
         resources: Some(resources(&settings.cpu_request, settings.cpu_limit.as_ref(), &cache.spec.memory)),
         security_context: Some(restricted()),
-        volume_mounts: Some(mounts(cache, authenticated.then_some(AUTH_VOLUME))),
+        volume_mounts: Some(mounts(cache, authenticated.then_some(volumes::SERVER))),
         ..Container::default()
     }
 }
@@ -327,7 +287,7 @@ fn sentinel(cache: &Cache, settings: &Settings, authenticated: bool) -> Containe
         liveness_probe: liveness("sentinel"),
         resources: Some(resources(&Quantity(SIDECAR_CPU.into()), None, SENTINEL_MEMORY)),
         security_context: Some(restricted()),
-        volume_mounts: Some(mounts(cache, authenticated.then_some(SENTINEL_AUTH_VOLUME))),
+        volume_mounts: Some(mounts(cache, authenticated.then_some(volumes::SENTINEL))),
         ..Container::default()
     }
 }
@@ -367,7 +327,7 @@ fn exporter(cache: &Cache, settings: &Settings, authenticated: bool) -> Containe
         }),
         resources: Some(resources(&Quantity(SIDECAR_CPU.into()), None, EXPORTER_MEMORY)),
         security_context: Some(restricted()),
-        volume_mounts: authenticated.then(|| vec![mount(EXPORTER_AUTH_VOLUME, AUTH_DIR, true)]),
+        volume_mounts: authenticated.then(|| vec![mount(volumes::EXPORTER, AUTH_DIR, true)]),
         ..Container::default()
     }
 }

@@ -599,7 +599,9 @@ fn mount_auth(cache: &Cache, desired: &build::Desired, state: &State) -> std::pa
 /// A standalone authenticated `cache` started by its rendered `start.sh` (memcached's too) with
 /// the passwords of `state`: the server, its port, its directories (config, auth).
 fn authenticated_server(cache: &Cache, binary: &str, state: &State) -> (Server, u16, std::path::PathBuf, std::path::PathBuf) {
-    let desired = build::desired(cache, &Settings::default(), Some(PodAuth { generation: &state.generation })).unwrap();
+    // With the exporter, whose password file is mounted then.
+    let settings = Settings::from_args(&blockwork_cache::settings::CacheArgs { exporter: true, ..Default::default() }).unwrap();
+    let desired = build::desired(cache, &settings, Some(PodAuth { generation: &state.generation })).unwrap();
     let auth = mount_auth(cache, &desired, state);
     let dir = tempfile_dir();
     let (config, data) = (dir.join("config"), dir.join("data"));

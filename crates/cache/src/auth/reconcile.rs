@@ -4,12 +4,16 @@
 //! brought in step ([`servers`]), the binding Secret published, and a rotation's next step
 //! ([`plan`]) written. The decisions are the pure modules'; this one only reads and writes.
 
+use std::collections::HashMap;
+use std::hash::{Hash as _, Hasher as _};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use jiff::Timestamp;
 use k8s_openapi::api::apps::v1::StatefulSet;
-use k8s_openapi::api::core::v1::Secret;
+use k8s_openapi::api::core::v1::{Pod, Secret};
 use kube::api::{Api, PostParams};
+use kube::runtime::reflector::ObjectRef;
 use kube::{Client, ResourceExt};
 
 use blockwork_runtime::trace;
@@ -95,6 +99,15 @@ pub async fn before(client: &Client, cache: &Cache, now: Timestamp) -> Result<Be
     Ok(Before { mode, given, secret: written.map(|secret| (secret, plan.state)), reset })
 }
 
+/// Brings the servers (and Sentinels) at `hosts` in step with `state` (memcached: checks them).
+async fn ask(cache: &Cache, hosts: &[String], state: &State, mode: Mode, tls: Option<&Tls>) -> Outcome {
+    let port = shape::port(cache.spec.engine) as u16;
+    match cache.spec.engine {
+        Engine::Redis | Engine::Valkey => servers::sync_redis(hosts, shape::has_sentinel(cache), port, state, mode.required(), tls).await,
+        Engine::Memcached => servers::check_memcached(hosts, port, state, tls).await,
+    }
+}
+
 /// Creates or replaces the passwords' Secret as `plan` says; the Secret as stored.
 async fn write(secrets: &Api<Secret>, plan: &Plan) -> Result<Option<Secret>, kube::Error> {
     let Some(secret) = &plan.write else { return Ok(None) };
@@ -115,22 +128,66 @@ pub struct After {
     pub plan: Option<Plan>,
 }
 
-/// How the operator reaches the servers of a Cache.
-pub struct Servers<'a> {
-    /// The stable names of the ready pods.
-    pub hosts: &'a [String],
-    pub tls: Option<&'a Tls>,
-    /// Nothing changed since they were last found in step: not asked again.
-    pub known_in_step: bool,
+/// For each Cache, what its servers were last found in step with (the passwords' Secret and
+/// the ready pods' containers): while that holds, they are not asked again.
+#[derive(Debug, Default)]
+pub struct InStep(Mutex<HashMap<ObjectRef<Cache>, u64>>);
+
+impl InStep {
+    fn holds(&self, cache: &ObjectRef<Cache>, fingerprint: u64) -> bool {
+        self.0.lock().is_ok_and(|known| known.get(cache) == Some(&fingerprint))
+    }
+
+    fn record(&self, cache: ObjectRef<Cache>, fingerprint: Option<u64>) {
+        if let Ok(mut known) = self.0.lock() {
+            match fingerprint {
+                Some(fingerprint) => known.insert(cache, fingerprint),
+                None => known.remove(&cache),
+            };
+        }
+    }
 }
 
-/// Brings the servers in step with the passwords, publishes the binding Secret (`ca` the TLS
-/// Secret's, for clients to verify with) and writes a rotation's next step.
+/// The stable names of the ready pods of `cache` among `pods`, and a fingerprint of what the
+/// operator would find on them with `secret` (its resourceVersion) in `mode`: which pods, which
+/// container starts (a restarted server reads the Secret's file, which may be behind).
+pub fn ready_pods(cache: &Cache, pods: &[Arc<Pod>], secret: &str, mode: Mode) -> (Vec<String>, u64) {
+    let (namespace, name) = (cache.namespace(), cache.name_any());
+    let mut ready: Vec<&Pod> = pods
+        .iter()
+        .filter(|pod| pod.namespace() == namespace && pod.labels().get(shape::INSTANCE_LABEL) == Some(&name))
+        .filter(|pod| {
+            let conditions = pod.status.as_ref().and_then(|s| s.conditions.as_ref());
+            conditions.is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+        })
+        .map(|pod| &**pod)
+        .collect();
+    ready.sort_by_key(|pod| pod.name_any());
+    let mut hasher = std::hash::DefaultHasher::new();
+    (secret, format!("{mode:?}")).hash(&mut hasher);
+    let mut hosts = Vec::new();
+    for pod in ready {
+        let Some(ordinal) = pod.name_any().rsplit('-').next().and_then(|o| o.parse().ok()) else { continue };
+        hosts.push(shape::pod_host(cache, ordinal));
+        (pod.name_any(), pod.metadata.uid.clone()).hash(&mut hasher);
+        for container in pod.status.iter().flat_map(|s| s.container_statuses.iter().flatten()) {
+            (&container.name, container.restart_count).hash(&mut hasher);
+        }
+    }
+    (hosts, hasher.finish())
+}
+
+/// Publishes the binding Secret (`ca` the TLS Secret's, for clients to verify with), brings the
+/// ready ones of `pods` in step with the passwords (asked only when something changed since
+/// they were found so, and with TLS only with a CA to verify them with: the passwords would
+/// travel to an unverified server), and writes a rotation's next step.
+#[allow(clippy::too_many_arguments)]
 pub async fn after(
     client: &Client,
     cache: &Cache,
     before: &Before,
-    servers: Servers<'_>,
+    pods: &[Arc<Pod>],
+    in_step: &InStep,
     ca: Option<&[u8]>,
     propagation: Duration,
     now: Timestamp,
@@ -142,21 +199,26 @@ pub async fn after(
     let Some((secret, state)) = &before.secret else {
         return Ok(After::default());
     };
-    let required = before.mode.required();
-    let outcome = if servers.known_in_step {
+    let key = ObjectRef::from_obj(cache);
+    let (hosts, fingerprint) = ready_pods(cache, pods, &secret.resource_version().unwrap_or_default(), before.mode);
+    let unverifiable =
+        |why: String| Outcome { changed: Vec::new(), failed: vec![(refs::tls_secret_name(cache).unwrap_or_default().to_owned(), why)] };
+    let outcome = if in_step.holds(&key, fingerprint) || hosts.is_empty() {
         Outcome::default()
     } else {
-        let port = shape::port(cache.spec.engine) as u16;
-        match cache.spec.engine {
-            Engine::Redis | Engine::Valkey => {
-                servers::sync_redis(servers.hosts, shape::has_sentinel(cache), port, state, required, servers.tls).await
-            }
-            Engine::Memcached => servers::check_memcached(servers.hosts, port, state, servers.tls).await,
+        match (shape::tls_enabled(cache), ca) {
+            (false, _) => ask(cache, &hosts, state, before.mode, None).await,
+            (true, None) => unverifiable("no ca.crt to verify the servers with".to_owned()),
+            (true, Some(ca)) => match Tls::new(ca, &binding::service_host(cache)) {
+                Ok(tls) => ask(cache, &hosts, state, before.mode, Some(&tls)).await,
+                Err(why) => unverifiable(why),
+            },
         }
     };
+    in_step.record(key, outcome.in_step().then_some(fingerprint));
     let plan = plan::plan(&plan::Input {
         cache,
-        required,
+        required: before.mode.required(),
         secret: Some(secret),
         given: before.given.as_ref().ok().and_then(Option::as_ref),
         servers_in_step: outcome.in_step(),

@@ -105,11 +105,6 @@ impl Outcome {
     pub fn in_step(&self) -> bool {
         self.failed.is_empty()
     }
-
-    fn merge(&mut self, other: Self) {
-        self.changed.extend(other.changed);
-        self.failed.extend(other.failed);
-    }
 }
 
 /// Brings the servers at `servers` (and, with `sentinels`, the Sentinels beside them) to the
@@ -201,13 +196,7 @@ pub async fn check_memcached(servers: &[String], port: u16, state: &State, tls: 
         }
     }))
     .await;
-    let mut outcome = Outcome::default();
-    for (address, failure) in answers {
-        if let Some(failure) = failure {
-            outcome.merge(Outcome { changed: Vec::new(), failed: vec![(address, failure)] });
-        }
-    }
-    outcome
+    Outcome { changed: Vec::new(), failed: answers.into_iter().filter_map(|(address, failure)| Some((address, failure?))).collect() }
 }
 
 /// memcached's authentication (a `set` whose data is `USER PASSWORD`, the first command of a

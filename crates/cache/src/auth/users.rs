@@ -233,7 +233,7 @@ mod tests {
         let (app, rules) = &users[0];
         let arguments = app.setuser(rules);
         assert_eq!(&arguments[..3], ["app", "reset", "on"]);
-        let mut hashes = vec![password("previous-pw").sha256(), password("current-pw").sha256()];
+        let mut hashes = [password("previous-pw").sha256(), password("current-pw").sha256()];
         hashes.sort();
         assert_eq!(arguments[3..5], [format!("#{}", hashes[0]), format!("#{}", hashes[1])]);
         assert!(arguments.iter().all(|a| !a.contains("current-pw")), "{arguments:?}");

@@ -91,7 +91,7 @@ impl<'a> ClientPod<'a> {
             String::new()
         };
         self.sh(&format!(
-            r#"{{ {token} printf '{commands}quit\r\n'; }} | if [ "$(cat {dir}/ssl 2>/dev/null)" = true ]; then timeout 5 openssl s_client -connect {host}:{port} -servername {host} -CAfile {dir}/ca.crt -verify_return_error -quiet 2>/dev/null; else nc -w 3 {host} {port}; fi"#
+            r#"{{ {token} printf '{commands}quit\r\n'; }} | if [ "$(cat {dir}/ssl 2>/dev/null)" = true ]; then timeout 5 openssl s_client -connect {host}:{port} -servername {host} -CAfile {dir}/ca.crt -verify_return_error -quiet 2>/dev/null; else nc -w 3 {host} {port}; fi; true"#
         ))
     }
 }
@@ -204,7 +204,7 @@ pub fn a_rotation_under_a_writing_client_fails_no_command(suite: &Suite) -> Resu
     let old = text(&binding(suite, &namespace, "sessions-cache-binding")?["password"]);
     // The writer: each command on a new connection, as the pod's files say now.
     client.sh(&format!(
-        r#"nohup sh -c 'i=0; while [ ! -e /scratch/stop ]; do echo "$i $(REDISCLI_AUTH="$(cat {BINDINGS}/sessions/password)" timeout 2 redis-cli --no-auth-warning --user app -h {host} set write:$i $i 2>&1)"; i=$((i+1)); sleep 0.1; done' > /scratch/writes.log 2>&1 &"#
+        r#"setsid sh -c 'i=0; while [ ! -e /scratch/stop ]; do echo "$i $(REDISCLI_AUTH="$(cat {BINDINGS}/sessions/password)" timeout 2 redis-cli --no-auth-warning --user app -h {host} set write:$i $i 2>&1)"; i=$((i+1)); sleep 0.1; done' > /scratch/writes.log 2>&1 < /dev/null &"#
     ))?;
     std::thread::sleep(Duration::from_secs(3));
 
