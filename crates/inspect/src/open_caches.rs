@@ -20,7 +20,7 @@ pub fn finding(caches: &[Cache]) -> Finding {
         })
         .collect();
     if open.is_empty() {
-        return Finding::pass(CHECK, format!("none: every one of the {} Caches authenticates its clients", caches.len()));
+        return Finding::pass(CHECK, format!("none: no Cache serves a client without a password ({} Caches)", caches.len()));
     }
     Finding::with(
         Verdict::Warn,
