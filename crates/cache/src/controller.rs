@@ -494,20 +494,15 @@ async fn passwords(cache: &Cache, context: &Context, auth: &reconcile::Before, c
     if !after.outcome.changed.is_empty() {
         info!(cache = %cache.name_any(), pods = ?after.outcome.changed, "brought the servers' passwords in step");
     }
-    if let Some(plan) = &after.plan {
-        if let Some((type_, reason, note)) = auth::status::event(cache, &plan.step, &plan.state) {
+    let made = auth.made.iter().zip(auth.state());
+    let stepped = after.plan.iter().map(|plan| (&plan.step, &plan.state));
+    for (step, state) in made.chain(stepped) {
+        if let Some((type_, reason, note)) = auth::status::event(cache, step, state) {
             publish(context, cache, type_, reason, &note).await;
         }
-        if plan.step == Step::Retire {
+        if *step == Step::Retire {
             context.metrics.password_rotation(&cache.namespace().unwrap_or_default(), &cache.name_any());
         }
-    }
-    if auth.reset {
-        let note = format!(
-            "the Secret {} lacked what it needs and was made anew: every password is new, and the pods restart with them",
-            auth::state_secret_name(cache)
-        );
-        publish(context, cache, EventType::Warning, "AuthSecretReset", &note).await;
     }
     let look_again = match (&after.plan, after.outcome.in_step()) {
         (_, false) => Some(plan::POLL),

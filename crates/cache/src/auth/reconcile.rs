@@ -37,8 +37,9 @@ pub struct Before {
     /// The passwords' Secret as read or just made, and what it records (while the Cache issues
     /// passwords and they exist).
     pub secret: Option<(Secret, State)>,
-    /// The Secret was made anew (it lacked what it needs): every password is new.
-    pub reset: bool,
+    /// The passwords' Secret was made in this reconcile: on first sight ([`Step::Create`]) or
+    /// anew, every password new ([`Step::Reset`]).
+    pub made: Option<Step>,
 }
 
 impl Before {
@@ -69,7 +70,7 @@ pub async fn before(client: &Client, cache: &Cache, now: Timestamp) -> Result<Be
                 trace::kubernetes_write("replace", "child", "Secret", secrets.replace(&name, &PostParams::default(), &secret)).await?;
             }
         }
-        return Ok(Before { mode, given: Ok(None), secret: None, reset: false });
+        return Ok(Before { mode, given: Ok(None), secret: None, made: None });
     }
     let given = match refs::password_secret_name(cache) {
         Some(name) => refs::given_password(cache, secrets.get_opt(name).await?.as_ref()),
@@ -78,11 +79,11 @@ pub async fn before(client: &Client, cache: &Cache, now: Timestamp) -> Result<Be
     let read = secrets.get_opt(&name).await?;
     let readable = read.as_ref().and_then(|secret| State::read(secret).ok().map(|state| (secret.clone(), state)));
     if let Some(secret) = readable {
-        return Ok(Before { mode, given, secret: Some(secret), reset: false });
+        return Ok(Before { mode, given, secret: Some(secret), made: None });
     }
     if refs::password_secret_name(cache).is_some() && !matches!(given, Ok(Some(_))) {
         // The password is the user's, and unusable: nothing to make the Secret with yet.
-        return Ok(Before { mode, given, secret: None, reset: false });
+        return Ok(Before { mode, given, secret: None, made: None });
     }
     let plan = plan::plan(&plan::Input {
         cache,
@@ -94,9 +95,8 @@ pub async fn before(client: &Client, cache: &Cache, now: Timestamp) -> Result<Be
         propagation: Duration::ZERO,
         now,
     });
-    let reset = matches!(plan.step, Step::Reset(_));
     let written = write(&secrets, &plan).await?;
-    Ok(Before { mode, given, secret: written.map(|secret| (secret, plan.state)), reset })
+    Ok(Before { mode, given, secret: written.map(|secret| (secret, plan.state)), made: Some(plan.step) })
 }
 
 /// Brings the servers (and Sentinels) at `hosts` in step with `state` (memcached: checks them).
