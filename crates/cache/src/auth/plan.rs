@@ -30,8 +30,8 @@ use crate::auth::{self, ROTATE_ANNOTATION};
 /// How often a rotation under way is looked at while it waits for the servers.
 pub const POLL: Duration = Duration::from_secs(5);
 
-/// What the plan is made from.
-#[derive(Clone, Copy, Debug)]
+/// What the plan is made from. (No `Debug`: the Secret holds the passwords.)
+#[derive(Clone, Copy)]
 pub struct Input<'a> {
     pub cache: &'a Cache,
     /// Whether clients without a password are refused (`auth.required`).
@@ -83,8 +83,8 @@ pub enum Step {
     Unchanged,
 }
 
-/// The decision.
-#[derive(Clone, Debug)]
+/// The decision. (No `Debug`: the Secret to write holds the passwords.)
+#[derive(Clone)]
 pub struct Plan {
     pub step: Step,
     /// The State after the step.

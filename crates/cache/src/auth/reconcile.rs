@@ -28,8 +28,8 @@ use crate::children;
 use crate::refs::{self, Unresolved};
 use crate::shape;
 
-/// What authentication needs before the Cache's objects are applied.
-#[derive(Clone, Debug)]
+/// What authentication needs before the Cache's objects are applied. (No `Debug`: it holds a
+/// Secret's data.)
 pub struct Before {
     pub mode: Mode,
     /// The user's password (`auth.secretRef`), or why it cannot be used.
@@ -50,7 +50,7 @@ impl Before {
 
 /// Reads whether `cache` authenticates (its StatefulSet only when `spec.auth` is not set), the
 /// user's password, and the passwords' Secret, which it makes on first sight (and anew when it
-/// lost what it needs) and removes when authentication is turned off.
+/// lost what it needs) and empties when authentication is turned off.
 pub async fn before(client: &Client, cache: &Cache, now: Timestamp) -> Result<Before, kube::Error> {
     let namespace = cache.namespace().unwrap_or_default();
     let secrets: Api<Secret> = Api::namespaced(client.clone(), &namespace);
@@ -120,7 +120,7 @@ async fn write(secrets: &Api<Secret>, plan: &Plan) -> Result<Option<Secret>, kub
 }
 
 /// What happened after the Cache's objects were applied.
-#[derive(Clone, Debug, Default)]
+#[derive(Default)]
 pub struct After {
     /// What the servers said (nothing when they were not asked: no change since they were).
     pub outcome: Outcome,
