@@ -1,8 +1,10 @@
 //! Pure: the objects a Cache is made of, from its spec and the install-time [`Settings`]. No
-//! I/O, unit tested. The files come from [`crate::render`], the pod from [`crate::pod`].
+//! I/O, unit tested. The files come from [`crate::render`], the pod from [`crate::pod`], the
+//! NetworkPolicy from [`crate::access`].
 
 use k8s_openapi::api::apps::v1::{StatefulSet, StatefulSetSpec};
 use k8s_openapi::api::core::v1::{ConfigMap, Service, ServicePort, ServiceSpec};
+use k8s_openapi::api::networking::v1::NetworkPolicy;
 use k8s_openapi::api::policy::v1::{PodDisruptionBudget, PodDisruptionBudgetSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
@@ -13,7 +15,7 @@ use crate::api::{Cache, Phase};
 use crate::auth::PodAuth;
 use crate::settings::Settings;
 use crate::shape::{self, InvalidSpec, SENTINEL_PORT};
-use crate::{pod, render};
+use crate::{access, pod, render};
 
 /// Everything a Cache is made of. `pdb` is `None` for a single replica.
 #[derive(Clone, Debug, PartialEq)]
@@ -26,6 +28,8 @@ pub struct Desired {
     /// pod's exporter for Prometheus.
     pub headless_service: Service,
     pub pdb: Option<PodDisruptionBudget>,
+    /// Who may connect to the pods; `None` when the installation applies no NetworkPolicy.
+    pub network_policy: Option<NetworkPolicy>,
 }
 
 fn meta(cache: &Cache, name: String) -> ObjectMeta {
@@ -110,6 +114,10 @@ pub fn desired(cache: &Cache, settings: &Settings, auth: Option<PodAuth<'_>>) ->
         }),
         ..Service::default()
     };
+    let network_policy = settings
+        .network_policies
+        .as_ref()
+        .map(|peers| NetworkPolicy { metadata: meta(cache, name.clone()), spec: Some(access::spec(cache, peers, settings.exporter)) });
     let pdb = (cache.spec.replicas > 1).then(|| PodDisruptionBudget {
         metadata: meta(cache, name),
         spec: Some(PodDisruptionBudgetSpec {
@@ -119,7 +127,7 @@ pub fn desired(cache: &Cache, settings: &Settings, auth: Option<PodAuth<'_>>) ->
         }),
         ..PodDisruptionBudget::default()
     });
-    Ok(Desired { config_map, stateful_set, service, headless_service, pdb })
+    Ok(Desired { config_map, stateful_set, service, headless_service, pdb, network_policy })
 }
 
 #[cfg(test)]
@@ -137,6 +145,7 @@ mod tests {
                 memory: memory.into(),
                 replicas,
                 eviction_policy: EvictionPolicy::AllkeysLru,
+                access: None,
                 tls: None,
                 high_availability: None,
                 auth: None,
@@ -191,6 +200,17 @@ mod tests {
     }
 
     #[test]
+    fn a_network_policy_unless_the_installation_turned_them_off() {
+        let on = build(&cache(Engine::Redis, "64Mi", 1)).network_policy.expect("on by default");
+        assert_eq!(on.metadata.name.as_deref(), Some("c-cache"));
+        assert_eq!(on.metadata.owner_references.expect("owned")[0].kind, "Cache");
+        let mut args = CacheArgs::default();
+        args.network.enabled = false;
+        let off = desired(&cache(Engine::Redis, "64Mi", 1), &Settings::from_args(&args).expect("valid"), None).expect("builds");
+        assert_eq!(off.network_policy, None);
+    }
+
+    #[test]
     fn a_configuration_change_changes_the_pod_template() {
         let hash = |c: &Cache| {
             build(c).stateful_set.spec.expect("spec").template.metadata.expect("meta").annotations.expect("a")[pod::CONFIG_HASH_ANNOTATION]
@@ -218,7 +238,8 @@ mod open_caches_as_before {
     use crate::settings::CacheArgs;
 
     fn fingerprint(desired: &Desired) -> String {
-        let Desired { config_map, stateful_set, service, headless_service, pdb } = desired;
+        // The NetworkPolicy is new beside them, and rolls no pod.
+        let Desired { config_map, stateful_set, service, headless_service, pdb, network_policy: _ } = desired;
         let objects = serde_json::json!([config_map, stateful_set, service, headless_service, pdb]);
         hex::encode(&Sha256::digest(objects.to_string().as_bytes())[..12])
     }
@@ -231,6 +252,7 @@ mod open_caches_as_before {
                 memory: "256Mi".into(),
                 replicas,
                 eviction_policy: EvictionPolicy::AllkeysLru,
+                access: None,
                 tls: None,
                 high_availability: None,
                 auth: None,

@@ -13,7 +13,8 @@ use super::cache_auth::ClientPod;
 use super::{POD_TIMEOUT, Suite, apply_cache, cache_ready, endpoint, items, text};
 
 /// The chart values every install of the suite carries: the node's images
-/// (scripts/node-images) as a mirror's, the exporters on, and the node's Secret propagation.
+/// (scripts/node-images) as a mirror's, the exporters on, scraped from the suite's client pod's
+/// namespace as a Prometheus' would be, and the node's Secret propagation.
 pub const NODE_IMAGES: &[&str] = &[
     "controllers.cache.registry=localhost/blockwork-node",
     "controllers.cache.images.redis.repository=redis",
@@ -25,6 +26,7 @@ pub const NODE_IMAGES: &[&str] = &[
     "controllers.cache.images.redisExporter.repository=redis-exporter",
     "controllers.cache.images.memcachedExporter.repository=memcached-exporter",
     "controllers.cache.exporter.enabled=true",
+    "controllers.cache.exporter.scrapedFrom.namespace=e2e-client",
     // The node's kubelet brings a changed Secret into the pods within 10 s (scripts/node).
     "controllers.cache.secretPropagation=20s",
 ];
