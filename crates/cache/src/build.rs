@@ -114,10 +114,10 @@ pub fn desired(cache: &Cache, settings: &Settings, auth: Option<PodAuth<'_>>) ->
         }),
         ..Service::default()
     };
-    let network_policy = settings
-        .network_policies
-        .as_ref()
-        .map(|peers| NetworkPolicy { metadata: meta(cache, name.clone()), spec: Some(access::spec(cache, peers, settings.exporter)) });
+    let network_policy = settings.network_policies.as_ref().map(|peers| NetworkPolicy {
+        metadata: meta(cache, name.clone()),
+        spec: Some(access::spec(cache, peers, settings.exporter, auth.is_some())),
+    });
     let pdb = (cache.spec.replicas > 1).then(|| PodDisruptionBudget {
         metadata: meta(cache, name),
         spec: Some(PodDisruptionBudgetSpec {

@@ -12,7 +12,7 @@ use serde_json::Value;
 use super::{CLIENT_IMAGE, POD_TIMEOUT, RESTRICTED_CONTAINER, RESTRICTED_POD, Suite, apply_cache, cache_ready, text};
 
 /// Where a client pod mounts each binding Secret: `/binding/CACHE/`.
-const BINDINGS: &str = "/binding";
+pub const BINDINGS: &str = "/binding";
 
 /// A pod of `namespace` that mounts the binding Secret of each of `caches` (none: a pod without
 /// any password), with redis-cli, busybox and openssl (the suite's client image), and a
@@ -25,6 +25,11 @@ pub struct ClientPod<'a> {
 
 impl<'a> ClientPod<'a> {
     pub fn start(suite: &'a Suite, namespace: &str, name: &str, caches: &[&str]) -> Result<Self> {
+        Self::start_labelled(suite, namespace, name, "{}", caches)
+    }
+
+    /// The pod labelled `labels` (a YAML flow map), as a Cache's `spec.access.podSelector` selects.
+    pub fn start_labelled(suite: &'a Suite, namespace: &str, name: &str, labels: &str, caches: &[&str]) -> Result<Self> {
         let mounts: String =
             caches.iter().map(|cache| format!("    - {{name: {cache}, mountPath: {BINDINGS}/{cache}, readOnly: true}}\n")).collect();
         let volumes: String =
@@ -32,7 +37,7 @@ impl<'a> ClientPod<'a> {
         let mounts = format!("    volumeMounts:\n    - {{name: scratch, mountPath: /scratch}}\n{mounts}");
         let volumes = format!("  volumes:\n  - {{name: scratch, emptyDir: {{}}}}\n{volumes}");
         suite.node.kubectl_with_input(&["apply", "-f", "-"], &format!(
-            "apiVersion: v1\nkind: Pod\nmetadata: {{name: {name}, namespace: {namespace}}}\nspec:\n{RESTRICTED_POD}  terminationGracePeriodSeconds: 0\n  containers:\n  - name: client\n    image: {CLIENT_IMAGE}\n{RESTRICTED_CONTAINER}    command: [sleep, '86400']\n{mounts}{volumes}"
+            "apiVersion: v1\nkind: Pod\nmetadata: {{name: {name}, namespace: {namespace}, labels: {labels}}}\nspec:\n{RESTRICTED_POD}  terminationGracePeriodSeconds: 0\n  containers:\n  - name: client\n    image: {CLIENT_IMAGE}\n{RESTRICTED_CONTAINER}    command: [sleep, '86400']\n{mounts}{volumes}"
         ))?;
         suite.node.kubectl(&["-n", namespace, "wait", "--for=condition=Ready", &format!("pod/{name}"), "--timeout=180s"])?;
         Ok(Self { suite, namespace: namespace.to_owned(), name: name.to_owned() })
