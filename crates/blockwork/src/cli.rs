@@ -41,6 +41,10 @@ pub enum Command {
     Explain(Box<blockwork_inspect::commands::ExplainArgs>),
     /// Reconcile an object now, clearing its backoff (annotates blockwork.dev/reconcile-requested-at).
     Retry(blockwork_inspect::commands::RetryArgs),
+    /// Rotate a Cache's application password without a failed request: a new one is added to
+    /// every server, published in the binding Secret, and the previous one retired after the
+    /// grace period (annotates blockwork.dev/rotate-requested-at).
+    Rotate(blockwork_inspect::commands::RotateArgs),
     /// Stop reconciling an object, deletion included (annotates blockwork.dev/paused=true).
     Pause(blockwork_inspect::commands::PauseArgs),
     /// Reconcile a paused object again (removes blockwork.dev/paused).

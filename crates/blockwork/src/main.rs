@@ -27,6 +27,7 @@ fn main() -> ExitCode {
         Command::Status(args) => report(blockwork_inspect::commands::block_on(blockwork_inspect::commands::status(&args))),
         Command::Explain(args) => report(blockwork_inspect::commands::block_on(blockwork_inspect::commands::explain(&args))),
         Command::Retry(args) => report(blockwork_inspect::commands::block_on(blockwork_inspect::commands::retry(&args))),
+        Command::Rotate(args) => report(blockwork_inspect::commands::block_on(blockwork_inspect::commands::rotate(&args))),
         Command::Pause(args) => report(blockwork_inspect::commands::block_on(blockwork_inspect::commands::pause(&args, true))),
         Command::Resume(args) => report(blockwork_inspect::commands::block_on(blockwork_inspect::commands::pause(&args, false))),
         Command::Check(args) => match blockwork_inspect::commands::block_on_check(blockwork_inspect::check::run(&args, &expected())) {

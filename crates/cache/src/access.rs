@@ -1,7 +1,8 @@
 //! Pure: who may connect to a Cache. Its author says which clients (`spec.access`: the pods of
 //! its own namespace, narrowed by a pod selector, widened by namespaces named one by one); the
 //! platform says at install where Blockwork's own peers run ([`Peers`]: the operator, which asks
-//! Sentinel for the primary, and Prometheus, which scrapes the exporters). [`spec`] makes of both
+//! Sentinel for the primary and keeps the servers' passwords in step, and Prometheus, which
+//! scrapes the exporters). [`spec`] makes of both
 //! the NetworkPolicy that isolates the Cache's pods: ingress from those, each on the ports it
 //! needs, and from nothing else. Egress stays open (ADR 0021 says why).
 
@@ -60,7 +61,8 @@ pub struct Peer {
 /// clients.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Peers {
-    /// The operator's pods: they ask the Sentinels of replicated Caches for the primary.
+    /// The operator's pods: they ask the Sentinels of replicated Caches for the primary, and the
+    /// servers (and Sentinels) of Caches that authenticate for the passwords they accept.
     pub operator: Peer,
     /// The pods that scrape the exporters (Prometheus), when the exporters run.
     pub scraper: Peer,
@@ -108,19 +110,28 @@ fn client_ports(cache: &Cache) -> Vec<i32> {
     ports
 }
 
-/// The ports the operator connects to: Sentinel's, to ask for the primary (`status.primary`),
-/// when Sentinel runs; no other.
-fn operator_ports(cache: &Cache) -> Vec<i32> {
-    if shape::has_sentinel(cache) { vec![SENTINEL_PORT] } else { Vec::new() }
+/// The ports the operator connects to: the server's when the Cache `authenticates` (it keeps the
+/// passwords the servers accept in step with their Secret, and checks them: `auth::servers`),
+/// and Sentinel's when Sentinel runs (the primary, `status.primary`, and Sentinel's passwords).
+fn operator_ports(cache: &Cache, authenticates: bool) -> Vec<i32> {
+    let mut ports = Vec::new();
+    if authenticates {
+        ports.push(shape::port(cache.spec.engine));
+    }
+    if shape::has_sentinel(cache) {
+        ports.push(SENTINEL_PORT);
+    }
+    ports
 }
 
 /// The NetworkPolicy of `cache`'s pods (the ones its Services select): ingress only
 /// - from its clients: the pods of its namespace and of the namespaces `spec.access` names,
 ///   those `spec.access.podSelector` selects, on the server's port (and Sentinel's);
 /// - from its own pods, when they replicate: the server's port, and Sentinel's for the Sentinels;
-/// - from the operator's pods, on the ports it connects to ([`operator_ports`]);
+/// - from the operator's pods, on the ports it connects to ([`operator_ports`]: the server's
+///   only when the Cache `authenticates`);
 /// - from the scrapers, when the exporters run (`exporter`): the exporter's port.
-pub fn spec(cache: &Cache, peers: &Peers, exporter: bool) -> NetworkPolicySpec {
+pub fn spec(cache: &Cache, peers: &Peers, exporter: bool, authenticates: bool) -> NetworkPolicySpec {
     let access = cache.spec.access.clone().unwrap_or_default();
     let clients = access.pod_selector.unwrap_or_default();
     let mut from = vec![NetworkPolicyPeer { pod_selector: Some(clients.clone()), ..NetworkPolicyPeer::default() }];
@@ -136,7 +147,7 @@ pub fn spec(cache: &Cache, peers: &Peers, exporter: bool) -> NetworkPolicySpec {
         let own = NetworkPolicyPeer { pod_selector: Some(labelled(&shape::selector(cache))), ..NetworkPolicyPeer::default() };
         ingress.push(rule(vec![own], &client_ports(cache)));
     }
-    let operator = operator_ports(cache);
+    let operator = operator_ports(cache, authenticates);
     if !operator.is_empty() {
         ingress.push(rule(vec![peer(&peers.operator)], &operator));
     }
@@ -187,6 +198,7 @@ mod tests {
                 access: None,
                 tls: None,
                 high_availability,
+                auth: None,
             },
         );
         cache.metadata.namespace = Some("team-a".into());
@@ -221,14 +233,14 @@ mod tests {
 
     #[test]
     fn the_policy_selects_the_cache_s_pods_for_ingress_only() {
-        let spec = spec(&cache(Engine::Memcached, None), &peers(), false);
+        let spec = spec(&cache(Engine::Memcached, None), &peers(), false, false);
         assert_eq!(spec.pod_selector.and_then(|s| s.match_labels), Some(shape::selector(&cache(Engine::Memcached, None))));
         assert_eq!(spec.policy_types, Some(vec!["Ingress".to_owned()]), "egress stays open");
     }
 
     #[test]
     fn by_default_only_pods_of_the_cache_s_namespace_connect_and_only_to_the_server() {
-        let ingress = spec(&cache(Engine::Memcached, None), &peers(), false).ingress.expect("rules");
+        let ingress = spec(&cache(Engine::Memcached, None), &peers(), false, false).ingress.expect("rules");
         assert_eq!(ingress.len(), 1, "standalone servers have no peer but their clients: {ingress:?}");
         let from = ingress[0].from.clone().expect("peers");
         assert_eq!(from, [NetworkPolicyPeer { pod_selector: Some(LabelSelector::default()), ..NetworkPolicyPeer::default() }]);
@@ -239,7 +251,7 @@ mod tests {
     fn named_namespaces_are_let_in_by_their_name_label() {
         let mut c = cache(Engine::Redis, None);
         c.spec.access = Some(Access { namespaces: vec!["team-b".into(), "team-c".into()], ..Access::default() });
-        let from = spec(&c, &peers(), false).ingress.expect("rules")[0].from.clone().expect("peers");
+        let from = spec(&c, &peers(), false, false).ingress.expect("rules")[0].from.clone().expect("peers");
         let namespaces = from[1].namespace_selector.clone().and_then(|s| s.match_expressions).expect("by name");
         assert_eq!(
             (namespaces[0].key.as_str(), namespaces[0].operator.as_str(), namespaces[0].values.clone()),
@@ -252,7 +264,7 @@ mod tests {
         let mut c = cache(Engine::Redis, None);
         let selector = LabelSelector { match_labels: Some(map(&[("app", "checkout")])), ..LabelSelector::default() };
         c.spec.access = Some(Access { pod_selector: Some(selector.clone()), namespaces: vec!["team-b".into()] });
-        let from = spec(&c, &peers(), false).ingress.expect("rules")[0].from.clone().expect("peers");
+        let from = spec(&c, &peers(), false, false).ingress.expect("rules")[0].from.clone().expect("peers");
         assert!(from.iter().all(|peer| peer.pod_selector.as_ref() == Some(&selector)), "{from:?}");
     }
 
@@ -263,7 +275,7 @@ mod tests {
             pod_selector: Some(LabelSelector { match_labels: Some(map(&[("app", "checkout")])), ..LabelSelector::default() }),
             ..Access::default()
         });
-        let ingress = spec(&c, &peers(), false).ingress.expect("rules");
+        let ingress = spec(&c, &peers(), false, false).ingress.expect("rules");
         assert_eq!(ports(&ingress[0]), [6379, SENTINEL_PORT]);
         let own = ingress[1].from.clone().expect("peers");
         assert_eq!(own[0].pod_selector.clone().and_then(|s| s.match_labels), Some(shape::selector(&c)));
@@ -274,14 +286,14 @@ mod tests {
     #[test]
     fn replicas_without_sentinel_reach_only_the_server_port() {
         let c = cache(Engine::Redis, Some(HighAvailability { enabled: true, auto_failover: false }));
-        let ingress = spec(&c, &peers(), false).ingress.expect("rules");
+        let ingress = spec(&c, &peers(), false, false).ingress.expect("rules");
         assert_eq!(ingress.len(), 2, "clients and replicas, no operator: {ingress:?}");
         assert_eq!(ports(&ingress[1]), [6379]);
     }
 
     #[test]
     fn the_operator_reaches_only_sentinel_from_its_namespace_and_pods() {
-        let ingress = spec(&cache(Engine::Redis, sentinel()), &peers(), false).ingress.expect("rules");
+        let ingress = spec(&cache(Engine::Redis, sentinel()), &peers(), false, false).ingress.expect("rules");
         let operator = &ingress[2];
         assert_eq!(ports(operator), [SENTINEL_PORT]);
         let from = &operator.from.as_ref().expect("peers")[0];
@@ -292,9 +304,25 @@ mod tests {
         assert_eq!(from.pod_selector.clone().and_then(|s| s.match_labels), Some(map(&[("app.kubernetes.io/name", "blockwork")])));
     }
 
+    /// The ports of the rule that lets the operator in, if one does.
+    fn operator_rule(c: &Cache, authenticates: bool) -> Option<Vec<i32>> {
+        let operator = Some(vec![peer(&peers().operator)]);
+        spec(c, &peers(), false, authenticates).ingress.expect("rules").iter().find(|rule| rule.from == operator).map(ports)
+    }
+
+    #[test]
+    fn the_operator_reaches_the_server_of_a_cache_that_authenticates_and_sentinel() {
+        for (engine, server) in [(Engine::Redis, 6379), (Engine::Valkey, 6379), (Engine::Memcached, 11211)] {
+            assert_eq!(operator_rule(&cache(engine, None), true), Some(vec![server]), "{engine:?}");
+            assert_eq!(operator_rule(&cache(engine, None), false), None, "{engine:?}: it asks no server of an open Cache");
+        }
+        assert_eq!(operator_rule(&cache(Engine::Redis, sentinel()), true), Some(vec![6379, SENTINEL_PORT]));
+        assert_eq!(operator_rule(&cache(Engine::Redis, sentinel()), false), Some(vec![SENTINEL_PORT]));
+    }
+
     #[test]
     fn the_scrapers_reach_only_the_exporter_and_only_when_it_runs() {
-        let with = spec(&cache(Engine::Memcached, None), &peers(), true).ingress.expect("rules");
+        let with = spec(&cache(Engine::Memcached, None), &peers(), true, false).ingress.expect("rules");
         let scraper = with.last().expect("a rule");
         assert_eq!(ports(scraper), [shape::MEMCACHED_EXPORTER_PORT]);
         let from = &scraper.from.as_ref().expect("peers")[0];
@@ -303,10 +331,10 @@ mod tests {
             Some(vec!["monitoring".to_owned()])
         );
         let anywhere = Peers { scraper: Peer { namespace: None, ..peers().scraper }, ..peers() };
-        let from = spec(&cache(Engine::Redis, None), &anywhere, true).ingress.expect("rules")[1].from.clone().expect("peers");
+        let from = spec(&cache(Engine::Redis, None), &anywhere, true, false).ingress.expect("rules")[1].from.clone().expect("peers");
         assert_eq!(from[0].namespace_selector, Some(LabelSelector::default()), "every namespace, Prometheus' pods only");
         assert_eq!(from[0].pod_selector.clone().and_then(|s| s.match_labels), Some(map(&[("app.kubernetes.io/name", "prometheus")])));
-        assert!(spec(&cache(Engine::Redis, None), &anywhere, false).ingress.expect("rules").len() == 1, "no exporter, no scraper");
+        assert!(spec(&cache(Engine::Redis, None), &anywhere, false, false).ingress.expect("rules").len() == 1, "no exporter, no scraper");
     }
 
     #[test]

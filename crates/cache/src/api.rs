@@ -7,6 +7,8 @@ use kube::KubeSchema;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
+pub use crate::auth::api::{Auth, AuthStatus, Binding, RotationPhase, SecretReference};
+
 pub const GROUP: &str = "cache.blockwork.dev";
 /// Holds `spec.highAvailability` while an object is read as v1alpha1, so a round trip through
 /// the older version loses nothing. Written by the conversion, never meant for users: on a
@@ -118,6 +120,12 @@ pub struct CacheStatus {
     /// server's passing trouble is retried within seconds and not recorded.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_error: Option<blockwork_runtime::status::LastError>,
+    /// The Secret an application mounts to connect (servicebinding.io's provisioned service).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub binding: Option<Binding>,
+    /// How clients authenticate, and the rotation of their password.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub auth: Option<AuthStatus>,
 }
 
 /// A failover: Sentinel promoted a replica in place of the primary.
@@ -170,7 +178,7 @@ macro_rules! cache_version {
         use kube::{CustomResource, KubeSchema};
         use serde::{Deserialize, Serialize};
 
-        pub use super::{CacheStatus, Engine, EvictionPolicy, Failover, Phase, Tls};
+        pub use super::{Auth, CacheStatus, Engine, EvictionPolicy, Failover, Phase, Tls};
 
         /// A Redis, Valkey or Memcached cache run as a StatefulSet.
         #[derive(CustomResource, KubeSchema, Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -193,6 +201,7 @@ macro_rules! cache_version {
             validation = Rule::new(super::name_rule()).message(super::name_message().as_str())
         )]
         #[x_kube(validation = Rule::new("self.engine != 'memcached' || self.evictionPolicy != 'volatile-lru'").message("memcached cannot evict only keys with a TTL: use allkeys-lru or noeviction"))]
+        #[x_kube(validation = Rule::new("self.engine != 'memcached' || !has(self.auth) || self.auth.required").message("memcached cannot serve clients with and without a password at once: auth.required must be true (move its clients by replacing the Cache, see docs/cache.md)"))]
         $($extra)*
     };
 }
@@ -222,6 +231,9 @@ pub mod v1alpha1 {
             /// TLS for client connections.
             #[serde(default, skip_serializing_if = "Option::is_none")]
             pub tls: Option<Tls>,
+            /// Authentication of clients (see `Auth`).
+            #[serde(default, skip_serializing_if = "Option::is_none")]
+            pub auth: Option<Auth>,
         }
     );
 }
@@ -257,6 +269,9 @@ pub mod v1beta1 {
             /// Replication with automatic failover.
             #[serde(default, skip_serializing_if = "Option::is_none")]
             pub high_availability: Option<HighAvailability>,
+            /// Authentication of clients (see `Auth`).
+            #[serde(default, skip_serializing_if = "Option::is_none")]
+            pub auth: Option<Auth>,
         }
     );
 }

@@ -12,6 +12,7 @@ use kube::{Resource, ResourceExt};
 use sha2::{Digest, Sha256};
 
 use crate::api::{Cache, Phase};
+use crate::auth::PodAuth;
 use crate::settings::Settings;
 use crate::shape::{self, InvalidSpec, SENTINEL_PORT};
 use crate::{access, pod, render};
@@ -66,9 +67,10 @@ fn client_ports(cache: &Cache) -> Vec<ServicePort> {
     ports
 }
 
-pub fn desired(cache: &Cache, settings: &Settings) -> Result<Desired, InvalidSpec> {
+/// Everything `cache` is made of; `auth` when its servers authenticate their clients.
+pub fn desired(cache: &Cache, settings: &Settings, auth: Option<PodAuth<'_>>) -> Result<Desired, InvalidSpec> {
     let name = shape::resource_name(cache);
-    let files = render::files(cache)?;
+    let files = render::files(cache, auth.is_some())?;
     // A configuration change rolls the pods.
     let config_hash = {
         let mut hasher = Sha256::new();
@@ -85,7 +87,7 @@ pub fn desired(cache: &Cache, settings: &Settings) -> Result<Desired, InvalidSpe
             replicas: Some(cache.spec.replicas),
             service_name: Some(shape::headless_name(cache)),
             selector: LabelSelector { match_labels: Some(shape::selector(cache)), ..LabelSelector::default() },
-            template: pod::template(cache, settings, config_hash),
+            template: pod::template(cache, settings, config_hash, auth),
             ..StatefulSetSpec::default()
         }),
         ..StatefulSet::default()
@@ -96,7 +98,7 @@ pub fn desired(cache: &Cache, settings: &Settings) -> Result<Desired, InvalidSpe
         ..Service::default()
     };
     let mut headless_ports = client_ports(cache);
-    if settings.exporter {
+    if pod::runs_exporter(cache, settings, auth) {
         // Scraped per pod (the chart's ServiceMonitor), through the headless Service's endpoints.
         headless_ports.push(service_port("metrics", shape::exporter_port(cache.spec.engine)));
     }
@@ -112,10 +114,10 @@ pub fn desired(cache: &Cache, settings: &Settings) -> Result<Desired, InvalidSpe
         }),
         ..Service::default()
     };
-    let network_policy = settings
-        .network_policies
-        .as_ref()
-        .map(|peers| NetworkPolicy { metadata: meta(cache, name.clone()), spec: Some(access::spec(cache, peers, settings.exporter)) });
+    let network_policy = settings.network_policies.as_ref().map(|peers| NetworkPolicy {
+        metadata: meta(cache, name.clone()),
+        spec: Some(access::spec(cache, peers, settings.exporter, auth.is_some())),
+    });
     let pdb = (cache.spec.replicas > 1).then(|| PodDisruptionBudget {
         metadata: meta(cache, name),
         spec: Some(PodDisruptionBudgetSpec {
@@ -146,6 +148,7 @@ mod tests {
                 access: None,
                 tls: None,
                 high_availability: None,
+                auth: None,
             },
         );
         cache.metadata.namespace = Some("ns".into());
@@ -154,7 +157,7 @@ mod tests {
     }
 
     fn build(cache: &Cache) -> Desired {
-        desired(cache, &Settings::default()).expect("builds")
+        desired(cache, &Settings::default(), None).expect("builds")
     }
 
     fn ports(service: &Service) -> Vec<(String, i32)> {
@@ -191,7 +194,7 @@ mod tests {
     #[test]
     fn the_exporter_is_scraped_through_the_headless_service_only() {
         let settings = Settings::from_args(&CacheArgs { exporter: true, ..CacheArgs::default() }).expect("valid");
-        let d = desired(&cache(Engine::Memcached, "64Mi", 1), &settings).expect("builds");
+        let d = desired(&cache(Engine::Memcached, "64Mi", 1), &settings, None).expect("builds");
         assert_eq!(ports(&d.headless_service), [("cache".to_owned(), 11211), ("metrics".to_owned(), 9150)]);
         assert_eq!(ports(&d.service), [("cache".to_owned(), 11211)]);
     }
@@ -203,7 +206,7 @@ mod tests {
         assert_eq!(on.metadata.owner_references.expect("owned")[0].kind, "Cache");
         let mut args = CacheArgs::default();
         args.network.enabled = false;
-        let off = desired(&cache(Engine::Redis, "64Mi", 1), &Settings::from_args(&args).expect("valid")).expect("builds");
+        let off = desired(&cache(Engine::Redis, "64Mi", 1), &Settings::from_args(&args).expect("valid"), None).expect("builds");
         assert_eq!(off.network_policy, None);
     }
 
@@ -221,5 +224,60 @@ mod tests {
         assert_eq!(phase(3, 0, 0).0, Phase::Pending);
         assert_eq!(phase(3, 3, 1), (Phase::Provisioning, "1/3 replicas ready".to_owned()));
         assert_eq!(phase(3, 3, 3).0, Phase::Ready);
+    }
+}
+
+/// Caches that served without a password before Blockwork had authentication are built, on
+/// upgrade, exactly as the release before built them (docs/adr/0020-cache-authentication.md):
+/// a changed pod template or configuration would roll their pods, and a standalone cache loses
+/// its data and its clients' connections when it rolls.
+#[cfg(test)]
+mod open_caches_as_before {
+    use super::*;
+    use crate::api::{CacheSpec, Engine, EvictionPolicy, HighAvailability, Tls};
+    use crate::settings::CacheArgs;
+
+    fn fingerprint(desired: &Desired) -> String {
+        // The NetworkPolicy is new beside them, and rolls no pod.
+        let Desired { config_map, stateful_set, service, headless_service, pdb, network_policy: _ } = desired;
+        let objects = serde_json::json!([config_map, stateful_set, service, headless_service, pdb]);
+        hex::encode(&Sha256::digest(objects.to_string().as_bytes())[..12])
+    }
+
+    fn cache(engine: Engine, replicas: i32) -> Cache {
+        let mut cache = Cache::new(
+            "sessions",
+            CacheSpec {
+                engine,
+                memory: "256Mi".into(),
+                replicas,
+                eviction_policy: EvictionPolicy::AllkeysLru,
+                access: None,
+                tls: None,
+                high_availability: None,
+                auth: None,
+            },
+        );
+        cache.metadata.namespace = Some("team-a".into());
+        cache.metadata.uid = Some("7d1c1d36-7b76-4a63-9b51-8a3d5c1e2f00".into());
+        cache
+    }
+
+    /// The fingerprints of the objects the release before authentication built (be68d6f).
+    #[test]
+    fn an_open_cache_is_built_exactly_as_the_release_before_built_it() {
+        let exporter = Settings::from_args(&CacheArgs { exporter: true, ..CacheArgs::default() }).expect("valid");
+        let mut ha = cache(Engine::Valkey, 3);
+        ha.spec.high_availability = Some(HighAvailability { enabled: true, auto_failover: true });
+        ha.spec.tls = Some(Tls { enabled: true, secret_name: Some("sessions-tls".into()) });
+        let mut memcached = cache(Engine::Memcached, 2);
+        memcached.spec.tls = Some(Tls { enabled: true, secret_name: Some("sessions-tls".into()) });
+        for (what, cache, settings, before) in [
+            ("redis", cache(Engine::Redis, 1), Settings::default(), "c26a964f956f4a40399d0bbb"),
+            ("valkey, Sentinel, TLS, exporter", ha, exporter.clone(), "36fea4716fb56f98c993b191"),
+            ("memcached, TLS, exporter", memcached, exporter, "6745ffe9a220d00981b04107"),
+        ] {
+            assert_eq!(fingerprint(&desired(&cache, &settings, None).expect("builds")), before, "{what}");
+        }
     }
 }

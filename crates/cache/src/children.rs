@@ -2,7 +2,7 @@
 //! change, see [`applied`]), deleted on cleanup. What to apply is decided by [`crate::build`].
 
 use k8s_openapi::api::apps::v1::StatefulSet;
-use k8s_openapi::api::core::v1::{ConfigMap, Service};
+use k8s_openapi::api::core::v1::{ConfigMap, Secret, Service};
 use k8s_openapi::api::networking::v1::NetworkPolicy;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use kube::api::{Api, DeleteParams, Patch, PatchParams};
@@ -82,9 +82,15 @@ pub async fn apply(
     Ok(stateful_set)
 }
 
-/// Deletes every owned object (there may be no garbage collector to do it), the NetworkPolicy
-/// with `network_policies` (without, the operator may not touch one); the errors other than "not
-/// found" (a child already gone is deleted), as text.
+/// Applies one of the Cache's Secrets (the binding Secret): only when it changes, as the others.
+pub async fn apply_secret(client: &Client, namespace: &str, secret: &Secret) -> Result<Secret, ApplyFailed> {
+    ssa(client, namespace, secret).await
+}
+
+/// Deletes every owned object (there may be no garbage collector to do it) but the Cache's
+/// Secrets, which no controller may delete (they go with the Cache, their owner), the
+/// NetworkPolicy with `network_policies` (without, the operator may not touch one); the errors
+/// other than "not found" (a child already gone is deleted), as text.
 pub async fn delete(client: &Client, cache: &Cache, network_policies: bool) -> Vec<String> {
     let namespace = cache.namespace().unwrap_or_default();
     let name = shape::resource_name(cache);

@@ -36,7 +36,12 @@ use blockwork_runtime::trace::{self, Cause};
 use blockwork_runtime::watches::on_its_own;
 
 use crate::access;
-use crate::api::{Cache, GROUP, Phase};
+use crate::api::{Binding, Cache, GROUP, Phase};
+use crate::auth::password::Password;
+use crate::auth::plan::{self, Plan, Step};
+use crate::auth::reconcile;
+use crate::auth::servers::Outcome;
+use crate::auth::{self, PodAuth};
 use crate::build;
 use crate::children::{self, FIELD_MANAGER};
 use crate::metrics::CacheMetrics;
@@ -86,6 +91,8 @@ pub struct Context {
     metrics: Arc<CacheMetrics>,
     /// Why each Cache's next reconcile runs, for its span (only while traces are exported).
     triggers: CacheTriggers,
+    /// What each Cache's servers were last found in step with: not asked again while it holds.
+    in_step: Arc<reconcile::InStep>,
 }
 
 impl Context {
@@ -99,6 +106,7 @@ impl Context {
             failed_creates: None,
             metrics,
             triggers: CacheTriggers::default(),
+            in_step: Arc::default(),
         })
     }
 
@@ -267,12 +275,18 @@ where
     watcher(child_api::<K>(client, namespace), config.clone()).default_backoff().touched_objects()
 }
 
-/// The Caches whose TLS Secret `secret` is.
+/// The Caches `secret` matters to: their TLS Secret, their password Secret, or one of their own
+/// (the passwords' Secret, the binding Secret).
 fn referencing(caches: &Store<Cache>, secret: &PartialObjectMeta<Secret>) -> Vec<ObjectRef<Cache>> {
+    let name = secret.metadata.name.as_deref();
+    let owners: Vec<&str> = secret.owner_references().iter().filter(|o| o.kind == "Cache").map(|o| o.name.as_str()).collect();
     caches
         .state()
         .iter()
-        .filter(|cache| cache.namespace() == secret.namespace() && refs::tls_secret_name(cache) == secret.metadata.name.as_deref())
+        .filter(|cache| cache.namespace() == secret.namespace())
+        .filter(|cache| {
+            refs::tls_secret_name(cache) == name || refs::password_secret_name(cache) == name || owners.contains(&cache.name_any().as_str())
+        })
         .map(|cache| ObjectRef::from_obj(&**cache))
         .collect()
 }
@@ -356,7 +370,9 @@ async fn held(cache: &Cache, context: &Context, hold: Hold) -> Result<Action, Er
 async fn apply(cache: &Cache, context: &Context) -> Result<Action, Error> {
     let namespace = cache.namespace().unwrap_or_default();
     let generation = cache.metadata.generation;
-    let desired = match build::desired(cache, &context.settings) {
+    let auth = reconcile::before(&context.client, cache, jiff::Timestamp::now()).await?;
+    let pod_auth = auth.mode.issues_passwords().then(|| PodAuth { generation: auth.state().map_or("", |state| state.generation.as_str()) });
+    let desired = match build::desired(cache, &context.settings, pod_auth) {
         Ok(desired) => desired,
         Err(invalid) => {
             let message = invalid.to_string();
@@ -379,7 +395,8 @@ async fn apply(cache: &Cache, context: &Context) -> Result<Action, Error> {
         Some(name) => Api::<Secret>::namespaced(context.client.clone(), &namespace).get_opt(name).await?,
         None => None,
     };
-    let unresolved = refs::check_tls_secret(cache, secret.as_ref()).err();
+    let unresolved =
+        refs::check_tls_secret(cache, secret.as_ref(), auth.mode.issues_passwords()).err().or_else(|| auth.given.clone().err());
     let budget_may_exist = desired.pdb.is_none() && context.may_have_disruption_budget(&namespace, &shape::resource_name(cache)).await;
     let stateful_set = match children::apply(&context.client, &namespace, cache, desired, budget_may_exist).await {
         Ok(stateful_set) => stateful_set,
@@ -401,11 +418,17 @@ async fn apply(cache: &Cache, context: &Context) -> Result<Action, Error> {
         }
     };
 
+    let ca = secret.as_ref().and_then(|s| s.data.as_ref()?.get("ca.crt")).map(|ca| ca.0.as_slice());
+    let passwords = passwords(cache, context, &auth, ca).await?;
+
     let status = stateful_set.status.clone().unwrap_or_default();
     let (ready, created) = (status.ready_replicas.unwrap_or(0), status.replicas);
     let (phase, message) = build::phase(cache.spec.replicas, created, ready);
     let stuck = if phase == Phase::Ready { None } else { context.stuck(cache, &stateful_set) };
     let (ready_reason, ready_message) = match (&unresolved, &stuck, phase) {
+        (_, _, Phase::Ready) if !auth.mode.issues_passwords() => {
+            ("AllReplicasAvailable", format!("{message}; {}", auth::status::OPEN_NOTE))
+        }
         (_, _, Phase::Ready) => ("AllReplicasAvailable", message),
         // The replicas wait for the reference: say that, not only that they wait.
         (Some(unresolved), _, _) => (unresolved.reason(), format!("{message}: {unresolved}")),
@@ -422,14 +445,17 @@ async fn apply(cache: &Cache, context: &Context) -> Result<Action, Error> {
         None => condition(RESOLVED_REFS, true, "ResolvedRefs", "every referenced Secret exists with the keys it needs", generation),
         Some(unresolved) => condition(RESOLVED_REFS, false, unresolved.reason(), &unresolved.to_string(), generation),
     };
+    let state = passwords.plan.as_ref().map(|plan| &plan.state).or(auth.state());
     let mut conditions = vec![
         condition(READY, phase == Phase::Ready, ready_reason, &ready_message, generation),
         condition(SYNCED, true, "ReconcileSuccess", "every object of the Cache is applied", generation),
         resolved,
+        auth::status::authenticated(cache, auth.mode, state, &passwords.outcome, generation),
         access::condition(cache, context.settings.network_policies.is_some()),
     ];
+    let operator = auth.state().map(|state| (auth::users::OPERATOR, &state.operator));
     let (primary, dropped_conditions, next) = if shape::has_sentinel(cache) {
-        let (update, known, next) = primary(cache, ready).await;
+        let (update, known, next) = primary(cache, ready, operator).await;
         conditions.push(known);
         (update, &[][..], next)
     } else {
@@ -438,12 +464,7 @@ async fn apply(cache: &Cache, context: &Context) -> Result<Action, Error> {
     let last_error = match (&unresolved, &stuck) {
         (None, None) => ErrorUpdate::Clear,
         (None, Some(stuck)) => ErrorUpdate::Failed(ErrorClass::Terminal, stuck.reason(), stuck.to_string()),
-        (Some(unresolved), _) => match unresolved {
-            refs::Unresolved::SecretNotFound(_) => ErrorUpdate::Failed(ErrorClass::NotFound, unresolved.reason(), unresolved.to_string()),
-            refs::Unresolved::SecretIncomplete { .. } => {
-                ErrorUpdate::Failed(ErrorClass::Terminal, unresolved.reason(), unresolved.to_string())
-            }
-        },
+        (Some(unresolved), _) => ErrorUpdate::Failed(unresolved.class(), unresolved.reason(), unresolved.to_string()),
     };
     let report = Report {
         phase: Some(phase),
@@ -455,6 +476,7 @@ async fn apply(cache: &Cache, context: &Context) -> Result<Action, Error> {
             .map(|unresolved| (unresolved.reason().to_owned(), unresolved.to_string()))
             .or_else(|| newly_stuck.map(|stuck| (stuck.reason().to_owned(), stuck.to_string()))),
         last_error,
+        auth: Some((auth::status::status(cache, auth.mode, state), Binding { name: auth::binding_secret_name(cache) })),
     };
     if status::write(cache, &context.client, &context.events, report).await? {
         context.metrics.failover(&namespace, &cache.name_any());
@@ -462,20 +484,58 @@ async fn apply(cache: &Cache, context: &Context) -> Result<Action, Error> {
     if phase == Phase::Ready {
         traced::settled(&context.triggers, cache);
     }
+    let next = passwords.look_again.map_or(next, |at| next.min(at));
     Ok(traced::requeue(&context.triggers, cache, next, Cause::Requeued))
+}
+
+/// What the passwords' part of a reconcile did.
+struct Passwords {
+    outcome: Outcome,
+    plan: Option<Plan>,
+    /// When a rotation (or the servers out of step) wants the Cache looked at again.
+    look_again: Option<Duration>,
+}
+
+/// After the Cache's objects are applied: the passwords' part of the reconcile
+/// ([`reconcile::after`]), then the rotation's step told (an event, the rotations' counter).
+/// `ca` is the TLS Secret's.
+async fn passwords(cache: &Cache, context: &Context, auth: &reconcile::Before, ca: Option<&[u8]>) -> Result<Passwords, Error> {
+    let pods: Vec<Arc<Pod>> = context.pods.as_ref().map(Store::state).unwrap_or_default();
+    let now = jiff::Timestamp::now();
+    let after =
+        reconcile::after(&context.client, cache, auth, &pods, &context.in_step, ca, context.settings.secret_propagation, now).await?;
+    if !after.outcome.changed.is_empty() {
+        info!(cache = %cache.name_any(), pods = ?after.outcome.changed, "brought the servers' passwords in step");
+    }
+    let made = auth.made.iter().zip(auth.state());
+    let stepped = after.plan.iter().map(|plan| (&plan.step, &plan.state));
+    for (step, state) in made.chain(stepped) {
+        if let Some((type_, reason, note)) = auth::status::event(cache, step, state) {
+            publish(context, cache, type_, reason, &note).await;
+        }
+        if *step == Step::Retire {
+            context.metrics.password_rotation(&cache.namespace().unwrap_or_default(), &cache.name_any());
+        }
+    }
+    let look_again = match (&after.plan, after.outcome.in_step()) {
+        (_, false) => Some(plan::POLL),
+        (Some(plan), true) => plan.look_again.map(|at| at.duration_since(now).unsigned_abs().max(Duration::from_secs(1))),
+        (None, true) => None,
+    };
+    Ok(Passwords { outcome: after.outcome, plan: after.plan, look_again })
 }
 
 /// Asks the Sentinels of `cache` (which has `ready` pods ready) for the primary: what the status
 /// says of it, the `PrimaryKnown` condition, and when to look again. No answer keeps what the
 /// status says, under `PrimaryKnown=False`.
-async fn primary(cache: &Cache, ready: i32) -> (PrimaryUpdate, Condition, Duration) {
+async fn primary(cache: &Cache, ready: i32, operator: Option<(&str, &Password)>) -> (PrimaryUpdate, Condition, Duration) {
     let generation = cache.metadata.generation;
     if ready == 0 {
         let message = "no pod is ready: there is no Sentinel to ask yet";
         return (PrimaryUpdate::Keep, condition(sentinel::PRIMARY_KNOWN, false, "NoSentinelReady", message, generation), sentinel::POLL);
     }
     let hosts: Vec<String> = (0..cache.spec.replicas).map(|ordinal| shape::pod_host(cache, ordinal)).collect();
-    let (reports, errors) = sentinel::ask(&hosts, shape::SENTINEL_PORT as u16, &cache.name_any()).await;
+    let (reports, errors) = sentinel::ask(&hosts, shape::SENTINEL_PORT as u16, &cache.name_any(), operator).await;
     match sentinel::latest(reports) {
         Some(report) => {
             // A pod not ready may be the primary, before Sentinel notices (5 s): look again soon.

@@ -5,6 +5,7 @@
 pub mod access;
 pub mod api;
 pub mod applied;
+pub mod auth;
 pub mod build;
 pub mod children;
 pub mod controller;
@@ -34,9 +35,12 @@ pub fn rbac() -> Vec<PolicyRule> {
         rule("apps", &["statefulsets"], &["get", "list", "watch", "create", "patch", "delete"]),
         rule("", &["services", "configmaps"], &["get", "list", "watch", "create", "patch", "delete"]),
         rule("policy", &["poddisruptionbudgets"], &["get", "list", "watch", "create", "patch", "delete"]),
-        // The TLS Secret: watched by metadata (its changes clear the ResolvedRefs condition), read
-        // only to check that it has the keys the pods need; never written.
-        rule("", &["secrets"], &["get", "list", "watch"]),
+        // Secrets, watched by metadata only (a change of a referenced one reconciles its Cache).
+        // Read: the TLS Secret (its keys, its CA) and the user's password Secret. Written: the
+        // Cache's own two, its passwords' Secret and the binding Secret; a replace carries the read
+        // resourceVersion (a rotation's commit point). Never deleted by the operator (no
+        // controller may delete a Secret): owned by the Cache, they go with it.
+        rule("", &["secrets"], &["get", "list", "watch", "create", "update", "patch"]),
         // Why a Cache's pods do not start: its pods (by label) and the StatefulSets'
         // FailedCreate events, watched; never written.
         rule("", &["pods", "events"], &["get", "list", "watch"]),

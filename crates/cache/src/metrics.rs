@@ -1,6 +1,6 @@
 //! The Cache controller's own metrics (the servers' are their exporters'): the failovers it
-//! saw, per Cache, for the dashboard's Failovers panel. One series per Cache with Sentinel that
-//! ever failed over, so bounded by the Caches.
+//! saw, per Cache, for the dashboard's Failovers panel, and the password rotations it completed.
+//! One series per Cache that ever failed over or rotated, so bounded by the Caches.
 //!
 //! [`CacheMetrics::register`] registers unprefixed names; the `blockwork` binary passes the
 //! sub-registry `blockwork_cache`, so the counter is `blockwork_cache_failovers_total`.
@@ -21,6 +21,7 @@ pub struct CacheLabels {
 #[derive(Debug, Default)]
 pub struct CacheMetrics {
     failovers: Family<CacheLabels, Counter>,
+    password_rotations: Family<CacheLabels, Counter>,
 }
 
 impl CacheMetrics {
@@ -31,7 +32,17 @@ impl CacheMetrics {
             "Failovers Sentinel made, as the controller saw them (status.lastFailover)",
             metrics.failovers.clone(),
         );
+        registry.register(
+            "password_rotations",
+            "Rotations of a Cache's application password the controller completed (the previous password retired)",
+            metrics.password_rotations.clone(),
+        );
         Arc::new(metrics)
+    }
+
+    /// Counts a completed password rotation of `namespace/cache`.
+    pub fn password_rotation(&self, namespace: &str, cache: &str) {
+        self.password_rotations.get_or_create(&CacheLabels { namespace: namespace.to_owned(), cache: cache.to_owned() }).inc();
     }
 
     /// Counts a failover of `namespace/cache`.

@@ -28,6 +28,8 @@ use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::ResourceExt;
 
 use crate::api::{Cache, Engine};
+use crate::auth::users::MONITOR;
+use crate::auth::{AUTH_DIR, PodAuth, state, volumes};
 use crate::render::{self, PROBE_ANSWER_SECONDS};
 use crate::replication;
 use crate::settings::{Settings, Spread};
@@ -35,6 +37,8 @@ use crate::shape::{self, CONFIG_DIR, DATA_DIR, MEMCACHED_LOOPBACK_PORT, SENTINEL
 
 /// The annotation on the pod template whose change rolls the pods: a hash of the ConfigMap.
 pub const CONFIG_HASH_ANNOTATION: &str = "cache.blockwork.dev/config-hash";
+/// With authentication, the generation of the passwords' Secret the pods mount.
+pub const AUTH_GENERATION_ANNOTATION: &str = "cache.blockwork.dev/auth-generation";
 /// Sentinel keeps only the topology in memory.
 const SENTINEL_MEMORY: &str = "64Mi";
 const SIDECAR_CPU: &str = "10m";
@@ -49,26 +53,33 @@ const HUNG_EXIT_SECONDS: i64 = 5;
 /// Beyond the failover wait, for asking the Sentinels (2 s each) and starting the server.
 const STARTUP_MARGIN_SECONDS: i32 = 35;
 
-/// The pod template of `cache`'s StatefulSet; `config_hash` is the ConfigMap's.
-pub fn template(cache: &Cache, settings: &Settings, config_hash: String) -> PodTemplateSpec {
+/// Whether an exporter runs beside each server: as set at install, except beside a memcached
+/// that authenticates its clients, which memcached_exporter cannot (it has no password).
+pub fn runs_exporter(cache: &Cache, settings: &Settings, auth: Option<PodAuth<'_>>) -> bool {
+    settings.exporter && !(cache.spec.engine == Engine::Memcached && auth.is_some())
+}
+
+/// The pod template of `cache`'s StatefulSet; `config_hash` is the ConfigMap's; `auth` when the
+/// servers authenticate their clients.
+pub fn template(cache: &Cache, settings: &Settings, config_hash: String, auth: Option<PodAuth<'_>>) -> PodTemplateSpec {
     let engine = cache.spec.engine;
     let user = settings.user(engine);
-    let mut containers = vec![server(cache, settings)];
+    let mut containers = vec![server(cache, settings, auth.is_some())];
     if shape::has_sentinel(cache) {
-        containers.push(sentinel(cache, settings));
+        containers.push(sentinel(cache, settings, auth.is_some()));
     }
-    if settings.exporter {
-        containers.push(exporter(cache, settings));
+    if runs_exporter(cache, settings, auth) {
+        containers.push(exporter(cache, settings, auth.is_some()));
+    }
+    let mut annotations: std::collections::BTreeMap<String, String> = [(CONFIG_HASH_ANNOTATION.to_owned(), config_hash)].into();
+    if let Some(auth) = auth {
+        annotations.insert(AUTH_GENERATION_ANNOTATION.to_owned(), auth.generation.to_owned());
     }
     PodTemplateSpec {
-        metadata: Some(ObjectMeta {
-            labels: Some(shape::labels(cache)),
-            annotations: Some([(CONFIG_HASH_ANNOTATION.to_owned(), config_hash)].into()),
-            ..ObjectMeta::default()
-        }),
+        metadata: Some(ObjectMeta { labels: Some(shape::labels(cache)), annotations: Some(annotations), ..ObjectMeta::default() }),
         spec: Some(PodSpec {
             containers,
-            volumes: Some(volumes(cache)),
+            volumes: Some(pod_volumes(cache, auth.is_some(), runs_exporter(cache, settings, auth))),
             security_context: Some(PodSecurityContext {
                 run_as_non_root: Some(true),
                 run_as_user: Some(user),
@@ -89,7 +100,7 @@ pub fn template(cache: &Cache, settings: &Settings, config_hash: String) -> PodT
     }
 }
 
-fn volumes(cache: &Cache) -> Vec<Volume> {
+fn pod_volumes(cache: &Cache, authenticated: bool, exporter: bool) -> Vec<Volume> {
     let mut volumes = vec![
         Volume {
             name: "config".into(),
@@ -106,16 +117,25 @@ fn volumes(cache: &Cache) -> Vec<Volume> {
             ..Volume::default()
         });
     }
+    if authenticated {
+        volumes.extend(volumes::all(cache, exporter));
+    }
     volumes
 }
 
-fn mounts(cache: &Cache) -> Vec<VolumeMount> {
-    let mut mounts = vec![
-        VolumeMount { name: "config".into(), mount_path: CONFIG_DIR.into(), read_only: Some(true), ..VolumeMount::default() },
-        VolumeMount { name: "data".into(), mount_path: DATA_DIR.into(), ..VolumeMount::default() },
-    ];
+fn mount(volume: &str, path: &str, read_only: bool) -> VolumeMount {
+    VolumeMount { name: volume.into(), mount_path: path.into(), read_only: read_only.then_some(true), ..VolumeMount::default() }
+}
+
+/// The mounts of the server and Sentinel: the rendered files, the data, TLS, and `auth` (the
+/// passwords' files of the container's own volume) when clients authenticate.
+fn mounts(cache: &Cache, auth: Option<&str>) -> Vec<VolumeMount> {
+    let mut mounts = vec![mount("config", CONFIG_DIR, true), mount("data", DATA_DIR, false)];
     if shape::tls_enabled(cache) {
-        mounts.push(VolumeMount { name: "tls".into(), mount_path: TLS_DIR.into(), read_only: Some(true), ..VolumeMount::default() });
+        mounts.push(mount("tls", TLS_DIR, true));
+    }
+    if let Some(volume) = auth {
+        mounts.push(mount(volume, AUTH_DIR, true));
     }
     mounts
 }
@@ -135,8 +155,9 @@ fn env(name: &str, value: impl Into<String>) -> EnvVar {
     EnvVar { name: name.into(), value: Some(value.into()), ..EnvVar::default() }
 }
 
-/// The environment of the server and Sentinel: what the rendered scripts read.
-fn environment(cache: &Cache) -> Vec<EnvVar> {
+/// The environment of the server and Sentinel: what the rendered scripts read (where the
+/// passwords' files are, never a password).
+fn environment(cache: &Cache, authenticated: bool) -> Vec<EnvVar> {
     let (server, cli) = match cache.spec.engine {
         Engine::Redis => ("redis-server", "redis-cli"),
         Engine::Valkey => ("valkey-server", "valkey-cli"),
@@ -157,6 +178,9 @@ fn environment(cache: &Cache) -> Vec<EnvVar> {
         env("CACHE_CONFIG_DIR", CONFIG_DIR),
         env("CACHE_DATA_DIR", DATA_DIR),
     ];
+    if authenticated {
+        environment.push(env("CACHE_AUTH_DIR", AUTH_DIR));
+    }
     let port = shape::port(cache.spec.engine).to_string();
     if let Topology::Replicated { sentinel } = shape::topology(cache) {
         environment.extend([
@@ -226,51 +250,55 @@ fn port(name: &str, number: i32) -> Option<Vec<ContainerPort>> {
     Some(vec![ContainerPort { name: Some(name.into()), container_port: number, ..ContainerPort::default() }])
 }
 
-fn server(cache: &Cache, settings: &Settings) -> Container {
+fn server(cache: &Cache, settings: &Settings, authenticated: bool) -> Container {
     let command = match cache.spec.engine {
-        Engine::Redis | Engine::Valkey => vec!["sh".to_owned(), format!("{CONFIG_DIR}/start.sh")],
-        Engine::Memcached => vec!["sh".to_owned(), "-c".to_owned(), format!("exec memcached $(cat {CONFIG_DIR}/memcached.args)")],
+        Engine::Memcached if !authenticated => {
+            vec!["sh".to_owned(), "-c".to_owned(), format!("exec memcached $(cat {CONFIG_DIR}/memcached.args)")]
+        }
+        // With authentication memcached's start script also reloads its auth file.
+        _ => vec!["sh".to_owned(), format!("{CONFIG_DIR}/start.sh")],
     };
     Container {
         name: "cache".into(),
         image: Some(settings.image(cache.spec.engine).to_owned()),
         image_pull_policy: settings.image_pull_policy.map(|p| p.as_str().to_owned()),
         command: Some(command),
-        env: Some(environment(cache)),
+        env: Some(environment(cache, authenticated)),
         ports: port("cache", shape::port(cache.spec.engine)),
         readiness_probe: readiness("ready"),
         liveness_probe: liveness("alive"),
         startup_probe: startup(cache),
         resources: Some(resources(&settings.cpu_request, settings.cpu_limit.as_ref(), &cache.spec.memory)),
         security_context: Some(restricted()),
-        volume_mounts: Some(mounts(cache)),
+        volume_mounts: Some(mounts(cache, authenticated.then_some(volumes::SERVER))),
         ..Container::default()
     }
 }
 
-fn sentinel(cache: &Cache, settings: &Settings) -> Container {
+fn sentinel(cache: &Cache, settings: &Settings, authenticated: bool) -> Container {
     Container {
         name: "sentinel".into(),
         image: Some(settings.image(cache.spec.engine).to_owned()),
         image_pull_policy: settings.image_pull_policy.map(|p| p.as_str().to_owned()),
         command: Some(vec!["sh".to_owned(), format!("{CONFIG_DIR}/sentinel.sh")]),
-        env: Some(environment(cache)),
+        env: Some(environment(cache, authenticated)),
         ports: port("sentinel", SENTINEL_PORT),
         readiness_probe: readiness("sentinel"),
         liveness_probe: liveness("sentinel"),
         resources: Some(resources(&Quantity(SIDECAR_CPU.into()), None, SENTINEL_MEMORY)),
         security_context: Some(restricted()),
-        volume_mounts: Some(mounts(cache)),
+        volume_mounts: Some(mounts(cache, authenticated.then_some(volumes::SENTINEL))),
         ..Container::default()
     }
 }
 
 /// The Prometheus exporter beside the server, scraping it over loopback (memcached's plain
-/// loopback listener with TLS; redis over TLS without verifying, as the probes do).
-fn exporter(cache: &Cache, settings: &Settings) -> Container {
+/// loopback listener with TLS; redis over TLS without verifying, as the probes do; as `monitor`,
+/// its password from its password file, when clients authenticate).
+fn exporter(cache: &Cache, settings: &Settings, authenticated: bool) -> Container {
     let engine = cache.spec.engine;
     let listen = format!("--web.listen-address=:{}", shape::exporter_port(engine));
-    let args = match engine {
+    let mut args = match engine {
         Engine::Redis | Engine::Valkey if shape::tls_enabled(cache) => {
             vec![format!("--redis.addr=rediss://127.0.0.1:{}", shape::port(engine)), "--skip-tls-verification".into(), listen]
         }
@@ -280,6 +308,9 @@ fn exporter(cache: &Cache, settings: &Settings) -> Container {
             vec![format!("--memcached.address=127.0.0.1:{port}"), listen]
         }
     };
+    if authenticated {
+        args.extend([format!("--redis.user={MONITOR}"), format!("--redis.password-file={AUTH_DIR}/{}", state::EXPORTER_PASSWORDS)]);
+    }
     Container {
         name: "exporter".into(),
         image: Some(settings.exporter_image(engine).to_owned()),
@@ -296,6 +327,7 @@ fn exporter(cache: &Cache, settings: &Settings) -> Container {
         }),
         resources: Some(resources(&Quantity(SIDECAR_CPU.into()), None, EXPORTER_MEMORY)),
         security_context: Some(restricted()),
+        volume_mounts: authenticated.then(|| vec![mount(volumes::EXPORTER, AUTH_DIR, true)]),
         ..Container::default()
     }
 }
@@ -334,6 +366,7 @@ mod tests {
                 access: None,
                 tls: None,
                 high_availability: None,
+                auth: None,
             },
         );
         cache.metadata.namespace = Some("ns".into());
@@ -347,7 +380,7 @@ mod tests {
     }
 
     fn pod(cache: &Cache, settings: &Settings) -> PodSpec {
-        template(cache, settings, "hash".into()).spec.expect("a pod")
+        template(cache, settings, "hash".into(), None).spec.expect("a pod")
     }
 
     fn settings(change: impl FnOnce(&mut CacheArgs)) -> Settings {
@@ -484,7 +517,10 @@ mod tests {
         assert_eq!(images, [settings.valkey_image.as_str(), settings.valkey_image.as_str(), settings.redis_exporter_image.as_str()]);
         assert!(pod.containers.iter().all(|c| c.image_pull_policy.as_deref() == Some("Always")));
         assert_eq!(pod.image_pull_secrets, Some(vec![LocalObjectReference { name: "mirror".into() }]));
-        assert_eq!(template(&cache(Engine::Redis, 1), &Settings::default(), String::new()).spec.and_then(|s| s.image_pull_secrets), None);
+        assert_eq!(
+            template(&cache(Engine::Redis, 1), &Settings::default(), String::new(), None).spec.and_then(|s| s.image_pull_secrets),
+            None
+        );
     }
 
     #[test]
@@ -512,10 +548,66 @@ mod tests {
         assert_eq!(pod.containers.len(), 1, "no Sentinel without autoFailover");
         assert_eq!(
             env_value(
-                &template(&cache(Engine::Redis, 2), &Settings::default(), String::new()).spec.expect("a pod").containers[0],
+                &template(&cache(Engine::Redis, 2), &Settings::default(), String::new(), None).spec.expect("a pod").containers[0],
                 "CACHE_PRIMARY_HOST"
             ),
             None
         );
+    }
+
+    fn authenticated(cache: &Cache, settings: &Settings) -> PodSpec {
+        template(cache, settings, "hash".into(), Some(PodAuth { generation: "g1" })).spec.expect("a pod")
+    }
+
+    fn mounted(container: &Container) -> Vec<(String, String)> {
+        container.volume_mounts.iter().flatten().map(|m| (m.name.clone(), m.mount_path.clone())).collect()
+    }
+
+    fn files(pod: &PodSpec, volume: &str) -> Vec<String> {
+        let volume = pod.volumes.iter().flatten().find(|v| v.name == volume).expect("the volume");
+        volume.secret.as_ref().and_then(|s| s.items.clone()).unwrap_or_default().into_iter().map(|item| item.path).collect()
+    }
+
+    #[test]
+    fn each_container_mounts_only_the_password_files_it_reads() {
+        let pod = authenticated(&ha(Engine::Redis), &settings(|a| a.exporter = true));
+        let auth = ("auth".to_owned(), AUTH_DIR.to_owned());
+        assert!(mounted(&pod.containers[0]).contains(&auth));
+        assert_eq!(files(&pod, "auth"), ["users.acl", "monitor.password", "replication.conf"]);
+        assert!(mounted(&pod.containers[1]).contains(&("sentinel-auth".to_owned(), AUTH_DIR.to_owned())));
+        assert_eq!(files(&pod, "sentinel-auth"), ["sentinel-users.acl", "sentinel-auth.conf", "monitor.password"]);
+        assert_eq!(mounted(&pod.containers[2]), [("exporter-auth".to_owned(), AUTH_DIR.to_owned())]);
+        assert_eq!(files(&pod, "exporter-auth"), ["exporter-passwords.json"]);
+        let secret = pod.volumes.iter().flatten().find(|v| v.name == "auth").and_then(|v| v.secret.clone()).expect("a Secret");
+        assert_eq!((secret.secret_name.as_deref(), secret.default_mode), (Some("c-cache-auth"), Some(0o440)));
+    }
+
+    #[test]
+    fn no_password_is_in_the_pod_spec_only_where_its_files_are() {
+        let pod = authenticated(&ha(Engine::Valkey), &settings(|a| a.exporter = true));
+        let server = &pod.containers[0];
+        assert_eq!(env_value(server, "CACHE_AUTH_DIR").as_deref(), Some(AUTH_DIR));
+        assert!(pod.containers.iter().flat_map(|c| c.env.iter().flatten()).all(|e| e.value_from.is_none() || e.name == "POD_NAME"));
+        let exporter = pod.containers.last().expect("the exporter");
+        assert!(
+            exporter.args.as_ref().is_some_and(|a| a.contains(&"--redis.user=monitor".to_owned())
+                && a.contains(&format!("--redis.password-file={AUTH_DIR}/exporter-passwords.json"))),
+            "{:?}",
+            exporter.args
+        );
+    }
+
+    #[test]
+    fn an_authenticated_memcached_runs_its_start_script_and_no_exporter() {
+        let pod = authenticated(&cache(Engine::Memcached, 1), &settings(|a| a.exporter = true));
+        assert_eq!(pod.containers.len(), 1, "memcached_exporter cannot authenticate");
+        assert_eq!(pod.containers[0].command, Some(vec!["sh".to_owned(), "/etc/blockwork-cache/start.sh".to_owned()]));
+        assert_eq!(files(&pod, "auth"), ["memcached.auth", "monitor.password"]);
+    }
+
+    #[test]
+    fn the_pods_carry_the_generation_of_the_passwords_secret() {
+        let template = template(&cache(Engine::Redis, 1), &Settings::default(), "hash".into(), Some(PodAuth { generation: "g1" }));
+        assert_eq!(template.metadata.and_then(|m| m.annotations).expect("annotations")[AUTH_GENERATION_ANNOTATION], "g1");
     }
 }

@@ -7,13 +7,19 @@ use std::collections::BTreeMap;
 use blockwork_runtime::policy::{self, AnnotationError, PAUSED_ANNOTATION, RECONCILE_REQUESTED_ANNOTATION};
 use k8s_openapi::api::core::v1::Secret;
 
+use blockwork_runtime::outcome::ErrorClass;
+
 use crate::api::{Cache, HIGH_AVAILABILITY_ANNOTATION};
+use crate::auth::ROTATE_ANNOTATION;
+use crate::auth::password::Password;
 use crate::shape::{Topology, topology};
 
 /// The `blockwork.dev/` annotations the Cache controller reads.
 /// (`reconcile-requested-at`: any value; its change reconciles the Cache at once, and the
 /// status records it in `lastHandledReconcileAt`.)
-pub const CACHE_ANNOTATIONS: &[&str] = &[PAUSED_ANNOTATION, RECONCILE_REQUESTED_ANNOTATION];
+/// (`rotate-requested-at`: any value; its change rotates the application's password, and
+/// `status.auth` records it in `lastHandledRotateAt`.)
+pub const CACHE_ANNOTATIONS: &[&str] = &[PAUSED_ANNOTATION, RECONCILE_REQUESTED_ANNOTATION, ROTATE_ANNOTATION];
 
 /// Why the controller leaves a Cache's objects as they are.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -53,6 +59,10 @@ pub enum Unresolved {
     SecretNotFound(String),
     #[error("the TLS Secret {name} has no {}: the pods cannot start until it does", missing.join(", "))]
     SecretIncomplete { name: String, missing: Vec<&'static str> },
+    #[error("the password Secret {0} (auth.secretRef) does not exist in the Cache's namespace: the pods cannot start until it does")]
+    AuthSecretNotFound(String),
+    #[error("the password Secret {name} (auth.secretRef) has no usable key password: {why}")]
+    AuthSecretInvalid { name: String, why: String },
 }
 
 impl Unresolved {
@@ -61,9 +71,44 @@ impl Unresolved {
         match self {
             Self::SecretNotFound(_) => "TLSSecretNotFound",
             Self::SecretIncomplete { .. } => "TLSSecretIncomplete",
+            Self::AuthSecretNotFound(_) => "AuthSecretNotFound",
+            Self::AuthSecretInvalid { .. } => "AuthSecretInvalid",
+        }
+    }
+
+    /// The class of `status.lastError` while it lasts: waiting for a Secret to appear, or for
+    /// a person to fix one.
+    pub fn class(&self) -> ErrorClass {
+        match self {
+            Self::SecretNotFound(_) | Self::AuthSecretNotFound(_) => ErrorClass::NotFound,
+            Self::SecretIncomplete { .. } | Self::AuthSecretInvalid { .. } => ErrorClass::Terminal,
         }
     }
 }
+
+/// The Secret of the application's password, if the user gives one (`auth.secretRef`).
+pub fn password_secret_name(cache: &Cache) -> Option<&str> {
+    cache.spec.auth.as_ref().filter(|auth| auth.enabled).and_then(|auth| auth.secret_ref.as_ref()).map(|r| r.name.as_str())
+}
+
+/// The password of the user's Secret (`secret` as read; `None` if it does not exist), checked.
+/// What is wrong is said without the value.
+pub fn given_password(cache: &Cache, secret: Option<&Secret>) -> Result<Option<Password>, Unresolved> {
+    let Some(name) = password_secret_name(cache) else {
+        return Ok(None);
+    };
+    let Some(secret) = secret else {
+        return Err(Unresolved::AuthSecretNotFound(name.to_owned()));
+    };
+    let value = secret.data.as_ref().and_then(|d| d.get(PASSWORD_KEY)).map(|v| v.0.as_slice());
+    let Some(value) = value else {
+        return Err(Unresolved::AuthSecretInvalid { name: name.to_owned(), why: format!("it has no key {PASSWORD_KEY}") });
+    };
+    Password::parse(value).map(Some).map_err(|why| Unresolved::AuthSecretInvalid { name: name.to_owned(), why: why.to_string() })
+}
+
+/// The key of the user's password Secret.
+pub const PASSWORD_KEY: &str = "password";
 
 /// The Secret the pods mount, if TLS is on.
 pub fn tls_secret_name(cache: &Cache) -> Option<&str> {
@@ -71,8 +116,10 @@ pub fn tls_secret_name(cache: &Cache) -> Option<&str> {
 }
 
 /// Whether the TLS Secret (`secret`, as read; `None` if it does not exist) has every key the
-/// rendered configuration reads: `tls.crt` and `tls.key`, and `ca.crt` for replication.
-pub fn check_tls_secret(cache: &Cache, secret: Option<&Secret>) -> Result<(), Unresolved> {
+/// rendered configuration reads: `tls.crt` and `tls.key`, and `ca.crt` for replication and when
+/// clients `authenticate` (the operator verifies the servers it gives passwords to, and the
+/// binding Secret hands it to applications).
+pub fn check_tls_secret(cache: &Cache, secret: Option<&Secret>, authenticate: bool) -> Result<(), Unresolved> {
     let Some(name) = tls_secret_name(cache) else {
         return Ok(());
     };
@@ -80,7 +127,7 @@ pub fn check_tls_secret(cache: &Cache, secret: Option<&Secret>) -> Result<(), Un
         return Err(Unresolved::SecretNotFound(name.to_owned()));
     };
     let mut needed = vec!["tls.crt", "tls.key"];
-    if topology(cache) != Topology::Standalone {
+    if topology(cache) != Topology::Standalone || authenticate {
         needed.push("ca.crt");
     }
     let has = |key: &str| secret.data.as_ref().and_then(|d| d.get(key)).is_some_and(|v| !v.0.is_empty());
@@ -109,6 +156,7 @@ mod tests {
                 access: None,
                 tls: tls.map(|name| Tls { enabled: true, secret_name: Some(name.into()) }),
                 high_availability: replicated.then_some(HighAvailability { enabled: true, auto_failover: true }),
+                auth: None,
             },
         )
     }
@@ -150,25 +198,45 @@ mod tests {
 
     #[test]
     fn without_tls_there_is_nothing_to_resolve() {
-        assert_eq!(check_tls_secret(&cache(None, false), None), Ok(()));
+        assert_eq!(check_tls_secret(&cache(None, false), None, false), Ok(()));
     }
 
     #[test]
     fn a_missing_tls_secret_is_named() {
-        let error = check_tls_secret(&cache(Some("tls"), false), None).expect_err("missing");
+        let error = check_tls_secret(&cache(Some("tls"), false), None, false).expect_err("missing");
         assert_eq!((error.reason(), error.to_string().contains("tls does not exist")), ("TLSSecretNotFound", true));
     }
 
     #[test]
     fn a_tls_secret_without_its_key_is_incomplete() {
-        let error = check_tls_secret(&cache(Some("tls"), false), Some(&secret(&["tls.crt"]))).expect_err("no key");
+        let error = check_tls_secret(&cache(Some("tls"), false), Some(&secret(&["tls.crt"])), false).expect_err("no key");
         assert_eq!(error, Unresolved::SecretIncomplete { name: "tls".into(), missing: vec!["tls.key"] });
-        assert_eq!(check_tls_secret(&cache(Some("tls"), false), Some(&secret(&["tls.crt", "tls.key"]))), Ok(()));
+        assert_eq!(check_tls_secret(&cache(Some("tls"), false), Some(&secret(&["tls.crt", "tls.key"])), false), Ok(()));
     }
 
     #[test]
     fn replication_over_tls_also_needs_the_ca() {
-        let error = check_tls_secret(&cache(Some("tls"), true), Some(&secret(&["tls.crt", "tls.key"]))).expect_err("no ca");
+        let error = check_tls_secret(&cache(Some("tls"), true), Some(&secret(&["tls.crt", "tls.key"])), false).expect_err("no ca");
         assert_eq!(error, Unresolved::SecretIncomplete { name: "tls".into(), missing: vec!["ca.crt"] });
+    }
+
+    #[test]
+    fn with_authentication_tls_also_needs_the_ca_the_operator_verifies_with() {
+        let error = check_tls_secret(&cache(Some("tls"), false), Some(&secret(&["tls.crt", "tls.key"])), true).expect_err("no ca");
+        assert_eq!(error, Unresolved::SecretIncomplete { name: "tls".into(), missing: vec!["ca.crt"] });
+    }
+
+    #[test]
+    fn the_user_s_password_secret_is_named_when_missing_or_unusable_never_its_value() {
+        let mut c = cache(None, false);
+        c.spec.auth =
+            Some(crate::api::Auth { secret_ref: Some(crate::api::SecretReference { name: "mine".into() }), ..crate::api::Auth::default() });
+        assert_eq!(given_password(&c, None).map(|p| p.is_some()), Err(Unresolved::AuthSecretNotFound("mine".into())));
+        let short = Secret { data: Some([("password".to_owned(), ByteString(b"abc".to_vec()))].into()), ..Secret::default() };
+        let error = given_password(&c, Some(&short)).expect_err("too short");
+        assert_eq!(error.reason(), "AuthSecretInvalid");
+        assert!(error.to_string().contains("3 characters") && !error.to_string().contains("abc"), "{error}");
+        let good = Secret { data: Some([("password".to_owned(), ByteString(b"long-enough".to_vec()))].into()), ..Secret::default() };
+        assert_eq!(given_password(&c, Some(&good)).map(|p| p.map(|p| p.expose().to_owned())), Ok(Some("long-enough".into())));
     }
 }

@@ -9,6 +9,9 @@ use std::collections::BTreeMap;
 use kube::ResourceExt;
 
 use crate::api::{Cache, Engine, EvictionPolicy};
+use crate::auth::MONITOR_FILE;
+use crate::auth::state::MEMCACHED_AUTH;
+use crate::auth::users::MONITOR;
 use crate::replication;
 use crate::shape::{self, InvalidSpec, MEMCACHED_LOOPBACK_PORT, SENTINEL_PORT, TLS_DIR, Topology};
 
@@ -17,23 +20,30 @@ pub const PROBE_SCRIPT: &str = "probe.sh";
 /// How long a probe waits for an answer: a server that takes longer is hung, as far as its
 /// clients can tell. The kubelet's own timeout is a second more.
 pub const PROBE_ANSWER_SECONDS: i32 = 2;
+/// How often a memcached pod looks whether its auth file changed.
+pub const RELOAD_SECONDS: u32 = 2;
 
-/// Every file of the ConfigMap, by name.
-pub fn files(cache: &Cache) -> Result<BTreeMap<String, String>, InvalidSpec> {
+/// Every file of the ConfigMap, by name; with `authenticated`, the servers and scripts read the
+/// passwords' files (`$CACHE_AUTH_DIR`: never a password here).
+pub fn files(cache: &Cache, authenticated: bool) -> Result<BTreeMap<String, String>, InvalidSpec> {
     let mut files: BTreeMap<String, String> = match cache.spec.engine {
         Engine::Redis | Engine::Valkey => {
-            [("redis.conf".to_owned(), config(cache)?), ("start.sh".to_owned(), replication::start_script(cache))].into()
+            [("redis.conf".to_owned(), config(cache)?), ("start.sh".to_owned(), replication::start_script(cache, authenticated))].into()
         }
         Engine::Memcached => [("memcached.args".to_owned(), config(cache)?)].into(),
     };
-    if shape::has_sentinel(cache) {
-        files.insert("sentinel.sh".into(), replication::sentinel_script(cache));
+    if cache.spec.engine == Engine::Memcached && authenticated {
+        files.insert("start.sh".into(), memcached_start_script(cache));
     }
-    files.insert(PROBE_SCRIPT.into(), probe_script(cache));
+    if shape::has_sentinel(cache) {
+        files.insert("sentinel.sh".into(), replication::sentinel_script(cache, authenticated));
+    }
+    files.insert(PROBE_SCRIPT.into(), probe_script(cache, authenticated));
     Ok(files)
 }
 
-/// The engine's configuration file (Redis/Valkey) or argument list (Memcached).
+/// The engine's configuration file or argument list (with authentication, `start.sh` adds the
+/// passwords' files).
 pub fn config(cache: &Cache) -> Result<String, InvalidSpec> {
     let limit = shape::data_limit_bytes(&cache.spec.memory)?;
     let tls = shape::tls_enabled(cache);
@@ -85,15 +95,21 @@ pub fn config(cache: &Cache) -> Result<String, InvalidSpec> {
 /// down, is alive), `sentinel` (the Sentinel beside it answers). Each question is bounded by
 /// [`PROBE_ANSWER_SECONDS`]: a hung server fails both, so it leaves the Service and is restarted.
 /// What a failed probe prints, the kubelet records in the pod's events.
-pub fn probe_script(cache: &Cache) -> String {
+pub fn probe_script(cache: &Cache, authenticated: bool) -> String {
     let name = cache.name_any();
     let wait = PROBE_ANSWER_SECONDS;
     match cache.spec.engine {
         Engine::Redis | Engine::Valkey => {
             // The pod asks itself over loopback: TLS as the clients get it, without verifying a
-            // certificate that names the Service, not 127.0.0.1. (A Cache has no password.)
+            // certificate that names the Service, not 127.0.0.1; as `monitor` when clients
+            // authenticate.
             let tls = if shape::tls_enabled(cache) { " --tls --insecure" } else { "" };
             let port = shape::port(cache.spec.engine);
+            let cli = if authenticated {
+                replication::cli_as_monitor(&format!("timeout {wait}"))
+            } else {
+                format!(r#"timeout {wait} "$CACHE_CLI""#)
+            };
             format!(
                 r#"#!/bin/sh
 # Rendered by Blockwork from Cache {name}; edits are overwritten.
@@ -104,12 +120,39 @@ case "${{1:-}}" in
   *) echo "usage: probe.sh ready|alive|sentinel" >&2; exit 2 ;;
 esac
 # $tls is a list of flags: split on purpose.
-reply=$(timeout {wait} "$CACHE_CLI" -h 127.0.0.1 -p "$port" $tls ping 2>&1) || true
+reply=$({cli} -h 127.0.0.1 -p "$port" $tls ping 2>&1) || true
 case "$1:$reply" in
   *:PONG) exit 0 ;;
   alive:LOADING*|alive:MASTERDOWN*) exit 0 ;;
 esac
 echo "no PONG from 127.0.0.1:$port within {wait} s: ${{reply:-no answer}}"
+exit 1
+"#
+            )
+        }
+        Engine::Memcached if authenticated => {
+            let port = if shape::tls_enabled(cache) { MEMCACHED_LOOPBACK_PORT } else { shape::port(Engine::Memcached) };
+            format!(
+                r#"#!/bin/sh
+# Rendered by Blockwork from Cache {name}; edits are overwritten.
+set -u
+case "${{1:-}}" in
+  ready|alive) ;;
+  *) echo "usage: probe.sh ready|alive" >&2; exit 2 ;;
+esac
+# memcached's `version` over loopback, after authenticating as monitor (the token goes through
+# the shell's own printf or the environment: never an argument): with nc where the image has
+# it (busybox, Alpine), else with bash's /dev/tcp (Debian's images, the official one among them).
+token="{MONITOR} $(cat "$CACHE_AUTH_DIR/{MONITOR_FILE}")"
+if command -v nc >/dev/null 2>&1; then
+  reply=$(printf 'set auth 0 0 %s\r\n%s\r\nversion\r\nquit\r\n' "${{#token}}" "$token" | timeout {wait} nc 127.0.0.1 {port} 2>&1) || true
+else
+  reply=$(TOKEN="$token" timeout {wait} bash -c 'exec 3<>/dev/tcp/127.0.0.1/{port} && printf "set auth 0 0 %s\r\n%s\r\nversion\r\n" "${{#TOKEN}}" "$TOKEN" >&3 && read -r stored <&3 && read -r line <&3 && echo "$stored $line"' 2>&1) || true
+fi
+case "$reply" in
+  STORED*VERSION*) exit 0 ;;
+esac
+echo "no VERSION from 127.0.0.1:{port} within {wait} s as {MONITOR}: ${{reply:-no answer}}"
 exit 1
 "#
             )
@@ -142,6 +185,32 @@ exit 1
     }
 }
 
+/// Starts memcached with its auth file, and reloads it (SIGHUP) when the kubelet updates the
+/// file: memcached reads it only at start and on that signal, and keeps its connections.
+fn memcached_start_script(cache: &Cache) -> String {
+    format!(
+        r#"#!/bin/sh
+# Rendered by Blockwork from Cache {name}; edits are overwritten.
+set -eu
+auth="$CACHE_AUTH_DIR/{MEMCACHED_AUTH}"
+server=$$
+(
+  loaded=$(cat "$auth" 2>/dev/null || true)
+  while sleep {RELOAD_SECONDS}; do
+    now=$(cat "$auth") || continue
+    if [ "$now" != "$loaded" ] && kill -HUP "$server"; then
+      loaded=$now
+      echo "the auth file changed: memcached reloads it"
+    fi
+  done
+) &
+# Every connection's first command authenticates (a `set` whose data is `USER PASSWORD`).
+exec memcached $(cat "$CACHE_CONFIG_DIR/memcached.args") --auth-file="$auth"
+"#,
+        name = cache.name_any()
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -158,6 +227,7 @@ mod tests {
                 access: None,
                 tls: None,
                 high_availability: None,
+                auth: None,
             },
         );
         cache.metadata.namespace = Some("ns".into());
@@ -198,13 +268,13 @@ mod tests {
     fn memcached_with_tls_speaks_plain_text_only_on_loopback() {
         let args = config(&with_tls(cache(Engine::Memcached, "64Mi"))).expect("renders");
         assert!(args.contains("--listen=0.0.0.0:11211,notls:127.0.0.1:11212\n") && args.contains("--enable-ssl\n"), "{args}");
-        assert!(probe_script(&with_tls(cache(Engine::Memcached, "64Mi"))).contains("nc 127.0.0.1 11212"));
+        assert!(probe_script(&with_tls(cache(Engine::Memcached, "64Mi")), false).contains("nc 127.0.0.1 11212"));
     }
 
     #[test]
     fn the_redis_probe_speaks_tls_when_clients_must() {
-        assert!(!probe_script(&cache(Engine::Redis, "64Mi")).contains("--tls"));
-        let probe = probe_script(&with_tls(cache(Engine::Redis, "64Mi")));
+        assert!(!probe_script(&cache(Engine::Redis, "64Mi"), false).contains("--tls"));
+        let probe = probe_script(&with_tls(cache(Engine::Redis, "64Mi")), false);
         assert!(probe.contains(r#"ready|alive) port=6379; tls=" --tls --insecure""#), "{probe}");
         assert!(probe.contains(r#"sentinel) port=26379; tls="""#), "Sentinel's port is plain: {probe}");
     }
@@ -223,9 +293,33 @@ mod tests {
         let mut ha = cache(Engine::Valkey, "64Mi");
         ha.spec.replicas = 5;
         ha.spec.high_availability = Some(HighAvailability { enabled: true, auto_failover: true });
-        let files = files(&ha).expect("renders");
+        let files = files(&ha, false).expect("renders");
         assert_eq!(files.keys().map(String::as_str).collect::<Vec<_>>(), ["probe.sh", "redis.conf", "sentinel.sh", "start.sh"]);
-        let files = super::files(&cache(Engine::Memcached, "64Mi")).expect("renders");
+        let files = super::files(&cache(Engine::Memcached, "64Mi"), false).expect("renders");
         assert_eq!(files.keys().map(String::as_str).collect::<Vec<_>>(), ["memcached.args", "probe.sh"]);
+    }
+
+    #[test]
+    fn authenticated_probes_ask_as_monitor_with_the_password_from_its_file() {
+        let probe = probe_script(&cache(Engine::Valkey, "64Mi"), true);
+        assert!(
+            probe.contains(
+                r#"reply=$(REDISCLI_AUTH="$(cat "$CACHE_AUTH_DIR/monitor.password")" timeout 2 "$CACHE_CLI" --user monitor -h 127.0.0.1"#
+            ),
+            "{probe}"
+        );
+        let memcached = probe_script(&cache(Engine::Memcached, "64Mi"), true);
+        assert!(memcached.contains(r#"token="monitor $(cat "$CACHE_AUTH_DIR/monitor.password")""#), "{memcached}");
+        assert!(memcached.contains("STORED*VERSION*) exit 0"), "{memcached}");
+    }
+
+    #[test]
+    fn authenticated_memcached_reads_its_auth_file_and_reloads_it_when_it_changes() {
+        let files = files(&cache(Engine::Memcached, "64Mi"), true).expect("renders");
+        assert!(!files["memcached.args"].contains("auth"), "the arguments are an open memcached's: {}", files["memcached.args"]);
+        let start = &files["start.sh"];
+        assert!(start.contains(r#"kill -HUP "$server""#), "{start}");
+        assert!(start.ends_with("exec memcached $(cat \"$CACHE_CONFIG_DIR/memcached.args\") --auth-file=\"$auth\"\n"), "{start}");
+        assert!(!super::files(&cache(Engine::Memcached, "64Mi"), false).expect("renders").contains_key("start.sh"));
     }
 }

@@ -30,6 +30,9 @@
 use kube::ResourceExt;
 
 use crate::api::Cache;
+use crate::auth::MONITOR_FILE;
+use crate::auth::state::{REPLICATION_CONF, SENTINEL_ACL, SENTINEL_AUTH, SERVER_ACL};
+use crate::auth::users::MONITOR;
 use crate::shape::{self, TLS_DIR, Topology};
 
 /// Sentinel calls a primary down after this long without an answer.
@@ -43,9 +46,22 @@ pub const FAILOVER_WAIT_SECONDS: u32 = (DOWN_AFTER_MILLISECONDS + 2 * FAILOVER_T
 /// How long one Sentinel is given to answer a starting pod.
 const ASK_SECONDS: u32 = 2;
 
+/// `prefix` (say, a `timeout`) running the engine's CLI as `monitor`: its password from its
+/// file, through the environment (`REDISCLI_AUTH`), never an argument.
+pub fn cli_as_monitor(prefix: &str) -> String {
+    format!(r#"REDISCLI_AUTH="$(cat "$CACHE_AUTH_DIR/{MONITOR_FILE}")" {prefix} "$CACHE_CLI" --user {MONITOR}"#)
+}
+
+/// The engine's CLI bounded by [`ASK_SECONDS`], as `monitor` when clients authenticate.
+fn ask(authenticated: bool) -> String {
+    let timeout = format!("timeout {ASK_SECONDS}");
+    if authenticated { cli_as_monitor(&timeout) } else { format!(r#"{timeout} "$CACHE_CLI""#) }
+}
+
 /// Shell functions both scripts use to ask the other pods' Sentinels
 /// (`$CACHE_SENTINELS`: `HOST:PORT` of every pod's Sentinel).
-fn ask_sentinels() -> String {
+fn ask_sentinels(authenticated: bool) -> String {
+    let ask = ask(authenticated);
     format!(
         r#"# The value of field $1 in a Sentinel's answer (names and values, one a line) on stdin.
 field() {{ while read -r key && read -r value; do [ "$key" != "$1" ] || {{ echo "$value"; return; }}; done; }}
@@ -57,7 +73,7 @@ latest_primary() {{
   primary="" epoch=-1 asked=""
   for sentinel in $CACHE_SENTINELS; do
     [ "$sentinel" != "$CACHE_ANNOUNCE_HOST:$CACHE_SENTINEL_PORT" ] || continue
-    answer=$(timeout {ASK_SECONDS} "$CACHE_CLI" -h "${{sentinel%:*}}" -p "${{sentinel##*:}}" --raw sentinel master "$CACHE_NAME" 2>/dev/null) || continue
+    answer=$({ask} -h "${{sentinel%:*}}" -p "${{sentinel##*:}}" --raw sentinel master "$CACHE_NAME" 2>/dev/null) || continue
     host=$(printf '%s\n' "$answer" | field ip)
     port=$(printf '%s\n' "$answer" | field port)
     its_epoch=$(printf '%s\n' "$answer" | field config-epoch)
@@ -72,9 +88,11 @@ latest_primary() {{
 
 /// Starts redis-server or valkey-server from the rendered configuration, copied to the data
 /// directory because the server may rewrite it; as a replica of the primary, unless it is one.
-pub fn start_script(cache: &Cache) -> String {
+/// With `authenticated`, its users come from the ACL file and, replicated, it authenticates to
+/// its primary as `replication` (both files of `$CACHE_AUTH_DIR`).
+pub fn start_script(cache: &Cache, authenticated: bool) -> String {
     let name = cache.name_any();
-    let header = format!(
+    let mut header = format!(
         r#"#!/bin/sh
 # Rendered by Blockwork from Cache {name}; edits are overwritten.
 set -eu
@@ -87,6 +105,12 @@ printf 'dir %s\n' "$CACHE_DATA_DIR" >> "$config"
 rm -f "$CACHE_DATA_DIR/dump.rdb"
 "#
     );
+    if authenticated {
+        header.push_str(&format!("printf 'aclfile %s/{SERVER_ACL}\\n' \"$CACHE_AUTH_DIR\" >> \"$config\"\n"));
+        if shape::topology(cache) != Topology::Standalone {
+            header.push_str(&format!("printf 'include %s/{REPLICATION_CONF}\\n' \"$CACHE_AUTH_DIR\" >> \"$config\"\n"));
+        }
+    }
     let replication = match shape::topology(cache) {
         Topology::Standalone => String::new(),
         Topology::Replicated { sentinel: false } => r#"if [ "${POD_NAME##*-}" != 0 ]; then
@@ -118,7 +142,7 @@ case "$primary" in
 esac
 printf 'replica-announce-ip %s\n' "$CACHE_ANNOUNCE_HOST" >> "$config"
 "#,
-            ask = ask_sentinels(),
+            ask = ask_sentinels(authenticated),
             wait = FAILOVER_WAIT_SECONDS
         ),
     };
@@ -126,8 +150,10 @@ printf 'replica-announce-ip %s\n' "$CACHE_ANNOUNCE_HOST" >> "$config"
 }
 
 /// Starts a Sentinel that watches the primary the other pods' Sentinels name (else pod 0) and
-/// knows the replicas they know. Quorum: a majority of the replicas.
-pub fn sentinel_script(cache: &Cache) -> String {
+/// knows the replicas they know. Quorum: a majority of the replicas. With `authenticated`, its
+/// users and how it authenticates to the servers and the other Sentinels come from
+/// `$CACHE_AUTH_DIR`.
+pub fn sentinel_script(cache: &Cache, authenticated: bool) -> String {
     let quorum = cache.spec.replicas / 2 + 1;
     let tls = if shape::tls_enabled(cache) {
         format!(
@@ -136,13 +162,18 @@ pub fn sentinel_script(cache: &Cache) -> String {
     } else {
         String::new()
     };
+    let auth = if authenticated {
+        format!("  cat \"$CACHE_AUTH_DIR/{SENTINEL_ACL}\" \"$CACHE_AUTH_DIR/{SENTINEL_AUTH}\"\n")
+    } else {
+        String::new()
+    };
     format!(
         r#"#!/bin/sh
 # Rendered by Blockwork from Cache {name}; edits are overwritten.
 set -eu
-{ask}# "HOST PORT" of each replica the Sentinel that answered knows, one a line.
+{ask_sentinels}# "HOST PORT" of each replica the Sentinel that answered knows, one a line.
 replicas() {{
-  timeout {ASK_SECONDS} "$CACHE_CLI" -h "${{asked%:*}}" -p "${{asked##*:}}" --raw sentinel replicas "$CACHE_NAME" 2>/dev/null | {{
+  {ask} -h "${{asked%:*}}" -p "${{asked##*:}}" --raw sentinel replicas "$CACHE_NAME" 2>/dev/null | {{
     while read -r key && read -r value; do
       case "$key" in ip) host=$value ;; port) echo "$host $value" ;; esac
     done
@@ -159,7 +190,7 @@ latest_primary
   printf 'sentinel down-after-milliseconds %s {DOWN_AFTER_MILLISECONDS}\n' "$CACHE_NAME"
   printf 'sentinel failover-timeout %s {FAILOVER_TIMEOUT_MILLISECONDS}\n' "$CACHE_NAME"
   printf 'sentinel parallel-syncs %s 1\n' "$CACHE_NAME"
-  if [ -n "$asked" ]; then
+{auth}  if [ -n "$asked" ]; then
     # Known from the start, not learnt from the primary, which may be down: a Sentinel that
     # knew no replica could win the election for a failover and then give it up.
     printf 'sentinel config-epoch %s %s\n' "$CACHE_NAME" "$epoch"
@@ -172,7 +203,8 @@ latest_primary
 exec "$CACHE_SERVER" "$CACHE_DATA_DIR/sentinel.conf" --sentinel
 "#,
         name = cache.name_any(),
-        ask = ask_sentinels(),
+        ask_sentinels = ask_sentinels(authenticated),
+        ask = ask(authenticated),
     )
 }
 
@@ -192,6 +224,7 @@ mod tests {
                 access: None,
                 tls: None,
                 high_availability,
+                auth: None,
             },
         );
         cache.metadata.namespace = Some("ns".into());
@@ -204,21 +237,21 @@ mod tests {
 
     #[test]
     fn a_standalone_server_replicates_from_nothing() {
-        let script = start_script(&cache(2, None));
+        let script = start_script(&cache(2, None), false);
         assert!(!script.contains("replicaof") && !script.contains("sentinel"), "{script}");
         assert!(script.ends_with("exec \"$CACHE_SERVER\" \"$config\"\n"), "{script}");
     }
 
     #[test]
     fn without_sentinel_pod_zero_is_always_the_primary() {
-        let script = start_script(&ha(3, false));
+        let script = start_script(&ha(3, false), false);
         assert!(script.contains("if [ \"${POD_NAME##*-}\" != 0 ]; then\n  printf 'replicaof"), "{script}");
         assert!(!script.contains("latest_primary"), "{script}");
     }
 
     #[test]
     fn with_sentinel_a_server_follows_the_primary_the_sentinels_name() {
-        let script = start_script(&ha(3, true));
+        let script = start_script(&ha(3, true), false);
         assert!(
             script.contains("*) echo \"following the primary the Sentinels name: $primary\"; printf 'replicaof %s\\n' \"$primary\""),
             "{script}"
@@ -231,7 +264,7 @@ mod tests {
 
     #[test]
     fn a_server_the_sentinels_still_name_waits_for_a_failover_and_then_no_longer() {
-        let script = start_script(&ha(3, true));
+        let script = start_script(&ha(3, true), false);
         assert_eq!(FAILOVER_WAIT_SECONDS, 140);
         assert!(script.contains("deadline=$(( $(date +%s) + 140 ))"), "{script}");
         assert!(script.contains("serving as the primary, without data"), "{script}");
@@ -239,7 +272,7 @@ mod tests {
 
     #[test]
     fn a_sentinel_watches_the_primary_the_others_name_else_pod_zero_with_a_majority_for_quorum() {
-        let script = sentinel_script(&ha(5, true));
+        let script = sentinel_script(&ha(5, true), false);
         assert!(script.contains("sentinel config-epoch") && script.contains("sentinel known-replica"), "{script}");
         assert!(script.contains("latest_primary\n[ -n \"$primary\" ] || primary=\"$CACHE_PRIMARY_HOST $CACHE_PRIMARY_PORT\""), "{script}");
         assert!(script.contains("printf 'sentinel monitor %s %s 3\\n' \"$CACHE_NAME\" \"$primary\""), "quorum 3 of 5: {script}");
@@ -250,7 +283,29 @@ mod tests {
     fn with_tls_sentinels_reach_the_servers_over_tls() {
         let mut c = ha(3, true);
         c.spec.tls = Some(Tls { enabled: true, secret_name: Some("s".into()) });
-        assert!(sentinel_script(&c).contains("echo 'tls-replication yes'"));
-        assert!(!sentinel_script(&ha(3, true)).contains("tls-replication"));
+        assert!(sentinel_script(&c, false).contains("echo 'tls-replication yes'"));
+        assert!(!sentinel_script(&ha(3, true), false).contains("tls-replication"));
+    }
+
+    #[test]
+    fn an_authenticated_server_reads_its_users_and_replicates_as_replication() {
+        let script = start_script(&ha(3, true), true);
+        assert!(script.contains("printf 'aclfile %s/users.acl\\n' \"$CACHE_AUTH_DIR\" >> \"$config\"\n"), "{script}");
+        assert!(script.contains("printf 'include %s/replication.conf\\n' \"$CACHE_AUTH_DIR\" >> \"$config\"\n"), "{script}");
+        assert!(
+            script
+                .contains(r#"answer=$(REDISCLI_AUTH="$(cat "$CACHE_AUTH_DIR/monitor.password")" timeout 2 "$CACHE_CLI" --user monitor -h"#),
+            "{script}"
+        );
+        assert!(!start_script(&cache(1, None), true).contains("replication.conf"), "a standalone server replicates from nothing");
+    }
+
+    #[test]
+    fn an_authenticated_sentinel_takes_its_users_and_credentials_after_the_monitor_line() {
+        let script = sentinel_script(&ha(3, true), true);
+        let monitor = script.find("sentinel monitor").expect("monitor");
+        let auth = script.find(r#"cat "$CACHE_AUTH_DIR/sentinel-users.acl" "$CACHE_AUTH_DIR/sentinel-auth.conf""#).expect("auth");
+        assert!(monitor < auth, "auth-pass must follow the monitor line: {script}");
+        assert!(!sentinel_script(&ha(3, true), false).contains("CACHE_AUTH_DIR"));
     }
 }

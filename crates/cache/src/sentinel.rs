@@ -9,8 +9,8 @@
 //!   with the highest configuration epoch (which every failover raises) is the latest.
 //! - **TLS and auth.** Sentinel's own port serves plain text in every mode: TLS mode makes the
 //!   servers, and Sentinel's links to them (`tls-replication`), speak TLS, not port 26379, which
-//!   carries only the topology. A Cache has no password (no `requirepass`), so neither the
-//!   servers nor Sentinel ask for one. Should either change, [`ask`] is the one place to follow.
+//!   carries only the topology. When clients authenticate, so does the operator: as `operator`,
+//!   which may ask this and change passwords, nothing else (`crate::auth::users`).
 //! - **Bounded.** Connecting and the answer together take at most [`CALL_TIMEOUT`] per Sentinel,
 //!   asked concurrently, so a reconcile waits at most that long. No Sentinel answering is the
 //!   `PrimaryKnown=False` condition, never a failed reconcile.
@@ -29,6 +29,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use blockwork_runtime::status::condition as new_condition;
 
 use crate::api::Failover;
+use crate::auth::password::Password;
 
 /// Connecting to one Sentinel and its answer, together.
 pub const CALL_TIMEOUT: Duration = Duration::from_secs(2);
@@ -148,11 +149,12 @@ pub fn condition(report: Option<&Report>, asked: &[String], generation: Option<i
     }
 }
 
-/// Asks the Sentinel at `port` of each of `hosts` about the primary `name` at once; the reports
-/// that came back within [`CALL_TIMEOUT`], and the errors of the others by host.
-pub async fn ask(hosts: &[String], port: u16, name: &str) -> (Vec<Report>, Vec<(String, String)>) {
+/// Asks the Sentinel at `port` of each of `hosts` about the primary `name` at once, as `user`
+/// when they authenticate; the reports that came back within [`CALL_TIMEOUT`], and the errors
+/// of the others by host.
+pub async fn ask(hosts: &[String], port: u16, name: &str, user: Option<(&str, &Password)>) -> (Vec<Report>, Vec<(String, String)>) {
     let answers = join_all(hosts.iter().map(|host| async move {
-        let answer = tokio::time::timeout(CALL_TIMEOUT, ask_one(host, port, name))
+        let answer = tokio::time::timeout(CALL_TIMEOUT, ask_one(host, port, name, user))
             .await
             .unwrap_or_else(|_| Err(format!("no answer within {} s", CALL_TIMEOUT.as_secs())));
         (host.clone(), answer)
@@ -169,9 +171,8 @@ pub async fn ask(hosts: &[String], port: u16, name: &str) -> (Vec<Report>, Vec<(
     (reports, errors)
 }
 
-async fn ask_one(host: &str, port: u16, name: &str) -> Result<Report, String> {
-    let client = redis::Client::open(format!("redis://{host}:{port}/")).map_err(|e| e.to_string())?;
-    let mut connection = client.get_multiplexed_async_connection().await.map_err(|e| e.to_string())?;
+async fn ask_one(host: &str, port: u16, name: &str, user: Option<(&str, &Password)>) -> Result<Report, String> {
+    let mut connection = crate::auth::servers::connect(host, port, None, user).await?;
     let fields: HashMap<String, String> =
         redis::cmd("SENTINEL").arg("MASTER").arg(name).query_async(&mut connection).await.map_err(|e| e.to_string())?;
     parse(&fields).map_err(|e| e.to_string())

@@ -12,6 +12,7 @@
 
 use std::collections::BTreeMap;
 use std::sync::LazyLock;
+use std::time::Duration;
 
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use regex::Regex;
@@ -29,6 +30,10 @@ pub const DEFAULT_MEMCACHED_EXPORTER_IMAGE: &str = "prom/memcached-exporter:v0.1
 /// cache of modest traffic (Redis and memcached are network-bound, and Redis uses one core at
 /// most); busier caches set more at install.
 pub const DEFAULT_CPU_REQUEST: &str = "100m";
+
+/// How long the kubelet takes to bring a changed Secret into the pods that mount it, unless
+/// told otherwise: its default `syncFrequency` (1m) and a margin.
+pub const DEFAULT_SECRET_PROPAGATION: &str = "90s";
 
 /// The user the official images run their server as: `redis` (999) in Redis' and Valkey's,
 /// `memcache` (11211) in memcached's. The pod runs as it, so files the image owns stay readable.
@@ -131,6 +136,11 @@ pub struct CacheArgs {
     /// 999 for redis and valkey, 11211 for memcached]. Never 0: the pods are non-root.
     #[arg(id = "cache_run_as_user", long = "cache-run-as-user", env = "BLOCKWORK_CACHE_RUN_AS_USER", value_parser = clap::value_parser!(i64).range(1..=2_147_483_647), value_name = "UID")]
     pub run_as_user: Option<i64>,
+    /// How long the kubelets take to bring a changed Secret into the pods that mount it (their
+    /// `syncFrequency`, 1m by default, and a margin): a password rotation waits this long
+    /// before it publishes a new password, so that a server restarting meanwhile reads it too.
+    #[arg(id = "cache_secret_propagation", long = "cache-secret-propagation", env = "BLOCKWORK_CACHE_SECRET_PROPAGATION", default_value = DEFAULT_SECRET_PROPAGATION, value_name = "DURATION")]
+    pub secret_propagation: String,
     #[command(flatten)]
     pub network: NetworkPolicyArgs,
 }
@@ -150,6 +160,7 @@ impl Default for CacheArgs {
             node_spread: Spread::Preferred,
             exporter: false,
             run_as_user: None,
+            secret_propagation: DEFAULT_SECRET_PROPAGATION.to_owned(),
             network: NetworkPolicyArgs::default(),
         }
     }
@@ -179,6 +190,7 @@ pub struct Settings {
     pub node_spread: Spread,
     pub exporter: bool,
     pub run_as_user: Option<i64>,
+    pub secret_propagation: Duration,
     /// Whom every Cache's NetworkPolicy lets in besides its clients; `None`: no NetworkPolicy.
     pub network_policies: Option<Peers>,
 }
@@ -232,6 +244,11 @@ impl Settings {
             node_spread: args.node_spread,
             exporter: args.exporter,
             run_as_user: args.run_as_user,
+            secret_propagation: crate::auth::duration(&args.secret_propagation).ok_or_else(|| InvalidSetting {
+                flag: "cache-secret-propagation",
+                value: args.secret_propagation.clone(),
+                why: "not a duration, e.g. 90s or 2m",
+            })?,
             network_policies: args.network.peers()?,
         })
     }
@@ -514,5 +531,12 @@ mod tests {
     fn a_user_of_its_own_applies_to_every_engine() {
         let settings = with(|a| a.run_as_user = Some(1001)).expect("valid");
         assert_eq!((settings.user(Engine::Redis), settings.user(Engine::Memcached)), (1001, 1001));
+    }
+
+    #[test]
+    fn the_secret_propagation_is_a_duration() {
+        assert_eq!(Settings::default().secret_propagation, Duration::from_secs(90));
+        assert_eq!(with(|a| a.secret_propagation = "20s".into()).map(|s| s.secret_propagation), Ok(Duration::from_secs(20)));
+        assert_eq!(with(|a| a.secret_propagation = "soon".into()).expect_err("invalid").flag, "cache-secret-propagation");
     }
 }

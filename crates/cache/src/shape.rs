@@ -150,6 +150,7 @@ mod tests {
                 access: None,
                 tls: None,
                 high_availability: None,
+                auth: None,
             },
         );
         cache.metadata.namespace = Some("ns".into());

@@ -15,7 +15,7 @@ use blockwork_runtime::outcome::ErrorClass;
 use blockwork_runtime::status::{LastError, set_condition};
 use blockwork_runtime::trace;
 
-use crate::api::{Cache, CacheStatus, Phase};
+use crate::api::{AuthStatus, Binding, Cache, CacheStatus, Phase};
 use crate::children::FIELD_MANAGER;
 use crate::sentinel;
 use crate::shape;
@@ -25,7 +25,8 @@ use crate::shape;
 pub const READY: &str = "Ready";
 /// Whether the last reconcile applied every owned object.
 pub const SYNCED: &str = "Synced";
-/// Whether every object the Cache references (its TLS Secret) exists with the keys it needs.
+/// Whether every object the Cache references (its TLS Secret, its password Secret) exists with
+/// the keys it needs.
 pub const RESOLVED_REFS: &str = "ResolvedRefs";
 /// The latest the controller looks at a Cache again; also when a recorded error is retried.
 pub const RESYNC: Duration = Duration::from_secs(300);
@@ -42,6 +43,8 @@ pub struct Report {
     /// A Warning event: reason and note.
     pub warning: Option<(String, String)>,
     pub last_error: ErrorUpdate,
+    /// `status.auth` and `status.binding` (`None` keeps them).
+    pub auth: Option<(AuthStatus, Binding)>,
 }
 
 /// What the status's `lastError` becomes.
@@ -150,6 +153,8 @@ fn next_status(cache: &Cache, current: &CacheStatus, report: &Report, now: jiff:
             ErrorUpdate::Clear => None,
             ErrorUpdate::Failed(class, reason, message) => Some(next_last_error(current.last_error.as_ref(), *class, reason, message, now)),
         },
+        binding: report.auth.as_ref().map(|(_, binding)| binding.clone()).or_else(|| current.binding.clone()),
+        auth: report.auth.as_ref().map(|(auth, _)| auth.clone()).or_else(|| current.auth.clone()),
     };
     next.conditions.retain(|condition| !report.dropped_conditions.contains(&condition.type_.as_str()));
     for condition in &report.conditions {

@@ -25,6 +25,9 @@ use serde_json::Value;
 // Issue 29's scenarios, beside this file (a directory cargo does not take for a test of its own).
 #[path = "e2e/cache_pods.rs"]
 mod cache_pods;
+// Issue 39's.
+#[path = "e2e/cache_auth.rs"]
+mod cache_auth;
 #[path = "e2e/network_policies.rs"]
 mod network_policies;
 
@@ -63,6 +66,14 @@ const SCENARIOS: &[(&str, Scenario)] = &[
         network_policies::caches_admit_only_the_pods_their_access_lets_in,
     ),
     ("a_replicated_cache_promotes_a_replica_when_the_primary_pod_dies_and_keeps_acknowledged_writes", cache_fails_over),
+    (
+        "a_pod_without_the_password_is_refused_by_every_engine_and_one_mounting_the_binding_secret_connects",
+        cache_auth::every_engine_refuses_clients_without_the_password_and_serves_the_binding_secret,
+    ),
+    (
+        "a_password_rotation_under_a_client_writing_ten_times_a_second_fails_no_command_and_loses_no_write",
+        cache_auth::a_rotation_under_a_writing_client_fails_no_command,
+    ),
     ("killing_the_leader_pod_hands_over_to_the_standby_which_rewrites_nothing", leader_failover),
     ("the_rotator_pod_rotates_a_renewed_cert_manager_secret", rotator_rotates),
     ("a_namespaced_install_rotates_in_its_namespaces_only", rotator_rotates_in_its_namespaces_only),
@@ -486,22 +497,8 @@ fn endpoint(status: &Value) -> Result<(String, String)> {
     Ok((host.to_owned(), port.to_owned()))
 }
 
-fn redis_set_get(suite: &Suite, host: &str, port: &str, key: &str, extra: &[&str]) -> Result<()> {
-    let cli = |args: &[&str]| {
-        let mut command = vec!["redis-cli", "-h", host, "-p", port];
-        command.extend_from_slice(extra);
-        command.extend_from_slice(args);
-        suite.client(&command)
-    };
-    let written = eventually(&format!("SET through {host}:{port}"), Duration::from_secs(60), || {
-        Ok((cli(&["set", key, "value"])?.trim() == "OK").then_some(()))
-    });
-    written?;
-    let value = cli(&["get", key])?;
-    ensure!(value.trim() == "value", "GET {key} through {host}:{port}: {value:?}");
-    Ok(())
-}
-
+/// memcached's text protocol at `host:port` from the suite's client pod, without a password
+/// (a Cache that authenticates nobody).
 fn memcached_set_get(suite: &Suite, host: &str, port: &str) -> Result<()> {
     let reply = eventually(&format!("set and get through {host}:{port}"), Duration::from_secs(60), || {
         let reply =
@@ -512,21 +509,27 @@ fn memcached_set_get(suite: &Suite, host: &str, port: &str) -> Result<()> {
     Ok(())
 }
 
-/// Redis and Memcached (Valkey: see NOT_RUNNABLE): the StatefulSet's pods become Ready, the
-/// status says so and names the endpoint, and a client writes and reads through it.
+/// Redis and Memcached (Valkey: the scenarios of cache_pods): the StatefulSet's pods become
+/// Ready, the status says so and names the endpoint, and a client writes and reads through it:
+/// for redis a pod mounting its binding Secret; the memcached here authenticates nobody
+/// (`auth.enabled: false`), since its exporter, whose metrics the dashboard reads, cannot
+/// authenticate (memcached's auth file applies to every listener): the Cache says it is open.
 fn cache_engines_serve(suite: &Suite) -> Result<()> {
     let namespace = suite.new_namespace("caches")?;
     // One replica each: without highAvailability, replicas are independent servers behind one
     // Service, so a read may reach another server than the write (the scaling scenario runs 3).
     apply_cache(suite, &namespace, "sessions", "{engine: redis, memory: 64Mi}")?;
-    apply_cache(suite, &namespace, "pages", "{engine: memcached, memory: 64Mi}")?;
+    apply_cache(suite, &namespace, "pages", "{engine: memcached, memory: 64Mi, auth: {enabled: false}}")?;
 
     let redis = cache_ready(suite, &namespace, "sessions")?;
     ensure!(redis["readyReplicas"] == 1, "redis ready replicas: {}", redis["readyReplicas"]);
-    let (host, port) = endpoint(&redis)?;
-    redis_set_get(suite, &host, &port, "session:1", &[])?;
+    let (host, _) = endpoint(&redis)?;
+    let client = cache_auth::ClientPod::start(suite, &namespace, "client", &["sessions"])?;
+    client.set_get("sessions", &host, "session:1")?;
 
     let memcached = cache_ready(suite, &namespace, "pages")?;
+    let open = memcached["conditions"].as_array().into_iter().flatten().find(|c| c["type"] == "Authenticated").cloned();
+    ensure!(open.as_ref().is_some_and(|c| c["status"] == "False" && c["reason"] == "AuthenticationDisabled"), "{open:?}");
     let (host, port) = endpoint(&memcached)?;
     memcached_set_get(suite, &host, &port)?;
     let pod = format!("pages-cache-0.pages-cache-headless.{namespace}.svc.cluster.local");
@@ -575,9 +578,11 @@ fn cache_scales_and_rolls(suite: &Suite) -> Result<()> {
         Ok(rolled.then_some(()))
     })?;
     let status = cache_ready(suite, &namespace, "sessions")?;
-    let (host, port) = endpoint(&status)?;
-    let policy = suite.client(&["redis-cli", "-h", &host, "-p", &port, "config", "get", "maxmemory-policy"])?;
-    ensure!(policy.contains("noeviction"), "the rolled pods run {policy:?}");
+    let (host, _) = endpoint(&status)?;
+    // INFO, not CONFIG GET: the application's user may not administer the server.
+    let client = cache_auth::ClientPod::start(suite, &namespace, "client", &["sessions"])?;
+    let policy = client.redis("sessions", &host, &["info", "memory"])?;
+    ensure!(policy.contains("maxmemory_policy:noeviction"), "the rolled pods run {policy:?}");
     suite.node.kubectl(&["delete", "namespace", &namespace, "--wait=false"])?;
     Ok(())
 }
@@ -651,63 +656,48 @@ fn tls_secret(namespace: &str, name: &str, host: &str) -> Result<String> {
     ))
 }
 
-/// TLS mode: the server speaks TLS with the Secret's certificate (verified against its CA by a
-/// client that mounts it) and nothing else on that port.
+/// TLS mode: the server speaks TLS with the Secret's certificate (verified against its CA, which
+/// the binding Secret hands the client) and nothing else on that port; it refuses a client
+/// without the password, over TLS too, and serves one with the binding Secret.
 fn cache_serves_tls(suite: &Suite) -> Result<()> {
     let namespace = suite.new_namespace("tls")?;
     let host = format!("secure-cache.{namespace}.svc.cluster.local");
     suite.node.kubectl_with_input(&["apply", "-f", "-"], &tls_secret(&namespace, "secure-tls", &host)?)?;
     apply_cache(suite, &namespace, "secure", "{engine: redis, memory: 64Mi, tls: {enabled: true, secretName: secure-tls}}")?;
-    suite.node.kubectl_with_input(&["apply", "-f", "-"], &format!(
-        "apiVersion: v1\nkind: Pod\nmetadata: {{name: tls-client, namespace: {namespace}}}\nspec:\n{RESTRICTED_POD}  terminationGracePeriodSeconds: 0\n  containers:\n  - name: client\n    image: {CLIENT_IMAGE}\n{RESTRICTED_CONTAINER}    command: [sleep, '86400']\n    volumeMounts: [{{name: tls, mountPath: /tls}}]\n  volumes: [{{name: tls, secret: {{secretName: secure-tls}}}}]\n"
-    ))?;
     let status = cache_ready(suite, &namespace, "secure")?;
-    let (endpoint_host, port) = endpoint(&status)?;
+    let (endpoint_host, _) = endpoint(&status)?;
     ensure!(endpoint_host == host, "endpoint {endpoint_host}, expected {host}");
-    suite.node.kubectl(&["-n", &namespace, "wait", "--for=condition=Ready", "pod/tls-client", "--timeout=180s"])?;
-    let cli = |args: &[&str]| {
-        let mut command = vec!["-n", namespace.as_str(), "exec", "tls-client", "--", "redis-cli", "-h", host.as_str(), "-p", port.as_str()];
-        command.extend_from_slice(args);
-        suite.node.kubectl(&command)
-    };
-    let written = eventually("SET over TLS", Duration::from_secs(60), || {
-        Ok((cli(&["--tls", "--cacert", "/tls/ca.crt", "set", "k", "v"])?.trim() == "OK").then_some(()))
-    });
-    written?;
-    let value = cli(&["--tls", "--cacert", "/tls/ca.crt", "get", "k"])?;
-    ensure!(value.trim() == "v", "GET over TLS: {value:?}");
-    let plain = cli(&["ping"]);
-    ensure!(!plain.as_deref().is_ok_and(|reply| reply.trim() == "PONG"), "the TLS port also answered plain text: {plain:?}");
+    let client = cache_auth::ClientPod::start(suite, &namespace, "tls-client", &["secure"])?;
+    cache_auth::refuses_without_the_password(&client, &host, "--tls --cacert /binding/secure/ca.crt")?;
+    client.set_get("secure", &host, "k")?;
+    let plain = client.sh(&format!("redis-cli -h {host} -p 6379 ping"));
+    ensure!(
+        !plain.as_deref().is_ok_and(|reply| reply.contains("PONG") || reply.contains("NOAUTH")),
+        "the TLS port also answered plain text: {plain:?}"
+    );
     suite.node.kubectl(&["delete", "namespace", &namespace, "--wait=false"])?;
     Ok(())
 }
 
-/// TLS mode for memcached (`-Z` with the Secret's certificate): a client verifying the CA stores
-/// and reads a key (openssl s_client: the memcached text protocol over TLS); plain text gets no
-/// answer.
+/// TLS mode for memcached (`-Z` with the Secret's certificate): a client verifying the CA (the
+/// binding Secret's) and authenticating stores and reads a key (openssl s_client: the memcached
+/// text protocol over TLS), one that does not authenticate is refused; plain text gets no answer.
 fn memcached_serves_tls(suite: &Suite) -> Result<()> {
     let namespace = suite.new_namespace("mc-tls")?;
     let host = format!("secure-mc-cache.{namespace}.svc.cluster.local");
     suite.node.kubectl_with_input(&["apply", "-f", "-"], &tls_secret(&namespace, "secure-mc-tls", &host)?)?;
     apply_cache(suite, &namespace, "secure-mc", "{engine: memcached, memory: 64Mi, tls: {enabled: true, secretName: secure-mc-tls}}")?;
-    suite.node.kubectl_with_input(&["apply", "-f", "-"], &format!(
-        "apiVersion: v1\nkind: Pod\nmetadata: {{name: tls-client, namespace: {namespace}}}\nspec:\n{RESTRICTED_POD}  terminationGracePeriodSeconds: 0\n  containers:\n  - name: client\n    image: {CLIENT_IMAGE}\n{RESTRICTED_CONTAINER}    command: [sleep, '86400']\n    volumeMounts: [{{name: tls, mountPath: /tls}}]\n  volumes: [{{name: tls, secret: {{secretName: secure-mc-tls}}}}]\n"
-    ))?;
     let status = cache_ready(suite, &namespace, "secure-mc")?;
     let (endpoint_host, port) = endpoint(&status)?;
     ensure!(endpoint_host == host && port == "11211", "endpoint {endpoint_host}:{port}, expected {host}:11211");
-    suite.node.kubectl(&["-n", &namespace, "wait", "--for=condition=Ready", "pod/tls-client", "--timeout=180s"])?;
-    let sh = |script: &str| suite.node.kubectl(&["-n", namespace.as_str(), "exec", "tls-client", "--", "sh", "-c", script]);
-    let over_tls = format!(
-        "printf 'set k 0 0 5\\r\\nvalue\\r\\nget k\\r\\nquit\\r\\n' | openssl s_client -connect {host}:{port} -servername {host} -CAfile /tls/ca.crt -verify_return_error -quiet 2>/dev/null"
+    let client = cache_auth::ClientPod::start(suite, &namespace, "tls-client", &["secure-mc"])?;
+    cache_auth::memcached_refuses_without_the_password(&client, "secure-mc", &host)?;
+    cache_auth::memcached_serves_the_binding(&client, "secure-mc", &host)?;
+    let plain = client.sh(&format!("printf 'version\\r\\nquit\\r\\n' | nc -w 3 {host} {port}"));
+    ensure!(
+        !plain.as_deref().is_ok_and(|reply| reply.contains("VERSION") || reply.contains("CLIENT_ERROR")),
+        "the TLS port also answered plain text: {plain:?}"
     );
-    let answer = eventually("SET and GET over TLS", Duration::from_secs(60), || {
-        let answer = sh(&over_tls).unwrap_or_default();
-        Ok(answer.contains("STORED").then_some(answer))
-    })?;
-    ensure!(answer.contains("VALUE k 0 5") && answer.contains("value"), "GET over TLS: {answer:?}");
-    let plain = sh(&format!("printf 'version\\r\\nquit\\r\\n' | nc -w 3 {host} {port}"));
-    ensure!(!plain.as_deref().is_ok_and(|reply| reply.contains("VERSION")), "the TLS port also answered plain text: {plain:?}");
     suite.node.kubectl(&["delete", "namespace", &namespace, "--wait=false"])?;
     Ok(())
 }
@@ -724,27 +714,31 @@ fn primary_in_status(suite: &Suite, namespace: &str, pod: &str) -> Result<Value>
     })
 }
 
-fn sentinel_primary(suite: &Suite, host: &str) -> Result<String> {
-    let reply = suite.client(&["redis-cli", "-h", host, "-p", "26379", "--raw", "sentinel", "get-master-addr-by-name", "ha"])?;
-    reply.lines().next().filter(|h| !h.is_empty()).map(str::to_owned).ok_or_else(|| anyhow!("Sentinel names no primary: {reply:?}"))
+/// The primary the Sentinel at `host` names, asked with the binding Secret of Cache `ha`.
+fn sentinel_primary(client: &cache_auth::ClientPod, host: &str) -> Result<String> {
+    let reply = client.sentinel("ha", host, &["sentinel", "get-master-addr-by-name", "ha"])?;
+    reply
+        .lines()
+        .next()
+        .filter(|h| !h.is_empty() && !h.contains("ERR"))
+        .map(str::to_owned)
+        .ok_or_else(|| anyhow!("Sentinel names no primary: {reply:?}"))
 }
 
-/// highAvailability: three pods, pod 0 the primary, Sentinel beside each. Writes acknowledged
-/// by a replica (`WAIT`) survive the primary pod's death: Sentinel promotes a replica, which
-/// serves them; the pod that comes back rejoins as a replica and its Sentinel with the others.
+/// highAvailability, every part authenticating: three pods, pod 0 the primary, Sentinel beside
+/// each. Writes acknowledged by a replica (`WAIT`) survive the primary pod's death: Sentinel
+/// promotes a replica, which serves them; the binding Secret follows it; the pod that comes back
+/// rejoins as a replica and its Sentinel with the others.
 fn cache_fails_over(suite: &Suite) -> Result<()> {
     let namespace = suite.new_namespace("ha")?;
     apply_cache(suite, &namespace, "ha", "{engine: redis, memory: 64Mi, replicas: 3, highAvailability: {enabled: true}}")?;
     let status = cache_ready(suite, &namespace, "ha")?;
     let (service, _) = endpoint(&status)?;
-    let first = eventually("Sentinel names the primary", POD_TIMEOUT, || Ok(sentinel_primary(suite, &service).ok()))?;
+    let client = cache_auth::ClientPod::start(suite, &namespace, "client", &["ha"])?;
+    let first = eventually("Sentinel names the primary", POD_TIMEOUT, || Ok(sentinel_primary(&client, &service).ok()))?;
     ensure!(first.starts_with("ha-cache-0."), "the first primary is {first}, not pod 0");
 
-    let cli = |host: &str, args: &[&str]| {
-        let mut command = vec!["redis-cli", "-h", host, "--raw"];
-        command.extend_from_slice(args);
-        suite.client(&command)
-    };
+    let cli = |host: &str, args: &[&str]| client.redis("ha", host, args);
     for i in 0..20 {
         ensure!(cli(&first, &["set", &format!("order:{i}"), "paid"])?.trim() == "OK", "SET order:{i} on the primary");
     }
@@ -758,7 +752,7 @@ fn cache_fails_over(suite: &Suite) -> Result<()> {
     let killed_at = jiff::Timestamp::now();
     suite.node.kubectl(&["-n", &namespace, "delete", "pod", "ha-cache-0", "--grace-period=0", "--force"])?;
     let promoted = eventually("Sentinel promotes a replica", Duration::from_secs(120), || {
-        Ok(sentinel_primary(suite, &service).ok().filter(|primary| !primary.starts_with("ha-cache-0.")))
+        Ok(sentinel_primary(&client, &service).ok().filter(|primary| !primary.starts_with("ha-cache-0.")))
     })?;
     println!("e2e: primary pod killed; {promoted} promoted after {:.1} s", killed.elapsed().as_secs_f64());
     ensure!(cli(&promoted, &["role"])?.starts_with("master"), "{promoted} does not say it is the primary");
@@ -779,6 +773,13 @@ fn cache_fails_over(suite: &Suite) -> Result<()> {
         let value = cli(&promoted, &["get", &format!("order:{i}")])?;
         ensure!(value.trim() == "paid", "order:{i} after the failover: {value:?}");
     }
+    // The binding Secret names the new primary for clients that do not ask Sentinel.
+    eventually("the binding Secret to name the promoted pod", Duration::from_secs(60), || {
+        let host = suite.node.kubectl(&["-n", &namespace, "get", "secret", "ha-cache-binding", "-o", "jsonpath={.data.host}"])?;
+        use base64::Engine as _;
+        let host = String::from_utf8(base64::engine::general_purpose::STANDARD.decode(host.trim())?)?;
+        Ok((host == promoted).then_some(()))
+    })?;
 
     // Pod 0 is back (the StatefulSet recreates it): a replica of the new primary.
     let returned = format!("ha-cache-0.ha-cache-headless.{namespace}.svc.cluster.local");
@@ -787,8 +788,10 @@ fn cache_fails_over(suite: &Suite) -> Result<()> {
         Ok((role.starts_with("slave") && cli(&returned, &["get", "order:19"]).is_ok_and(|v| v.trim() == "paid")).then_some(()))
     })?;
     eventually("Sentinel sees two replicas and three Sentinels again", POD_TIMEOUT, || {
-        let info = cli(&service, &["-p", "26379", "info", "sentinel"])?;
-        Ok((info.contains("slaves=2") && info.contains("sentinels=3")).then_some(()))
+        let master = client.sentinel("ha", &service, &["sentinel", "master", "ha"])?;
+        let lines: Vec<&str> = master.lines().collect();
+        let field = |name: &str| lines.iter().position(|l| *l == name).and_then(|i| lines.get(i + 1)).copied();
+        Ok((field("num-slaves") == Some("2") && field("num-other-sentinels") == Some("2")).then_some(()))
     })?;
     let status = cache_ready(suite, &namespace, "ha")?;
     ensure!(status["readyReplicas"] == 3, "after the failover: {status}");

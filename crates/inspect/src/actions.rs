@@ -1,10 +1,11 @@
-//! `retry`, `pause` and `resume`: each one annotation write, the documented way (see
+//! `retry`, `pause`, `resume` and `rotate`: each one annotation write, the documented way (see
 //! `blockwork_runtime::policy`), so that `kubectl annotate` does the same.
 
 use std::time::Duration;
 
 use anyhow::{Context as _, bail};
 use blockwork_cache::api::Cache;
+use blockwork_cache::auth::ROTATE_ANNOTATION;
 use blockwork_cert::Cert;
 use blockwork_rotator::Keys;
 use blockwork_runtime::policy::{PAUSED_ANNOTATION, RECONCILE_REQUESTED_ANNOTATION};
@@ -135,6 +136,50 @@ pub async fn retry(client: &Client, namespace: &str, kind: KindArg, name: &str, 
         tokio::time::sleep(Duration::from_millis(250)).await;
     }
     Ok(Retried::Requested { value })
+}
+
+/// What `rotate` did.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Rotated {
+    /// The controller started the rotation (`status.auth.lastHandledRotateAt`).
+    Started { value: String },
+    /// Requested; not (yet) taken within the wait.
+    Requested { value: String },
+}
+
+/// Requests a rotation of a Cache's application password: annotates
+/// `blockwork.dev/rotate-requested-at` with the time, then waits up to `wait` for the controller
+/// to start it. Refused, saying why, when there is nothing Blockwork may rotate.
+pub async fn rotate(client: &Client, namespace: &str, kind: KindArg, name: &str, wait: Duration) -> anyhow::Result<Rotated> {
+    if kind != KindArg::Cache {
+        bail!("only a Cache has a password to rotate (the key rotator rotates a Secret when its source is renewed)");
+    }
+    let api = Api::<Cache>::namespaced(client.clone(), namespace);
+    let cache = api.get(name).await.with_context(|| format!("reading Cache {name}"))?;
+    if cache.annotations().get(PAUSED_ANNOTATION).is_some_and(|v| v.trim().eq_ignore_ascii_case("true")) {
+        bail!("{name} is paused (blockwork.dev/paused): `blockwork resume` it first");
+    }
+    if let Some(secret) = cache.spec.auth.as_ref().and_then(|auth| auth.secret_ref.as_ref()) {
+        bail!(
+            "the password of cache/{name} is yours (spec.auth.secretRef {}): change it in that Secret, and it is rotated in",
+            secret.name
+        );
+    }
+    let authenticated = cache.status.as_ref().and_then(|status| status.auth.as_ref()).is_some_and(|auth| auth.user.is_some());
+    if !authenticated {
+        bail!("cache/{name} serves without a password (its Authenticated condition says why): there is nothing to rotate");
+    }
+    let value = Timestamp::now().to_string();
+    annotate(client, namespace, kind, name, &annotation_patch(ROTATE_ANNOTATION, Some(&value))).await?;
+    let deadline = tokio::time::Instant::now() + wait;
+    while tokio::time::Instant::now() < deadline {
+        let handled = api.get(name).await?.status.and_then(|s| s.auth).and_then(|a| a.last_handled_rotate_at);
+        if handled.as_deref() == Some(value.as_str()) {
+            return Ok(Rotated::Started { value });
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    Ok(Rotated::Requested { value })
 }
 
 /// `status.lastHandledReconcileAt` as the object says now.

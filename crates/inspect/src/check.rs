@@ -273,6 +273,9 @@ pub async fn run(args: &CheckArgs, expected: &[Expected]) -> anyhow::Result<(Str
             &error,
         )),
     }
+    if selected.iter().any(|e| e.controller == "cache") {
+        findings.push(crate::open_caches::check(&client).await);
+    }
     let settings = args.aws_settings();
     for expected in &selected {
         findings.extend(crate::aws_check::findings(expected.controller, &settings, &client).await);

@@ -1,4 +1,4 @@
-//! The command line of `status`, `explain`, `retry`, `pause`, `resume` and `check`, with
+//! The command line of `status`, `explain`, `retry`, `rotate`, `pause`, `resume` and `check`, with
 //! kubectl's connection flags, and what each command does.
 
 use std::path::PathBuf;
@@ -11,7 +11,7 @@ use jiff::Timestamp;
 use kube::Client;
 use kube::config::{KubeConfigOptions, Kubeconfig};
 
-use crate::actions::{self, Retried};
+use crate::actions::{self, Retried, Rotated};
 use crate::read::{self, KindArg, Scope};
 use crate::render::{self, Explanation, Row};
 
@@ -126,6 +126,18 @@ pub struct RetryArgs {
 }
 
 #[derive(Clone, Debug, Args)]
+pub struct RotateArgs {
+    /// The Cache, e.g. cache/sessions.
+    #[arg(value_name = "KIND/NAME")]
+    pub target: String,
+    /// How long to wait for the controller to start the rotation (`0s`: do not wait).
+    #[arg(long, default_value = "30s", value_parser = parse_duration, value_name = "DURATION")]
+    pub wait: Duration,
+    #[command(flatten)]
+    pub kube: KubeArgs,
+}
+
+#[derive(Clone, Debug, Args)]
 pub struct PauseArgs {
     /// The object, e.g. cert/api-prod.
     #[arg(value_name = "KIND/NAME")]
@@ -219,6 +231,23 @@ pub async fn retry(args: &RetryArgs) -> anyhow::Result<String> {
         )),
         Retried::Source { name: source } => Ok(format!("requested a reconcile of the rotator source secret/{source}\n")),
     }
+}
+
+/// `blockwork rotate cache/NAME`.
+pub async fn rotate(args: &RotateArgs) -> anyhow::Result<String> {
+    let (kind, name) = target(&args.target)?;
+    let (client, namespace) = args.kube.connect().await?;
+    let binding = format!("{name}-cache-binding");
+    Ok(match actions::rotate(&client, &namespace, kind, &name, args.wait).await? {
+        Rotated::Started { value } => format!(
+            "rotation of cache/{name} started (request {value}): every server learns a new password, then the binding Secret {binding} publishes it and the previous one keeps working for the Cache's auth.gracePeriod; `blockwork explain cache/{name}` follows it\n"
+        ),
+        Rotated::Requested { value } => format!(
+            "requested a rotation of cache/{name} ({} = {value}); the controller has not started it within {}s: a rotation under way finishes first, or the operator is not running (`blockwork check`)\n",
+            blockwork_cache::auth::ROTATE_ANNOTATION,
+            args.wait.as_secs()
+        ),
+    })
 }
 
 /// `blockwork pause|resume KIND/NAME`.

@@ -19,6 +19,7 @@ pub mod identity_check;
 pub mod import;
 pub mod kinds;
 pub mod network_check;
+pub mod open_caches;
 pub mod permissions;
 pub mod read;
 pub mod render;

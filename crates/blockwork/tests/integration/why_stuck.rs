@@ -239,7 +239,8 @@ async fn check_passes_against_a_working_install_and_names_the_fix_of_each_failur
     line(&report, "SKIP  cert: IAM permissions: cannot verify");
     // The operator runs as a process here, not in a pod whose `blockwork run` arguments it could read.
     line(&report, "SKIP  Cache pods (leader ");
-    line(&report, "findings: 12 pass, 0 warn, 0 fail, 2 skip");
+    line(&report, "PASS  Caches without authentication: none");
+    line(&report, "findings: 13 pass, 0 warn, 0 fail, 2 skip");
     assert!(!report.contains(blockwork_testenv::emulators::ACCOUNT_ID), "no account id: {report}");
 
     // A zone that does not exist, and one that is another zone than its name says.

@@ -19,6 +19,7 @@ use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use kube::{Client, ResourceExt};
 use serde_json::json;
 
+mod auth;
 mod network_policies;
 
 /// A namespace of the test's own with the Cache CRD (its conversion served by this test process) and
@@ -78,6 +79,7 @@ fn cache(name: &str, engine: Engine, memory: &str, replicas: i32) -> Cache {
             access: None,
             tls: None,
             high_availability: None,
+            auth: None,
         },
     )
 }
@@ -186,6 +188,7 @@ async fn v1alpha1_objects_read_back_as_v1beta1() {
         eviction_policy: EvictionPolicy::Noeviction,
         access: None,
         tls: None,
+        auth: None,
     };
     alpha.create(&PostParams::default(), &v1alpha1::Cache::new("old", spec)).await.unwrap();
     let beta = h.api().get("old").await.unwrap();
@@ -298,6 +301,7 @@ async fn high_availability_through_the_v1alpha1_annotation_must_hold_the_v1beta1
                 eviction_policy: EvictionPolicy::AllkeysLru,
                 access: None,
                 tls: None,
+                auth: None,
             },
         );
         old.metadata.annotations = Some([(blockwork_cache::api::HIGH_AVAILABILITY_ANNOTATION.to_owned(), annotation.to_owned())].into());
@@ -398,7 +402,8 @@ async fn status_and_explain_show_the_class_and_the_next_retry_of_what_a_cache_wa
     // The Secret appears: nothing waits any more, and the record goes.
     let secret = k8s_openapi::api::core::v1::Secret {
         metadata: kube::api::ObjectMeta { name: Some("orders-tls".into()), ..Default::default() },
-        data: Some(["tls.crt", "tls.key"].iter().map(|k| ((*k).to_owned(), ByteString(b"pem".to_vec()))).collect()),
+        // ca.crt too: the Cache authenticates its clients, and the operator verifies its servers with it.
+        data: Some(["tls.crt", "tls.key", "ca.crt"].iter().map(|k| ((*k).to_owned(), ByteString(b"pem".to_vec()))).collect()),
         ..Default::default()
     };
     h.api_of::<k8s_openapi::api::core::v1::Secret>().create(&PostParams::default(), &secret).await.unwrap();
@@ -433,7 +438,8 @@ async fn a_missing_tls_secret_is_a_condition_that_clears_when_the_secret_appears
     })
     .await;
     // The Secret is watched: completing it clears the condition without touching the Cache.
-    secrets.replace("c-tls", &PostParams::default(), &secret(&["tls.crt", "tls.key"])).await.unwrap();
+    // (ca.crt too: the Cache authenticates its clients, and the operator verifies its servers with it.)
+    secrets.replace("c-tls", &PostParams::default(), &secret(&["tls.crt", "tls.key", "ca.crt"])).await.unwrap();
     let resolved = h
         .eventually("ResolvedRefs=True", async || condition(&h.api().get("c").await.unwrap(), "ResolvedRefs").filter(|c| c.0 == "True"))
         .await;

@@ -10,6 +10,7 @@
 use std::collections::BTreeMap;
 
 use blockwork_cache::api::{Cache, CacheSpec, Engine, EvictionPolicy, HighAvailability, Tls};
+use blockwork_cache::auth::PodAuth;
 use blockwork_cache::settings::{CacheArgs, Settings};
 use blockwork_cache::{build, controller};
 use blockwork_testenv::control_plane::control_plane;
@@ -30,6 +31,7 @@ fn cache(engine: Engine, replicas: i32) -> Cache {
             access: None,
             tls: None,
             high_availability: None,
+            auth: None,
         },
     );
     cache.metadata.uid = Some("0a1b2c3d-0000-4000-8000-000000000000".into());
@@ -52,12 +54,12 @@ async fn restricted_namespace(prefix: &str) -> String {
     name
 }
 
-/// The StatefulSet's pod template of `cache` as a Pod, created (dry run) in `namespace`: the
-/// API server's refusal, if any.
-async fn admit(namespace: &str, cache: &Cache, settings: &Settings) -> Result<(), String> {
+/// The StatefulSet's pod template of `cache` as a Pod (authenticating its clients with `auth`),
+/// created (dry run) in `namespace`: the API server's refusal, if any.
+async fn admit(namespace: &str, cache: &Cache, settings: &Settings, auth: Option<PodAuth<'_>>) -> Result<(), String> {
     let mut cache = cache.clone();
     cache.metadata.namespace = Some(namespace.to_owned());
-    let template = build::desired(&cache, settings).unwrap().stateful_set.spec.unwrap().template;
+    let template = build::desired(&cache, settings, auth).unwrap().stateful_set.spec.unwrap().template;
     let pod = Pod {
         metadata: ObjectMeta { name: Some("c-cache-0".into()), ..template.metadata.unwrap_or_default() },
         spec: template.spec,
@@ -101,7 +103,11 @@ async fn every_pod_a_cache_runs_passes_the_restricted_pod_security_standard() {
     .unwrap();
     for settings in [Settings::default(), exporter_and_more] {
         for (shape, cache) in every_shape() {
-            admit(&namespace, &cache, &settings).await.unwrap_or_else(|refusal| panic!("{shape} ({settings:?}) is refused: {refusal}"));
+            for auth in [None, Some(PodAuth { generation: "g1" })] {
+                admit(&namespace, &cache, &settings, auth)
+                    .await
+                    .unwrap_or_else(|refusal| panic!("{shape} ({settings:?}, {auth:?}) is refused: {refusal}"));
+            }
         }
     }
 }
@@ -112,7 +118,7 @@ async fn a_pod_that_breaks_the_restricted_standard_is_refused_there() {
     let namespace = restricted_namespace("cache-restricted-refused").await;
     let mut cache = cache(Engine::Redis, 1);
     cache.metadata.namespace = Some(namespace.clone());
-    let mut template = build::desired(&cache, &Settings::default()).unwrap().stateful_set.spec.unwrap().template;
+    let mut template = build::desired(&cache, &Settings::default(), None).unwrap().stateful_set.spec.unwrap().template;
     let container = &mut template.spec.as_mut().unwrap().containers[0];
     container.security_context.as_mut().unwrap().allow_privilege_escalation = Some(true);
     let pod =
@@ -166,8 +172,9 @@ async fn a_pod_a_quota_refuses_is_the_cache_s_reason_and_a_warning() {
     })
     .await;
     // What the StatefulSet controller gets when it creates pod 0, and the event it records.
-    let refusal =
-        admit(&namespace, &test.api().get("c").await.unwrap(), &Settings::default()).await.expect_err("the quota refuses the pod");
+    let refusal = admit(&namespace, &test.api().get("c").await.unwrap(), &Settings::default(), Some(PodAuth { generation: "g1" }))
+        .await
+        .expect_err("the quota refuses the pod");
     let message = refusal.split_once("ApiError: ").map_or(refusal.as_str(), |(_, m)| m).split(": Forbidden (").next().unwrap().to_owned();
     assert!(message.contains("exceeded quota: small"), "{message}");
     let event = Event {

@@ -8,6 +8,8 @@
 use std::time::Duration;
 
 use blockwork_cache::api::{Cache, CacheSpec, Engine, EvictionPolicy, HighAvailability, Tls};
+use blockwork_cache::auth::PodAuth;
+use blockwork_cache::auth::state::State;
 use blockwork_cache::settings::Settings;
 use blockwork_cache::shape::{MEMCACHED_LOOPBACK_PORT, TLS_DIR};
 use blockwork_cache::{build, render, sentinel};
@@ -24,6 +26,7 @@ fn cache(name: &str, engine: Engine, memory: &str, replicas: i32) -> Cache {
             access: None,
             tls: None,
             high_availability: None,
+            auth: None,
         },
     )
 }
@@ -63,6 +66,12 @@ struct Server(std::process::Child);
 
 impl Drop for Server {
     fn drop(&mut self) {
+        // A script's process group (memcached's start script leaves a reloader beside the
+        // server, as a container's processes are all ended with it), else the process.
+        let _ = std::process::Command::new("kill")
+            .args(["-KILL", "--", &format!("-{}", self.0.id())])
+            .stderr(std::process::Stdio::null())
+            .status();
         let _ = self.0.kill();
         let _ = self.0.wait();
     }
@@ -145,7 +154,7 @@ fn signal(pid: u32, signal: &str) {
 /// The rendered probe script of `cache`, asking `question` of the server on `port` instead of the
 /// pod's (`pod_port`); with `path` as PATH. Whether it passed, and what it printed.
 fn probe(cache: &Cache, question: &str, (pod_port, port): (u16, u16), path: &str) -> (bool, String) {
-    let script = render::probe_script(cache)
+    let script = render::probe_script(cache, false)
         .replace(&format!("port={pod_port};"), &format!("port={port};"))
         .replace(&format!("127.0.0.1 {pod_port}"), &format!("127.0.0.1 {port}"))
         .replace(&format!("127.0.0.1/{pod_port}"), &format!("127.0.0.1/{port}"))
@@ -309,7 +318,17 @@ fn with_tls_the_memcached_probe_asks_the_plain_loopback_listener() {
 // --- High availability, run by real redis-server processes -----------------------------------
 
 fn redis_cli(port: u16, args: &[&str]) -> String {
-    let output = std::process::Command::new("/usr/bin/redis-cli").args(["-p", &port.to_string(), "--raw"]).args(args).output().unwrap();
+    redis_cli_as(None, port, args)
+}
+
+/// `redis-cli` as `user` (name and password: given through the environment, as the pods do).
+fn redis_cli_as(user: Option<(&str, &str)>, port: u16, args: &[&str]) -> String {
+    let mut command = std::process::Command::new("/usr/bin/redis-cli");
+    command.args(["-p", &port.to_string(), "--raw"]);
+    if let Some((name, password)) = user {
+        command.args(["--user", name]).env("REDISCLI_AUTH", password);
+    }
+    let output = command.args(args).output().unwrap();
     String::from_utf8_lossy(&output.stdout).trim().to_owned()
 }
 
@@ -324,8 +343,17 @@ fn wait_until(what: &str, timeout: Duration, mut check: impl FnMut() -> bool) {
 /// A process started by a rendered script, killed when dropped (a pod's container); what it
 /// prints goes to `SCRIPT.log` beside it.
 fn run(script: &std::path::Path, env: &[(&str, String)]) -> Server {
+    use std::os::unix::process::CommandExt as _;
     let log = std::fs::File::create(script.with_extension("log")).unwrap();
-    let child = std::process::Command::new("sh").arg(script).envs(env.iter().map(|(k, v)| (*k, v.as_str()))).stdout(log).spawn().unwrap();
+    let errors = log.try_clone().unwrap();
+    let child = std::process::Command::new("sh")
+        .arg(script)
+        .envs(env.iter().map(|(k, v)| (*k, v.as_str())))
+        .stdout(log)
+        .stderr(errors)
+        .process_group(0)
+        .spawn()
+        .unwrap();
     Server(child)
 }
 
@@ -334,6 +362,9 @@ fn run(script: &std::path::Path, env: &[(&str, String)]) -> Server {
 /// of its own instead of pod DNS names.
 struct Pods {
     files: std::collections::BTreeMap<String, String>,
+    /// With authentication: the passwords, and the directory of their files as the pods mount
+    /// them.
+    auth: Option<(State, std::path::PathBuf)>,
     server_ports: Vec<u16>,
     sentinel_ports: Vec<u16>,
     /// Each pod's server and Sentinel, while it runs.
@@ -341,11 +372,17 @@ struct Pods {
 }
 
 impl Pods {
-    fn new(cache: &Cache) -> Pods {
+    fn new(cache: &Cache, auth: Option<State>) -> Pods {
         let replicas = cache.spec.replicas as usize;
-        let files = build::desired(cache, &Settings::default()).unwrap().config_map.data.unwrap();
+        let pod_auth = auth.as_ref().map(|state| PodAuth { generation: &state.generation });
+        let desired = build::desired(cache, &Settings::default(), pod_auth).unwrap();
+        let auth = auth.map(|state| {
+            let dir = mount_auth(cache, &desired, &state);
+            (state, dir)
+        });
         Pods {
-            files,
+            files: desired.config_map.data.unwrap(),
+            auth,
             server_ports: (0..replicas).map(|_| free_port()).collect(),
             sentinel_ports: (0..replicas).map(|_| free_port()).collect(),
             running: (0..replicas).map(|_| None).collect(),
@@ -369,7 +406,7 @@ impl Pods {
             std::fs::write(config.join(name), content).unwrap();
         }
         let sentinels: Vec<String> = self.sentinel_ports.iter().map(|port| format!("127.0.0.1:{port}")).collect();
-        let env = [
+        let mut env = vec![
             ("POD_NAME", format!("c-cache-{ordinal}")),
             ("CACHE_NAME", "c".to_owned()),
             ("CACHE_SERVER", "/usr/bin/redis-server".to_owned()),
@@ -383,6 +420,9 @@ impl Pods {
             ("CACHE_SENTINEL_PORT", self.sentinel_ports[ordinal].to_string()),
             ("CACHE_SENTINELS", sentinels.join(" ")),
         ];
+        if let Some((_, dir)) = &self.auth {
+            env.push(("CACHE_AUTH_DIR", dir.display().to_string()));
+        }
         // Shown when the test fails.
         println!("pod {ordinal} started: start.log and sentinel.log in {}", config.display());
         let server = run(&config.join("start.sh"), &env);
@@ -395,13 +435,22 @@ impl Pods {
         drop(self.running[ordinal].take());
     }
 
+    /// The application's user, when clients authenticate.
+    fn app(&self) -> Option<(&str, &str)> {
+        self.auth.as_ref().map(|(state, _)| ("app", state.current.expose()))
+    }
+
     fn server(&self, ordinal: usize, args: &[&str]) -> String {
-        redis_cli(self.server_ports[ordinal], args)
+        redis_cli_as(self.app(), self.server_ports[ordinal], args)
+    }
+
+    fn sentinel(&self, ordinal: usize, args: &[&str]) -> String {
+        redis_cli_as(self.app(), self.sentinel_ports[ordinal], args)
     }
 
     /// The ordinal of the server the Sentinel of pod `asked` names as the primary.
     fn primary(&self, asked: usize) -> Option<usize> {
-        let reply = redis_cli(self.sentinel_ports[asked], &["SENTINEL", "get-master-addr-by-name", "c"]);
+        let reply = self.sentinel(asked, &["SENTINEL", "get-master-addr-by-name", "c"]);
         let port: u16 = reply.lines().nth(1)?.parse().ok()?;
         self.server_ports.iter().position(|p| *p == port)
     }
@@ -419,9 +468,10 @@ fn replicated(replicas: i32) -> Cache {
 }
 
 /// Three pods started as a new Cache's are: pod 0 the primary, the others its replicas, each
-/// Sentinel knowing the others; `writes` keys acknowledged by both replicas (`WAIT 2`).
-fn three_pods_with_acknowledged_writes(writes: usize) -> Pods {
-    let mut pods = Pods::new(&replicated(3));
+/// Sentinel knowing the others; `writes` keys acknowledged by both replicas (`WAIT 2`). With
+/// `auth`, every part authenticates with its passwords.
+fn three_pods_with_acknowledged_writes(writes: usize, auth: Option<State>) -> Pods {
+    let mut pods = Pods::new(&replicated(3), auth);
     for ordinal in 0..3 {
         pods.start(ordinal);
         wait_until("the server", Duration::from_secs(10), || pods.server(ordinal, &["PING"]) == "PONG");
@@ -431,10 +481,9 @@ fn three_pods_with_acknowledged_writes(writes: usize) -> Pods {
     // What a failover needs: Sentinels that know each other, and replicas they saw in sync.
     wait_until("the Sentinels to know each other and the replicas in sync", Duration::from_secs(30), || {
         (0..3).all(|i| {
-            let sentinel = pods.sentinel_ports[i];
             pods.primary(i) == Some(0)
-                && redis_cli(sentinel, &["SENTINEL", "sentinels", "c"]).matches("127.0.0.1").count() == 2
-                && redis_cli(sentinel, &["SENTINEL", "replicas", "c"]).matches("master-link-status\nok").count() == 2
+                && pods.sentinel(i, &["SENTINEL", "sentinels", "c"]).matches("127.0.0.1").count() == 2
+                && pods.sentinel(i, &["SENTINEL", "replicas", "c"]).matches("master-link-status\nok").count() == 2
         })
     });
     for i in 0..writes {
@@ -456,12 +505,27 @@ fn every_write_is_on(pods: &Pods, ordinal: usize, writes: usize) {
 /// until the Sentinels promote a replica, which has every acknowledged write, and follows it.
 #[test]
 fn a_primary_back_empty_before_sentinel_noticed_waits_for_the_failover_and_no_acknowledged_write_is_lost() {
-    let mut pods = three_pods_with_acknowledged_writes(20);
+    a_primary_back_empty_waits_for_the_failover(None);
+}
+
+/// The same with every part authenticating: replicas to the primary as `replication`, the
+/// Sentinels to the servers and each other as `sentinel`, the start scripts as `monitor`, the
+/// operator as `operator`.
+#[test]
+fn with_authentication_a_primary_back_empty_waits_for_the_failover_and_no_acknowledged_write_is_lost() {
+    a_primary_back_empty_waits_for_the_failover(Some(State::new(None, jiff::Timestamp::now())));
+}
+
+fn a_primary_back_empty_waits_for_the_failover(auth: Option<State>) {
+    let operator = auth.as_ref().map(|state| state.operator.clone());
+    let mut pods = three_pods_with_acknowledged_writes(20, auth);
     let c = replicated(3);
-    assert_eq!(probe(&c, "sentinel", (26379, pods.sentinel_ports[1]), PATH), (true, String::new()), "the Sentinel's own probe");
+    if pods.auth.is_none() {
+        assert_eq!(probe(&c, "sentinel", (26379, pods.sentinel_ports[1]), PATH), (true, String::new()), "the Sentinel's own probe");
+    }
     // What the controller reads for the status (the address is a pod's hostname on a node).
     let runtime = tokio::runtime::Runtime::new().unwrap();
-    let ask = |port| runtime.block_on(sentinel::ask(&["127.0.0.1".to_owned()], port, "c"));
+    let ask = |port| runtime.block_on(sentinel::ask(&["127.0.0.1".to_owned()], port, "c", operator.as_ref().map(|o| ("operator", o))));
     let (before, errors) = ask(pods.sentinel_ports[1]);
     assert!(errors.is_empty(), "{errors:?}");
     assert_eq!((before[0].config_epoch, before[0].failing_over()), (0, false), "{before:?}");
@@ -498,7 +562,7 @@ fn a_primary_back_empty_before_sentinel_noticed_waits_for_the_failover_and_no_ac
 /// follows it instead of wiping it.
 #[test]
 fn when_two_pods_die_the_new_sentinel_helps_promote_the_surviving_replica() {
-    let mut pods = three_pods_with_acknowledged_writes(5);
+    let mut pods = three_pods_with_acknowledged_writes(5, None);
     pods.kill(0);
     pods.kill(1);
     pods.start(0);
@@ -508,4 +572,298 @@ fn when_two_pods_die_the_new_sentinel_helps_promote_the_surviving_replica() {
         pods.server(0, &["INFO", "replication"]).contains(&format!("master_port:{}\r\nmaster_link_status:up", pods.server_ports[2]))
     });
     every_write_is_on(&pods, 0, 5);
+}
+
+// --- Authentication, run by the real servers -----------------------------------------------------
+
+/// The passwords' Secret of `cache` as its pods mount it (each volume's files, by their paths),
+/// in a directory of its own: the directory.
+fn mount_auth(cache: &Cache, desired: &build::Desired, state: &State) -> std::path::PathBuf {
+    let dir = tempfile_dir().join("auth");
+    std::fs::create_dir_all(&dir).unwrap();
+    let secret = state.secret(cache, true);
+    let data = secret.data.unwrap();
+    let pod = desired.stateful_set.spec.as_ref().unwrap().template.spec.as_ref().unwrap();
+    for volume in pod.volumes.iter().flatten() {
+        let Some(source) =
+            volume.secret.as_ref().filter(|s| s.secret_name.as_deref() == Some(&blockwork_cache::auth::state_secret_name(cache)))
+        else {
+            continue;
+        };
+        for item in source.items.iter().flatten() {
+            std::fs::write(dir.join(&item.path), &data[&item.key].0).unwrap();
+        }
+    }
+    dir
+}
+
+/// A standalone authenticated `cache` started by its rendered `start.sh` (memcached's too) with
+/// the passwords of `state`: the server, its port, its directories (config, auth).
+fn authenticated_server(cache: &Cache, binary: &str, state: &State) -> (Server, u16, std::path::PathBuf, std::path::PathBuf) {
+    // With the exporter, whose password file is mounted then.
+    let settings = Settings::from_args(&blockwork_cache::settings::CacheArgs { exporter: true, ..Default::default() }).unwrap();
+    let desired = build::desired(cache, &settings, Some(PodAuth { generation: &state.generation })).unwrap();
+    let auth = mount_auth(cache, &desired, state);
+    let dir = tempfile_dir();
+    let (config, data) = (dir.join("config"), dir.join("data"));
+    std::fs::create_dir_all(&config).unwrap();
+    std::fs::create_dir_all(&data).unwrap();
+    let port = free_port();
+    for (name, content) in desired.config_map.data.unwrap() {
+        let content = match name.as_str() {
+            "redis.conf" => format!("{content}port {port}\nbind 127.0.0.1\n"),
+            "memcached.args" => {
+                content.replace("--port=11211", &format!("--port={port}")).replace("--listen=0.0.0.0\n", "--listen=127.0.0.1\n")
+                    + "--user=nobody\n"
+            }
+            _ => content,
+        };
+        std::fs::write(config.join(name), content).unwrap();
+    }
+    let env = [
+        ("POD_NAME", "c-cache-0".to_owned()),
+        ("CACHE_NAME", "c".to_owned()),
+        ("CACHE_SERVER", binary.to_owned()),
+        ("CACHE_CLI", "/usr/bin/redis-cli".to_owned()),
+        ("CACHE_CONFIG_DIR", config.display().to_string()),
+        ("CACHE_DATA_DIR", data.display().to_string()),
+        ("CACHE_AUTH_DIR", auth.display().to_string()),
+        ("PATH", format!("/usr/bin:/bin:{}", std::path::Path::new(binary).parent().unwrap().display())),
+    ];
+    let server = run(&config.join("start.sh"), &env);
+    wait_until("the server", Duration::from_secs(10), || std::net::TcpStream::connect(("127.0.0.1", port)).is_ok());
+    (server, port, config, auth)
+}
+
+/// Every password of `state`, as text.
+fn passwords(state: &State) -> Vec<String> {
+    [&state.current, &state.replication, &state.sentinel, &state.monitor, &state.operator].iter().map(|p| p.expose().to_owned()).collect()
+}
+
+fn an_authenticated_server_serves_app_and_refuses_everyone_else(binary: &str) {
+    let c = cache("c", Engine::Redis, "64Mi", 1);
+    let state = State::new(None, jiff::Timestamp::now());
+    let (_server, port, config, auth) = authenticated_server(&c, binary, &state);
+    let app = Some(("app", state.current.expose()));
+    wait_until("app's PONG", Duration::from_secs(10), || redis_cli_as(app, port, &["PING"]) == "PONG");
+    assert_eq!(redis_cli(port, &["PING"]), "NOAUTH Authentication required.", "no password");
+    assert_eq!(redis_cli_as(Some(("app", "wrong-password")), port, &["PING"]), "NOAUTH Authentication required.");
+    assert_eq!(redis_cli_as(app, port, &["SET", "k", "v"]), "OK");
+    assert_eq!(redis_cli_as(app, port, &["GET", "k"]), "v");
+    assert!(redis_cli_as(app, port, &["CONFIG", "GET", "maxmemory"]).starts_with("NOPERM"), "app may not administer");
+    assert!(redis_cli_as(Some(("replication", state.replication.expose())), port, &["GET", "k"]).starts_with("NOPERM"));
+    assert!(redis_cli_as(Some(("monitor", state.monitor.expose())), port, &["GET", "k"]).starts_with("NOPERM"));
+    // The probe authenticates as monitor, with the password from its file.
+    let script = config.join("probe.sh");
+    std::fs::write(&script, std::fs::read_to_string(&script).unwrap().replace("port=6379;", &format!("port={port};"))).unwrap();
+    let probe = std::process::Command::new("sh")
+        .arg(&script)
+        .arg("ready")
+        .env("CACHE_CLI", "/usr/bin/redis-cli")
+        .env("CACHE_AUTH_DIR", &auth)
+        .env("PATH", PATH)
+        .output()
+        .unwrap();
+    assert!(probe.status.success(), "{}", String::from_utf8_lossy(&probe.stdout));
+    // No password in the rendered files.
+    for file in std::fs::read_dir(&config).unwrap().flatten() {
+        let content = std::fs::read_to_string(file.path()).unwrap();
+        for password in passwords(&state) {
+            assert!(!content.contains(&password), "{} holds a password", file.path().display());
+        }
+    }
+}
+
+#[test]
+fn an_authenticated_redis_serves_app_and_refuses_everyone_else() {
+    an_authenticated_server_serves_app_and_refuses_everyone_else("/usr/bin/redis-server");
+}
+
+#[test]
+fn an_authenticated_valkey_serves_app_and_refuses_everyone_else() {
+    an_authenticated_server_serves_app_and_refuses_everyone_else(tool("valkey-server").unwrap().to_str().unwrap());
+}
+
+/// A client that writes ten times a second, each write on a new connection with the password it
+/// reads from `binding` (as an application re-reads the mounted binding Secret): the writes it
+/// got acknowledged, and the ones that failed, with why.
+fn writer(
+    port: u16,
+    binding: std::path::PathBuf,
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+) -> std::thread::JoinHandle<(Vec<String>, Vec<String>)> {
+    std::thread::spawn(move || {
+        let (mut acknowledged, mut failed) = (Vec::new(), Vec::new());
+        let mut n = 0;
+        while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+            let password = std::fs::read_to_string(&binding).unwrap();
+            let key = format!("write:{n}");
+            match redis_cli_as(Some(("app", &password)), port, &["SET", &key, "done"]).as_str() {
+                "OK" => acknowledged.push(key),
+                other => failed.push(format!("{key}: {other}")),
+            }
+            n += 1;
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        (acknowledged, failed)
+    })
+}
+
+/// A rotation driven through its steps (the plan's), the operator setting the running server as
+/// it would (`auth::servers::sync_redis`), under a client writing ten times a second: no write
+/// fails, a connection opened with the old password keeps working after it is retired, and a new
+/// one with it is refused.
+#[test]
+fn a_rotation_under_a_writing_client_fails_no_write_and_then_refuses_the_old_password() {
+    use blockwork_cache::auth::password::Password;
+    use blockwork_cache::auth::servers;
+    let c = cache("c", Engine::Redis, "64Mi", 1);
+    let mut state = State::new(None, jiff::Timestamp::now());
+    let (_server, port, _, auth) = authenticated_server(&c, "/usr/bin/redis-server", &state);
+    let old = state.current.clone();
+    let binding = auth.join("binding-password");
+    std::fs::write(&binding, old.expose()).unwrap();
+    wait_until("app's PONG", Duration::from_secs(10), || redis_cli_as(Some(("app", old.expose())), port, &["PING"]) == "PONG");
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let sync = |state: &State| runtime.block_on(servers::sync_redis(&["127.0.0.1".to_owned()], false, port, state, true, None));
+    let kept = runtime.block_on(servers::connect("127.0.0.1", port, None, Some(("app", &old)))).unwrap();
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let client = writer(port, binding.clone(), stop.clone());
+
+    // AddingNext: the server accepts both.
+    state.next = Some(Password::generate());
+    let added = sync(&state);
+    assert_eq!((added.changed.len(), added.failed.len()), (1, 0), "{added:?}");
+    assert_eq!(sync(&state), servers::Outcome::default(), "in step: nothing to change");
+    std::thread::sleep(Duration::from_millis(500));
+    // Published: clients read the new one.
+    state.previous = Some(std::mem::replace(&mut state.current, state.next.take().unwrap()));
+    std::fs::write(&binding, state.current.expose()).unwrap();
+    assert!(sync(&state).in_step());
+    std::thread::sleep(Duration::from_millis(500));
+    // Retired.
+    state.previous = None;
+    assert_eq!(sync(&state).changed.len(), 1);
+    std::thread::sleep(Duration::from_millis(500));
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let (acknowledged, failed) = client.join().unwrap();
+    assert!(failed.is_empty(), "failed writes: {failed:?}");
+    assert!(acknowledged.len() >= 10, "{} writes", acknowledged.len());
+    for key in &acknowledged {
+        assert_eq!(redis_cli_as(Some(("app", state.current.expose())), port, &["GET", key]), "done", "{key} lost");
+    }
+    assert_eq!(
+        redis_cli_as(Some(("app", old.expose())), port, &["PING"]),
+        "NOAUTH Authentication required.",
+        "the old password is refused"
+    );
+    let mut kept = kept;
+    let still: String = runtime.block_on(redis::cmd("PING").query_async(&mut kept)).unwrap();
+    assert_eq!(still, "PONG", "a connection made with the old password is not closed");
+}
+
+/// memcached with its auth file: clients without the password are refused; the start script
+/// reloads a new file (SIGHUP) within seconds, so a new password works and a removed one no
+/// longer does; the probe authenticates as monitor.
+#[test]
+fn an_authenticated_memcached_refuses_without_the_password_and_reloads_a_new_auth_file() {
+    use blockwork_cache::auth::password::Password;
+    use blockwork_cache::auth::servers::memcached_accepts;
+    let c = cache("c", Engine::Memcached, "64Mi", 1);
+    let mut state = State::new(None, jiff::Timestamp::now());
+    let (_server, port, config, auth) = authenticated_server(&c, "/usr/bin/memcached", &state);
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let accepts = |password: &Password| runtime.block_on(memcached_accepts("127.0.0.1", port, None, password)).unwrap();
+    assert!(request(port, b"version\r\n", "\r\n").starts_with("CLIENT_ERROR unauthenticated"));
+    assert!(accepts(&state.current));
+    assert!(!accepts(&Password::generate()));
+    let script = std::fs::read_to_string(config.join("probe.sh"))
+        .unwrap()
+        .replace("127.0.0.1 11211", &format!("127.0.0.1 {port}"))
+        .replace("127.0.0.1/11211", &format!("127.0.0.1/{port}"));
+    std::fs::write(config.join("probe.sh"), script).unwrap();
+    for path in [PATH.to_owned(), busybox_nc().unwrap_or_else(|| PATH.to_owned())] {
+        let probe = std::process::Command::new("sh")
+            .arg(config.join("probe.sh"))
+            .arg("ready")
+            .env("CACHE_AUTH_DIR", &auth)
+            .env("PATH", &path)
+            .output()
+            .unwrap();
+        assert!(probe.status.success(), "{path}: {}", String::from_utf8_lossy(&probe.stdout));
+    }
+
+    let old = std::mem::replace(&mut state.current, Password::generate());
+    let secret = state.secret(&c, true);
+    let file = &secret.data.unwrap()["memcached.auth"].0;
+    // The kubelet replaces a mounted Secret's file atomically.
+    std::fs::write(auth.join("memcached.auth.new"), file).unwrap();
+    std::fs::rename(auth.join("memcached.auth.new"), auth.join("memcached.auth")).unwrap();
+    wait_until("the new password accepted", Duration::from_secs(10), || accepts(&state.current));
+    assert!(!accepts(&old), "the password no longer in the file is refused");
+}
+
+/// redis_exporter beside an authenticated server scrapes it as monitor, with the password file
+/// the pod mounts, and nothing it asks is refused.
+#[test]
+fn the_exporter_scrapes_an_authenticated_server_as_monitor() {
+    let c = cache("c", Engine::Redis, "64Mi", 1);
+    let state = State::new(None, jiff::Timestamp::now());
+    let (_server, port, _, auth) = authenticated_server(&c, "/usr/bin/redis-server", &state);
+    // The file names the pod's address: the same file, for this port.
+    let file = std::fs::read_to_string(auth.join("exporter-passwords.json")).unwrap().replace(":6379", &format!(":{port}"));
+    std::fs::write(auth.join("exporter-passwords.json"), file).unwrap();
+    let listen = free_port();
+    let log = tempfile_dir().join("exporter.log");
+    let _exporter = Server(
+        std::process::Command::new(tool("redis_exporter").unwrap())
+            .arg(format!("--redis.addr=redis://127.0.0.1:{port}"))
+            .arg("--redis.user=monitor")
+            .arg(format!("--redis.password-file={}", auth.join("exporter-passwords.json").display()))
+            .arg(format!("--web.listen-address=127.0.0.1:{listen}"))
+            .stderr(std::fs::File::create(&log).unwrap())
+            .spawn()
+            .unwrap(),
+    );
+    let scrape = || {
+        use std::io::{Read as _, Write as _};
+        let mut stream = std::net::TcpStream::connect(("127.0.0.1", listen)).ok()?;
+        stream.write_all(b"GET /metrics HTTP/1.0\r\n\r\n").ok()?;
+        let mut body = String::new();
+        stream.read_to_string(&mut body).ok()?;
+        Some(body)
+    };
+    wait_until("redis_up 1", Duration::from_secs(20), || scrape().is_some_and(|metrics| metrics.contains("\nredis_up 1")));
+    let said = std::fs::read_to_string(&log).unwrap();
+    assert!(!said.contains("NOPERM"), "the exporter was refused a command: {said}");
+}
+
+/// The documented move of a Cache that served without a password: `auth.required: false`
+/// (its server accepts `app` and still serves clients without a password), then `true`, which
+/// the operator sets on the running server (`ACL SETUSER default off`): a connection opened
+/// without a password keeps working, a new one is refused, and `app` works throughout.
+#[test]
+fn requiring_authentication_on_a_running_server_refuses_new_clients_without_a_password_and_keeps_open_connections() {
+    use blockwork_cache::auth::servers;
+    let mut c = cache("c", Engine::Redis, "64Mi", 1);
+    c.spec.auth = Some(blockwork_cache::api::Auth { required: false, ..blockwork_cache::api::Auth::default() });
+    let state = State::new(None, jiff::Timestamp::now());
+    let (_server, port, _, auth) = authenticated_server(&c, "/usr/bin/redis-server", &state);
+    // What the pods of `required: false` mount.
+    std::fs::write(auth.join("users.acl"), &state.secret(&c, false).data.unwrap()["users.acl"].0).unwrap();
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let in_step = runtime.block_on(servers::sync_redis(&["127.0.0.1".to_owned()], false, port, &state, false, None));
+    assert!(in_step.in_step(), "{in_step:?}");
+    let app = Some(("app", state.current.expose()));
+    wait_until("app's PONG", Duration::from_secs(10), || redis_cli_as(app, port, &["PING"]) == "PONG");
+    assert_eq!(redis_cli(port, &["SET", "k", "v"]), "OK", "clients without a password are still served");
+    let open = runtime.block_on(servers::connect("127.0.0.1", port, None, None)).unwrap();
+
+    let required = runtime.block_on(servers::sync_redis(&["127.0.0.1".to_owned()], false, port, &state, true, None));
+    assert_eq!(required.changed.len(), 1, "{required:?}");
+    assert_eq!(redis_cli(port, &["GET", "k"]), "NOAUTH Authentication required.");
+    assert_eq!(redis_cli_as(app, port, &["GET", "k"]), "v");
+    let mut open = open;
+    let value: String = runtime.block_on(redis::cmd("GET").arg("k").query_async(&mut open)).unwrap();
+    assert_eq!(value, "v", "a connection opened without a password is not closed");
 }

@@ -9,11 +9,12 @@ use anyhow::{Context as _, Result, anyhow, ensure};
 use blockwork_e2e::eventually;
 use serde_json::Value;
 
-use super::{POD_TIMEOUT, Suite, apply_cache, cache_ready, endpoint, items, redis_set_get, text};
+use super::cache_auth::ClientPod;
+use super::{POD_TIMEOUT, Suite, apply_cache, cache_ready, endpoint, items, text};
 
 /// The chart values every install of the suite carries: the node's images
-/// (scripts/node-images) as a mirror's, and the exporters on, scraped from the suite's client
-/// pod's namespace as a Prometheus' would be.
+/// (scripts/node-images) as a mirror's, the exporters on, scraped from the suite's client pod's
+/// namespace as a Prometheus' would be, and the node's Secret propagation.
 pub const NODE_IMAGES: &[&str] = &[
     "controllers.cache.registry=localhost/blockwork-node",
     "controllers.cache.images.redis.repository=redis",
@@ -26,6 +27,8 @@ pub const NODE_IMAGES: &[&str] = &[
     "controllers.cache.images.memcachedExporter.repository=memcached-exporter",
     "controllers.cache.exporter.enabled=true",
     "controllers.cache.exporter.scrapedFrom.namespace=e2e-client",
+    // The node's kubelet brings a changed Secret into the pods within 10 s (scripts/node).
+    "controllers.cache.secretPropagation=20s",
 ];
 
 /// The values of the upgrade's install that no Cache pod can run with: a memcached image the
@@ -114,8 +117,9 @@ pub fn valkey_serves_and_a_hung_server_is_restarted(suite: &Suite) -> Result<()>
     let namespace = suite.new_namespace("valkey")?;
     apply_cache(suite, &namespace, "store", "{engine: valkey, memory: 64Mi}")?;
     let status = cache_ready(suite, &namespace, "store")?;
-    let (host, port) = endpoint(&status)?;
-    redis_set_get(suite, &host, &port, "valkey:1", &[])?;
+    let (host, _) = endpoint(&status)?;
+    let client = ClientPod::start(suite, &namespace, "client", &["store"])?;
+    client.set_get("store", &host, "valkey:1")?;
 
     let pod = suite.node.get_json(&["pod", "-n", &namespace, "store-cache-0"])?;
     let images: Vec<String> = pod["spec"]["containers"].as_array().into_iter().flatten().map(|c| text(&c["image"])).collect();
@@ -124,7 +128,7 @@ pub fn valkey_serves_and_a_hung_server_is_restarted(suite: &Suite) -> Result<()>
         "the pod runs {images:?}, not the images set at install"
     );
     ensure!(pod["spec"]["securityContext"]["runAsUser"] == 999, "the pod runs as {}", pod["spec"]["securityContext"]);
-    let version = suite.client(&["redis-cli", "-h", &host, "-p", &port, "info", "server"])?;
+    let version = client.redis("store", &host, &["info", "server"])?;
     ensure!(version.contains("valkey_version:9.1.2"), "not valkey 9.1.2: {version}");
 
     let pod_host = format!("store-cache-0.store-cache-headless.{namespace}.svc.cluster.local");
@@ -158,8 +162,8 @@ pub fn valkey_serves_and_a_hung_server_is_restarted(suite: &Suite) -> Result<()>
     event?;
     println!("e2e: the hung valkey was restarted after {:.1} s", hung.elapsed().as_secs_f64());
     let status = cache_ready(suite, &namespace, "store")?;
-    let (host, port) = endpoint(&status)?;
-    redis_set_get(suite, &host, &port, "valkey:2", &[])?;
+    let (host, _) = endpoint(&status)?;
+    client.set_get("store", &host, "valkey:2")?;
     ensure!(has_ready_endpoint(suite, &namespace, "store-cache")?, "the restarted server is not back in the Service");
     suite.node.kubectl(&["delete", "namespace", &namespace, "--wait=false"])?;
     Ok(())
@@ -172,13 +176,14 @@ pub fn valkey_with_sentinel_replicates(suite: &Suite) -> Result<()> {
     apply_cache(suite, &namespace, "ha", "{engine: valkey, memory: 64Mi, replicas: 3, highAvailability: {enabled: true}}")?;
     let status = cache_ready(suite, &namespace, "ha")?;
     let (service, _) = endpoint(&status)?;
+    let client = ClientPod::start(suite, &namespace, "client", &["ha"])?;
     let primary = eventually("Sentinel names the primary", POD_TIMEOUT, || {
-        let reply = suite.client(&["redis-cli", "-h", &service, "-p", "26379", "--raw", "sentinel", "get-master-addr-by-name", "ha"])?;
-        Ok(reply.lines().next().filter(|h| !h.is_empty()).map(str::to_owned))
+        let reply = client.sentinel("ha", &service, &["sentinel", "get-master-addr-by-name", "ha"])?;
+        Ok(reply.lines().next().filter(|h| !h.is_empty() && !h.contains("ERR")).map(str::to_owned))
     })?;
     ensure!(primary.starts_with("ha-cache-0."), "the first primary is {primary}, not pod 0");
-    ensure!(suite.client(&["redis-cli", "-h", &primary, "set", "order", "paid"])?.trim() == "OK", "SET on the primary");
-    let acknowledged = suite.client(&["redis-cli", "-h", &primary, "wait", "2", "10000"])?;
+    ensure!(client.redis("ha", &primary, &["set", "order", "paid"])?.trim() == "OK", "SET on the primary");
+    let acknowledged = client.redis("ha", &primary, &["wait", "2", "10000"])?;
     ensure!(acknowledged.trim() == "2", "replicas acknowledging the write: {acknowledged:?}");
     // The primary's exporter, with replicas connected: every series the dashboard reads.
     exporter_serves_the_dashboard(suite, &primary, 9121, "redis_")?;

@@ -3,47 +3,30 @@
 //! NetworkPolicy from the operator. Pods of the Cache's namespace connect; a pod of another
 //! namespace does not (its connection times out), unless `spec.access.namespaces` names its
 //! namespace; `spec.access.podSelector` narrows the clients; only the scrapers set at install
-//! reach the exporter. For redis, valkey and memcached, plain and TLS. (Replication, Sentinel's
-//! failover and the operator's Sentinel queries under the policies: the HA scenarios.)
+//! reach the exporter. For redis, valkey and memcached, plain and TLS. Every client holds the
+//! password (the binding Secret, copied into the other namespace as a platform would hand it
+//! over): what keeps a client out is the policy, never a missing password. The operator reaches
+//! the servers through the policies to keep their passwords in step (`Authenticated`).
+//! (Replication, Sentinel's failover and the operator's Sentinel queries under the policies: the
+//! HA scenarios.)
 
 use std::time::{Duration, Instant};
 
 use anyhow::{Result, ensure};
 use blockwork_e2e::eventually;
+use serde_json::json;
 
-use super::{CLIENT, CLIENT_IMAGE, CLIENT_NAMESPACE, RESTRICTED_CONTAINER, RESTRICTED_POD, Suite, cache_ready, tls_secret};
+use super::cache_auth::{BINDINGS, ClientPod};
+use super::{Suite, cache_ready, tls_secret};
 
-/// A pod of the suite's client image (redis-cli, busybox, openssl) in `namespace`, labelled
-/// `labels` (a YAML flow map), with each TLS Secret of `secrets` at `/tls/<secret>`.
-fn client_pod(suite: &Suite, namespace: &str, name: &str, labels: &str, secrets: &[&str]) -> Result<()> {
-    let mounts: String = secrets.iter().map(|s| format!("    - {{name: {s}, mountPath: /tls/{s}}}\n")).collect();
-    let volumes: String = secrets.iter().map(|s| format!("  - {{name: {s}, secret: {{secretName: {s}}}}}\n")).collect();
-    let (mounts, volumes) = if secrets.is_empty() {
-        (String::new(), String::new())
-    } else {
-        (format!("    volumeMounts:\n{mounts}"), format!("  volumes:\n{volumes}"))
-    };
-    suite.node.kubectl_with_input(&["apply", "-f", "-"], &format!(
-        "apiVersion: v1\nkind: Pod\nmetadata: {{name: {name}, namespace: {namespace}, labels: {labels}}}\nspec:\n{RESTRICTED_POD}  terminationGracePeriodSeconds: 0\n  containers:\n  - name: client\n    image: {CLIENT_IMAGE}\n{RESTRICTED_CONTAINER}    command: [sleep, '86400']\n{mounts}{volumes}"
-    ))?;
-    Ok(())
+/// Waits until `ask` (a client's command) answers with something containing `answer`.
+fn answers(what: &str, ask: impl Fn() -> Result<String>, answer: &str) -> Result<()> {
+    eventually(what, Duration::from_secs(60), || Ok(ask().ok().filter(|out| out.contains(answer)).map(|_| ())))
 }
 
-/// `sh -c script` in pod `namespace/pod`; its stdout.
-fn sh(suite: &Suite, namespace: &str, pod: &str, script: &str) -> Result<String> {
-    suite.node.kubectl(&["-n", namespace, "exec", pod, "--", "sh", "-c", script])
-}
-
-/// Waits until `script`, run in `namespace/pod`, prints something containing `answer`.
-fn answers(suite: &Suite, namespace: &str, pod: &str, what: &str, script: &str, answer: &str) -> Result<()> {
-    eventually(&format!("{what} from {namespace}/{pod}"), Duration::from_secs(60), || {
-        Ok(sh(suite, namespace, pod, script).ok().filter(|out| out.contains(answer)).map(|_| ()))
-    })
-}
-
-/// Tries a TCP connection from `namespace/pod` to each `host:port` of `targets` at once, each
-/// given 3 s; those that connected.
-fn connected(suite: &Suite, namespace: &str, pod: &str, targets: &[String]) -> Result<Vec<String>> {
+/// Tries a TCP connection from `client` to each `host:port` of `targets` at once, each given
+/// 3 s; those that connected.
+fn connected(client: &ClientPod, targets: &[String]) -> Result<Vec<String>> {
     let tries: String = targets
         .iter()
         .map(|target| {
@@ -51,8 +34,39 @@ fn connected(suite: &Suite, namespace: &str, pod: &str, targets: &[String]) -> R
             format!("(nc -w 3 {host} {port} </dev/null >/dev/null 2>&1 && echo 'open {target}') & ")
         })
         .collect();
-    let out = sh(suite, namespace, pod, &format!("{tries}wait"))?;
+    let out = client.sh(&format!("{tries}wait"))?;
     Ok(out.lines().filter_map(|line| line.strip_prefix("open ")).map(str::to_owned).collect())
+}
+
+/// `PING` with the password of `cache`'s binding Secret (mounted in `client`), given 5 s: what
+/// the server answered, or nothing when no server did.
+fn authenticated_ping(client: &ClientPod, cache: &str, host: &str) -> Result<String> {
+    let dir = format!("{BINDINGS}/{cache}");
+    client.sh(&format!(
+        r#"REDISCLI_AUTH="$(cat {dir}/password)" timeout 5 redis-cli --no-auth-warning --user "$(cat {dir}/username)" -h {host} -p "$(cat {dir}/port)" ping; true"#
+    ))
+}
+
+/// The binding Secret of `cache` in `from`, copied into namespace `to` under the same name.
+fn copy_binding(suite: &Suite, from: &str, to: &str, cache: &str) -> Result<()> {
+    let name = format!("{cache}-cache-binding");
+    let secret = suite.node.get_json(&["secret", "-n", from, &name])?;
+    let copy = json!({
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": {"name": name, "namespace": to},
+        "type": secret["type"],
+        "data": secret["data"],
+    });
+    suite.node.kubectl_with_input(&["apply", "-f", "-"], &copy.to_string())?;
+    Ok(())
+}
+
+/// The reason of condition `type_` of Cache `namespace/name`.
+fn reason(suite: &Suite, namespace: &str, name: &str, type_: &str) -> Result<String> {
+    let cache = suite.node.get_json(&["cache", "-n", namespace, name])?;
+    let conditions = cache["status"]["conditions"].as_array().cloned().unwrap_or_default();
+    Ok(conditions.iter().find(|c| c["type"] == type_).map(|c| c["reason"].as_str().unwrap_or_default().to_owned()).unwrap_or_default())
 }
 
 pub fn caches_admit_only_the_pods_their_access_lets_in(suite: &Suite) -> Result<()> {
@@ -80,46 +94,46 @@ pub fn caches_admit_only_the_pods_their_access_lets_in(suite: &Suite) -> Result<
             ),
         )?;
     }
-    client_pod(suite, &namespace, "checkout", "{app: checkout}", &["redis-tls", "memcached-tls"])?;
-    client_pod(suite, &namespace, "stranger", "{app: stranger}", &[])?;
-    client_pod(suite, &friend, "friend", "{app: friend}", &[])?;
-    for (name, _) in caches {
+    let names: Vec<&str> = caches.iter().map(|(name, _)| *name).collect();
+    for name in &names {
         cache_ready(suite, &namespace, name)?;
+        // The operator reached every server through its policy: their passwords are in step.
+        eventually(&format!("{name}: Authenticated PasswordRequired"), Duration::from_secs(60), || {
+            Ok((reason(suite, &namespace, name, "Authenticated")? == "PasswordRequired").then_some(()))
+        })?;
     }
-    for (pod_namespace, pod) in [(&namespace, "checkout"), (&namespace, "stranger"), (&friend, "friend")] {
-        node.kubectl(&["-n", pod_namespace, "wait", "--for=condition=Ready", &format!("pod/{pod}"), "--timeout=180s"])?;
+    // Every client holds the passwords of every Cache: the friend's namespace a copy of each.
+    for name in &names {
+        copy_binding(suite, &namespace, &friend, name)?;
     }
+    let checkout = ClientPod::start_labelled(suite, &namespace, "checkout", "{app: checkout}", &names)?;
+    let stranger = ClientPod::start_labelled(suite, &namespace, "stranger", "{app: stranger}", &names)?;
+    let friendly = ClientPod::start_labelled(suite, &friend, "friend", "{app: friend}", &names)?;
     let policies = node.kubectl(&["-n", &namespace, "get", "networkpolicies", "-o", "name"])?;
-    ensure!(caches.iter().all(|(name, _)| policies.contains(&format!("/{name}-cache\n"))), "a Cache without its NetworkPolicy: {policies}");
+    ensure!(names.iter().all(|name| policies.contains(&format!("/{name}-cache\n"))), "a Cache without its NetworkPolicy: {policies}");
 
-    // Let in: the pods of the Cache's namespace; the named namespace; the selected pods only.
+    // Let in, with the password: the pods of the Cache's namespace; the named namespace; the
+    // selected pods only.
     let started = Instant::now();
-    let ping = |cache: &str| format!("redis-cli -h {} ping", host(cache));
-    let version = |cache: &str| format!("printf 'version\\r\\nquit\\r\\n' | nc -w 3 {} 11211", host(cache));
-    answers(suite, &namespace, "checkout", "redis", &ping("plain"), "PONG")?;
-    answers(suite, &namespace, "checkout", "valkey", &ping("vk"), "PONG")?;
-    answers(suite, &namespace, "checkout", "memcached", &version("mc"), "VERSION")?;
-    let tls_ping = format!("redis-cli -h {} --tls --cacert /tls/redis-tls/ca.crt ping", host("tls"));
-    answers(suite, &namespace, "checkout", "redis over TLS", &tls_ping, "PONG")?;
-    let tls_version = format!(
-        "printf 'version\\r\\nquit\\r\\n' | openssl s_client -connect {0}:11211 -servername {0} -CAfile /tls/memcached-tls/ca.crt -verify_return_error -quiet 2>/dev/null",
-        host("mctls")
-    );
-    answers(suite, &namespace, "checkout", "memcached over TLS", &tls_version, "VERSION")?;
-    answers(suite, &namespace, "stranger", "redis, no selector", &ping("plain"), "PONG")?;
-    answers(suite, &friend, "friend", "memcached, its namespace named", &version("mc"), "VERSION")?;
+    let version = "version\\r\\n";
+    let ping = |client: &ClientPod, cache: &str| client.redis(cache, &host(cache), &["ping"]);
+    answers("redis from checkout", || ping(&checkout, "plain"), "PONG")?;
+    answers("valkey from checkout", || ping(&checkout, "vk"), "PONG")?;
+    answers("redis over TLS from checkout", || ping(&checkout, "tls"), "PONG")?;
+    answers("memcached from checkout", || checkout.memcached("mc", &host("mc"), "11211", true, version), "VERSION")?;
+    answers("memcached over TLS from checkout", || checkout.memcached("mctls", &host("mctls"), "11211", true, version), "VERSION")?;
+    answers("redis from stranger, no selector", || ping(&stranger, "plain"), "PONG")?;
+    answers("memcached from friend, its namespace named", || friendly.memcached("mc", &host("mc"), "11211", true, version), "VERSION")?;
     let exporter = format!("plain-cache-0.plain-cache-headless.{namespace}.svc.cluster.local:9121");
     answers(
-        suite,
-        CLIENT_NAMESPACE,
-        CLIENT,
-        "the exporter, as the scrapers set at install",
-        &format!("wget -qO- http://{exporter}/metrics"),
+        "the exporter, from the scrapers set at install",
+        || suite.client_sh(&format!("wget -qO- http://{exporter}/metrics")),
         "redis_up 1",
     )?;
     println!("e2e: every client let in connected within {:.1} s", started.elapsed().as_secs_f64());
 
-    // Kept out: another namespace, pods the selector leaves out, clients at the exporter's port.
+    // Kept out, password in hand: another namespace, pods the selector leaves out, clients at
+    // the exporter's port. No connection is made at all (a password refused would be one).
     let friend_kept_out: Vec<String> = ["plain:6379", "vk:6379", "tls:6379", "mctls:11211"]
         .iter()
         .map(|t| {
@@ -127,27 +141,30 @@ pub fn caches_admit_only_the_pods_their_access_lets_in(suite: &Suite) -> Result<
             format!("{}:{port}", host(cache))
         })
         .collect();
-    let open = connected(suite, &friend, "friend", &friend_kept_out)?;
+    let open = connected(&friendly, &friend_kept_out)?;
     ensure!(open.is_empty(), "a pod of another namespace connected to {open:?}");
-    let open = connected(suite, &namespace, "stranger", &[format!("{}:6379", host("tls"))])?;
+    for cache in ["plain", "vk"] {
+        let reply = authenticated_ping(&friendly, cache, &host(cache))?;
+        ensure!(
+            !reply.contains("PONG") && !reply.contains("NOAUTH") && !reply.contains("WRONGPASS"),
+            "{cache} answered another namespace with its password: {reply:?}"
+        );
+    }
+    let open = connected(&stranger, &[format!("{}:6379", host("tls"))])?;
     ensure!(open.is_empty(), "a pod spec.access.podSelector leaves out connected to {open:?}");
-    let open = connected(suite, &namespace, "checkout", std::slice::from_ref(&exporter))?;
+    let open = connected(&checkout, std::slice::from_ref(&exporter))?;
     ensure!(open.is_empty(), "a client reached the exporter's port: {open:?}");
-    let open = connected(suite, CLIENT_NAMESPACE, CLIENT, &[format!("{}:6379", host("plain"))])?;
-    ensure!(open.is_empty(), "the scrapers' namespace reached a Cache that does not name it: {open:?}");
-    // The same connections from where they are let in: what kept them out was the policy.
-    let open = connected(suite, &namespace, "checkout", &[format!("{}:6379", host("tls")), format!("{}:11211", host("mctls"))])?;
+    let open = suite.client_sh(&format!("nc -w 3 {} 6379 </dev/null >/dev/null 2>&1 && echo open; true", host("plain")))?;
+    ensure!(!open.contains("open"), "the scrapers' namespace reached a Cache that does not name it");
+    // The same connections, the same passwords, from where they are let in: what kept them out
+    // was the policy.
+    let open = connected(&checkout, &[format!("{}:6379", host("tls")), format!("{}:11211", host("mctls"))])?;
     ensure!(open.len() == 2, "the Cache's own namespace connects to TLS caches too: {open:?}");
-    let isolated = node.kubectl(&[
-        "-n",
-        &namespace,
-        "get",
-        "cache",
-        "plain",
-        "-o",
-        "jsonpath={.status.conditions[?(@.type==\"NetworkIsolated\")].reason}",
-    ])?;
-    ensure!(isolated.trim() == "NetworkPolicyApplied", "NetworkIsolated: {isolated:?}");
+    for cache in ["plain", "vk"] {
+        let reply = authenticated_ping(&checkout, cache, &host(cache))?;
+        ensure!(reply.contains("PONG"), "{cache} from its own namespace with the same password: {reply:?}");
+    }
+    ensure!(reason(suite, &namespace, "plain", "NetworkIsolated")? == "NetworkPolicyApplied", "NetworkIsolated of plain");
     node.kubectl(&["delete", "namespace", &namespace, &friend, "--wait=false"])?;
     Ok(())
 }

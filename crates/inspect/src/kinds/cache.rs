@@ -20,6 +20,24 @@ pub struct CacheObjects {
     pub tls_secret: Option<Option<Secret>>,
 }
 
+/// Whether clients authenticate, as the status says: the user and the binding Secret, where a
+/// rotation is; or that it serves without a password.
+fn authentication(cache: &Cache) -> String {
+    let status = cache.status.as_ref();
+    let binding = status.and_then(|s| s.binding.as_ref()).map(|b| b.name.clone()).unwrap_or_default();
+    match status.and_then(|s| s.auth.as_ref()) {
+        Some(auth) if auth.user.is_some() => {
+            let user = auth.user.clone().unwrap_or_default();
+            let mut text = format!("user {user}, password in Secret {binding}; {} rotations", auth.rotations);
+            if let Some(phase) = auth.rotation {
+                text.push_str(&format!(", rotating ({phase:?})"));
+            }
+            text
+        }
+        _ => "none: every client is served without a password".to_owned(),
+    }
+}
+
 /// A Cache: its phase and conditions, the StatefulSet, Services and pods it owns, its TLS Secret.
 pub fn cache(cache: &Cache, events: &[Event], objects: &CacheObjects, now: Timestamp) -> Report {
     let mut report = Report::new(Kind::Cache, &cache.namespace().unwrap_or_default(), &cache.name_any());
@@ -33,9 +51,11 @@ pub fn cache(cache: &Cache, events: &[Event], objects: &CacheObjects, now: Times
     report.behind = report::behind(cache.metadata.generation, status.observed_generation);
     report.message = report.condition("Ready").map(|c| c.message.clone()).filter(|m| !m.is_empty());
     // What the controller waits out (`status.lastError`: class and the latest retry); else a
-    // failing condition it records no retry for (PrimaryKnown, a pause).
+    // failing condition it records no retry for (PrimaryKnown, a pause). Not `Authenticated`:
+    // serving without a password is how the Cache is set, not an error (explain names it).
     report.last_error = status.last_error.as_ref().map(ErrorView::from_last_error).or_else(|| {
-        report.conditions.iter().find(|c| !c.is_true() && c.type_ != "Ready").map(|c| ErrorView {
+        let posture = blockwork_cache::auth::status::AUTHENTICATED;
+        report.conditions.iter().find(|c| !c.is_true() && c.type_ != "Ready" && c.type_ != posture).map(|c| ErrorView {
             reason: c.reason.clone(),
             message: c.message.clone(),
             class: None,
@@ -64,6 +84,7 @@ pub fn cache(cache: &Cache, events: &[Event], objects: &CacheObjects, now: Times
         let current = report.condition(blockwork_cache::sentinel::PRIMARY_KNOWN).is_none_or(|c| c.is_true());
         report.observed.push(Field::new("primary", if current { primary.clone() } else { format!("{primary} (last known)") }));
     }
+    report.observed.push(Field::new("authentication", authentication(cache)));
     if let Some(failover) = &status.last_failover {
         let when = crate::text::ago_or_in(failover.time.0, now);
         report.observed.push(Field::new("last failover", format!("{} → {}, {when} ({})", failover.from, failover.to, failover.time.0)));

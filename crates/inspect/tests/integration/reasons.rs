@@ -53,6 +53,7 @@ const NOT_REASONS: &[&str] = &[
     // Condition types and statuses (their reasons are in the catalog).
     "Synced",
     "PrimaryKnown",
+    "Authenticated",
     "NetworkIsolated",
     "Renewed",
     "True",

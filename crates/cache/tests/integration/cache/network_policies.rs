@@ -53,8 +53,9 @@ async fn a_cache_is_isolated_by_a_network_policy_the_api_server_takes_with_every
     assert_eq!(policy.metadata.owner_references.as_ref().unwrap()[0].kind, "Cache");
     let spec = policy.spec.clone().unwrap();
     assert_eq!(spec.policy_types, Some(vec!["Ingress".to_owned()]));
-    // Clients, the Cache's own pods, the operator, the scrapers: each on its ports only.
-    assert_eq!(rule_ports(&policy), [vec![6379, 26379], vec![6379, 26379], vec![26379], vec![9121]]);
+    // Clients, the Cache's own pods, the operator (the servers' passwords, Sentinel), the
+    // scrapers: each on its ports only.
+    assert_eq!(rule_ports(&policy), [vec![6379, 26379], vec![6379, 26379], vec![6379, 26379], vec![9121]]);
     let clients = spec.ingress.as_ref().unwrap()[0].from.clone().unwrap();
     let named = clients[1].namespace_selector.clone().and_then(|s| s.match_expressions).unwrap();
     assert_eq!((named[0].key.as_str(), named[0].values.clone()), (NAMESPACE_NAME_LABEL, Some(vec!["team-b".to_owned()])));
@@ -74,6 +75,12 @@ async fn a_cache_is_isolated_by_a_network_policy_the_api_server_takes_with_every
         let policy = h.api_of::<NetworkPolicy>().get("ha-cache").await.unwrap();
         let clients = policy.spec.and_then(|s| s.ingress).unwrap_or_default()[0].from.clone().unwrap_or_default();
         (clients.len() == 1).then_some(())
+    })
+    .await;
+    // Without authentication the operator asks the servers nothing: Sentinel's port only.
+    h.merge("ha", json!({"spec": {"auth": {"enabled": false}}})).await;
+    h.eventually("the operator's rule without the server's port", async || {
+        (rule_ports(&h.api_of::<NetworkPolicy>().get("ha-cache").await.unwrap())[2] == [26379]).then_some(())
     })
     .await;
     h.delete_and_wait("ha").await;
