@@ -118,6 +118,8 @@ impl CertManager {
         self.events.publish(&request.object.object_ref(&()), EventType::Warning, ownership::OWNERSHIP_LOST, "Release", &message).await;
         // Which certificate, for people: masked as every ARN a namespace user reads.
         observation.ownership_lost = Some(blockwork_aws::mask_accounts(arn));
+        // Named at every later look too, which reads no tags: the condition stays as it is.
+        observation.ownership_lost_to = by.map(str::to_owned);
         observation.certificate_arn = None;
         observation.previous_certificate_arns.clear();
         observation.validation_records.clear();

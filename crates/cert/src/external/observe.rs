@@ -50,8 +50,9 @@ impl CertManager {
             return Ok(Observed::from(outcome).with_upkeep(unpublish));
         }
         if let Some(arn) = &observation.ownership_lost {
-            // Sticky: no AWS call, nothing done (ADR 0017).
-            return Err(ExternalError::terminal(ownership::OWNERSHIP_LOST, crate::adoption::lost(arn, None)));
+            // Sticky: no AWS call, nothing done (ADR 0017); the same words as when it was lost.
+            let message = crate::adoption::lost(arn, observation.ownership_lost_to.as_deref());
+            return Err(ExternalError::terminal(ownership::OWNERSHIP_LOST, message));
         }
         let account = &self.account(object, observation).await?;
         let observed = self.look(account, request, observation).await?;
