@@ -25,6 +25,7 @@ pub mod decisions;
 pub mod export;
 pub mod external;
 pub mod metrics;
+pub mod ownership_checks;
 pub mod publish;
 pub mod wake;
 pub mod webhook;

@@ -13,14 +13,18 @@
 //!   certificate issued while its create was still running (issue 15's fault soak, seed
 //!   12447780977098908883: the create's calls slowed by faults, the sweep saw the certificate
 //!   issued before the Cert's status held it, and the records waited past the suite's budget).
+//! - a Cert whose ownership check is due ([`crate::ownership_checks`]) is looked at (checked
+//!   every [`LISTED_CHECK`] too), so that a Ready Cert, requeued hourly, reads its certificate's
+//!   tags on time at any `--ownership-check-interval`, and an adoption's tags are read back
+//!   within a second of their write rather than at the Cert's verify interval.
 //!
 //! Which Cert holds what comes from the controller's own cache of Certs (their statuses), so
 //! nothing is kept beside them. A reconcile woken by a sweep or a batch links to its span, so its
 //! trace tells what woke it (the sweep's ListCertificates, the batch's ChangeResourceRecordSets).
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use blockwork_aws::dns_name;
 use blockwork_aws::route53::Records;
@@ -35,8 +39,8 @@ use crate::account::Accounts;
 use crate::api::Cert;
 use crate::external::CertManager;
 
-/// How often the cached Certs are checked for validation records listed but not yet queued: a
-/// scan of the controller's cache, no call.
+/// How often the cached Certs are checked for validation records listed but not yet queued, and
+/// for ownership checks due: a scan of the controller's cache, no call.
 const LISTED_CHECK: Duration = Duration::from_secs(1);
 
 /// Follows the listing's and the records' changes until they end (the process stops).
@@ -49,10 +53,15 @@ pub async fn follow(context: Arc<Context<CertManager>>, accounts: Arc<Accounts>,
     // status, so a look that does not queue them (read-only access, a failed call: its own
     // requeue retries) is not repeated every second.
     let mut woken: HashSet<(String, String)> = HashSet::new();
+    // The due time of each Cert woken for its ownership check: woken once per check, so a look
+    // that does not check (paused, a failed call: its own requeue retries) is not repeated.
+    let mut woken_to_check: HashMap<String, Instant> = HashMap::new();
     loop {
         tokio::select! {
             _ = check.tick() => {
                 let mut listed = HashSet::new();
+                let mut due = HashMap::new();
+                let now = Instant::now();
                 for cert in context.cached() {
                     if lists_unqueued_records(&cert, |zone_id, name| records.written(zone_id, name).is_some()) {
                         let version = (cert.uid().unwrap_or_default(), cert.resource_version().unwrap_or_default());
@@ -61,8 +70,18 @@ pub async fn follow(context: Arc<Context<CertManager>>, accounts: Arc<Accounts>,
                         }
                         listed.insert(version);
                     }
+                    if let Some(uid) = checks_its_owner(&cert)
+                        && let at = context.manager.ownership().due_at(uid)
+                        && at <= now
+                    {
+                        if woken_to_check.get(uid) != Some(&at) {
+                            context.wake(&ObjectRef::from_obj(cert.as_ref()));
+                        }
+                        due.insert(uid.to_owned(), at);
+                    }
                 }
                 woken = listed;
+                woken_to_check = due;
             }
             changed = certificates.recv() => match changed {
                 Ok(Traced { value: arns, span }) => {
@@ -111,6 +130,13 @@ fn waits_for_records(cert: &Cert, records: &HashSet<(String, String)>) -> bool {
             .iter()
             .any(|r| r.pending && records.contains(&(r.zone_id.clone(), dns_name::from_route53(&r.name))))
     })
+}
+
+/// The UID of a live Cert holding a certificate it has not lost: one whose tags its verify reads
+/// when the check is due.
+fn checks_its_owner(cert: &Cert) -> Option<&str> {
+    let holds = cert.status.as_ref().is_some_and(|s| s.observation.certificate_arn.is_some() && s.observation.ownership_lost.is_none());
+    (holds && cert.metadata.deletion_timestamp.is_none()).then_some(cert.metadata.uid.as_deref()).flatten()
 }
 
 /// Whether a live Cert's status lists a record still to be written (always its own) that this
@@ -167,6 +193,27 @@ mod tests {
             &cert(CertObservation { validation_records: vec![record(false)], ..CertObservation::default() }),
             &written
         ));
+    }
+
+    #[test]
+    fn only_a_live_cert_holding_a_certificate_it_has_not_lost_checks_its_owner() {
+        let holding = |lost: Option<&str>| {
+            let mut cert = cert(CertObservation {
+                certificate_arn: Some("arn:c".into()),
+                ownership_lost: lost.map(str::to_owned),
+                ..CertObservation::default()
+            });
+            cert.metadata.uid = Some("uid".into());
+            cert
+        };
+        assert_eq!(checks_its_owner(&holding(None)), Some("uid"));
+        assert_eq!(checks_its_owner(&holding(Some("arn:c"))), None, "lost: no look reads its tags");
+        let mut deleting = holding(None);
+        deleting.metadata.deletion_timestamp = Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(jiff::Timestamp::now()));
+        assert_eq!(checks_its_owner(&deleting), None, "a deletion reads the tags itself");
+        let mut empty = cert(CertObservation::default());
+        empty.metadata.uid = Some("uid".into());
+        assert_eq!(checks_its_owner(&empty), None, "nothing held");
     }
 
     #[test]
