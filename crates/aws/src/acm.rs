@@ -465,11 +465,17 @@ impl Acm {
 
     async fn snapshot(&self, freshness: Freshness) -> Result<Arc<Snapshot>, AwsError> {
         let asked = Instant::now();
-        let fresh_enough = |snapshot: &Snapshot| match freshness {
+        self.snapshot_where(|snapshot: &Snapshot| match freshness {
             Freshness::Recent => snapshot.taken.is_some_and(|taken| asked.saturating_duration_since(taken) <= self.config.recent),
             Freshness::Current => snapshot.taken.is_some_and(|taken| taken >= asked),
             Freshness::Listed => snapshot.taken.is_some_and(|taken| asked.saturating_duration_since(taken) <= self.config.sweep * 2),
-        };
+        })
+        .await
+    }
+
+    /// The latest snapshot if `fresh_enough`, else a new sweep's (one at a time: whoever waited
+    /// for a sweep finds the one just made).
+    async fn snapshot_where(&self, fresh_enough: impl Fn(&Snapshot) -> bool) -> Result<Arc<Snapshot>, AwsError> {
         let latest = self.latest();
         if fresh_enough(&latest) {
             self.aws.metrics().cache_lookup(&self.seeds(), LISTING_CACHE, true);
@@ -526,7 +532,7 @@ impl Acm {
         }
         let mut before = previous.certificates.clone();
         before.extend(self.newer(previous));
-        let changed = changed(&before, &certificates);
+        let changed = changed(&before, &certificates, previous.taken.is_none());
         let snapshot = Arc::new(Snapshot { taken: Some(taken), certificates, span });
         *self.latest.lock().unwrap_or_else(PoisonError::into_inner) = Arc::clone(&snapshot);
         // Descriptions the sweep superseded go; one of a certificate not listed yet stays a
@@ -564,15 +570,17 @@ impl Acm {
         let mut renewal_due = Instant::now();
         loop {
             // On-demand sweeps count: the next one is due after the latest, whoever made it.
-            let due = self.latest().taken.map_or_else(Instant::now, |taken| self.next_sweep(taken));
-            if Instant::now() < due {
+            let due = self.latest().taken.map(|taken| self.next_sweep(taken));
+            if let Some(due) = due.filter(|due| Instant::now() < *due) {
                 tokio::select! {
                     () = tokio::time::sleep_until(due.into()) => {}
                     () = self.awaited_changed.notified() => {}
                 }
                 continue;
             }
-            let listing = self.snapshot(Freshness::Current).await;
+            // Any sweep taken since it came due will do, the first one of the process too: a
+            // reader's sweep under way as the process starts is not followed by a second one.
+            let listing = self.snapshot_where(|snapshot| snapshot.taken.is_some_and(|taken| due.is_none_or(|due| taken >= due))).await;
             match listing {
                 Ok(snapshot) if Instant::now() >= renewal_due => {
                     renewal_due = Instant::now() + self.config.sweep;
@@ -592,9 +600,16 @@ impl Acm {
     }
 }
 
-/// The ARNs whose summary differs between two listings (new, gone or changed).
-fn changed(before: &HashMap<String, Summary>, after: &HashMap<String, Summary>) -> Vec<String> {
-    let mut arns: HashSet<&String> = after.iter().filter(|(arn, s)| before.get(*arn) != Some(*s)).map(|(arn, _)| arn).collect();
+/// The ARNs whose summary differs between two listings (new, gone or changed). In the process's
+/// `first` sweep a certificate not described before is not new, only seen for the first time:
+/// whoever follows it reads this listing at its first look anyway, so a restart does not wake
+/// every Cert a second time.
+fn changed(before: &HashMap<String, Summary>, after: &HashMap<String, Summary>, first: bool) -> Vec<String> {
+    let changed = |arn: &String, summary: &Summary| match before.get(arn) {
+        Some(known) => known != summary,
+        None => !first,
+    };
+    let mut arns: HashSet<&String> = after.iter().filter(|(arn, s)| changed(arn, s)).map(|(arn, _)| arn).collect();
     arns.extend(before.keys().filter(|arn| !after.contains_key(*arn)));
     arns.into_iter().cloned().collect()
 }
@@ -702,9 +717,12 @@ mod tests {
             .iter()
             .map(|(arn, s)| ((*arn).to_owned(), listed(arn, s.clone())))
             .collect();
-        let mut changes = changed(&before, &after);
+        let mut changes = changed(&before, &after, false);
         changes.sort();
         assert_eq!(changes, ["b", "c", "d"]);
+        let mut first = changed(&before, &after, true);
+        first.sort();
+        assert_eq!(first, ["b", "c"], "the first sweep of a process sees d for the first time");
     }
 
     #[test]
