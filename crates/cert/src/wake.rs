@@ -58,31 +58,7 @@ pub async fn follow(context: Arc<Context<CertManager>>, accounts: Arc<Accounts>,
     let mut woken_to_check: HashMap<String, Instant> = HashMap::new();
     loop {
         tokio::select! {
-            _ = check.tick() => {
-                let mut listed = HashSet::new();
-                let mut due = HashMap::new();
-                let now = Instant::now();
-                for cert in context.cached() {
-                    if lists_unqueued_records(&cert, |zone_id, name| records.written(zone_id, name).is_some()) {
-                        let version = (cert.uid().unwrap_or_default(), cert.resource_version().unwrap_or_default());
-                        if !woken.contains(&version) {
-                            context.wake(&ObjectRef::from_obj(cert.as_ref()));
-                        }
-                        listed.insert(version);
-                    }
-                    if let Some(uid) = checks_its_owner(&cert)
-                        && let at = context.manager.ownership().due_at(uid)
-                        && at <= now
-                    {
-                        if woken_to_check.get(uid) != Some(&at) {
-                            context.wake(&ObjectRef::from_obj(cert.as_ref()));
-                        }
-                        due.insert(uid.to_owned(), at);
-                    }
-                }
-                woken = listed;
-                woken_to_check = due;
-            }
+            _ = check.tick() => (woken, woken_to_check) = look_over(&context, &records, &woken, &woken_to_check),
             changed = certificates.recv() => match changed {
                 Ok(Traced { value: arns, span }) => {
                     let arns: HashSet<String> = arns.into_iter().collect();
@@ -101,6 +77,38 @@ pub async fn follow(context: Arc<Context<CertManager>>, accounts: Arc<Accounts>,
             },
         }
     }
+}
+
+/// One scan of the cached Certs: wakes those whose status lists records not queued yet (unless
+/// woken for that status already: `woken`), and those whose ownership check is due (unless woken
+/// for that check already: `woken_to_check`); returns what is woken now, for the next scan.
+fn look_over(
+    context: &Context<CertManager>,
+    records: &Records,
+    woken: &HashSet<(String, String)>,
+    woken_to_check: &HashMap<String, Instant>,
+) -> (HashSet<(String, String)>, HashMap<String, Instant>) {
+    let mut listed = HashSet::new();
+    let mut due = HashMap::new();
+    let now = Instant::now();
+    for cert in context.cached() {
+        if lists_unqueued_records(&cert, |zone_id, name| records.written(zone_id, name).is_some()) {
+            let version = (cert.uid().unwrap_or_default(), cert.resource_version().unwrap_or_default());
+            if !woken.contains(&version) {
+                context.wake(&ObjectRef::from_obj(cert.as_ref()));
+            }
+            listed.insert(version);
+        }
+        let Some(uid) = checks_its_owner(&cert) else { continue };
+        let at = context.manager.ownership().due_at(uid);
+        if at <= now {
+            if woken_to_check.get(uid) != Some(&at) {
+                context.wake(&ObjectRef::from_obj(cert.as_ref()));
+            }
+            due.insert(uid.to_owned(), at);
+        }
+    }
+    (listed, due)
 }
 
 /// Wakes the Certs `concerned` by the work done in `span` (a sweep, a batch), their trigger
