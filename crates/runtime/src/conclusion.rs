@@ -260,7 +260,9 @@ impl Conclusion {
         // The Failed state's own event carries the failure when the object just failed.
         let failure_announced = state_changed && failed;
         let announced_before = |reason: &str, note: &str| {
-            failed && !state_changed && recorded.is_some_and(|last| last.class == ErrorClass::Terminal && last.reason == reason && last.message == note)
+            failed
+                && !state_changed
+                && recorded.is_some_and(|last| last.class == ErrorClass::Terminal && last.reason == reason && last.message == note)
         };
         if let Some((reason, note)) = &self.warning
             && !failure_announced
@@ -338,6 +340,10 @@ mod tests {
         assert_eq!(reasons(failed.events(Some(ReconcileState::Failed), None)), ["Invalid"], "none recorded: told");
         let retrying = Conclusion::error(ReconcileState::Creating, ExternalError::retryable("Throttling", "slow down"));
         let recorded_retry = LastError::after(None, ErrorClass::Retryable, "Throttling", "slow down", now, now);
-        assert_eq!(reasons(retrying.events(Some(ReconcileState::Creating), Some(&recorded_retry))), ["Throttling"], "retries keep their warnings");
+        assert_eq!(
+            reasons(retrying.events(Some(ReconcileState::Creating), Some(&recorded_retry))),
+            ["Throttling"],
+            "retries keep their warnings"
+        );
     }
 }
