@@ -57,29 +57,45 @@ async fn certs_and_tenants_in_one_process_reach_ready_without_a_throttling_answe
     one_process_under_aws_s_buckets(Size { first_certs: 240, then_certs: 60, then_tenants: 30 }).await;
 }
 
+/// One namespace with its AWS side, the proxies throttling as AWS would, and the operator.
+struct World {
+    aws: Setup,
+    moto_proxy: FaultProxy,
+    ministack_proxy: FaultProxy,
+    operator: Operator,
+    certs: Api<Cert>,
+    tenants: Api<DistributionTenant>,
+}
+
+impl World {
+    async fn start(prefix: &str) -> Self {
+        let plane = blockwork_testenv::control_plane::control_plane().await.unwrap();
+        plane
+            .install_crds(&[blockwork_cert::crd(), <DistributionTenant as kube::CustomResourceExt>::crd(), blockwork_identity::crd()])
+            .await
+            .unwrap();
+        let namespace = plane.namespace(prefix).await.unwrap();
+        let client = plane.client();
+        let moto = moto().await.unwrap().endpoint();
+        let ministack = ministack().await.unwrap().endpoint();
+        let aws = Setup::new(&moto, &ministack, &namespace).await;
+
+        // From here on the proxies throttle as AWS would: Route 53 (moto) and ACM (moto for
+        // Certs, MiniStack for tenants) and CloudFront (MiniStack) with AWS's own buckets.
+        let moto_proxy = FaultProxy::start(&moto).await.unwrap();
+        let ministack_proxy = FaultProxy::start(&ministack).await.unwrap();
+        moto_proxy.enforce_quotas(Quotas::aws());
+        ministack_proxy.enforce_quotas(Quotas::aws());
+        let operator =
+            start_operator(plane.kubeconfig_path(), &namespace, &moto_proxy.endpoint(), &ministack_proxy.endpoint(), &aws.zones).await;
+        let certs = Api::namespaced(client.clone(), &namespace);
+        let tenants = Api::namespaced(client, &namespace);
+        Self { aws, moto_proxy, ministack_proxy, operator, certs, tenants }
+    }
+}
+
 async fn one_process_under_aws_s_buckets(size: Size) {
-    let plane = blockwork_testenv::control_plane::control_plane().await.unwrap();
-    plane
-        .install_crds(&[blockwork_cert::crd(), <DistributionTenant as kube::CustomResourceExt>::crd(), blockwork_identity::crd()])
-        .await
-        .unwrap();
-    let namespace = plane.namespace("shared-quotas").await.unwrap();
-    let client = plane.client();
-    let moto = moto().await.unwrap().endpoint();
-    let ministack = ministack().await.unwrap().endpoint();
-    let aws = Setup::new(&moto, &ministack, &namespace).await;
-
-    // From here on the proxies throttle as AWS would: Route 53 (moto) and ACM (moto for Certs,
-    // MiniStack for tenants) and CloudFront (MiniStack) with AWS's own buckets.
-    let moto_proxy = FaultProxy::start(&moto).await.unwrap();
-    let ministack_proxy = FaultProxy::start(&ministack).await.unwrap();
-    moto_proxy.enforce_quotas(Quotas::aws());
-    ministack_proxy.enforce_quotas(Quotas::aws());
-    let operator =
-        start_operator(plane.kubeconfig_path(), &namespace, &moto_proxy.endpoint(), &ministack_proxy.endpoint(), &aws.zones).await;
-
-    let certs: Api<Cert> = Api::namespaced(client.clone(), &namespace);
-    let tenants: Api<DistributionTenant> = Api::namespaced(client, &namespace);
+    let World { aws, moto_proxy, ministack_proxy, operator, certs, tenants } = World::start("shared-quotas").await;
 
     // 1. A burst of Certs over the 12 zones.
     let started = Instant::now();
@@ -132,24 +148,7 @@ async fn one_process_under_aws_s_buckets(size: Size) {
 #[tokio::test]
 async fn a_restart_holding_ready_certs_and_tenants_costs_at_most_0_4_aws_calls_per_object_and_writes_nothing() {
     let (cert_count, tenant_count) = (60, 30);
-    let plane = blockwork_testenv::control_plane::control_plane().await.unwrap();
-    plane
-        .install_crds(&[blockwork_cert::crd(), <DistributionTenant as kube::CustomResourceExt>::crd(), blockwork_identity::crd()])
-        .await
-        .unwrap();
-    let namespace = plane.namespace("restart-costs").await.unwrap();
-    let client = plane.client();
-    let moto = moto().await.unwrap().endpoint();
-    let ministack = ministack().await.unwrap().endpoint();
-    let aws = Setup::new(&moto, &ministack, &namespace).await;
-    let moto_proxy = FaultProxy::start(&moto).await.unwrap();
-    let ministack_proxy = FaultProxy::start(&ministack).await.unwrap();
-    moto_proxy.enforce_quotas(Quotas::aws());
-    ministack_proxy.enforce_quotas(Quotas::aws());
-    let mut operator =
-        start_operator(plane.kubeconfig_path(), &namespace, &moto_proxy.endpoint(), &ministack_proxy.endpoint(), &aws.zones).await;
-    let certs: Api<Cert> = Api::namespaced(client.clone(), &namespace);
-    let tenants: Api<DistributionTenant> = Api::namespaced(client, &namespace);
+    let World { aws, moto_proxy, ministack_proxy, mut operator, certs, tenants } = World::start("restart-costs").await;
     let (..) = tokio::join!(create_certs(&certs, &aws.zones, 0..cert_count), create_tenants(&tenants, &aws, tenant_count));
     wait_ready(&certs, &tenants, cert_count, tenant_count, &operator).await;
     // Settled: the validation records, written in their zones' background batches after Ready,
