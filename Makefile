@@ -4,7 +4,7 @@
 dev:
 	scripts/dev
 
-# Every test (installs the pinned test tools first).
+# Every test, with cargo-nextest (the pinned test tools install beside the build: scripts/test).
 test:
 	scripts/test
 

@@ -53,6 +53,13 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 {{- $image }}
 {{- end }}
 
+{{/* A label map as `key=value,...`, keys sorted: a `--cache-*-pod-labels` flag's value. */}}
+{{- define "blockwork.labelList" -}}
+{{- $pairs := list }}
+{{- range $key, $value := . }}{{ $pairs = append $pairs (printf "%s=%s" $key $value) }}{{ end }}
+{{- join "," $pairs }}
+{{- end }}
+
 {{- define "blockwork.webhookServiceName" -}}
 {{- printf "%s-webhook" (include "blockwork.fullname" .) | trunc 63 | trimSuffix "-" }}
 {{- end }}

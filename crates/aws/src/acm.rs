@@ -15,6 +15,11 @@
 //!   revocation; new or gone), and on the background timer also the issued ones inside ACM's
 //!   renewal window (managed renewal starts 60 days before expiry), whose renewal only
 //!   DescribeCertificate shows.
+//! - While the listing fails (AWS throttles it, answers 5xx, times out), a reader that needs a
+//!   newer one than it has is not made to wait in the sweep's retries: it is told at once what
+//!   it waits for, AWS's answer and since when ([`crate::shared`]), the background sweeps retry
+//!   it, and the sweep that succeeds again is told by [`Acm::changes`] (even with nothing
+//!   changed), so the readers' objects are looked at again.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex, PoisonError};
@@ -33,6 +38,7 @@ use crate::limiter::Scope;
 use crate::metrics::{DESCRIBE_CACHE, LISTING_CACHE, Seed};
 use crate::principal::Principal;
 use crate::quota::Service;
+use crate::shared::Shared;
 
 mod export;
 pub use export::{Exported, decrypt};
@@ -224,6 +230,8 @@ pub struct Acm {
     /// than the listing (a certificate just requested is not listed yet).
     described: Mutex<HashMap<String, (Summary, Instant)>>,
     sweeping: tokio::sync::Mutex<()>,
+    /// The sweeps' failures, which readers are told instead of waiting for them.
+    listing: Shared,
     /// Certificates someone waits to be issued, with when the wait began.
     awaited: Mutex<HashMap<String, Instant>>,
     awaited_changed: Notify,
@@ -235,6 +243,8 @@ impl Acm {
     pub fn new(aws: &Arc<Aws>, caller: &'static str, region: Option<&str>, principal: Principal, config: AcmConfig) -> Arc<Self> {
         let describes = Cached::new(aws.metrics(), caller, DESCRIBE_CACHE, config.describe_ttl, config.describe_capacity);
         let empty = Snapshot { taken: None, certificates: HashMap::new(), span: None };
+        // Retried by the background sweeps only: readers are told until one succeeds.
+        let listing = Shared::new(format!("the ACM certificate listing of {principal}"), None);
         Arc::new(Self {
             aws: Arc::clone(aws),
             caller,
@@ -245,6 +255,7 @@ impl Acm {
             latest: Mutex::new(Arc::new(empty)),
             described: Mutex::default(),
             sweeping: tokio::sync::Mutex::new(()),
+            listing,
             awaited: Mutex::default(),
             awaited_changed: Notify::new(),
             changes: broadcast::channel(256).0,
@@ -275,6 +286,21 @@ impl Acm {
         F: Fn() -> Fut,
         Fut: std::future::Future<Output = Result<T, AwsError>>,
     {
+        self.call_watched(principal, operation, attempt, |_| {}).await
+    }
+
+    /// [`Acm::call`], telling `failed` of each failed attempt as it fails.
+    async fn call_watched<T, F, Fut>(
+        &self,
+        principal: &Principal,
+        operation: &'static str,
+        attempt: F,
+        failed: impl Fn(&AwsError),
+    ) -> Result<T, AwsError>
+    where
+        F: Fn() -> Fut,
+        Fut: std::future::Future<Output = Result<T, AwsError>>,
+    {
         let region = self.region().await;
         let call = Call {
             callers: &[self.caller],
@@ -283,7 +309,7 @@ impl Acm {
             operation,
             changes: 0,
         };
-        self.aws.call(call, attempt).await
+        self.aws.call_watched(call, attempt, failed).await
     }
 
     /// DescribeCertificate as `principal` (of the listing's account: a namespace of its
@@ -463,35 +489,52 @@ impl Acm {
         self.changes.subscribe()
     }
 
+    /// A listing as fresh as asked; while the listing fails, what it waits for instead (see the
+    /// module's notes).
     async fn snapshot(&self, freshness: Freshness) -> Result<Arc<Snapshot>, AwsError> {
         let asked = Instant::now();
-        self.snapshot_where(|snapshot: &Snapshot| match freshness {
+        let fresh_enough = |snapshot: &Snapshot| match freshness {
             Freshness::Recent => snapshot.taken.is_some_and(|taken| asked.saturating_duration_since(taken) <= self.config.recent),
             Freshness::Current => snapshot.taken.is_some_and(|taken| taken >= asked),
             Freshness::Listed => snapshot.taken.is_some_and(|taken| asked.saturating_duration_since(taken) <= self.config.sweep * 2),
-        })
-        .await
+        };
+        self.listed(fresh_enough, Sweeper::Reader).await
     }
 
     /// The latest snapshot if `fresh_enough`, else a new sweep's (one at a time: whoever waited
     /// for a sweep finds the one just made).
-    async fn snapshot_where(&self, fresh_enough: impl Fn(&Snapshot) -> bool) -> Result<Arc<Snapshot>, AwsError> {
+    async fn listed(&self, fresh_enough: impl Fn(&Snapshot) -> bool, sweeper: Sweeper) -> Result<Arc<Snapshot>, AwsError> {
         let latest = self.latest();
         if fresh_enough(&latest) {
             self.aws.metrics().cache_lookup(&self.seeds(), LISTING_CACHE, true);
             return Ok(latest);
         }
-        // One sweep at a time; whoever waited for it finds the one just made.
-        let _sweeping = self.sweeping.lock().await;
+        let reader = sweeper == Sweeper::Reader;
+        let outage = || if reader { self.listing.outage() } else { None };
+        if let Some(waiting) = outage() {
+            return Err(waiting);
+        }
+        // One sweep at a time; whoever waited for it finds the one just made — or, should that
+        // sweep fail, is told at once instead of waiting for its retries.
+        let _sweeping = tokio::select! {
+            sweeping = self.sweeping.lock() => sweeping,
+            waiting = self.listing.next_failure(), if reader => return Err(waiting),
+        };
         let latest = self.latest();
         if fresh_enough(&latest) {
             self.aws.metrics().cache_lookup(&self.seeds(), LISTING_CACHE, true);
             return Ok(latest);
+        }
+        if let Some(waiting) = outage() {
+            return Err(waiting);
         }
         self.aws.metrics().cache_lookup(&self.seeds(), LISTING_CACHE, false);
         let span = crate::trace::sweep(self.principal.identity());
-        let (snapshot, changed) = self.sweep(&latest, blockwork_runtime::trace::span_context(&span)).instrument(span).await?;
-        if !changed.is_empty() {
+        let swept = self.sweep(&latest, blockwork_runtime::trace::span_context(&span)).instrument(span).await;
+        let (snapshot, changed) = swept.map_err(|error| self.listing.told(&error))?;
+        // After a failure, even a sweep that changed nothing is told: its readers waited.
+        let recovered = self.listing.succeeded();
+        if !changed.is_empty() || recovered {
             let _ = self.changes.send(Traced { value: changed, span: snapshot.span.clone() });
         }
         Ok(snapshot)
@@ -510,15 +553,22 @@ impl Acm {
     async fn sweep(&self, previous: &Snapshot, span: Option<SpanContext>) -> Result<(Arc<Snapshot>, Vec<String>), AwsError> {
         const OP: &str = "ListCertificates";
         let taken = Instant::now();
-        let client = self.client(&self.principal).await?;
+        let _flight = self.listing.begin();
+        let failed = |error: &AwsError| self.listing.failed(error);
+        let client = self.client(&self.principal).await.inspect_err(failed)?;
         let mut certificates = HashMap::with_capacity(previous.certificates.len() + 16);
         let mut token: Option<String> = None;
         loop {
             let page = self
-                .call(&self.principal, OP, || {
-                    let request = client.list_certificates().max_items(PAGE_SIZE).set_next_token(token.clone());
-                    async move { request.send().await.map_err(|e| classify_sdk_error(OP, &e)) }
-                })
+                .call_watched(
+                    &self.principal,
+                    OP,
+                    || {
+                        let request = client.list_certificates().max_items(PAGE_SIZE).set_next_token(token.clone());
+                        async move { request.send().await.map_err(|e| classify_sdk_error(OP, &e)) }
+                    },
+                    failed,
+                )
                 .await?;
             for summary in page.certificate_summary_list() {
                 if let Some(summary) = self::summary(summary) {
@@ -569,18 +619,28 @@ impl Acm {
     pub async fn keep_swept(self: Arc<Self>) {
         let mut renewal_due = Instant::now();
         loop {
-            // On-demand sweeps count: the next one is due after the latest, whoever made it.
-            let due = self.latest().taken.map(|taken| self.next_sweep(taken));
+            // On-demand sweeps count: the next one is due after the latest, whoever made it. While
+            // the listing fails its readers wait for this loop to retry it: at once (after the
+            // pause below a failure), not a sweep interval after the last success.
+            let due = match self.latest().taken {
+                Some(taken) if self.listing.outage().is_none() => Some(self.next_sweep(taken)),
+                Some(_) => Some(Instant::now()),
+                None => None,
+            };
             if let Some(due) = due.filter(|due| Instant::now() < *due) {
                 tokio::select! {
                     () = tokio::time::sleep_until(due.into()) => {}
                     () = self.awaited_changed.notified() => {}
+                    // A reader's sweep began failing: this loop retries it.
+                    _ = self.listing.next_failure() => {}
                 }
                 continue;
             }
-            // Any sweep taken since it came due will do, the first one of the process too: a
-            // reader's sweep under way as the process starts is not followed by a second one.
-            let listing = self.snapshot_where(|snapshot| snapshot.taken.is_some_and(|taken| due.is_none_or(|due| taken >= due))).await;
+            // The retrier of a failing listing (its readers are told meanwhile). Any sweep taken
+            // since it came due will do, the first one of the process too: a reader's sweep under
+            // way as the process starts is not followed by a second one.
+            let since_due = |snapshot: &Snapshot| snapshot.taken.is_some_and(|taken| due.is_none_or(|due| taken >= due));
+            let listing = self.listed(since_due, Sweeper::Background).await;
             match listing {
                 Ok(snapshot) if Instant::now() >= renewal_due => {
                     renewal_due = Instant::now() + self.config.sweep;
@@ -598,6 +658,15 @@ impl Acm {
             }
         }
     }
+}
+
+/// Who asks for a sweep.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Sweeper {
+    /// A reader, who is told of a failing listing instead of sweeping it.
+    Reader,
+    /// The background sweeps, which retry it.
+    Background,
 }
 
 /// The ARNs whose summary differs between two listings (new, gone or changed). In the process's

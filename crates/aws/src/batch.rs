@@ -191,11 +191,33 @@ pub fn flush_at(
 }
 
 /// Whether Route 53 refused a batch for what one of its changes asks (a record to delete that
-/// is gone or has other values, a record that cannot be written): then each change is tried
-/// alone, so one bad change does not fail the others.
+/// is gone or has other values, a record that cannot be written).
 pub fn is_refused_change(code: Option<&str>) -> bool {
     // AWS answers InvalidChangeBatch; moto answers some of these with InvalidInput.
     matches!(code, Some("InvalidChangeBatch" | "InvalidInput"))
+}
+
+/// Whether a refused batch may have been refused for one of its changes only, so that its other
+/// changes go through without it: a change Route 53 refuses ([`is_refused_change`]), or a name
+/// IAM denies — IAM refuses the whole ChangeResourceRecordSets with `AccessDenied` when a policy
+/// denies any name in it (`route53:ChangeResourceRecordSetsNormalizedRecordNames`), so one
+/// namespace's denied name would otherwise fail its neighbours in the batch.
+pub fn refused_for_a_change(code: Option<&str>) -> bool {
+    is_refused_change(code) || matches!(code, Some("AccessDenied" | "AccessDeniedException"))
+}
+
+/// The DELETE that removes `wanted` as it is now, under the ownership rule: a record is deleted
+/// only while it has the value written (compared as names, whatever the case or trailing dot),
+/// and with its current TTL and value, which Route 53 matches exactly. `None`: nothing of ours is
+/// there — absent (never written, or gone), or pointed elsewhere since. `queued`: this process
+/// still has a write of `wanted` queued, which the zone's queue sends before the DELETE.
+pub fn to_delete(wanted: &Record, current: Option<&Record>, queued: bool) -> Option<Record> {
+    if queued {
+        return Some(wanted.clone());
+    }
+    let current = current?;
+    let same = |a: &str, b: &str| crate::dns_name::from_route53(a) == crate::dns_name::from_route53(b);
+    (same(&current.name, &wanted.name) && same(&current.value, &wanted.value)).then(|| current.clone())
 }
 
 /// What Route 53's refusal of a single DELETE (`InvalidChangeBatch`) says of the record: "it
@@ -281,5 +303,26 @@ mod tests {
         assert!(is_refused_change(Some("InvalidChangeBatch")));
         assert!(!is_refused_change(Some("Throttling")));
         assert!(!is_refused_change(Some("NoSuchHostedZone")));
+    }
+
+    #[test]
+    fn a_batch_denied_by_iam_may_be_denied_for_one_name_only_and_is_searched_like_a_refused_one() {
+        for code in ["InvalidChangeBatch", "InvalidInput", "AccessDenied", "AccessDeniedException"] {
+            assert!(refused_for_a_change(Some(code)), "{code}");
+        }
+        for code in [Some("Throttling"), Some("PriorRequestNotComplete"), Some("NoSuchHostedZone"), None] {
+            assert!(!refused_for_a_change(code), "{code:?}: about the request, not one of its changes");
+        }
+    }
+
+    #[test]
+    fn a_record_is_deleted_as_it_is_now_only_while_it_has_the_value_written() {
+        let written = Record { name: "_a.example.com.".to_owned(), value: "_x.acm-validations.aws.".to_owned(), ttl: 300 };
+        let listed = Record { name: "_a.example.com.".to_owned(), value: "_X.acm-validations.aws".to_owned(), ttl: 60 };
+        assert_eq!(to_delete(&written, Some(&listed), false), Some(listed.clone()), "its current TTL and value, which Route 53 matches");
+        let repointed = Record { value: "elsewhere.example.net.".to_owned(), ..listed };
+        assert_eq!(to_delete(&written, Some(&repointed), false), None, "pointed elsewhere: not ours any more");
+        assert_eq!(to_delete(&written, None, false), None, "absent: nothing to delete, and no DELETE without a record");
+        assert_eq!(to_delete(&written, None, true), Some(written.clone()), "its write is queued: deleted after it");
     }
 }

@@ -336,7 +336,8 @@ impl Aws {
                     .await
                     .map_err(|e| classify_sdk_error(OP, &e))
             })
-            .await?;
+            .await
+            .map_err(|error| not_assumed(identity, error))?;
         let credentials = output.credentials().ok_or_else(|| AwsError::incomplete(OP, "credentials"))?;
         let expires = SystemTime::try_from(*credentials.expiration()).unwrap_or_else(|_| SystemTime::now());
         let provider = aws_sdk_sts::config::Credentials::new(
@@ -361,6 +362,16 @@ impl Aws {
         F: Fn() -> Fut,
         Fut: Future<Output = Result<T, AwsError>>,
     {
+        self.call_watched(call, attempt, |_| {}).await
+    }
+
+    /// [`Aws::call`], telling `failed` of each attempt that fails, as it fails: a shared call's
+    /// readers are told at once instead of waiting for its retries ([`crate::shared`]).
+    pub async fn call_watched<T, F, Fut>(&self, call: Call<'_>, attempt: F, failed: impl Fn(&AwsError)) -> Result<T, AwsError>
+    where
+        F: Fn() -> Fut,
+        Fut: Future<Output = Result<T, AwsError>>,
+    {
         let seeds: Vec<Seed> = call.callers.iter().filter_map(|c| Seed::of(c)).collect();
         let (account, service) = (&call.scope.account, call.scope.service);
         let ticket = self.throttled.ticket();
@@ -368,9 +379,10 @@ impl Aws {
         let once = || {
             let span = crate::trace::attempt(&call, attempts.fetch_add(1, Ordering::Relaxed) + 1);
             async {
-                if let Some(until) = self.throttled.held(ticket, account, service, Instant::now()) {
-                    let held = held_back(call.operation, service, call.identity, until.saturating_duration_since(Instant::now()));
+                if let Some(since) = self.throttled.held(ticket, account, service, Instant::now()) {
+                    let held = held_back(call.operation, service, call.identity, since);
                     crate::trace::answered(Some(&held));
+                    failed(&held);
                     return Err(held);
                 }
                 let waited = self.limiter.acquire(&call.scope, call.operation, call.changes).await;
@@ -382,6 +394,9 @@ impl Aws {
                 let outcome = result.as_ref().map(|_| ()).map_err(|e| e.class);
                 self.metrics.call(&seeds, call.identity, service, call.operation, outcome, started.elapsed());
                 crate::trace::answered(result.as_ref().err());
+                if let Err(error) = &result {
+                    failed(error);
+                }
                 result
             }
             .instrument(span)
@@ -405,11 +420,48 @@ impl Aws {
     }
 }
 
+/// The code (and condition reason) of an object whose AwsIdentity's role was refused.
+pub const ASSUME_ROLE_FAILED: &str = "AssumeRoleFailed";
+
+/// A refused AssumeRole, as the objects of the mapping read it: which AwsIdentity's role (its
+/// name, never the account), and AWS's answer; a transient failure stays as it is (retried).
+fn not_assumed(identity: &str, error: AwsError) -> AwsError {
+    if error.is_transient() {
+        return error;
+    }
+    let answer = error.code.as_deref().map_or_else(|| error.message.clone(), |code| format!("{code}: {}", error.message));
+    AwsError {
+        code: Some(ASSUME_ROLE_FAILED.to_owned()),
+        message: format!(
+            "a role AwsIdentity {identity} names could not be assumed ({answer}); its trust policy must trust the operator's role with the mapping's ExternalId"
+        ),
+        ..error
+    }
+}
+
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
     use crate::error::ErrorClass;
+
+    #[test]
+    fn a_refused_assume_role_names_the_mapping_and_keeps_aws_s_answer() {
+        let refused = AwsError {
+            operation: "AssumeRole",
+            code: Some("AccessDenied".into()),
+            class: ErrorClass::Terminal,
+            message: "User: [ARN] is not authorized to perform: sts:AssumeRole on resource: [ARN]".into(),
+        };
+        let told = not_assumed("team-a", refused);
+        assert_eq!((told.code.as_deref(), told.class), (Some(ASSUME_ROLE_FAILED), ErrorClass::Terminal));
+        assert!(
+            told.message.contains("AwsIdentity team-a") && told.message.contains("AccessDenied: User: [ARN] is not authorized"),
+            "{told}"
+        );
+        let throttled = AwsError { code: Some("Throttling".into()), class: ErrorClass::Throttled, ..told.clone() };
+        assert_eq!(not_assumed("team-a", throttled.clone()), throttled, "retried as it is");
+    }
     use std::sync::atomic::{AtomicUsize, Ordering};
 
     fn layer(retries: usize) -> Arc<Aws> {

@@ -54,11 +54,14 @@ impl AwsError {
 }
 
 /// The runtime's view of a failed AWS call: its class, the AWS error code as the reason, and
-/// the operation with the sanitized message.
+/// the operation with the sanitized message; a wait on a call other objects share
+/// ([`crate::shared`]) is told as such, so the object says it once.
 impl From<&AwsError> for ExternalError {
     fn from(error: &AwsError) -> Self {
         let reason = error.code.clone().unwrap_or_else(|| "AwsError".to_owned());
-        ExternalError { existence: error.existence(), ..ExternalError::new(error.class, reason, sanitize(&error.to_string())) }
+        let external =
+            ExternalError { existence: error.existence(), ..ExternalError::new(error.class, reason, sanitize(&error.to_string())) };
+        if crate::shared::is_shared_wait(error.code.as_deref()) { external.shared() } else { external }
     }
 }
 

@@ -12,7 +12,8 @@
 //! - [`acm`]: ACM calls and the shared certificate listing. [`pca`]: the state of private CAs. [`route53`]: records for every
 //!   controller, batched per hosted zone ([`batch`]), with one ownership rule.
 //! - [`metrics`]: one family of AWS metrics, feeding the seeds' names too. [`cache`]: cached
-//!   reads whose concurrent misses share one call.
+//!   reads whose concurrent misses share one call. [`shared`]: what the readers of a shared call
+//!   (a listing) are told at once while it fails, instead of waiting in its retries.
 //! - [`ErrorClass`] (the runtime's) and [`classify`]: how a failed call is handled; messages are
 //!   sanitized of account ids and ARNs ([`sanitize`]) before users can read them.
 //! - [`dns_name`]: the one rule and normal form of DNS names; [`idna2008`]: the code point rules
@@ -37,6 +38,7 @@ pub mod principal;
 pub mod quota;
 pub mod route53;
 mod sanitize;
+pub mod shared;
 pub mod throttled;
 mod trace;
 

@@ -8,16 +8,22 @@
 //! and session, ADR 0014): each change is signed by, and attributed in CloudTrail to, the
 //! namespace it was made for. One request per zone at a time is also what Route 53 expects:
 //! it answers PriorRequestNotComplete to a change of a zone still processing the previous one
-//! (classified as throttling, retried after a backoff). A batch Route 53 refuses for one of its
-//! changes (InvalidChangeBatch) is split in halves and each half tried again, down to single
-//! changes: a bad change fails only its own request. Every request waiting on one batch gets
-//! the same change id, and [`Records::in_sync`] reads each change's status once for all of them.
+//! (classified as throttling, retried after a backoff). A batch refused for one of its changes
+//! — Route 53 refusing what a change asks (InvalidChangeBatch), or IAM denying a name in it
+//! (AccessDenied: IAM refuses the whole request) — is searched by halves for the change refused
+//! ([`Worker::apply`]), and the changes that go through are done: a bad or denied change fails
+//! only its own request, which alone is terminal for its object. Every request waiting on one
+//! batch gets the same change id, and [`Records::in_sync`] reads each change's status once for
+//! all of them.
 //!
 //! **Ownership, one rule.** Blockwork deletes a record only (1) if the object's status records
 //! that the object wrote it — recorded before the write, or recoverable from the create-pending
-//! marker — and (2) only with the exact value it wrote: a DELETE carries the record's values and
-//! Route 53 refuses it when they differ, so a record someone repointed or replaced since is left
-//! alone (reported as [`Deletion::NotFound`], nothing deleted). A record that already existed
+//! marker — and (2) only while it has the exact value written: [`Records::delete`] looks each
+//! record up first and sends a DELETE (with the record's current TTL and value, which Route 53
+//! matches) only for one that is there with that value; one absent or repointed since is left
+//! alone (reported as [`Deletion::NotFound`], nothing sent). No DELETE goes out for a record
+//! that is not there: an object that lost track of whether it wrote one (a crash before its
+//! write) is told it is gone, not refused. A record that already existed
 //! with the value the object would write, before the object first wrote it, is not the object's:
 //! [`Records::lookup`] tells (Cert's validation records, which every certificate for the same
 //! name shares). A DistributionTenant's records are the CNAMEs of its own domains, which it takes
@@ -27,13 +33,13 @@
 //! trailing dot, in lowercase, and with `*` and other characters escaped as `\052`.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use aws_sdk_route53::types::{ChangeAction, ChangeBatch, ChangeStatus, ResourceRecord, ResourceRecordSet, RrType};
 use blockwork_runtime::Existence;
 use blockwork_runtime::trace::Traced;
-use futures::future::BoxFuture;
 use moka::future::Cache;
 use tokio::sync::{Notify, oneshot};
 use tracing::{Instrument as _, warn};
@@ -46,6 +52,7 @@ use crate::error::{AwsError, ErrorClass, classify_sdk_error};
 use crate::limiter::{Account, Scope};
 use crate::principal::Principal;
 use crate::quota::Service;
+use crate::shared::Shared;
 
 /// A hosted zone, and who reaches it: the operator's own identity, or a role (of the zone's
 /// account when it is another one).
@@ -64,6 +71,23 @@ impl Zone {
     fn account(&self) -> Account {
         self.principal.account()
     }
+
+    /// What its reads are shared by: the zone as one role (or the operator's own identity) sees
+    /// it. IAM decides by role, so a read refused to one role is never another role's answer,
+    /// while the namespaces of one role share it.
+    fn reader(&self) -> Reader {
+        (self.account(), self.id.clone(), self.principal.role().map(|role| role.arn.clone()))
+    }
+}
+
+/// A zone as one role reads it: (account, zone id, role ARN or the operator's own identity).
+type Reader = (Account, String, Option<String>);
+
+/// A zone's CNAMEs as listed, by normalized name, and the zone's batch count when the listing
+/// began: a listing older than this process's last batch to the zone is read again.
+struct Listing {
+    batches: u64,
+    cnames: HashMap<String, Record>,
 }
 
 /// A Route 53 change as GetChange reports it.
@@ -144,6 +168,8 @@ struct Queue {
     account: Account,
     state: Mutex<QueueState>,
     arrived: Notify,
+    /// Batches sent and answered so far: a listing made before the latest is out of date.
+    batches: AtomicU64,
 }
 
 /// The process's Route 53 records: a queue per hosted zone, the zones' CNAMEs as last listed,
@@ -151,19 +177,27 @@ struct Queue {
 pub struct Records {
     aws: Arc<Aws>,
     queues: Mutex<HashMap<(Account, String), Arc<Queue>>>,
-    /// CNAMEs by zone, for [`Records::lookup`]: by normalized name.
-    listings: Cache<(Account, String), Arc<HashMap<String, Record>>>,
-    /// INSYNC is final; PENDING is read again after a second.
-    statuses: Cache<String, bool>,
+    /// CNAMEs by zone and reader, for [`Records::lookup`].
+    listings: Cache<Reader, Arc<Listing>>,
+    /// By reader and change id: INSYNC is final; PENDING is read again after a second.
+    statuses: Cache<(Reader, String), bool>,
     /// Records written in the background, by (zone, name), for [`Records::written`].
     written: Mutex<HashMap<(String, String), Written>>,
     /// Told the records written in the background (zone id, name), a batch at a time, with
     /// the batch's span.
     completions: tokio::sync::broadcast::Sender<Traced<Vec<(String, String)>>>,
+    /// Each reader's zone listing's failures, which lookups are told instead of waiting for its
+    /// retries ([`crate::shared`]).
+    health: Mutex<HashMap<Reader, Arc<Shared>>>,
+    /// Told when a zone listing that failed answers again, with the span it was listed in: the
+    /// objects waiting on it may go on.
+    recoveries: tokio::sync::broadcast::Sender<Traced<()>>,
 }
 
 /// How long a zone's CNAMEs, as listed for [`Records::lookup`], are reused.
 const LISTING_TTL: Duration = Duration::from_secs(30);
+/// How long after a zone listing failed its lookups are told so before one lists it again.
+const LISTING_RETRY: Duration = Duration::from_secs(5);
 /// Background results kept for [`Records::written`], at most.
 const WRITTEN_KEPT: usize = 20_000;
 
@@ -176,7 +210,14 @@ impl Records {
             statuses: Cache::builder().max_capacity(10_000).expire_after(StatusExpiry).build(),
             written: Mutex::default(),
             completions: tokio::sync::broadcast::channel(1024).0,
+            health: Mutex::default(),
+            recoveries: tokio::sync::broadcast::channel(64).0,
         })
+    }
+
+    /// Zone listings that failed and answer again, each with the span it was listed in.
+    pub fn recoveries(&self) -> tokio::sync::broadcast::Receiver<Traced<()>> {
+        self.recoveries.subscribe()
     }
 
     /// UPSERTs `records` into `zone`; returns the change id once Route 53 has accepted them.
@@ -245,33 +286,85 @@ impl Records {
         self.completions.subscribe()
     }
 
-    /// DELETEs `records` with exactly these values; what became of each, in order.
+    /// Deletes `records` where they are still as written, under the ownership rule: each is
+    /// looked up ([`Records::lookup`]), and a DELETE goes out only for one that is there with the
+    /// value written, with its current TTL and value ([`batch::to_delete`]); what became of each,
+    /// in order. One absent, repointed since, or in a hosted zone that does not exist is
+    /// [`Deletion::NotFound`], and no request is sent for it. A record whose write this process
+    /// still has queued is deleted after that write (the zone's queue keeps their order).
     pub async fn delete(&self, caller: &'static str, zone: &Zone, records: Vec<Record>) -> Result<Vec<Deletion>, AwsError> {
-        let changes = records.into_iter().map(|record| Change { action: Action::Delete, record }).collect();
-        Ok(self.submit(caller, zone, changes, Urgency::Waiting).await?.deletions)
+        let names: Vec<String> = records.iter().map(|record| record.name.clone()).collect();
+        let current = match self.lookup(caller, zone, &names).await {
+            Ok(current) => current,
+            // A zone holds its records: one that does not exist holds none of ours.
+            Err(error) if error.existence() == Existence::Gone => return Ok(vec![Deletion::NotFound; records.len()]),
+            Err(error) => return Err(error),
+        };
+        let planned: Vec<Option<Record>> = records
+            .iter()
+            .zip(&current)
+            .map(|(wanted, current)| {
+                let queued = self.written(&zone.id, &wanted.name) == Some(Written::Queued);
+                batch::to_delete(wanted, current.as_ref(), queued)
+            })
+            .collect();
+        let changes = planned.iter().flatten().map(|record| Change { action: Action::Delete, record: record.clone() }).collect();
+        let mut sent = self.submit(caller, zone, changes, Urgency::Waiting).await?.deletions.into_iter();
+        Ok(planned.iter().map(|planned| planned.as_ref().and_then(|_| sent.next()).unwrap_or(Deletion::NotFound)).collect())
     }
 
-    /// The CNAMEs `names` in `zone` as they are (`None`: no CNAME of that name), from
-    /// a listing of the zone shared by every lookup for [`LISTING_TTL`] and read again after each
-    /// batch this process sends to the zone. It costs one ListResourceRecordSets per 300 records
-    /// of the zone, however many names are looked up.
+    /// The CNAMEs `names` in `zone` as they are (`None`: no CNAME of that name), from a listing
+    /// of the zone shared by every lookup of the same role for [`LISTING_TTL`], and read again
+    /// once this process has sent the zone a batch since it began. It costs one
+    /// ListResourceRecordSets per 300 records of the zone, however many names are looked up.
+    ///
+    /// While the listing fails transiently, a lookup is told at once what it waits for, AWS's
+    /// answer and since when ([`crate::shared`]), instead of waiting for the listing's retries;
+    /// the first lookup [`LISTING_RETRY`] after a failed listing ended lists again.
     pub async fn lookup(&self, caller: &'static str, zone: &Zone, names: &[String]) -> Result<Vec<Option<Record>>, AwsError> {
-        let key = (zone.account(), zone.id.clone());
-        let entry = self
-            .listings
-            .entry_by_ref(&key)
-            .or_try_insert_with(Box::pin(self.list_cnames(caller, zone)))
-            .await
-            .map_err(|e| (*e).clone())?;
+        let key = zone.reader();
+        let health = self.health(zone, &key);
+        let mut listing = self.listing(caller, zone, &key, &health).await?;
+        if listing.batches < self.batches(zone) {
+            // A batch went out while it was listed: the listing may not show it.
+            self.listings.invalidate(&key).await;
+            listing = self.listing(caller, zone, &key, &health).await?;
+        }
+        Ok(names.iter().map(|name| listing.cnames.get(&dns_name::from_route53(name)).cloned()).collect())
+    }
+
+    fn health(&self, zone: &Zone, key: &Reader) -> Arc<Shared> {
+        let mut health = self.health.lock().unwrap_or_else(PoisonError::into_inner);
+        let what = || format!("the records of hosted zone {} as {}", zone.id, zone.principal);
+        Arc::clone(health.entry(key.clone()).or_insert_with(|| Arc::new(Shared::new(what(), Some(LISTING_RETRY)))))
+    }
+
+    async fn listing(&self, caller: &'static str, zone: &Zone, key: &Reader, health: &Shared) -> Result<Arc<Listing>, AwsError> {
+        if let Some(waiting) = health.outage() {
+            return Err(waiting);
+        }
+        let listed = self.listings.entry_by_ref(key).or_try_insert_with(Box::pin(self.list_cnames(caller, zone, health)));
+        let entry = tokio::select! {
+            entry = listed => entry.map_err(|error| health.told(&error))?,
+            waiting = health.next_failure() => return Err(waiting),
+        };
         let seeds: Vec<_> = crate::metrics::Seed::of(caller).into_iter().collect();
         self.aws.metrics().cache_lookup(&seeds, "route53-zone", !entry.is_fresh());
-        let listing = entry.into_value();
-        Ok(names.iter().map(|name| listing.get(&dns_name::from_route53(name)).cloned()).collect())
+        Ok(entry.into_value())
     }
 
-    async fn list_cnames(&self, caller: &'static str, zone: &Zone) -> Result<Arc<HashMap<String, Record>>, AwsError> {
+    /// How many batches this process has sent `zone` and had answered.
+    fn batches(&self, zone: &Zone) -> u64 {
+        let queues = self.queues.lock().unwrap_or_else(PoisonError::into_inner);
+        queues.get(&(zone.account(), zone.id.clone())).map_or(0, |queue| queue.batches.load(Ordering::Acquire))
+    }
+
+    async fn list_cnames(&self, caller: &'static str, zone: &Zone, health: &Shared) -> Result<Arc<Listing>, AwsError> {
         const OP: &str = "ListResourceRecordSets";
-        let client = self.aws.route53(caller, &zone.principal).await?;
+        let batches = self.batches(zone);
+        let _flight = health.begin();
+        let failed = |error: &AwsError| health.failed(error);
+        let client = self.aws.route53(caller, &zone.principal).await.inspect_err(failed)?;
         let mut cnames = HashMap::new();
         let mut start: Option<(String, RrType)> = None;
         loop {
@@ -284,13 +377,17 @@ impl Records {
             };
             let page = self
                 .aws
-                .call(call, || {
-                    let mut request = client.list_resource_record_sets().hosted_zone_id(&zone.id);
-                    if let Some((name, kind)) = &start {
-                        request = request.start_record_name(name).start_record_type(kind.clone());
-                    }
-                    async move { request.send().await.map_err(|e| classify_sdk_error(OP, &e)) }
-                })
+                .call_watched(
+                    call,
+                    || {
+                        let mut request = client.list_resource_record_sets().hosted_zone_id(&zone.id);
+                        if let Some((name, kind)) = &start {
+                            request = request.start_record_name(name).start_record_type(kind.clone());
+                        }
+                        async move { request.send().await.map_err(|e| classify_sdk_error(OP, &e)) }
+                    },
+                    failed,
+                )
                 .await?;
             for set in page.resource_record_sets().iter().filter(|set| *set.r#type() == RrType::Cname) {
                 if let Some(value) = set.resource_records().first() {
@@ -301,7 +398,13 @@ impl Records {
             }
             match (page.is_truncated(), page.next_record_name(), page.next_record_type()) {
                 (true, Some(name), Some(kind)) => start = Some((name.to_owned(), kind.clone())),
-                _ => return Ok(Arc::new(cnames)),
+                _ => {
+                    if health.succeeded() {
+                        // Nobody listening is fine: the waiting objects look again after their backoff.
+                        let _ = self.recoveries.send(Traced { value: (), span: crate::trace::current() });
+                    }
+                    return Ok(Arc::new(Listing { batches, cnames }));
+                }
             }
         }
     }
@@ -310,7 +413,8 @@ impl Records {
     /// name server. Every object waiting on one batch shares one GetChange per second.
     pub async fn in_sync(&self, caller: &'static str, zone: &Zone, change_id: &str) -> Result<bool, AwsError> {
         let read = async { Ok::<bool, AwsError>(self.change(caller, zone, change_id).await?.in_sync) };
-        self.statuses.try_get_with_by_ref(change_id, Box::pin(read)).await.map_err(|e| (*e).clone())
+        let key = (zone.reader(), change_id.to_owned());
+        self.statuses.try_get_with(key, Box::pin(read)).await.map_err(|e| (*e).clone())
     }
 
     /// The change `change_id` (made in `zone`'s account) as Route 53 reports it now: one
@@ -357,7 +461,13 @@ impl Records {
         let queue = {
             let mut queues = self.queues.lock().unwrap_or_else(PoisonError::into_inner);
             let queue = queues.entry((zone.account(), zone.id.clone())).or_insert_with(|| {
-                Arc::new(Queue { zone_id: zone.id.clone(), account: zone.account(), state: Mutex::default(), arrived: Notify::new() })
+                Arc::new(Queue {
+                    zone_id: zone.id.clone(),
+                    account: zone.account(),
+                    state: Mutex::default(),
+                    arrived: Notify::new(),
+                    batches: AtomicU64::new(0),
+                })
             });
             Arc::clone(queue)
         };
@@ -378,7 +488,7 @@ impl Records {
             !std::mem::replace(&mut state.running, true)
         };
         if start {
-            let worker = Worker { aws: Arc::clone(&self.aws), queue: Arc::clone(&queue), listings: self.listings.clone() };
+            let worker = Worker { aws: Arc::clone(&self.aws), queue: Arc::clone(&queue) };
             tokio::spawn(worker.run());
         } else {
             queue.arrived.notify_one();
@@ -390,8 +500,8 @@ impl Records {
 /// Change statuses: INSYNC kept for an hour, PENDING for a second.
 struct StatusExpiry;
 
-impl moka::Expiry<String, bool> for StatusExpiry {
-    fn expire_after_create(&self, _key: &String, in_sync: &bool, _now: Instant) -> Option<Duration> {
+impl moka::Expiry<(Reader, String), bool> for StatusExpiry {
+    fn expire_after_create(&self, _key: &(Reader, String), in_sync: &bool, _now: Instant) -> Option<Duration> {
         Some(if *in_sync { Duration::from_secs(3600) } else { Duration::from_secs(1) })
     }
 }
@@ -400,7 +510,6 @@ impl moka::Expiry<String, bool> for StatusExpiry {
 struct Worker {
     aws: Arc<Aws>,
     queue: Arc<Queue>,
-    listings: Cache<(Account, String), Arc<HashMap<String, Record>>>,
 }
 
 /// One change of a batch: which request (by position in the batch) it belongs to.
@@ -476,8 +585,8 @@ impl Worker {
         };
         let span = crate::trace::batch(&self.queue.zone_id, items.len(), &links);
         let batch_span = blockwork_runtime::trace::span_context(&span);
-        let results = self.apply(&callers, &principal, items.clone()).instrument(span).await;
-        self.listings.invalidate(&(self.queue.account.clone(), self.queue.zone_id.clone())).await;
+        let results = self.apply(&callers, &principal, &items).instrument(span).await;
+        self.queue.batches.fetch_add(1, Ordering::AcqRel);
         let mut state = self.queue.state.lock().unwrap_or_else(PoisonError::into_inner);
         let mut failed: HashMap<usize, AwsError> = HashMap::new();
         for (item, result) in items.iter().zip(results) {
@@ -519,49 +628,80 @@ impl Worker {
         });
     }
 
-    /// Sends `items` as one batch; if Route 53 refuses it for one of its changes, each half
-    /// again, down to single changes.
-    fn apply<'a>(
-        &'a self,
-        callers: &'a [&'static str],
-        principal: &'a Principal,
-        items: Vec<Item>,
-    ) -> BoxFuture<'a, Vec<Result<Outcome, AwsError>>> {
-        Box::pin(async move {
-            match self.send(callers, principal, &items).await {
-                Ok(change_id) => items.iter().map(|_| Ok(Outcome::Changed(change_id.clone()))).collect(),
-                Err(error) if batch::is_refused_change(error.code.as_deref()) && items.len() > 1 => {
-                    let second = items[items.len() / 2..].to_vec();
-                    let first = items[..items.len() / 2].to_vec();
-                    let mut results = self.apply(callers, principal, first).await;
-                    results.extend(self.apply(callers, principal, second).await);
-                    results
+    /// Sends `items` as one batch. One refused for one of its changes ([`batch::refused_for_a_change`])
+    /// is searched by halves for the change refused: a half that goes through is done, and the
+    /// other holds the refusal, so it is halved in turn without being sent; a half refused too
+    /// holds one, and the half beside it waits. The change found is refused alone — sent alone,
+    /// or the last of a refused set whose others went through — and what waited goes again
+    /// together. One refused change among n costs at most ⌈log2 n⌉ + 1 more requests, one at a
+    /// time (the zone's queue), each drawing its tokens like any call.
+    async fn apply(&self, callers: &[&'static str], principal: &Principal, items: &[Item]) -> Vec<Result<Outcome, AwsError>> {
+        let mut results: Vec<Option<Result<Outcome, AwsError>>> = vec![None; items.len()];
+        let mut rest: Vec<usize> = (0..items.len()).collect();
+        while !rest.is_empty() {
+            let refusal = match self.send(callers, principal, &pick(items, &rest)).await {
+                Ok(change_id) => {
+                    settle(&mut results, &rest, |_| Ok(Outcome::Changed(change_id.clone())));
+                    break;
                 }
-                // A single DELETE refused because the record is absent or no longer has these
-                // values: nothing of ours is there.
-                Err(error)
-                    if items.iter().all(|i| i.change.action == Action::Delete)
-                        && batch::refused_delete(error.code.as_deref(), &error.message) == Existence::Gone =>
-                {
-                    vec![Ok(Outcome::NotFound)]
-                }
-                // The hosted zone does not exist: neither do the records to delete (never
-                // written, or gone with the zone); what was to be written fails.
-                Err(error) if error.existence() == Existence::Gone => items
-                    .iter()
-                    .map(|i| match i.change.action {
-                        Action::Delete => Ok(Outcome::NotFound),
-                        Action::Upsert => Err(error.clone()),
-                    })
-                    .collect(),
+                Err(error) if batch::refused_for_a_change(error.code.as_deref()) && rest.len() > 1 => error,
                 Err(error) => {
-                    if error.class == ErrorClass::Terminal {
-                        warn!(zone = %self.queue.zone_id, changes = items.len(), %error, "Route 53 refused a change");
+                    let failed = self.failed(&pick(items, &rest), &error);
+                    settle(&mut results, &rest, |position| failed[position].clone());
+                    break;
+                }
+            };
+            let (mut suspects, mut refusal, mut waiting) = (std::mem::take(&mut rest), refusal, Vec::new());
+            while suspects.len() > 1 {
+                let second = suspects.split_off(suspects.len() / 2);
+                match self.send(callers, principal, &pick(items, &suspects)).await {
+                    Ok(change_id) => {
+                        settle(&mut results, &suspects, |_| Ok(Outcome::Changed(change_id.clone())));
+                        suspects = second;
                     }
-                    items.iter().map(|_| Err(error.clone())).collect()
+                    Err(error) if batch::refused_for_a_change(error.code.as_deref()) => {
+                        waiting.splice(0..0, second);
+                        refusal = error;
+                    }
+                    Err(error) => {
+                        // Failed for a reason of its own (throttled past its retries, a 5xx): so
+                        // does every change not through yet; their objects retry.
+                        let unsent: Vec<usize> = suspects.iter().chain(&second).chain(&waiting).copied().collect();
+                        let failed = self.failed(&pick(items, &unsent), &error);
+                        settle(&mut results, &unsent, |position| failed[position].clone());
+                        return results.into_iter().map(|r| r.unwrap_or_else(|| Err(error.clone()))).collect();
+                    }
                 }
             }
-        })
+            let failed = self.failed(&pick(items, &suspects), &refusal);
+            settle(&mut results, &suspects, |position| failed[position].clone());
+            rest = waiting;
+        }
+        let unanswered = || Err(AwsError::incomplete("ChangeResourceRecordSets", "an answer for every change"));
+        results.into_iter().map(|result| result.unwrap_or_else(unanswered)).collect()
+    }
+
+    /// What `error`, refusing a request of `items`, means for each: a single DELETE refused
+    /// because the record is absent or has other values — nothing of ours there; a hosted zone
+    /// that does not exist — no record to delete, none can be written; otherwise each fails.
+    fn failed(&self, items: &[Item], error: &AwsError) -> Vec<Result<Outcome, AwsError>> {
+        let single_delete = items.len() == 1 && items[0].change.action == Action::Delete;
+        if single_delete && batch::refused_delete(error.code.as_deref(), &error.message) == Existence::Gone {
+            return vec![Ok(Outcome::NotFound)];
+        }
+        if error.existence() == Existence::Gone {
+            return items
+                .iter()
+                .map(|i| match i.change.action {
+                    Action::Delete => Ok(Outcome::NotFound),
+                    Action::Upsert => Err(error.clone()),
+                })
+                .collect();
+        }
+        if error.class == ErrorClass::Terminal {
+            warn!(zone = %self.queue.zone_id, changes = items.len(), %error, "Route 53 refused a change");
+        }
+        items.iter().map(|_| Err(error.clone())).collect()
     }
 
     async fn send(&self, callers: &[&'static str], principal: &Principal, items: &[Item]) -> Result<String, AwsError> {
@@ -589,9 +729,22 @@ impl Worker {
     }
 }
 
+#[derive(Clone)]
 enum Outcome {
     Changed(String),
     NotFound,
+}
+
+/// The items at `positions`, in order.
+fn pick(items: &[Item], positions: &[usize]) -> Vec<Item> {
+    positions.iter().map(|&position| items[position].clone()).collect()
+}
+
+/// Records the result of each item at `positions`, told by its place among them.
+fn settle(results: &mut [Option<Result<Outcome, AwsError>>], positions: &[usize], result: impl Fn(usize) -> Result<Outcome, AwsError>) {
+    for (place, &position) in positions.iter().enumerate() {
+        results[position] = Some(result(place));
+    }
 }
 
 /// The requests the next batch may take, by position: those made as the principal of the oldest

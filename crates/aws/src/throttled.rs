@@ -1,6 +1,8 @@
 //! Accounts AWS is throttling (ADR 0014): while one call of an account's service backs off
 //! after AWS answered it `Throttling`, the other calls of that account and service are not sent:
-//! they fail at once as throttled, and their objects back off by the runtime's floor. A throttled
+//! they fail at once as throttled, and their objects back off by the runtime's floor, saying so
+//! once (a shared wait, [`crate::shared`]: the account's quota is what they wait on, and the
+//! message names since when AWS throttles it, nothing that changes with each retry). A throttled
 //! account thus holds at most one reconcile worker per service, and the other accounts' objects
 //! keep the rest — without this, every worker would sit in one account's retries.
 //!
@@ -27,8 +29,16 @@ pub struct Ticket(u64);
 #[derive(Default)]
 pub struct Throttled {
     next: AtomicU64,
-    /// (account, service) → the call backing off, and until when.
-    marks: Mutex<HashMap<(Account, Service), (Ticket, Instant)>>,
+    /// (account, service) → the call backing off, until when, and since when AWS has throttled
+    /// the account's service without a pause.
+    marks: Mutex<HashMap<(Account, Service), Mark>>,
+}
+
+#[derive(Clone, Copy)]
+struct Mark {
+    owner: Ticket,
+    until: Instant,
+    since: jiff::Timestamp,
 }
 
 impl Throttled {
@@ -36,10 +46,11 @@ impl Throttled {
         Ticket(self.next.fetch_add(1, Ordering::Relaxed))
     }
 
-    /// `Some(until)` when another call of the account's service is backing off.
-    pub fn held(&self, ticket: Ticket, account: &Account, service: Service, now: Instant) -> Option<Instant> {
+    /// `Some(since)` when another call of the account's service is backing off: since when AWS
+    /// has throttled the service of that account.
+    pub fn held(&self, ticket: Ticket, account: &Account, service: Service, now: Instant) -> Option<jiff::Timestamp> {
         let marks = self.marks.lock().unwrap_or_else(PoisonError::into_inner);
-        marks.get(&(account.clone(), service)).filter(|(owner, until)| *owner != ticket && *until > now).map(|(_, until)| *until)
+        marks.get(&(account.clone(), service)).filter(|mark| mark.owner != ticket && mark.until > now).map(|mark| mark.since)
     }
 
     /// A call answered `error` backs off for `delay` before its retry: marks its account when AWS
@@ -49,13 +60,16 @@ impl Throttled {
             return;
         }
         let mut marks = self.marks.lock().unwrap_or_else(PoisonError::into_inner);
-        marks.insert((account.clone(), service), (ticket, Instant::now() + delay));
+        let now = Instant::now();
+        let key = (account.clone(), service);
+        let since = marks.get(&key).filter(|mark| mark.until > now).map_or_else(jiff::Timestamp::now, |mark| mark.since);
+        marks.insert(key, Mark { owner: ticket, until: now + delay, since });
     }
 
     /// The call ended (answered, or out of retries): its mark goes.
     pub fn done(&self, ticket: Ticket, account: &Account, service: Service) {
         let mut marks = self.marks.lock().unwrap_or_else(PoisonError::into_inner);
-        if marks.get(&(account.clone(), service)).is_some_and(|(owner, _)| *owner == ticket) {
+        if marks.get(&(account.clone(), service)).is_some_and(|mark| mark.owner == ticket) {
             marks.remove(&(account.clone(), service));
         }
     }
@@ -68,21 +82,23 @@ fn aws_throttled(error: &AwsError) -> bool {
 }
 
 /// The error of a call not sent while its account backs off: throttled, so the object backs off
-/// by the runtime's floor; never retried by the layer.
-pub fn held_back(operation: &'static str, service: Service, identity: &str, wait: Duration) -> AwsError {
+/// by the runtime's floor; never retried by the layer. The same words for every call of the
+/// streak (since when, not for how long more), so its objects write them once.
+pub fn held_back(operation: &'static str, service: Service, identity: &str, since: jiff::Timestamp) -> AwsError {
+    let since = since.round(jiff::Unit::Second).unwrap_or(since);
     AwsError {
         operation,
         code: Some(BACKING_OFF.to_owned()),
         class: ErrorClass::Throttled,
         message: format!(
-            "AWS is throttling {service} calls of the account of {identity}; another call is backing off for {}s, so this one was not sent",
-            wait.as_secs().max(1)
+            "AWS has been throttling {service} calls of the account of {identity} since {since}; while one of them backs off, the others are not sent"
         ),
     }
 }
 
 #[cfg(test)]
 mod tests {
+    #![allow(clippy::unwrap_used)]
     use super::*;
 
     fn throttling(code: &str) -> AwsError {
@@ -127,8 +143,20 @@ mod tests {
 
     #[test]
     fn a_held_back_call_names_the_identity_not_the_account() {
-        let error = held_back("RequestCertificate", Service::Acm, "AwsIdentity team-a", Duration::from_secs(4));
+        let since = jiff::Timestamp::from_second(1_800_000_000).unwrap();
+        let error = held_back("RequestCertificate", Service::Acm, "AwsIdentity team-a", since);
         assert_eq!(error.class, ErrorClass::Throttled);
-        assert!(error.message.contains("AwsIdentity team-a") && error.message.contains("4s"), "{}", error.message);
+        assert!(error.message.contains("AwsIdentity team-a") && error.message.contains("since 2027-01-15T08:00:00Z"), "{}", error.message);
+    }
+
+    #[test]
+    fn a_streak_of_throttling_keeps_the_time_it_began() {
+        let throttled = Throttled::default();
+        let (first, second, third) = (throttled.ticket(), throttled.ticket(), throttled.ticket());
+        throttled.backing_off(first, &account("1"), Service::Acm, &throttling("Throttling"), Duration::from_secs(8));
+        let since = throttled.held(third, &account("1"), Service::Acm, Instant::now()).unwrap();
+        std::thread::sleep(Duration::from_millis(5));
+        throttled.backing_off(second, &account("1"), Service::Acm, &throttling("Throttling"), Duration::from_secs(8));
+        assert_eq!(throttled.held(third, &account("1"), Service::Acm, Instant::now()), Some(since), "the held calls' words do not change");
     }
 }

@@ -22,6 +22,7 @@ pub enum Command {
     /// selected controllers as multi-document YAML.
     Rbac(RbacArgs),
     /// Run the controllers.
+    #[command(after_help = crate::traces::HELP)]
     Run(Box<RunArgs>),
     /// Print the ValidatingWebhookConfiguration of the selected controllers' admission webhooks
     /// as YAML (nothing if none has any).
@@ -114,6 +115,11 @@ pub struct RbacArgs {
     /// --export-secrets`) [default: none].
     #[arg(long = "opt-in", value_delimiter = ',', value_name = "CONTROLLER.FEATURE")]
     pub opt_in: Vec<String>,
+    /// Features on by default whose permissions not to grant, comma separated, for features
+    /// turned off at install: `cache.network-policies` (NetworkPolicies, for `blockwork run
+    /// --cache-network-policies=false`) [default: none].
+    #[arg(long = "opt-out", value_delimiter = ',', value_name = "CONTROLLER.FEATURE")]
+    pub opt_out: Vec<String>,
 }
 
 #[derive(Debug, Args)]
@@ -370,6 +376,16 @@ mod tests {
         assert!(Cli::try_parse_from(["blockwork", "import"]).is_err());
         assert!(Cli::try_parse_from(["blockwork", "import", "-n", "a", "--hosted-zone", "Z1"]).is_err());
         assert!(Cli::try_parse_from(["blockwork", "import", "-n", "a", "--external-id", "x"]).is_err());
+    }
+
+    #[test]
+    fn run_s_help_names_the_opentelemetry_variables_it_honours() {
+        use clap::CommandFactory as _;
+        let mut command = Cli::command();
+        let help = command.find_subcommand_mut("run").expect("run").render_help().to_string();
+        for variable in ["OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_PROTOCOL", "OTEL_TRACES_SAMPLER", "OTEL_SDK_DISABLED"] {
+            assert!(help.contains(variable), "{variable} missing from:\n{help}");
+        }
     }
 
     #[test]

@@ -70,13 +70,16 @@ pub struct Controller {
     pub start: fn(&mut Registry) -> Runnable,
 }
 
-/// Permissions a controller needs only for a feature enabled at install (least privilege by
-/// default: without the opt-in its RBAC is as if the feature did not exist).
+/// Permissions a controller needs only for a feature enabled at install (least privilege: without
+/// them its RBAC is as if the feature did not exist).
 #[derive(Clone, Copy)]
 pub struct OptInRbac {
     /// kebab-case, e.g. `export-secrets`: `--opt-in cert.export-secrets`.
     pub name: &'static str,
     pub rules: fn() -> Vec<PolicyRule>,
+    /// The feature's flag is on unless turned off (the Cache's NetworkPolicies): `blockwork rbac`
+    /// grants it unless `--opt-out`, as the chart's value of the feature defaults to true.
+    pub enabled_by_default: bool,
 }
 
 impl std::fmt::Debug for Controller {
@@ -162,7 +165,7 @@ pub fn registered() -> Vec<Controller> {
             name: "cache",
             crds: || vec![blockwork_cache::crd::crd()],
             rbac: blockwork_cache::rbac,
-            opt_in_rbac: &[],
+            opt_in_rbac: &[OptInRbac { name: "network-policies", rules: blockwork_cache::network_policy_rbac, enabled_by_default: true }],
             webhooks: Webhooks { routes: |_| Ok(blockwork_cache::conversion::router()), validating: Vec::new },
             metrics_prefix: "blockwork_cache",
             start: |registry| {
@@ -187,7 +190,7 @@ pub fn registered() -> Vec<Controller> {
             // The mappings are read by the controller: its CRD is required with it.
             crds: || vec![blockwork_cert::crd(), blockwork_identity::crd()],
             rbac: blockwork_cert::rbac,
-            opt_in_rbac: &[OptInRbac { name: "export-secrets", rules: blockwork_cert::export_rbac }],
+            opt_in_rbac: &[OptInRbac { name: "export-secrets", rules: blockwork_cert::export_rbac, enabled_by_default: false }],
             webhooks: Webhooks { routes: cert_webhook, validating: || vec![blockwork_cert::webhook::validating_webhook()] },
             // Seed 000's names, which its dashboards and alerts use.
             metrics_prefix: "cert_operator",

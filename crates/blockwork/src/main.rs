@@ -56,13 +56,15 @@ fn main() -> ExitCode {
                 Ok(selected) => selected,
                 Err(message) => usage_error("rbac", format!("invalid value for '--controllers': {message}")),
             };
-            if let Err(message) = rbac::check_opt_ins(&selected, &args.opt_in) {
-                usage_error("rbac", format!("invalid value for '--opt-in': {message}"));
+            for (flag, features) in [("--opt-in", &args.opt_in), ("--opt-out", &args.opt_out)] {
+                if let Err(message) = rbac::check_opt_ins(&selected, features) {
+                    usage_error("rbac", format!("invalid value for '{flag}': {message}"));
+                }
             }
             let identity = rbac::Identity { name: args.name, namespace: args.namespace, service_account: args.service_account };
             let scope = rbac::Scope {
                 namespaces: args.namespaces,
-                opt_ins: args.opt_in,
+                opt_ins: rbac::features(&selected, &args.opt_in, &args.opt_out),
                 webhook_certificates: args
                     .webhook_certificate_secret
                     .map(|secret| rbac::WebhookCertificates { secret, configuration_name: args.webhook_configuration_name }),

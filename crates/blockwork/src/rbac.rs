@@ -61,6 +61,16 @@ pub fn opt_in_name(controller: &Controller, opt_in: &crate::controllers::OptInRb
     format!("{}.{}", controller.name, opt_in.name)
 }
 
+/// The features whose permissions to grant: those on by default but the `opt_outs`, and the
+/// `opt_ins` (`<controller>.<name>`).
+pub fn features(controllers: &[Controller], opt_ins: &[String], opt_outs: &[String]) -> Vec<String> {
+    let defaults = controllers.iter().flat_map(|c| c.opt_in_rbac.iter().filter(|o| o.enabled_by_default).map(move |o| opt_in_name(c, o)));
+    let mut features: Vec<String> = defaults.filter(|feature| !opt_outs.contains(feature)).chain(opt_ins.iter().cloned()).collect();
+    features.sort();
+    features.dedup();
+    features
+}
+
 /// The opt-ins of `controllers`, or an error naming the unknown ones among `wanted`.
 pub fn check_opt_ins(controllers: &[Controller], wanted: &[String]) -> Result<(), String> {
     let known: Vec<String> = controllers.iter().flat_map(|c| c.opt_in_rbac.iter().map(move |o| opt_in_name(c, o))).collect();
@@ -295,6 +305,18 @@ mod tests {
         assert!(check_opt_ins(&cert, &["cert.export-secrets".to_owned()]).is_ok());
         let unknown = check_opt_ins(&cert, &["cert.secrets".to_owned()]).expect_err("an unknown opt-in");
         assert!(unknown.contains("cert.secrets") && unknown.contains("valid: cert.export-secrets"), "{unknown}");
+    }
+
+    #[test]
+    fn a_feature_on_by_default_is_granted_unless_opted_out() {
+        let cache: Vec<Controller> = crate::controllers::registered().into_iter().filter(|c| c.name == "cache").collect();
+        let policies = |features: &[String]| {
+            cluster_rules(&cache, features).iter().any(|r| r.resources.as_deref() == Some(&["networkpolicies".to_owned()][..]))
+        };
+        assert_eq!(features(&cache, &[], &[]), ["cache.network-policies"]);
+        assert!(policies(&features(&cache, &[], &[])), "NetworkPolicies are on by default, and so are their permissions");
+        assert!(!policies(&features(&cache, &[], &["cache.network-policies".to_owned()])), "least privilege once turned off");
+        assert!(!policies(&[]), "the rules are the feature's, not the controller's");
     }
 
     #[test]

@@ -17,6 +17,18 @@
 
 use std::time::Duration;
 
+/// What `blockwork run --help` says of traces: the variables above, in short.
+pub const HELP: &str = "\
+Traces (OpenTelemetry's own environment variables; off unless an OTLP endpoint is set):
+  OTEL_EXPORTER_OTLP_ENDPOINT, OTEL_EXPORTER_OTLP_TRACES_ENDPOINT  where to export spans (OTLP)
+  OTEL_EXPORTER_OTLP_PROTOCOL, ..._TRACES_PROTOCOL                 http/protobuf (default) or grpc
+  OTEL_EXPORTER_OTLP_HEADERS, ..._TIMEOUT, ..._COMPRESSION         the exporter's (and the TRACES_ ones)
+  OTEL_TRACES_SAMPLER, OTEL_TRACES_SAMPLER_ARG                     default parentbased_always_on
+  OTEL_SERVICE_NAME (default blockwork), OTEL_RESOURCE_ATTRIBUTES  the resource
+  OTEL_BSP_*                                                       batching
+  OTEL_TRACES_EXPORTER (otlp or none), OTEL_SDK_DISABLED           on or off
+A misspelt protocol, sampler or ratio fails start-up. See docs/observability.md.";
+
 use anyhow::{Context as _, bail};
 use opentelemetry::trace::TracerProvider as _;
 use opentelemetry_sdk::Resource;

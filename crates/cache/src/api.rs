@@ -216,6 +216,9 @@ pub mod v1alpha1 {
             /// What happens when the cache is full.
             #[serde(default)]
             pub eviction_policy: EvictionPolicy,
+            /// Who may connect: the pods of the Cache's namespace unless this says otherwise.
+            #[serde(default, skip_serializing_if = "Option::is_none")]
+            pub access: Option<crate::access::Access>,
             /// TLS for client connections.
             #[serde(default, skip_serializing_if = "Option::is_none")]
             pub tls: Option<Tls>,
@@ -245,6 +248,9 @@ pub mod v1beta1 {
             /// What happens when the cache is full.
             #[serde(default)]
             pub eviction_policy: EvictionPolicy,
+            /// Who may connect: the pods of the Cache's namespace unless this says otherwise.
+            #[serde(default, skip_serializing_if = "Option::is_none")]
+            pub access: Option<crate::access::Access>,
             /// TLS for client connections.
             #[serde(default, skip_serializing_if = "Option::is_none")]
             pub tls: Option<Tls>,

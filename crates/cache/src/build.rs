@@ -1,8 +1,10 @@
 //! Pure: the objects a Cache is made of, from its spec and the install-time [`Settings`]. No
-//! I/O, unit tested. The files come from [`crate::render`], the pod from [`crate::pod`].
+//! I/O, unit tested. The files come from [`crate::render`], the pod from [`crate::pod`], the
+//! NetworkPolicy from [`crate::access`].
 
 use k8s_openapi::api::apps::v1::{StatefulSet, StatefulSetSpec};
 use k8s_openapi::api::core::v1::{ConfigMap, Service, ServicePort, ServiceSpec};
+use k8s_openapi::api::networking::v1::NetworkPolicy;
 use k8s_openapi::api::policy::v1::{PodDisruptionBudget, PodDisruptionBudgetSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
@@ -12,7 +14,7 @@ use sha2::{Digest, Sha256};
 use crate::api::{Cache, Phase};
 use crate::settings::Settings;
 use crate::shape::{self, InvalidSpec, SENTINEL_PORT};
-use crate::{pod, render};
+use crate::{access, pod, render};
 
 /// Everything a Cache is made of. `pdb` is `None` for a single replica.
 #[derive(Clone, Debug, PartialEq)]
@@ -25,6 +27,8 @@ pub struct Desired {
     /// pod's exporter for Prometheus.
     pub headless_service: Service,
     pub pdb: Option<PodDisruptionBudget>,
+    /// Who may connect to the pods; `None` when the installation applies no NetworkPolicy.
+    pub network_policy: Option<NetworkPolicy>,
 }
 
 fn meta(cache: &Cache, name: String) -> ObjectMeta {
@@ -108,6 +112,10 @@ pub fn desired(cache: &Cache, settings: &Settings) -> Result<Desired, InvalidSpe
         }),
         ..Service::default()
     };
+    let network_policy = settings
+        .network_policies
+        .as_ref()
+        .map(|peers| NetworkPolicy { metadata: meta(cache, name.clone()), spec: Some(access::spec(cache, peers, settings.exporter)) });
     let pdb = (cache.spec.replicas > 1).then(|| PodDisruptionBudget {
         metadata: meta(cache, name),
         spec: Some(PodDisruptionBudgetSpec {
@@ -117,7 +125,7 @@ pub fn desired(cache: &Cache, settings: &Settings) -> Result<Desired, InvalidSpe
         }),
         ..PodDisruptionBudget::default()
     });
-    Ok(Desired { config_map, stateful_set, service, headless_service, pdb })
+    Ok(Desired { config_map, stateful_set, service, headless_service, pdb, network_policy })
 }
 
 #[cfg(test)]
@@ -135,6 +143,7 @@ mod tests {
                 memory: memory.into(),
                 replicas,
                 eviction_policy: EvictionPolicy::AllkeysLru,
+                access: None,
                 tls: None,
                 high_availability: None,
             },
@@ -185,6 +194,17 @@ mod tests {
         let d = desired(&cache(Engine::Memcached, "64Mi", 1), &settings).expect("builds");
         assert_eq!(ports(&d.headless_service), [("cache".to_owned(), 11211), ("metrics".to_owned(), 9150)]);
         assert_eq!(ports(&d.service), [("cache".to_owned(), 11211)]);
+    }
+
+    #[test]
+    fn a_network_policy_unless_the_installation_turned_them_off() {
+        let on = build(&cache(Engine::Redis, "64Mi", 1)).network_policy.expect("on by default");
+        assert_eq!(on.metadata.name.as_deref(), Some("c-cache"));
+        assert_eq!(on.metadata.owner_references.expect("owned")[0].kind, "Cache");
+        let mut args = CacheArgs::default();
+        args.network.enabled = false;
+        let off = desired(&cache(Engine::Redis, "64Mi", 1), &Settings::from_args(&args).expect("valid")).expect("builds");
+        assert_eq!(off.network_policy, None);
     }
 
     #[test]

@@ -3,6 +3,7 @@
 
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::{ConfigMap, Service};
+use k8s_openapi::api::networking::v1::NetworkPolicy;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use kube::api::{Api, DeleteParams, Patch, PatchParams};
 use kube::{Client, Resource, ResourceExt};
@@ -47,7 +48,8 @@ fn describe(error: &kube::Error) -> String {
 }
 
 /// Applies every owned object (and removes the PodDisruptionBudget a single replica does not
-/// get, when `budget_may_exist`); the StatefulSet as the API server returned it.
+/// get, when `budget_may_exist`); the StatefulSet as the API server returned it. The
+/// NetworkPolicy goes first: no pod of a new Cache runs before it is isolated.
 pub async fn apply(
     client: &Client,
     namespace: &str,
@@ -55,7 +57,10 @@ pub async fn apply(
     desired: Desired,
     budget_may_exist: bool,
 ) -> Result<StatefulSet, ApplyFailed> {
-    let Desired { config_map, stateful_set, service, headless_service, pdb } = desired;
+    let Desired { config_map, stateful_set, service, headless_service, pdb, network_policy } = desired;
+    if let Some(network_policy) = network_policy {
+        ssa(client, namespace, &network_policy).await?;
+    }
     ssa(client, namespace, &config_map).await?;
     ssa(client, namespace, &service).await?;
     ssa(client, namespace, &headless_service).await?;
@@ -77,19 +82,23 @@ pub async fn apply(
     Ok(stateful_set)
 }
 
-/// Deletes every owned object (there may be no garbage collector to do it); the errors other
-/// than "not found" (a child already gone is deleted), as text.
-pub async fn delete(client: &Client, cache: &Cache) -> Vec<String> {
+/// Deletes every owned object (there may be no garbage collector to do it), the NetworkPolicy
+/// with `network_policies` (without, the operator may not touch one); the errors other than "not
+/// found" (a child already gone is deleted), as text.
+pub async fn delete(client: &Client, cache: &Cache, network_policies: bool) -> Vec<String> {
     let namespace = cache.namespace().unwrap_or_default();
     let name = shape::resource_name(cache);
     let params = DeleteParams::background();
-    let results = [
+    let mut results = vec![
         Api::<StatefulSet>::namespaced(client.clone(), &namespace).delete(&name, &params).await.map(|_| ()),
         Api::<Service>::namespaced(client.clone(), &namespace).delete(&name, &params).await.map(|_| ()),
         Api::<Service>::namespaced(client.clone(), &namespace).delete(&shape::headless_name(cache), &params).await.map(|_| ()),
         Api::<ConfigMap>::namespaced(client.clone(), &namespace).delete(&format!("{name}-config"), &params).await.map(|_| ()),
         Api::<PodDisruptionBudget>::namespaced(client.clone(), &namespace).delete(&name, &params).await.map(|_| ()),
     ];
+    if network_policies {
+        results.push(Api::<NetworkPolicy>::namespaced(client.clone(), &namespace).delete(&name, &params).await.map(|_| ()));
+    }
     results.into_iter().filter_map(Result::err).filter(|e| Existence::of_kube(e) != Existence::Gone).map(|e| e.to_string()).collect()
 }
 

@@ -13,6 +13,7 @@ use std::time::Duration;
 use futures::{FutureExt as _, Stream, StreamExt as _};
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::{ConfigMap, Event, Pod, Secret, Service};
+use k8s_openapi::api::networking::v1::NetworkPolicy;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use kube::api::Api;
@@ -34,6 +35,7 @@ use blockwork_runtime::status::condition;
 use blockwork_runtime::trace::{self, Cause};
 use blockwork_runtime::watches::on_its_own;
 
+use crate::access;
 use crate::api::{Cache, GROUP, Phase};
 use crate::build;
 use crate::children::{self, FIELD_MANAGER};
@@ -189,7 +191,17 @@ pub async fn run(
     });
     let triggers = Arc::clone(&context.triggers);
     let (pod_triggers, event_triggers) = (Arc::clone(&triggers), Arc::clone(&triggers));
-    let run = Controller::for_stream(on_its_own("cache", "Cache", caches), store.clone())
+    let controller = Controller::for_stream(on_its_own("cache", "Cache", caches), store.clone());
+    // Without NetworkPolicies the operator may not watch them (nothing grants it).
+    let controller = match context.settings.network_policies {
+        Some(_) => controller.owns_stream(on_its_own(
+            "cache",
+            "NetworkPolicy",
+            traced::children(Arc::clone(&triggers), changes_of::<NetworkPolicy>(&client, namespace, &children)),
+        )),
+        None => controller,
+    };
+    let run = controller
         .owns_stream(on_its_own(
             "cache",
             "StatefulSet",
@@ -414,6 +426,7 @@ async fn apply(cache: &Cache, context: &Context) -> Result<Action, Error> {
         condition(READY, phase == Phase::Ready, ready_reason, &ready_message, generation),
         condition(SYNCED, true, "ReconcileSuccess", "every object of the Cache is applied", generation),
         resolved,
+        access::condition(cache, context.settings.network_policies.is_some()),
     ];
     let (primary, dropped_conditions, next) = if shape::has_sentinel(cache) {
         let (update, known, next) = primary(cache, ready).await;
@@ -481,7 +494,8 @@ async fn primary(cache: &Cache, ready: i32) -> (PrimaryUpdate, Condition, Durati
 /// Deletes the children (there may be no garbage collector to do it) within a time bound;
 /// failures are reported, never returned, so deletion is never blocked.
 async fn cleanup(cache: &Cache, context: &Context) -> Result<Action, Error> {
-    match tokio::time::timeout(CLEANUP_TIMEOUT, children::delete(&context.client, cache)).await {
+    match tokio::time::timeout(CLEANUP_TIMEOUT, children::delete(&context.client, cache, context.settings.network_policies.is_some())).await
+    {
         Ok(errors) if errors.is_empty() => info!(cache = %cache.name_any(), "cleaned up"),
         Ok(errors) => publish(context, cache, EventType::Warning, "CleanupIncomplete", &errors.join("; ")).await,
         Err(_) => {

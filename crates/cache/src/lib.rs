@@ -1,6 +1,8 @@
 //! The Cache operator (seed 002): a `Cache` becomes a ConfigMap with the engine's configuration,
-//! a StatefulSet, a Service and, with more than one replica, a PodDisruptionBudget.
+//! a StatefulSet, a Service, a NetworkPolicy (unless turned off at install) and, with more than
+//! one replica, a PodDisruptionBudget.
 
+pub mod access;
 pub mod api;
 pub mod applied;
 pub mod build;
@@ -39,4 +41,11 @@ pub fn rbac() -> Vec<PolicyRule> {
         // FailedCreate events, watched; never written.
         rule("", &["pods", "events"], &["get", "list", "watch"]),
     ]
+}
+
+/// What the NetworkPolicies add (`--cache-network-policies`, on by default, and so in `blockwork
+/// rbac` unless `--opt-out cache.network-policies`; the chart's `controllers.cache.networkPolicies`):
+/// each Cache's own, applied, watched and deleted like its other objects.
+pub fn network_policy_rbac() -> Vec<PolicyRule> {
+    vec![rule("networking.k8s.io", &["networkpolicies"], &["get", "list", "watch", "create", "patch", "delete"])]
 }

@@ -331,6 +331,7 @@ mod tests {
                 memory: "512Mi".into(),
                 replicas,
                 eviction_policy: EvictionPolicy::AllkeysLru,
+                access: None,
                 tls: None,
                 high_availability: None,
             },

@@ -106,6 +106,7 @@ mod tests {
                 memory: "64Mi".into(),
                 replicas: 3,
                 eviction_policy: EvictionPolicy::AllkeysLru,
+                access: None,
                 tls: tls.map(|name| Tls { enabled: true, secret_name: Some(name.into()) }),
                 high_availability: replicated.then_some(HighAvailability { enabled: true, auto_failover: true }),
             },

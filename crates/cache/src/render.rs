@@ -155,6 +155,7 @@ mod tests {
                 memory: memory.into(),
                 replicas: 1,
                 eviction_policy: EvictionPolicy::AllkeysLru,
+                access: None,
                 tls: None,
                 high_availability: None,
             },

@@ -189,6 +189,7 @@ mod tests {
                 memory: "64Mi".into(),
                 replicas,
                 eviction_policy: EvictionPolicy::AllkeysLru,
+                access: None,
                 tls: None,
                 high_availability,
             },

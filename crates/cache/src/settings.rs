@@ -3,15 +3,20 @@
 //! the servers ask for, how strictly replicas spread over nodes, whether an exporter runs beside
 //! each server, and the user the containers run as.
 //!
+//! Who besides its clients reaches a Cache's pods, for their NetworkPolicies, is decided here too:
+//! whether Blockwork applies them, where the operator runs, where Prometheus scrapes from.
+//!
 //! They are `blockwork run --cache-*` flags (the chart's `controllers.cache` values). Each is
 //! checked when the process starts ([`Settings::from_args`]): a value no pod could run with
 //! stops the operator with the flag named, instead of leaving every Cache unable to start.
 
+use std::collections::BTreeMap;
 use std::sync::LazyLock;
 
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use regex::Regex;
 
+use crate::access::{Peer, Peers};
 use crate::api::Engine;
 
 /// The images the official projects publish, which a cluster with Docker Hub access pulls.
@@ -126,6 +131,8 @@ pub struct CacheArgs {
     /// 999 for redis and valkey, 11211 for memcached]. Never 0: the pods are non-root.
     #[arg(id = "cache_run_as_user", long = "cache-run-as-user", env = "BLOCKWORK_CACHE_RUN_AS_USER", value_parser = clap::value_parser!(i64).range(1..=2_147_483_647), value_name = "UID")]
     pub run_as_user: Option<i64>,
+    #[command(flatten)]
+    pub network: NetworkPolicyArgs,
 }
 
 impl Default for CacheArgs {
@@ -143,6 +150,7 @@ impl Default for CacheArgs {
             node_spread: Spread::Preferred,
             exporter: false,
             run_as_user: None,
+            network: NetworkPolicyArgs::default(),
         }
     }
 }
@@ -171,6 +179,8 @@ pub struct Settings {
     pub node_spread: Spread,
     pub exporter: bool,
     pub run_as_user: Option<i64>,
+    /// Whom every Cache's NetworkPolicy lets in besides its clients; `None`: no NetworkPolicy.
+    pub network_policies: Option<Peers>,
 }
 
 impl Default for Settings {
@@ -202,7 +212,7 @@ impl Settings {
             }
         };
         let secrets = args.image_pull_secrets.iter().map(|s| s.trim()).filter(|s| !s.is_empty()).map(str::to_owned).collect::<Vec<_>>();
-        if let Some(bad) = secrets.iter().find(|s| !SECRET_NAME.is_match(s) || s.len() > 253) {
+        if let Some(bad) = secrets.iter().find(|s| !DNS_SUBDOMAIN.is_match(s) || s.len() > 253) {
             return Err(InvalidSetting {
                 flag: "cache-image-pull-secrets",
                 value: bad.clone(),
@@ -222,6 +232,7 @@ impl Settings {
             node_spread: args.node_spread,
             exporter: args.exporter,
             run_as_user: args.run_as_user,
+            network_policies: args.network.peers()?,
         })
     }
 
@@ -259,6 +270,110 @@ impl Settings {
     }
 }
 
+/// The `--cache-*` flags of the NetworkPolicies (flattened into [`CacheArgs`]).
+#[derive(Clone, Debug, PartialEq, Eq, clap::Args)]
+pub struct NetworkPolicyArgs {
+    /// Isolate every Cache's pods with a NetworkPolicy: clients from the Cache's namespace (and
+    /// those `spec.access` names) only, plus the operator and the scrapers. Turn off only where
+    /// nothing enforces NetworkPolicies; then no policy is applied and none is needed in RBAC.
+    #[arg(id = "cache_network_policies", long = "cache-network-policies", env = "BLOCKWORK_CACHE_NETWORK_POLICIES", default_value_t = true, action = clap::ArgAction::Set, value_name = "BOOL")]
+    pub enabled: bool,
+    /// The namespace the operator's pods run in (the chart sets the release's).
+    #[arg(
+        id = "cache_operator_namespace",
+        long = "cache-operator-namespace",
+        env = "BLOCKWORK_CACHE_OPERATOR_NAMESPACE",
+        default_value = "blockwork-system",
+        value_name = "NAMESPACE"
+    )]
+    pub operator_namespace: String,
+    /// The labels of the operator's pods, `key=value` comma separated (the chart sets its pods').
+    #[arg(
+        id = "cache_operator_pod_labels",
+        long = "cache-operator-pod-labels",
+        env = "BLOCKWORK_CACHE_OPERATOR_POD_LABELS",
+        default_value = "app.kubernetes.io/name=blockwork",
+        value_name = "LABELS"
+    )]
+    pub operator_pod_labels: String,
+    /// The namespace of the pods that scrape the exporters (`--cache-exporter`)
+    /// [default: any namespace].
+    #[arg(
+        id = "cache_metrics_scraper_namespace",
+        long = "cache-metrics-scraper-namespace",
+        env = "BLOCKWORK_CACHE_METRICS_SCRAPER_NAMESPACE",
+        value_name = "NAMESPACE"
+    )]
+    pub scraper_namespace: Option<String>,
+    /// The labels of the pods that scrape the exporters, `key=value` comma separated; empty:
+    /// every pod of that namespace (Prometheus Operator's pods carry the default).
+    #[arg(
+        id = "cache_metrics_scraper_pod_labels",
+        long = "cache-metrics-scraper-pod-labels",
+        env = "BLOCKWORK_CACHE_METRICS_SCRAPER_POD_LABELS",
+        default_value = "app.kubernetes.io/name=prometheus",
+        value_name = "LABELS"
+    )]
+    pub scraper_pod_labels: String,
+}
+
+impl Default for NetworkPolicyArgs {
+    fn default() -> Self {
+        Self {
+            enabled: true,
+            operator_namespace: "blockwork-system".into(),
+            operator_pod_labels: "app.kubernetes.io/name=blockwork".into(),
+            scraper_namespace: None,
+            scraper_pod_labels: "app.kubernetes.io/name=prometheus".into(),
+        }
+    }
+}
+
+impl NetworkPolicyArgs {
+    /// The peers every Cache's NetworkPolicy lets in; `None` when NetworkPolicies are off.
+    pub fn peers(&self) -> Result<Option<Peers>, InvalidSetting> {
+        let operator = Peer {
+            namespace: Some(namespace("cache-operator-namespace", &self.operator_namespace)?),
+            labels: labels("cache-operator-pod-labels", &self.operator_pod_labels)?,
+        };
+        let scraper = Peer {
+            namespace: self.scraper_namespace.as_deref().map(|name| namespace("cache-metrics-scraper-namespace", name)).transpose()?,
+            labels: labels("cache-metrics-scraper-pod-labels", &self.scraper_pod_labels)?,
+        };
+        Ok(self.enabled.then_some(Peers { operator, scraper }))
+    }
+}
+
+fn namespace(flag: &'static str, value: &str) -> Result<String, InvalidSetting> {
+    if DNS_LABEL.is_match(value) && value.len() <= 63 {
+        Ok(value.to_owned())
+    } else {
+        Err(InvalidSetting { flag, value: value.to_owned(), why: "not a namespace name (a DNS-1123 label)" })
+    }
+}
+
+/// `key=value,...` as a label map; empty for an empty value.
+fn labels(flag: &'static str, value: &str) -> Result<BTreeMap<String, String>, InvalidSetting> {
+    let invalid = |why| InvalidSetting { flag, value: value.to_owned(), why };
+    let name = |name: &str| LABEL_NAME.is_match(name) && name.len() <= 63;
+    let mut labels = BTreeMap::new();
+    for pair in value.split(',').map(str::trim).filter(|pair| !pair.is_empty()) {
+        let (key, label) = pair.split_once('=').ok_or_else(|| invalid("not `key=value` pairs, comma separated"))?;
+        let key_is_valid = match key.split_once('/') {
+            Some((prefix, key_name)) => DNS_SUBDOMAIN.is_match(prefix) && prefix.len() <= 253 && name(key_name),
+            None => name(key),
+        };
+        if !key_is_valid {
+            return Err(invalid("a key is not a label key ([PREFIX/]NAME, NAME of at most 63 characters)"));
+        }
+        if !label.is_empty() && !name(label) {
+            return Err(invalid("a value is not a label value (at most 63 letters, digits, '-', '_' or '.')"));
+        }
+        labels.insert(key.to_owned(), label.to_owned());
+    }
+    Ok(labels)
+}
+
 /// The grammar of an image reference (the distribution project's `reference` package, which
 /// containerd and the kubelet parse with): an optional registry host (a dot, a colon or
 /// `localhost` tells it from a path component) with an optional port, lowercase path components
@@ -280,10 +395,22 @@ static CPU_QUANTITY: LazyLock<Regex> = LazyLock::new(|| {
     Regex::new(r"^(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:m|k|M|G)?$").expect("a valid expression")
 });
 
-/// A Secret's name: a DNS-1123 subdomain.
-static SECRET_NAME: LazyLock<Regex> = LazyLock::new(|| {
+/// A Secret's name, a label key's prefix: a DNS-1123 subdomain.
+static DNS_SUBDOMAIN: LazyLock<Regex> = LazyLock::new(|| {
     #[allow(clippy::expect_used)]
     Regex::new(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$").expect("a valid expression")
+});
+
+/// A namespace's name: a DNS-1123 label (of at most 63 characters).
+static DNS_LABEL: LazyLock<Regex> = LazyLock::new(|| {
+    #[allow(clippy::expect_used)]
+    Regex::new(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$").expect("a valid expression")
+});
+
+/// A label's value, or its key's name (of at most 63 characters).
+static LABEL_NAME: LazyLock<Regex> = LazyLock::new(|| {
+    #[allow(clippy::expect_used)]
+    Regex::new(r"^[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$").expect("a valid expression")
 });
 
 #[cfg(test)]
@@ -343,6 +470,44 @@ mod tests {
             Ok(vec!["regcred".into()])
         );
         assert_eq!(with(|a| a.image_pull_secrets = vec!["Reg_Cred".into()]).expect_err("invalid").flag, "cache-image-pull-secrets");
+    }
+
+    #[test]
+    fn no_peers_when_network_policies_are_off() {
+        assert_eq!(NetworkPolicyArgs { enabled: false, ..NetworkPolicyArgs::default() }.peers(), Ok(None));
+    }
+
+    #[test]
+    fn peers_set_at_install_are_checked_naming_the_flag() {
+        let invalid = |args: NetworkPolicyArgs| args.peers().expect_err("invalid").flag;
+        assert_eq!(
+            invalid(NetworkPolicyArgs { operator_namespace: "Blockwork".into(), ..NetworkPolicyArgs::default() }),
+            "cache-operator-namespace"
+        );
+        assert_eq!(
+            invalid(NetworkPolicyArgs { operator_pod_labels: "app".into(), ..NetworkPolicyArgs::default() }),
+            "cache-operator-pod-labels"
+        );
+        assert_eq!(
+            invalid(NetworkPolicyArgs { scraper_pod_labels: "app=pro metheus".into(), ..NetworkPolicyArgs::default() }),
+            "cache-metrics-scraper-pod-labels"
+        );
+        assert_eq!(
+            invalid(NetworkPolicyArgs { scraper_namespace: Some("-".into()), ..NetworkPolicyArgs::default() }),
+            "cache-metrics-scraper-namespace"
+        );
+        let labels = NetworkPolicyArgs {
+            operator_pod_labels: "app.kubernetes.io/name=blockwork, app.kubernetes.io/instance=ops".into(),
+            scraper_pod_labels: String::new(),
+            ..NetworkPolicyArgs::default()
+        }
+        .peers()
+        .expect("valid")
+        .expect("on");
+        let expected: BTreeMap<String, String> =
+            [("app.kubernetes.io/name".into(), "blockwork".into()), ("app.kubernetes.io/instance".into(), "ops".into())].into();
+        assert_eq!(labels.operator.labels, expected);
+        assert!(labels.scraper.labels.is_empty(), "every pod of the scrapers' namespace");
     }
 
     #[test]

@@ -147,6 +147,7 @@ mod tests {
                 memory: "64Mi".into(),
                 replicas: 1,
                 eviction_policy: EvictionPolicy::AllkeysLru,
+                access: None,
                 tls: None,
                 high_availability: None,
             },

@@ -10,7 +10,7 @@ use blockwork_aws::dns_name;
 
 use crate::api::{CertSpec, MAX_SANS};
 use crate::decisions::{Desired, desired};
-use crate::zones::{ZoneRegistry, normalize};
+use crate::zones::{ZoneError, ZoneRegistry, normalize};
 
 /// The rules that need the spec and the operator's zones: every violation as a sentence naming
 /// the field, or what the spec asks ACM for. The webhook and the controller both apply them.
@@ -38,7 +38,7 @@ pub fn admissible(spec: &CertSpec, registry: &ZoneRegistry) -> Result<Desired, V
     if !violations.is_empty() {
         return Err(violations);
     }
-    let desired = desired(spec, registry).map_err(|error| vec![format!("zone: {error}")])?;
+    let desired = desired(spec, registry).map_err(|error| vec![zone_refusal(spec, &error)])?;
     if spec.domain_name.is_none()
         && let Err(invalid) = dns_name::parse(&desired.domain)
     {
@@ -48,6 +48,29 @@ pub fn admissible(spec: &CertSpec, registry: &ZoneRegistry) -> Result<Desired, V
         )]);
     }
     Ok(desired)
+}
+
+/// A zone refusal as a sentence naming the field it is about, as the DistributionTenant's name
+/// `spec.domains`: the domain named by `spec.domainName`, by a `spec.subjectAlternativeNames[i]`
+/// (the first that names it, whatever its case or trailing dot), or the zone `spec.dnsZone`
+/// names; none when no zone at all is granted to the namespace.
+pub fn zone_refusal(spec: &CertSpec, error: &ZoneError) -> String {
+    let field = match error {
+        ZoneError::UnknownZone(_) => Some("spec.dnsZone".to_owned()),
+        ZoneError::NotInZone { domain, .. } | ZoneError::NoZoneFor(domain) | ZoneError::NotGranted { domain, .. } => {
+            let named = |name: &str| normalize(name) == normalize(domain);
+            if spec.domain_name.as_deref().is_some_and(named) {
+                Some("spec.domainName".to_owned())
+            } else {
+                spec.subject_alternative_names.iter().position(|san| named(san)).map(|i| format!("spec.subjectAlternativeNames[{i}]"))
+            }
+        }
+        ZoneError::NoZones | ZoneError::InvalidEntry(_) | ZoneError::Duplicate(_) => None,
+    };
+    match field {
+        Some(field) => format!("{field}: {error}"),
+        None => error.to_string(),
+    }
 }
 
 /// The webhook's rules for a Cert spec: [`admissible`], and no other object (not `uid`) asking
@@ -202,11 +225,42 @@ mod tests {
     }
 
     #[test]
-    fn webhook_rejects_domains_outside_the_zones() {
+    fn webhook_rejects_domains_outside_the_zones_naming_the_field() {
         let outside = CertSpec { domain_name: Some("a.nowhere.net".into()), ..spec("api", "prod") };
-        assert!(validate(&outside, &zones(), None, &FqdnIndex::default())[0].starts_with("zone:"));
-        let san_outside = CertSpec { subject_alternative_names: vec!["a.nowhere.net".into()], ..spec("api", "prod") };
-        assert!(validate(&san_outside, &zones(), None, &FqdnIndex::default())[0].contains("a.nowhere.net"));
+        let refused = &validate(&outside, &zones(), None, &FqdnIndex::default())[0];
+        assert!(refused.starts_with("spec.domainName: a.nowhere.net"), "{refused}");
+        let san_outside =
+            CertSpec { subject_alternative_names: vec!["ok.example.com".into(), "a.nowhere.net.".into()], ..spec("api", "prod") };
+        let refused = &validate(&san_outside, &zones(), None, &FqdnIndex::default())[0];
+        assert!(refused.starts_with("spec.subjectAlternativeNames[1]: a.nowhere.net is in none of the hosted zones"), "{refused}");
+        let unknown_zone =
+            CertSpec { dns_zone: Some(crate::api::DnsZoneRef { id: None, name: Some("other.net".into()) }), ..spec("api", "prod") };
+        let refused = &validate(&unknown_zone, &zones(), None, &FqdnIndex::default())[0];
+        assert!(refused.starts_with("spec.dnsZone: "), "{refused}");
+    }
+
+    /// Issue 37: a name outside the namespace's grant of a zone is refused naming the field, as
+    /// the DistributionTenant's refusals name `spec.domains`.
+    #[test]
+    fn a_name_outside_the_namespace_s_grant_is_refused_naming_its_field() {
+        let granted = ZoneRegistry::new(vec![crate::zones::Zone {
+            name: "example.com".into(),
+            id: "Z1".into(),
+            domains: vec!["shop.example.com".into()],
+        }]);
+        let primary = CertSpec { domain_name: Some("www.example.com".into()), ..spec("api", "prod") };
+        let refused = &validate(&primary, &granted, None, &FqdnIndex::default())[0];
+        assert_eq!(
+            refused,
+            "spec.domainName: www.example.com is in the zone example.com, where this namespace is granted only shop.example.com"
+        );
+        let san = CertSpec {
+            domain_name: Some("shop.example.com".into()),
+            subject_alternative_names: vec!["cdn.shop.example.com".into(), "www.example.com".into()],
+            ..spec("api", "prod")
+        };
+        let refused = &validate(&san, &granted, None, &FqdnIndex::default())[0];
+        assert!(refused.starts_with("spec.subjectAlternativeNames[1]: www.example.com is in the zone example.com"), "{refused}");
     }
 
     #[test]

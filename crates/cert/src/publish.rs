@@ -5,6 +5,13 @@
 //! certificate Ready (only when its content differs: a Ready certificate costs one GET per
 //! hour), so a renewal or a new certificate updates it; the finalizer deletes it too, for
 //! clusters without a garbage collector.
+//!
+//! A write never outlives the Cert: one made from a reconcile that began before the Cert's
+//! deletion — another process of the operator draining its reconciles after SIGTERM while the
+//! new one releases the Cert (a rolling update without leader election), issue 37's two
+//! ConfigMaps left behind by deleted Certs — reads the Cert back and takes the ConfigMap away
+//! again when the Cert is being deleted or gone. The release deletes the ConfigMap before the
+//! finalizer goes, so either the release sees the write, or the write's read sees the deletion.
 
 use std::collections::BTreeMap;
 
@@ -103,7 +110,17 @@ pub async fn publish(client: &Client, cert: &Cert, observation: &CertObservation
     api.patch(&name, &PatchParams::apply(FIELD_MANAGER).force(), &Patch::Apply(&patch))
         .await
         .map_err(|e| kube_error("writing", &name, &e))?;
+    if !live(client, cert).await? {
+        return unpublish(client, cert).await;
+    }
     Ok(())
+}
+
+/// Whether the Cert (this very object, by UID) still exists and is not being deleted.
+async fn live(client: &Client, cert: &Cert) -> Result<bool, ExternalError> {
+    let certs: Api<Cert> = Api::namespaced(client.clone(), &cert.namespace().unwrap_or_default());
+    let now = certs.get_opt(&cert.name_any()).await.map_err(|e| kube_error("reading the Cert of", &cert.name_any(), &e))?;
+    Ok(now.is_some_and(|now| now.uid() == cert.uid() && now.metadata.deletion_timestamp.is_none()))
 }
 
 /// Deletes the Cert's ConfigMap, if it has one (and it is the Cert's).

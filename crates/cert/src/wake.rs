@@ -2,7 +2,10 @@
 //! no AWS call of its own to notice a change within a sweep:
 //!
 //! - the certificate listing's sweeps tell which certificates changed (issued, revoked,
-//!   expired, renewing…): their Certs are reconciled at once;
+//!   expired, renewing…): their Certs are reconciled at once, and so are the Certs waiting on a
+//!   call they share (a failing listing, their account's backoff), since a sweep is told after
+//!   a failing listing recovers even when nothing changed — and when a hosted zone's listing
+//!   that failed answers again;
 //! - the zones' background batches tell which validation records were written: the Certs
 //!   waiting for them go on to `Validated`;
 //! - a Cert whose status lists validation records of its own that this process has not queued
@@ -20,7 +23,9 @@
 //!
 //! Which Cert holds what comes from the controller's own cache of Certs (their statuses), so
 //! nothing is kept beside them. A reconcile woken by a sweep or a batch links to its span, so its
-//! trace tells what woke it (the sweep's ListCertificates, the batch's ChangeResourceRecordSets).
+//! trace tells what woke it (the sweep's ListCertificates, the batch's ChangeResourceRecordSets);
+//! one woken for records listed but not queued, or for its ownership check, links to the Cert's
+//! last reconcile.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
@@ -47,6 +52,7 @@ const LISTED_CHECK: Duration = Duration::from_secs(1);
 pub async fn follow(context: Arc<Context<CertManager>>, accounts: Arc<Accounts>, records: Arc<Records>) {
     let mut certificates = accounts.changes();
     let mut written = records.completions();
+    let mut recovered = records.recoveries();
     let mut check = tokio::time::interval(LISTED_CHECK);
     check.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     // The (UID, resourceVersion) of each Cert woken for its listed records: woken once per
@@ -62,9 +68,14 @@ pub async fn follow(context: Arc<Context<CertManager>>, accounts: Arc<Accounts>,
             changed = certificates.recv() => match changed {
                 Ok(Traced { value: arns, span }) => {
                     let arns: HashSet<String> = arns.into_iter().collect();
-                    wake(&context, span, |cert| holds_certificate(cert, &arns));
+                    wake(&context, span, |cert| holds_certificate(cert, &arns) || waits_on_a_shared_call(cert));
                 }
                 Err(RecvError::Lagged(missed)) => debug!(missed, "certificate changes were missed; the Certs' requeues cover them"),
+                Err(RecvError::Closed) => return,
+            },
+            listed = recovered.recv() => match listed {
+                Ok(Traced { span, .. }) => wake(&context, span, waits_on_a_shared_call),
+                Err(RecvError::Lagged(_)) => wake(&context, None, waits_on_a_shared_call),
                 Err(RecvError::Closed) => return,
             },
             done = written.recv() => match done {
@@ -95,7 +106,8 @@ fn look_over(
         if lists_unqueued_records(&cert, |zone_id, name| records.written(zone_id, name).is_some()) {
             let version = (cert.uid().unwrap_or_default(), cert.resource_version().unwrap_or_default());
             if !woken.contains(&version) {
-                context.wake(&ObjectRef::from_obj(cert.as_ref()));
+                // The look that listed them asked for this one: its trace links there.
+                context.wake_again(&ObjectRef::from_obj(cert.as_ref()));
             }
             listed.insert(version);
         }
@@ -103,7 +115,8 @@ fn look_over(
         let at = context.manager.ownership().due_at(uid);
         if at <= now {
             if woken_to_check.get(uid) != Some(&at) {
-                context.wake(&ObjectRef::from_obj(cert.as_ref()));
+                // Nothing else woke it: its trace links to its last look, as a requeue's does.
+                context.wake_again(&ObjectRef::from_obj(cert.as_ref()));
             }
             due.insert(uid.to_owned(), at);
         }
@@ -127,6 +140,13 @@ fn holds_certificate(cert: &Cert, arns: &HashSet<String>) -> bool {
         let observation = &status.observation;
         observation.certificate_arn.iter().chain(&observation.previous_certificate_arns).any(|arn| arns.contains(arn))
     })
+}
+
+/// Whether the Cert's status says it waits on a call it shares with others
+/// (`blockwork_aws::shared`): a listing that failed, its account's throttling backoff.
+fn waits_on_a_shared_call(cert: &Cert) -> bool {
+    let synced = cert.status.as_ref().and_then(|status| status.condition(blockwork_runtime::status::SYNCED));
+    synced.is_some_and(|c| c.status == "False" && blockwork_aws::shared::is_shared_wait(Some(&c.reason)))
 }
 
 /// Whether the Cert waits for one of `records` (zone id, normalized name) to be written.
@@ -180,6 +200,20 @@ mod tests {
         }
         assert!(!holds_certificate(&holding, &HashSet::from(["arn:other".to_owned()])));
         assert!(!holds_certificate(&Cert::new("b", CertSpec::default()), &HashSet::from(["arn:new".to_owned()])));
+    }
+
+    #[test]
+    fn a_cert_waiting_on_a_shared_call_is_woken_when_a_listing_is_told() {
+        let waiting = |reason: &str, status: bool| {
+            let mut cert = Cert::new("a", CertSpec::default());
+            let synced = blockwork_runtime::status::condition("Synced", status, reason, "waiting for the listing", None);
+            cert.status = Some(CertStatus { conditions: vec![synced], ..CertStatus::default() });
+            cert
+        };
+        assert!(waits_on_a_shared_call(&waiting("SharedCallFailing", false)));
+        assert!(waits_on_a_shared_call(&waiting("AccountBackingOff", false)));
+        assert!(!waits_on_a_shared_call(&waiting("ServiceUnavailable", false)), "its own call failed: its backoff retries it");
+        assert!(!waits_on_a_shared_call(&waiting("ReconcileSuccess", true)));
     }
 
     #[test]

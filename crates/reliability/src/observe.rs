@@ -82,6 +82,8 @@ pub async fn scan_for_leaks(client: &Client, namespace: &str, logs: &str, metric
         // The whole ARN is the point of these fields: a Cert's is given to load balancers, a
         // tenant's names it for IAM policies and the AWS CLI.
         .identifier_field("certificateArn")
+        // The certificates a Cert's recreate replaced, until they are deleted.
+        .identifier_field("previousCertificateArns")
         .identifier_field("arn")
         // Copies of the spec the user wrote (which names the tenants' certificate by ARN): the
         // spec as last applied, and the spec a create under way is for.

@@ -54,7 +54,7 @@ pub async fn random_kills(binary: &Path, suite: RandomKills) -> anyhow::Result<R
     let mut report = Report::new("random kills", scale.seed);
     let plane = blockwork_testenv::control_plane::control_plane().await?;
     let namespace = plane.namespace("kills").await?;
-    let world = World::start(&format!("{namespace}.example.com")).await?;
+    let world = World::start(plane, &format!("{namespace}.example.com")).await?;
     let mut operator = Launch::new(binary, &world, plane.kubeconfig_path(), &namespace).start("kills")?;
     operator.wait_ready(READY).await?;
     let failed = FailedWatch::start(&plane.client(), &namespace);
@@ -125,7 +125,7 @@ pub async fn fault_soak(binary: &Path, suite: FaultSoak) -> anyhow::Result<Repor
     let mut report = Report::new("fault soak", scale.seed);
     let plane = blockwork_testenv::control_plane::control_plane().await?;
     let (clean_ns, faulty_ns) = (plane.namespace("soak-clean").await?, plane.namespace("soak-faults").await?);
-    let world = World::start(&format!("{faulty_ns}.example.com")).await?;
+    let world = World::start(plane, &format!("{faulty_ns}.example.com")).await?;
     let moto = FaultProxy::start(&world.emulators.moto.endpoint()).await?;
     let ministack = FaultProxy::start(&world.emulators.ministack.endpoint()).await?;
     for (proxy, salt) in [(&moto, 1), (&ministack, 2)] {
@@ -213,9 +213,10 @@ pub struct ApiTrouble {
 pub async fn api_trouble(binary: &Path, suite: ApiTrouble) -> anyhow::Result<Report> {
     let scale = suite.scale;
     let mut report = Report::new("API server trouble", scale.seed);
-    let plane = blockwork_testenv::control_plane::control_plane().await?;
+    // Of its own: the restart would cut every other test's connections.
+    let plane = &blockwork_testenv::control_plane::ControlPlane::start_own().await?;
     let namespace = plane.namespace("api-trouble").await?;
-    let world = World::start(&format!("{namespace}.example.com")).await?;
+    let world = World::start(plane, &format!("{namespace}.example.com")).await?;
     let proxy = KubeProxy::start(plane).await?;
     let mut operator = Launch::new(binary, &world, proxy.kubeconfig_path(), &namespace).start("api")?;
     operator.wait_ready(READY).await?;
@@ -333,7 +334,7 @@ pub async fn leader_failover(binary: &Path, suite: LeaderFailover) -> anyhow::Re
     let mut report = Report::new("leader failover", scale.seed);
     let plane = blockwork_testenv::control_plane::control_plane().await?;
     let namespace = plane.namespace("failover").await?;
-    let world = World::start(&format!("{namespace}.example.com")).await?;
+    let world = World::start(plane, &format!("{namespace}.example.com")).await?;
     let proxy = KubeProxy::start(plane).await?;
     let launch = Launch { leader_elect: true, ..Launch::new(binary, &world, proxy.kubeconfig_path(), &namespace) };
     let mut replicas = [launch.start("replica-a")?, launch.start("replica-b")?];
@@ -472,7 +473,7 @@ fn describe(counts: &Counts) -> String {
 
 fn report_findings(report: &mut Report, findings: &crate::workload::Findings) {
     report.figure("duplicate certificates or tenants", findings.duplicates.len());
-    report.figure("certificates, tenants or records left behind", findings.leftovers.len());
+    report.figure("certificates, tenants, records or ConfigMaps left behind", findings.leftovers.len());
     report.figure("stuck finalizers", findings.stuck.len());
     report.figure("foreign records changed or deleted", findings.foreign.len());
     report.expect(findings.duplicates.is_empty(), || format!("duplicates: {:?}", findings.duplicates));

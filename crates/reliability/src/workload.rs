@@ -96,7 +96,8 @@ pub struct Findings {
     pub stuck: Vec<String>,
     /// More than one certificate or tenant for one object.
     pub duplicates: Vec<String>,
-    /// Certificates, tenants or records of deleted objects (or replaced names) still there.
+    /// Certificates, tenants, records or published ConfigMaps of deleted objects (or replaced
+    /// names) still there.
     pub leftovers: Vec<String>,
     /// Foreign records changed or deleted.
     pub foreign: Vec<String>,
@@ -373,7 +374,15 @@ impl Workload {
             }
             let object = self.api(*kind).get_opt(&name).await?;
             match (tracked.deleted, object) {
-                (true, None) => {}
+                (true, None) => {
+                    // The finalizer removes it (this control plane runs no garbage collector, as
+                    // a cluster without kube-controller-manager's would not).
+                    if *kind == Kind::Cert
+                        && let Some(published) = self.published(&name).await?
+                    {
+                        findings.leftovers.push(format!("{what} (deleted): its ConfigMap {published}"));
+                    }
+                }
                 (true, Some(_)) => findings.stuck.push(format!("{what}: still present after deletion")),
                 (false, None) => findings.unconverged.push(format!("{what}: missing")),
                 (false, Some(object)) => {
@@ -395,6 +404,13 @@ impl Workload {
         self.check_tenants(world, &mut findings).await?;
         self.check_records(world, &live_certs, &tenant_targets, &mut findings).await?;
         Ok(findings)
+    }
+
+    /// The name of the ConfigMap Cert `name` publishes its ARN in, if it exists.
+    async fn published(&self, name: &str) -> anyhow::Result<Option<String>> {
+        let Some(published) = blockwork_cert::publish::configmap_name(name) else { return Ok(None) };
+        let maps: Api<ConfigMap> = Api::namespaced(self.client.clone(), &self.namespace);
+        Ok(maps.get_opt(&published).await?.map(|_| published))
     }
 
     /// Why a live object is not as its spec says, if it is not.

@@ -9,7 +9,7 @@ use std::collections::BTreeMap;
 use anyhow::{Context as _, anyhow};
 use aws_sdk_route53::types::{Change, ChangeAction, ChangeBatch, ResourceRecord, ResourceRecordSet, RrType};
 use blockwork_testenv::aws::{hosted_zone, request_certificate, tenant_only_distribution};
-use blockwork_testenv::control_plane::{ControlPlane, control_plane};
+use blockwork_testenv::control_plane::ControlPlane;
 use blockwork_testenv::emulators::Emulators;
 use blockwork_testenv::fault_proxy::FaultProxy;
 
@@ -28,7 +28,6 @@ pub struct Record {
 }
 
 pub struct World {
-    pub plane: &'static ControlPlane,
     pub emulators: Emulators,
     /// Between the operator and moto (ACM, Route53, STS).
     pub moto: FaultProxy,
@@ -52,10 +51,9 @@ pub struct Zone {
 }
 
 impl World {
-    /// Starts the emulators and proxies, installs the CRDs and creates the AWS objects; `domain`
-    /// names the hosted zone (unique per suite run, e.g. from its namespace).
-    pub async fn start(domain: &str) -> anyhow::Result<Self> {
-        let plane = control_plane().await.context("the control plane")?;
+    /// Starts the emulators and proxies, installs the CRDs in `plane` and creates the AWS objects;
+    /// `domain` names the hosted zone (unique per suite run, e.g. from its namespace).
+    pub async fn start(plane: &ControlPlane, domain: &str) -> anyhow::Result<Self> {
         let crds: Vec<_> = blockwork::controllers::registered().iter().flat_map(|c| (c.crds)()).collect();
         plane.install_crds(&crds).await.context("installing the CRDs")?;
         let emulators = Emulators::for_account(ACCOUNT).await.context("the emulators")?;
@@ -83,7 +81,6 @@ impl World {
         let distribution_id = tenant_only_distribution(&cloudfront, domain, None, &[]).await;
 
         let mut world = Self {
-            plane,
             emulators,
             moto,
             ministack,

@@ -33,7 +33,7 @@ pub use plan::{Action, Blocked, Plan};
 use k8s_openapi::api::rbac::v1::PolicyRule;
 
 /// The cluster permissions the rotator needs (see `blockwork rbac`; the Kustomize overlays grant
-/// the same, which `tests/overlays.rs` checks). Never `delete`: targets hold signing keys.
+/// the same, which `tests/integration/overlays.rs` checks). Never `delete`: targets hold signing keys.
 pub fn rbac() -> Vec<PolicyRule> {
     vec![blockwork_runtime::rbac::rule("", &["secrets"], &["get", "list", "watch", "create", "update", "patch"])]
 }

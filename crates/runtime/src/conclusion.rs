@@ -79,8 +79,12 @@ impl Conclusion {
         }
     }
 
-    /// A failed call: terminal errors fail the object, others keep `state` and back off.
+    /// A failed call: terminal errors fail the object, others keep `state` and back off; a call
+    /// the object shares with others failing is a wait ([`Self::waiting_on_shared`]).
     pub(crate) fn error(state: ReconcileState, error: ExternalError) -> Self {
+        if error.shared {
+            return Self::waiting_on_shared(state, error);
+        }
         if error.class == ErrorClass::Terminal {
             return Self::failed(&error.reason, error.message);
         }
@@ -90,6 +94,25 @@ impl Conclusion {
             message: Some(error.message),
             requeue: Requeue::AfterError(error.class),
             error_class: Some(error.class),
+            ..Self::new(state)
+        }
+    }
+
+    /// The object waits on a call it shares with others, which fails (issue 37: 39 of 40 Certs
+    /// created during an ACM outage said nothing while it lasted). It says so from its first
+    /// look — `Synced=False` with the wait's reason and message (what it waits for, AWS's
+    /// answer, since when), and `Ready=False` likewise unless it is Ready (what it holds still
+    /// serves) — and the same words at every retry are no new write: no `lastError` with its
+    /// attempt count and retry time, and no Warning event per retry (the state's event, when it
+    /// changes, carries the message once). It backs off as after any error, and is woken
+    /// sooner when the call recovers, where the operator can tell.
+    pub(crate) fn waiting_on_shared(state: ReconcileState, error: ExternalError) -> Self {
+        let ready = (state != ReconcileState::Succeeded).then(|| (false, error.reason.clone(), error.message.clone()));
+        Self {
+            ready,
+            synced: (false, error.reason.clone(), error.message.clone()),
+            message: Some(error.message),
+            requeue: Requeue::AfterError(error.class),
             ..Self::new(state)
         }
     }
@@ -320,6 +343,30 @@ mod tests {
 
     fn reasons(events: Vec<(EventType, String, String)>) -> Vec<String> {
         events.into_iter().map(|e| e.1).collect()
+    }
+
+    #[test]
+    fn a_wait_on_a_shared_call_is_said_once_with_no_retry_count_and_no_event_per_retry() {
+        let waiting = ExternalError::retryable("SharedCallFailing", "waiting for the listing: it has been failing since 12:00").shared();
+        let conclusion = Conclusion::error(ReconcileState::Pending, waiting.clone());
+        let current = ManagedStatus::<()>::default();
+        let now = jiff::Timestamp::now();
+        let first = conclusion.status(&current, current.clone(), Some(1), now, Some(Duration::from_secs(1)));
+        assert_eq!(first.last_error, None, "no attempt count or retry time that change with each retry");
+        let synced = first.condition(SYNCED).expect("Synced");
+        assert_eq!((synced.status.as_str(), synced.reason.as_str()), ("False", "SharedCallFailing"));
+        assert_eq!(first.condition(READY).map(|c| c.message.as_str()), Some(waiting.message.as_str()), "what it waits for, at once");
+        let events: Vec<String> = conclusion.events(None, None).into_iter().map(|e| e.1).collect();
+        assert_eq!(events, ["Pending"], "the state's event says it, once");
+        let again = Conclusion::error(ReconcileState::Pending, waiting);
+        let later = now.checked_add(jiff::SignedDuration::from_secs(5)).expect("in range");
+        let second = again.status(&first, first.clone(), Some(1), later, Some(Duration::from_secs(2)));
+        assert_eq!(
+            serde_json::to_value(&second).expect("serializes"),
+            serde_json::to_value(&first).expect("serializes"),
+            "a retry writes nothing"
+        );
+        assert!(again.events(Some(ReconcileState::Pending), second.last_error.as_ref()).is_empty(), "and publishes nothing");
     }
 
     #[test]

@@ -112,10 +112,29 @@ impl<M: ExternalResource> Context<M> {
     /// links to: for work told through a channel ([`crate::trace::Traced`]), not running in the
     /// span that wakes.
     pub fn wake_from(&self, object: &ObjectRef<M::Object>, span: Option<SpanContext>) {
+        self.queue(object, || self.triggers.note_from(object, Cause::Woken, span.clone()));
+    }
+
+    /// [`Context::wake`] for work the object's last reconcile left (it recorded something the
+    /// next look acts on, which nothing else brings sooner): the reconcile's trace links to that
+    /// last reconcile, as a requeue's does.
+    pub fn wake_again(&self, object: &ObjectRef<M::Object>) {
+        self.queue(object, || self.triggers.note_following(object, Cause::Woken));
+    }
+
+    /// Reconciles `object` soon because another object it depends on or is named by changed (an
+    /// AwsIdentity mapping, a Secret it wrote), seen by a watch of the operator's own: its trace
+    /// says `related object changed`, like a dependency's change.
+    pub fn related_changed(&self, object: &ObjectRef<M::Object>) {
+        self.queue(object, || self.triggers.note(object, Cause::Related));
+    }
+
+    /// Hands `object` to each watch's reconciler that holds it, noting its trigger first.
+    fn queue(&self, object: &ObjectRef<M::Object>, note: impl Fn()) {
         let wakers = self.wakers.lock().unwrap_or_else(PoisonError::into_inner);
         for (store, waker) in wakers.iter() {
             if store.get(object).is_some() {
-                self.triggers.note_from(object, Cause::Woken, span.clone());
+                note();
                 // A closed channel: that watch has stopped; nothing to wake.
                 let _ = waker.unbounded_send(object.clone());
             }

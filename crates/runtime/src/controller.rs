@@ -83,24 +83,46 @@ pub async fn run<M: ExternalResource>(
     let triggers = crate::watches::on_its_own(name, M::Object::kind(&()).into_owned(), triggers);
     let noting = Arc::clone(&context);
     let dependency_changes = dependency_changes.inspect(move |object| noting.triggers.note(object, Cause::Related));
+    let failed_in = Arc::clone(&context);
     let controller = Controller::for_stream(triggers, reader.clone())
         .reconcile_on(dependency_changes)
         .reconcile_on(woken)
         .with_config(RunConfig::default().concurrency(0))
         .graceful_shutdown_on(shutdown.clone())
         .run(reconcile_in_share, error_policy::<M>, Arc::clone(&context))
-        .for_each(|result| async move {
-            match result {
-                Ok((object, _)) => debug!(controller = name, %object, "reconciled"),
-                Err(error) => warn!(controller = name, %error, "reconcile failed"),
+        .for_each(|result| {
+            let context = Arc::clone(&failed_in);
+            async move {
+                match result {
+                    Ok((object, _)) => debug!(controller = name, %object, "reconciled"),
+                    Err(error) => {
+                        let trace_id = failed_trace(&context, &error);
+                        warn!(controller = name, %error, trace_id = trace_id.as_deref(), "reconcile failed");
+                    }
+                }
             }
         });
     crate::shutdown::drive_until_shutdown(controller, shutdown, reader).await;
     context.dependencies.stop();
 }
 
-fn error_policy<M: ExternalResource>(object: Arc<M::Object>, error: &Error, context: Arc<Context<M>>) -> Action {
-    warn!(controller = context.config.name, object = %ObjectRef::from_obj(&*object), %error, "reconcile error");
+/// The trace id of the reconcile a controller error is about (its object's last reconcile), when
+/// traces are exported: the reconcile's own line ("reconcile error") carries it from its span.
+fn failed_trace<M: ExternalResource, Q: std::error::Error>(
+    context: &Context<M>,
+    error: &kube::runtime::controller::Error<Error, Q>,
+) -> Option<String> {
+    let kube::runtime::controller::Error::ReconcilerFailed(_, object) = error else { return None };
+    let mut key = ObjectRef::<M::Object>::new(&object.name);
+    if let Some(namespace) = &object.namespace {
+        key = key.within(namespace);
+    }
+    context.triggers.last(&key).map(|span| span.trace_id().to_string())
+}
+
+/// Logged within the reconcile's span already ("reconcile error", `reconcile.rs`); here the
+/// retry is scheduled.
+fn error_policy<M: ExternalResource>(object: Arc<M::Object>, _error: &Error, context: Arc<Context<M>>) -> Action {
     let uid = object.uid().unwrap_or_default();
     let state = object.status().map(ManagedStatus::state).unwrap_or_default();
     let attempt = context.attempts.next(&uid, state);

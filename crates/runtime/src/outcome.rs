@@ -74,12 +74,24 @@ pub struct ExternalError {
     /// What the failure says of the thing it was about, for a deletion: `Gone` for `NotFound`,
     /// `StillThere` when the operator says so ([`Self::still_there`]), otherwise `Unknown`.
     pub existence: Existence,
+    /// The failure is of a call this object shares with others (an account's certificate
+    /// listing, a hosted zone's records, the account's throttling backoff), not of its own: the
+    /// object waits on it and says so — what it waits for, AWS's answer and since when, in the
+    /// message — in one status write, without a retry count or an event per retry
+    /// ([`Self::shared`]).
+    pub shared: bool,
 }
 
 impl ExternalError {
     pub fn new(class: ErrorClass, reason: impl Into<String>, message: impl Into<String>) -> Self {
         let existence = if class == ErrorClass::NotFound { Existence::Gone } else { Existence::Unknown };
-        Self { class, reason: reason.into(), message: message.into(), existence }
+        Self { class, reason: reason.into(), message: message.into(), existence, shared: false }
+    }
+    /// The same failure, of a call other objects share: the object waits on it (see the field).
+    /// Its message must be the same for every retry while the call fails (no attempt count, no
+    /// time left), so that the status is written once.
+    pub fn shared(self) -> Self {
+        Self { shared: true, ..self }
     }
     /// The thing exists and is not deleted until a person acts (terminal): the message says how.
     pub fn still_there(reason: impl Into<String>, message: impl Into<String>) -> Self {

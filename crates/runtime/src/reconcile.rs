@@ -43,6 +43,10 @@ pub async fn reconcile<M: ExternalResource>(object: Arc<M::Object>, context: Arc
         Ok(_) => "success",
         Err(error) => {
             trace::outcome(&span, error.category(), Some(&error.to_string()));
+            // Within the span: the line carries the reconcile's trace id.
+            span.in_scope(
+                || warn!(controller = context.config.name, object = %ObjectRef::from_obj(object.as_ref()), %error, "reconcile error"),
+            );
             error.category()
         }
     };

@@ -17,9 +17,8 @@
 use std::future::Future;
 use std::sync::Arc;
 
-use blockwork_aws::route53::{Record, Records, Zone};
-use blockwork_aws::{AwsError, Principal, dns_name};
-use blockwork_runtime::Existence;
+use blockwork_aws::route53::{Deletion, Record, Records, Zone};
+use blockwork_aws::{AwsError, Principal};
 
 use tracing::info;
 
@@ -98,27 +97,19 @@ impl DnsRecords for Route53 {
         Ok(DnsChange { change_id })
     }
 
+    /// Only records that still point where this operator pointed them go, with their own TTL
+    /// (the spec's may have changed since they were written): the AWS layer's ownership rule
+    /// (`Records::delete`). A hosted zone that does not exist holds none of them.
     async fn delete(&self, dns: &DnsZone, domains: &[String], target: &str) -> Result<DnsChange, AwsError> {
-        let zone = hosted_zone(dns);
-        let found = match self.records.lookup(crate::CONTROLLER, &zone, domains).await {
-            Ok(found) => found,
-            Err(error) if error.existence() == Existence::Gone => {
-                info!(zone = %dns.config.hosted_zone_id, ?domains, "the hosted zone does not exist: no CNAME record of ours can be there");
-                return Ok(DnsChange { change_id: None });
-            }
-            Err(error) => return Err(error),
-        };
-        // Only records that still point where this operator pointed them, with their own TTL
-        // (the spec's may have changed since they were written).
-        let ours: Vec<Record> =
-            found.into_iter().flatten().filter(|record| dns_name::from_route53(&record.value) == dns_name::normalize(target)).collect();
-        if ours.is_empty() {
-            info!(zone = %dns.config.hosted_zone_id, ?domains, "no CNAME record of ours to delete");
-            return Ok(DnsChange { change_id: None });
-        }
-        let deleted: Vec<&str> = ours.iter().map(|record| record.name.as_str()).collect();
-        info!(zone = %dns.config.hosted_zone_id, ?deleted, "deleting CNAME records");
-        self.records.delete(crate::CONTROLLER, &zone, ours).await?;
+        let records = domains.iter().map(|domain| Record { name: domain.clone(), value: target.to_owned(), ttl: dns.config.ttl }).collect();
+        let deletions = self.records.delete(crate::CONTROLLER, &hosted_zone(dns), records).await?;
+        let deleted: Vec<&str> = domains
+            .iter()
+            .zip(&deletions)
+            .filter(|(_, deletion)| **deletion == Deletion::Deleted)
+            .map(|(domain, _)| domain.as_str())
+            .collect();
+        info!(zone = %dns.config.hosted_zone_id, ?deleted, "deleted CNAME records (any other was not there pointing at the tenant)");
         Ok(DnsChange { change_id: None })
     }
 

@@ -17,6 +17,7 @@ use serde_json::Value;
 use tokio::sync::OnceCell;
 
 use crate::process::{Error, Process, accepts, retry_on_port_clash, wait_until};
+use crate::shared::{Service, attach, kept};
 use crate::tools::{free_port, state_dir, tool};
 
 /// The collector of this test binary.
@@ -26,14 +27,33 @@ pub struct Collector {
     otlp_http: u16,
     otlp_grpc: u16,
     query: u16,
-    _process: Process,
+    /// `None` when a keeper runs it.
+    _process: Option<Process>,
+}
+
+/// How the test processes reach a collector a keeper keeps.
+#[derive(Clone, Debug, serde::Deserialize, serde::Serialize)]
+pub struct Description {
+    host: Ipv4Addr,
+    otlp_http: u16,
+    otlp_grpc: u16,
+    query: u16,
 }
 
 static JAEGER: OnceCell<Collector> = OnceCell::const_new();
 
-/// The collector shared by the tests of this binary.
+/// The collector shared by the tests of this binary (kept for its test processes under nextest,
+/// [`crate::shared`]).
 pub async fn jaeger() -> Result<&'static Collector, Error> {
-    JAEGER.get_or_try_init(|| Collector::start(Ipv4Addr::LOCALHOST)).await
+    JAEGER
+        .get_or_try_init(|| async {
+            if !kept() {
+                return Collector::start(Ipv4Addr::LOCALHOST).await;
+            }
+            let Description { host, otlp_http, otlp_grpc, query } = attach::<Description>(Service::Jaeger).await?;
+            Ok(Collector { host, otlp_http, otlp_grpc, query, _process: None })
+        })
+        .await
 }
 
 /// Jaeger's configuration: the OTLP receiver straight into the in-memory store, the query API,
@@ -95,9 +115,14 @@ impl Collector {
             let process = Process::start("jaeger", &jaeger, &[format!("--config={}", file.display())], &[], &dir)?;
             wait_until(&process, Duration::from_secs(60), || async { accepts(host, otlp_http).await && accepts(host, query).await })
                 .await?;
-            Ok(Self { host, otlp_http, otlp_grpc, query, _process: process })
+            Ok(Self { host, otlp_http, otlp_grpc, query, _process: Some(process) })
         })
         .await
+    }
+
+    /// How the test processes reach it (a keeper's, [`crate::shared`]).
+    pub fn description(&self) -> Description {
+        Description { host: self.host, otlp_http: self.otlp_http, otlp_grpc: self.otlp_grpc, query: self.query }
     }
 
     /// `OTEL_EXPORTER_OTLP_ENDPOINT` for OTLP over HTTP/protobuf.

@@ -6,7 +6,7 @@ use std::process::{Command, Output, Stdio};
 use std::sync::OnceLock;
 
 use crate::process::Error;
-pub use crate::tools::tool;
+pub use crate::tools::{tool, wait_for_installation};
 
 /// `kubectl args` against `kubeconfig` with `stdin` piped in; its output, success or not.
 pub fn kubectl(kubeconfig: &Path, args: &[&str], stdin: &[u8]) -> Result<Output, Error> {
@@ -39,18 +39,20 @@ pub fn kubectl_ok(kubeconfig: &Path, args: &[&str], stdin: &[u8]) -> Result<Stri
 /// profile), so that a test never runs an old operator, also when run alone.
 pub fn blockwork_binary() -> Result<PathBuf, Error> {
     static FOUND: OnceLock<Result<PathBuf, String>> = OnceLock::new();
-    FOUND.get_or_init(|| find_or_build_blockwork().map_err(|e| e.to_string())).clone().map_err(Error::Setup)
+    FOUND.get_or_init(|| workspace_binary("blockwork", "blockwork").map_err(|e| e.to_string())).clone().map_err(Error::Setup)
 }
 
-fn find_or_build_blockwork() -> Result<PathBuf, Error> {
+/// The binary `bin` of the workspace's package `package`, of this build, as [`blockwork_binary`]
+/// finds it: built first when it is missing or older than a source it is built from.
+pub(crate) fn workspace_binary(package: &str, bin: &str) -> Result<PathBuf, Error> {
     let exe = std::env::current_exe()?;
     let profile_dir =
         exe.parent().and_then(Path::parent).ok_or_else(|| Error::Setup(format!("{} has no target directory", exe.display())))?;
-    let binary = profile_dir.join("blockwork");
-    let Some(stale) = staleness(&binary, &sources(&profile_dir.join("blockwork.d"))) else { return Ok(binary) };
+    let binary = profile_dir.join(bin);
+    let Some(stale) = staleness(&binary, &sources(&profile_dir.join(format!("{bin}.d")))) else { return Ok(binary) };
     eprintln!("testenv: building {} ({stale})", binary.display());
     let mut build = Command::new(std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into()));
-    build.current_dir(workspace()).args(["build", "-p", "blockwork", "--bin", "blockwork"]);
+    build.current_dir(workspace()).args(["build", "-p", package, "--bin", bin]);
     if profile_dir.ends_with("release") {
         build.arg("--release");
     }
@@ -58,7 +60,7 @@ fn find_or_build_blockwork() -> Result<PathBuf, Error> {
         build.arg("--target-dir").arg(target_dir);
     }
     if !build.status()?.success() {
-        return Err(Error::Setup(format!("`cargo build -p blockwork` failed; {} is {stale}", binary.display())));
+        return Err(Error::Setup(format!("`cargo build -p {package} --bin {bin}` failed; {} is {stale}", binary.display())));
     }
     Ok(binary)
 }

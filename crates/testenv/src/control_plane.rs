@@ -1,5 +1,7 @@
-//! A real kube-apiserver and etcd on loopback, shared by the tests of one test binary.
+//! A real kube-apiserver and etcd on loopback, shared by the tests of one test binary (by the
+//! tests of one concern, where tests of other concerns would disturb them: [`of`]).
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Mutex, PoisonError};
@@ -15,6 +17,7 @@ use tokio::sync::OnceCell;
 
 pub use crate::process::Error;
 use crate::process::{Process, accepts, retry_on_port_clash, wait_until};
+use crate::shared::{Service, attach, kept};
 use crate::tools::{free_port, state_dir, tool};
 
 const ADMIN_TOKEN: &str = "blockwork-testenv-admin";
@@ -26,38 +29,115 @@ pub struct ControlPlane {
     config: kube::Config,
     kubeconfig: PathBuf,
     dir: PathBuf,
-    etcd: Process,
-    /// `None` only while it is being restarted.
-    apiserver: Mutex<Option<Process>>,
-    apiserver_args: Vec<String>,
-    restarts: AtomicUsize,
-    routes: std::sync::Arc<crate::egress::Routes>,
+    processes: Processes,
     /// kube-controller-manager running only its namespace controller, started by the first test
     /// that deletes a namespace and waits for it ([`Self::start_namespace_controller`]).
     namespace_controller: OnceCell<Process>,
 }
 
-static CONTROL_PLANE: OnceCell<ControlPlane> = OnceCell::const_new();
-static SECOND_CONTROL_PLANE: OnceCell<ControlPlane> = OnceCell::const_new();
+#[derive(Debug)]
+enum Processes {
+    /// Started by this process, which can restart the API server.
+    Own {
+        etcd: Process,
+        /// `None` only while it is being restarted.
+        apiserver: Mutex<Option<Process>>,
+        apiserver_args: Vec<String>,
+        restarts: AtomicUsize,
+    },
+    /// A keeper's, shared with the other test processes of this binary ([`crate::shared`]).
+    Kept(Description),
+}
+
+/// How the test processes reach a control plane a keeper keeps.
+#[derive(Clone, Debug, serde::Deserialize, serde::Serialize)]
+pub struct Description {
+    kubeconfig: PathBuf,
+    dir: PathBuf,
+    etcd: u32,
+    apiserver: u32,
+}
 
 /// The control plane shared by all tests of this test binary; started on first use.
 pub async fn control_plane() -> Result<&'static ControlPlane, Error> {
-    CONTROL_PLANE.get_or_try_init(|| retry_on_port_clash(|| ControlPlane::start(state_dir()))).await
+    of("default").await
 }
 
 /// Another control plane, with its own etcd: a second cluster for the tests that need two
 /// (see [`crate::clusters`]); started on first use, shared by the tests of this test binary.
 pub async fn second_control_plane() -> Result<&'static ControlPlane, Error> {
-    // Its own directory: etcd's data, the certificates and the logs are the cluster's own.
-    let dir = || -> Result<PathBuf, Error> {
-        let dir = state_dir()?.join("second");
-        std::fs::create_dir_all(&dir).map_err(Error::Io)?;
-        Ok(dir)
-    };
-    SECOND_CONTROL_PLANE.get_or_try_init(|| retry_on_port_clash(|| ControlPlane::start(dir()))).await
+    of("second").await
+}
+
+/// The control plane shared by the tests of `concern` in this test binary, apart from the
+/// others': for tests that change what the whole cluster does (a cluster-wide admission webhook,
+/// say), which would disturb the tests of other concerns. Started on first use.
+pub async fn of(concern: &'static str) -> Result<&'static ControlPlane, Error> {
+    cell_of(concern)
+        .get_or_try_init(|| async {
+            if kept() {
+                let description = attach::<Description>(Service::ControlPlane(concern.to_owned())).await?;
+                return ControlPlane::reach(description).await;
+            }
+            // The binary's first control plane keeps its files in the binary's directory.
+            let dir = || -> Result<PathBuf, Error> {
+                let dir = if concern == "default" { state_dir()? } else { state_dir()?.join(concern) };
+                std::fs::create_dir_all(&dir).map_err(Error::Io)?;
+                Ok(dir)
+            };
+            retry_on_port_clash(|| ControlPlane::start(dir())).await
+        })
+        .await
+}
+
+/// The cell of `concern`'s control plane in this process.
+fn cell_of(concern: &'static str) -> &'static OnceCell<ControlPlane> {
+    static PLANES: Mutex<BTreeMap<&str, &OnceCell<ControlPlane>>> = Mutex::new(BTreeMap::new());
+    let mut planes = PLANES.lock().unwrap_or_else(PoisonError::into_inner);
+    match planes.get(concern) {
+        Some(&cell) => cell,
+        None => {
+            let cell = Box::leak(Box::new(OnceCell::new()));
+            planes.insert(concern, cell);
+            cell
+        }
+    }
 }
 
 impl ControlPlane {
+    /// A control plane of the caller's own, with its files in a new directory: for a test that
+    /// restarts the API server ([`Self::restart_apiserver`]), which would cut every other test's
+    /// connections. Its processes stop when it is dropped.
+    pub async fn start_own() -> Result<Self, Error> {
+        static STARTED: AtomicUsize = AtomicUsize::new(0);
+        let dir = state_dir()?.join(format!("own-{}", STARTED.fetch_add(1, Ordering::SeqCst)));
+        std::fs::create_dir_all(&dir)?;
+        retry_on_port_clash(|| Self::start(Ok(dir.clone()))).await
+    }
+
+    /// A control plane with its files in `dir` (a keeper's, [`crate::shared`]).
+    pub async fn start_in(dir: &Path) -> Result<Self, Error> {
+        retry_on_port_clash(|| Self::start(Ok(dir.to_path_buf()))).await
+    }
+
+    /// How the test processes reach it.
+    pub fn description(&self) -> Description {
+        let (etcd, apiserver) = self.pids();
+        Description { kubeconfig: self.kubeconfig.clone(), dir: self.dir.clone(), etcd, apiserver }
+    }
+
+    /// The control plane a keeper started, as `description` says.
+    async fn reach(description: Description) -> Result<Self, Error> {
+        let config = kube_config(&description.kubeconfig).await?;
+        Ok(Self {
+            config,
+            kubeconfig: description.kubeconfig.clone(),
+            dir: description.dir.clone(),
+            processes: Processes::Kept(description),
+            namespace_controller: OnceCell::new(),
+        })
+    }
+
     /// Starts etcd and kube-apiserver with their files in `dir`.
     async fn start(dir: Result<PathBuf, Error>) -> Result<Self, Error> {
         let dir = dir?;
@@ -94,8 +174,10 @@ impl ControlPlane {
         let sa_key = file("service-account.key", &pki.service_account_key_pem)?;
         let sa_public_key = file("service-account.pub", &pki.service_account_public_key_pem)?;
         let tokens = file("tokens.csv", &format!("{ADMIN_TOKEN},admin,admin,\"system:masters\"\n"))?;
-        let socket = dir.join("egress.sock");
-        let routes = crate::egress::start(&socket)?;
+        // In this process's own directory, whose path is short enough for a Unix socket's.
+        static SOCKETS: AtomicUsize = AtomicUsize::new(0);
+        let socket = state_dir()?.join(format!("egress-{}.sock", SOCKETS.fetch_add(1, Ordering::SeqCst)));
+        crate::egress::start(&socket, &dir.join(ROUTES))?;
         let egress = file("egress-selector.yaml", &crate::egress::configuration(&socket))?;
 
         let port = free_port()?;
@@ -121,27 +203,20 @@ impl ControlPlane {
         let apiserver = Process::start("kube-apiserver", &tool("kube-apiserver")?, &apiserver_args, &[], &dir)?;
 
         let kubeconfig = file("kubeconfig", &kubeconfig_yaml(port, &pki.ca_pem))?;
-        let config = Kubeconfig::read_from(&kubeconfig).map_err(|e| Error::Setup(format!("kubeconfig: {e}")))?;
-        let config = kube::Config::from_custom_kubeconfig(config, &KubeConfigOptions::default())
-            .await
-            .map_err(|e| Error::Setup(format!("kubeconfig: {e}")))?;
+        let config = kube_config(&kubeconfig).await?;
         let client = kube::Client::try_from(config.clone()).map_err(|e| Error::Setup(format!("client: {e}")))?;
         wait_until(&apiserver, READY_TIMEOUT, || is_ready(&client)).await?;
         Ok(Self {
             config,
             kubeconfig,
             dir,
-            etcd,
-            apiserver: Mutex::new(Some(apiserver)),
-            apiserver_args,
-            restarts: AtomicUsize::new(0),
-            routes,
+            processes: Processes::Own { etcd, apiserver: Mutex::new(Some(apiserver)), apiserver_args, restarts: AtomicUsize::new(0) },
             namespace_controller: OnceCell::new(),
         })
     }
 
     /// Starts kube-controller-manager with only its namespace controller (once per test
-    /// binary), so that a deleted namespace empties and goes as in a cluster: it deletes every
+    /// process), so that a deleted namespace empties and goes as in a cluster: it deletes every
     /// object in the namespace, waits for their finalizers, then removes the namespace. Only the
     /// tests that delete a namespace need it; the rest of the control plane runs without
     /// controllers. The binary is built with the end-to-end node's tools
@@ -166,18 +241,21 @@ impl ControlPlane {
     /// ready. Clients see their connections and watches dropped, and refused connections
     /// meanwhile. Its log is `kube-apiserver-restart-<n>.log` in [`Self::dir`].
     pub async fn restart_apiserver(&self) -> Result<(), Error> {
-        let restart = self.restarts.fetch_add(1, Ordering::SeqCst) + 1;
+        let Processes::Own { apiserver, apiserver_args, restarts, .. } = &self.processes else {
+            return Err(Error::Setup("only a control plane of the test's own restarts (ControlPlane::start_own)".into()));
+        };
+        let restart = restarts.fetch_add(1, Ordering::SeqCst) + 1;
         {
-            let mut running = self.apiserver.lock().unwrap_or_else(PoisonError::into_inner);
+            let mut running = apiserver.lock().unwrap_or_else(PoisonError::into_inner);
             // Dropping a Process kills it and waits for it, so the port is free again.
             drop(running.take());
             let name = format!("kube-apiserver-restart-{restart}");
-            *running = Some(Process::start(&name, &tool("kube-apiserver")?, &self.apiserver_args, &[], &self.dir)?);
+            *running = Some(Process::start(&name, &tool("kube-apiserver")?, apiserver_args, &[], &self.dir)?);
         }
         let client = self.client();
         let deadline = tokio::time::Instant::now() + READY_TIMEOUT;
         while !is_ready(&client).await {
-            if let Some(process) = self.apiserver.lock().unwrap_or_else(PoisonError::into_inner).as_ref() {
+            if let Some(process) = apiserver.lock().unwrap_or_else(PoisonError::into_inner).as_ref() {
                 process.check_running()?;
             }
             if tokio::time::Instant::now() > deadline {
@@ -210,8 +288,25 @@ impl ControlPlane {
 
     /// The process ids of etcd and kube-apiserver (0 while it restarts).
     pub fn pids(&self) -> (u32, u32) {
-        let apiserver = self.apiserver.lock().unwrap_or_else(PoisonError::into_inner).as_ref().map_or(0, Process::pid);
-        (self.etcd.pid(), apiserver)
+        match &self.processes {
+            Processes::Own { etcd, apiserver, .. } => {
+                (etcd.pid(), apiserver.lock().unwrap_or_else(PoisonError::into_inner).as_ref().map_or(0, Process::pid))
+            }
+            Processes::Kept(description) => (description.etcd, description.apiserver),
+        }
+    }
+
+    /// Holds `what` for this test alone among the tests sharing this control plane, in this
+    /// process and the others, until the guard is dropped (or the process ends): for tests that
+    /// register the same cluster-wide object in turn.
+    pub async fn exclusive(&self, what: &str) -> Result<Exclusive, Error> {
+        let dir = self.dir.join("locks");
+        std::fs::create_dir_all(&dir)?;
+        let file = std::fs::OpenOptions::new().create(true).truncate(false).write(true).open(dir.join(what))?;
+        tokio::task::spawn_blocking(move || file.lock().map(|()| Exclusive { _lock: file }))
+            .await
+            .map_err(|e| Error::Setup(format!("waiting for {what}: {e}")))?
+            .map_err(Error::Io)
     }
 
     /// Server-side-applies CRDs and waits until each is Established. Idempotent.
@@ -232,7 +327,8 @@ impl ControlPlane {
 
     /// Sends the API server's requests for Service `namespace/name` on `port` (its webhooks and
     /// conversions) to `backends`, in turn, as kube-proxy would in a cluster; see
-    /// [`crate::egress`]. The Service must exist and have a ClusterIP.
+    /// [`crate::egress`]. The Service must exist and have a ClusterIP. With the backends other
+    /// test processes sharing this control plane route to it, while each lives.
     pub async fn route_service(&self, namespace: &str, name: &str, port: u16, backends: &[std::net::SocketAddr]) -> Result<(), Error> {
         let service = Api::<k8s_openapi::api::core::v1::Service>::namespaced(self.client(), namespace)
             .get(name)
@@ -243,8 +339,7 @@ impl ControlPlane {
             .and_then(|spec| spec.cluster_ip)
             .filter(|ip| !ip.is_empty() && ip != "None")
             .ok_or_else(|| Error::Setup(format!("Service {namespace}/{name} has no ClusterIP")))?;
-        self.routes.set(format!("{ip}:{port}"), backends.to_vec());
-        Ok(())
+        crate::egress::set_route(&self.dir.join(ROUTES), &format!("{ip}:{port}"), backends)
     }
 
     /// A new namespace named `<prefix>-<random>`.
@@ -271,6 +366,21 @@ impl ControlPlane {
             .map_err(|e| Error::Setup(format!("creating namespace {name}: {e}")))?;
         Ok(())
     }
+}
+
+/// Where the egress proxy finds the Services' backends ([`ControlPlane::route_service`]).
+const ROUTES: &str = "routes";
+
+/// A test's hold on something shared ([`ControlPlane::exclusive`]): released when dropped.
+#[derive(Debug)]
+pub struct Exclusive {
+    _lock: std::fs::File,
+}
+
+/// The client configuration of a kubeconfig file.
+async fn kube_config(kubeconfig: &Path) -> Result<kube::Config, Error> {
+    let config = Kubeconfig::read_from(kubeconfig).map_err(|e| Error::Setup(format!("kubeconfig: {e}")))?;
+    kube::Config::from_custom_kubeconfig(config, &KubeConfigOptions::default()).await.map_err(|e| Error::Setup(format!("kubeconfig: {e}")))
 }
 
 /// True when kube-apiserver answers `/readyz` with `ok`.

@@ -10,35 +10,63 @@
 //! and checks the serving certificate against `<service>.<namespace>.svc`, exactly as in a
 //! cluster.
 
-use std::collections::HashMap;
 use std::net::SocketAddr;
-use std::path::Path;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, PoisonError};
 
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 use tokio::net::{TcpStream, UnixListener, UnixStream};
 
 use crate::process::Error;
 
-/// `ClusterIP:port` → the local processes serving it.
-#[derive(Debug, Default)]
-pub(crate) struct Routes {
-    targets: Mutex<HashMap<String, Vec<SocketAddr>>>,
+/// `ClusterIP:port` (or `host:port`) → the local servers behind it: a directory per routed
+/// address, with a file per process that routed it listing its servers, so that every test
+/// process sharing the control plane can route, and the proxy (in whichever process started the
+/// API server) reads the routes as they are now. The servers of a process that has ended are
+/// not routed to.
+#[derive(Debug)]
+struct Routes {
+    dir: PathBuf,
     turn: AtomicUsize,
 }
 
 impl Routes {
-    pub(crate) fn set(&self, cluster_address: String, backends: Vec<SocketAddr>) {
-        self.targets.lock().unwrap_or_else(PoisonError::into_inner).insert(cluster_address, backends);
-    }
-
-    /// The next backend of a routed Service address; `None` for any other target.
+    /// The next backend of a routed address; `None` for any other target.
     fn route(&self, target: &str) -> Option<SocketAddr> {
-        let targets = self.targets.lock().unwrap_or_else(PoisonError::into_inner);
-        let backends = targets.get(target).filter(|b| !b.is_empty())?;
-        Some(backends[self.turn.fetch_add(1, Ordering::Relaxed) % backends.len()])
+        let mut backends = Vec::new();
+        for entry in std::fs::read_dir(self.dir.join(file_name(target))).ok()?.flatten() {
+            let alive = entry
+                .file_name()
+                .to_str()
+                .and_then(|pid| pid.parse::<u32>().ok())
+                .is_some_and(|pid| Path::new("/proc").join(pid.to_string()).exists());
+            if alive {
+                let text = std::fs::read_to_string(entry.path()).unwrap_or_default();
+                backends.extend(text.lines().filter_map(|line| line.parse::<SocketAddr>().ok()));
+            }
+        }
+        backends.sort();
+        (!backends.is_empty()).then(|| backends[self.turn.fetch_add(1, Ordering::Relaxed) % backends.len()])
     }
+}
+
+/// Routes `address` to `backends` for the proxy serving `dir`, as long as this process lives
+/// (replacing what this process routed there before).
+pub(crate) fn set_route(dir: &Path, address: &str, backends: &[SocketAddr]) -> Result<(), Error> {
+    let routed = dir.join(file_name(address));
+    std::fs::create_dir_all(&routed)?;
+    let text: String = backends.iter().map(|backend| format!("{backend}\n")).collect();
+    let pid = std::process::id();
+    let temporary = routed.join(format!(".{pid}"));
+    std::fs::write(&temporary, text)?;
+    std::fs::rename(&temporary, routed.join(pid.to_string()))?;
+    Ok(())
+}
+
+/// A route's directory: the address with anything but its characters replaced.
+fn file_name(address: &str) -> String {
+    address.chars().map(|c| if c.is_ascii_alphanumeric() || c == '.' || c == '-' { c } else { '_' }).collect()
 }
 
 /// The egress selector configuration that sends `cluster` traffic to `socket`.
@@ -49,11 +77,11 @@ pub(crate) fn configuration(socket: &Path) -> String {
     )
 }
 
-/// Serves the proxy on `socket` from a thread of its own, for the life of the test binary (the
-/// control plane outlives each test's runtime).
-pub(crate) fn start(socket: &Path) -> Result<Arc<Routes>, Error> {
+/// Serves the proxy on `socket` from a thread of its own, for the life of the process that
+/// started the control plane (it outlives each test's runtime), with the routes in `routes`.
+pub(crate) fn start(socket: &Path, routes: &Path) -> Result<(), Error> {
     let _ = std::fs::remove_file(socket);
-    let routes = Arc::new(Routes::default());
+    let routes = Arc::new(Routes { dir: routes.to_path_buf(), turn: AtomicUsize::new(0) });
     let listener = std::os::unix::net::UnixListener::bind(socket)?;
     listener.set_nonblocking(true)?;
     let serving = Arc::clone(&routes);
@@ -66,7 +94,7 @@ pub(crate) fn start(socket: &Path) -> Result<Arc<Routes>, Error> {
             }
         });
     })?;
-    Ok(routes)
+    Ok(())
 }
 
 async fn tunnel(mut client: UnixStream, routes: Arc<Routes>) {

@@ -1,4 +1,5 @@
-//! AWS emulators on loopback, one of each per test binary: moto (ACM, Route53, STS,
+//! AWS emulators on loopback, one of each per test binary (kept for its test processes under
+//! nextest, [`crate::shared`]): moto (ACM, Route53, STS,
 //! CloudFront distributions) and MiniStack (the CloudFront tenant APIs moto answers with 404).
 //! A test that needs an account of its own starts a private pair ([`Emulators::for_account`]).
 
@@ -9,6 +10,7 @@ use tokio::sync::OnceCell;
 
 pub use crate::process::Error;
 use crate::process::{Process, accepts, retry_on_port_clash, wait_until};
+use crate::shared::{Service, attach, kept};
 use crate::tools::{free_port, state_dir, tool};
 
 /// Seconds moto keeps a certificate in PENDING_VALIDATION before issuing it.
@@ -20,7 +22,17 @@ pub const ACCOUNT_ID: &str = "123456789012";
 pub struct Emulator {
     host: Ipv4Addr,
     port: u16,
-    process: Process,
+    pid: u32,
+    /// `None` when a keeper runs it.
+    _process: Option<Process>,
+}
+
+/// How the test processes reach an emulator a keeper keeps.
+#[derive(Clone, Debug, serde::Deserialize, serde::Serialize)]
+pub struct Description {
+    host: Ipv4Addr,
+    port: u16,
+    pid: u32,
 }
 
 static MOTO: OnceCell<Emulator> = OnceCell::const_new();
@@ -29,7 +41,7 @@ static MINISTACK: OnceCell<Emulator> = OnceCell::const_new();
 
 /// The moto server shared by the tests of this binary, answering as [`ACCOUNT_ID`].
 pub async fn moto() -> Result<&'static Emulator, Error> {
-    MOTO.get_or_try_init(|| start_moto("moto", Some(ACCOUNT_ID), Ipv4Addr::LOCALHOST, Moto::Plain)).await
+    MOTO.get_or_try_init(|| kept_or(Service::Moto, start_moto("moto", Some(ACCOUNT_ID), Ipv4Addr::LOCALHOST, Moto::Plain))).await
 }
 
 /// The moto server shared by the tests of this binary whose AssumeRole switches accounts, as AWS
@@ -37,12 +49,23 @@ pub async fn moto() -> Result<&'static Emulator, Error> {
 /// credentials in [`ACCOUNT_ID`]). For tests of which account something lands in; each uses
 /// accounts of its own (`crate::aws::fresh_account`).
 pub async fn accounts_moto() -> Result<&'static Emulator, Error> {
-    ACCOUNTS_MOTO.get_or_try_init(|| start_moto("moto-accounts", None, Ipv4Addr::LOCALHOST, Moto::Plain)).await
+    ACCOUNTS_MOTO
+        .get_or_try_init(|| kept_or(Service::AccountsMoto, start_moto("moto-accounts", None, Ipv4Addr::LOCALHOST, Moto::Plain)))
+        .await
 }
 
 /// The MiniStack server shared by the tests of this binary, answering as [`ACCOUNT_ID`].
 pub async fn ministack() -> Result<&'static Emulator, Error> {
-    MINISTACK.get_or_try_init(|| start_ministack("ministack", ACCOUNT_ID, Ipv4Addr::LOCALHOST)).await
+    MINISTACK.get_or_try_init(|| kept_or(Service::Ministack, start_ministack("ministack", ACCOUNT_ID, Ipv4Addr::LOCALHOST))).await
+}
+
+/// The emulator a keeper keeps for this binary's test processes, or else the one `start` starts.
+async fn kept_or(service: Service, start: impl Future<Output = Result<Emulator, Error>>) -> Result<Emulator, Error> {
+    if !kept() {
+        return start.await;
+    }
+    let Description { host, port, pid } = attach::<Description>(service).await?;
+    Ok(Emulator { host, port, pid, _process: None })
 }
 
 /// A moto and a MiniStack of a test's own that answer as `account`, stopped when dropped: for a
@@ -64,10 +87,12 @@ impl Emulators {
     }
 }
 
-/// Which moto: as installed, or extended by a script of ours that runs moto's server after adding
-/// what moto lacks (the script's docstring says what and how).
+/// Which moto: moto's server through a script of ours that changes what moto gets wrong or
+/// lacks (each script's docstring says what and how).
 #[derive(Clone, Copy, Debug)]
 enum Moto {
+    /// `emulators/moto_with_consistent_listings.py`: ACM's ListCertificates under concurrent
+    /// requests.
     Plain,
     /// `emulators/moto_with_policy_simulation.py`: IAM's SimulatePrincipalPolicy.
     WithPolicySimulation,
@@ -76,16 +101,14 @@ enum Moto {
 impl Moto {
     /// The program and its leading arguments.
     fn command(self) -> Result<(std::path::PathBuf, Vec<String>), Error> {
-        let server = tool("moto_server")?;
-        match self {
-            Self::Plain => Ok((server, Vec::new())),
-            Self::WithPolicySimulation => {
-                // moto's own interpreter: the virtualenv moto_server links into.
-                let python = std::fs::read_link(&server).map_err(Error::Io)?.with_file_name("python3");
-                let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("emulators/moto_with_policy_simulation.py");
-                Ok((python, vec![script.display().to_string()]))
-            }
-        }
+        let script = match self {
+            Self::Plain => "moto_with_consistent_listings.py",
+            Self::WithPolicySimulation => "moto_with_policy_simulation.py",
+        };
+        // moto's own interpreter: the virtualenv moto_server links into.
+        let python = std::fs::read_link(tool("moto_server")?).map_err(Error::Io)?.with_file_name("python3");
+        let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("emulators").join(script);
+        Ok((python, vec![script.display().to_string()]))
     }
 }
 
@@ -100,7 +123,7 @@ async fn start_moto(name: &str, account: Option<&str>, host: Ipv4Addr, moto: Mot
         args.extend(["-H".into(), host.to_string(), "-p".into(), port.to_string()]);
         let process = Process::start(name, &program, &args, &envs, &state_dir()?)?;
         wait_until(&process, Duration::from_secs(60), || accepts(host, port)).await?;
-        Ok(Emulator { host, port, process })
+        Ok(Emulator { host, port, pid: process.pid(), _process: Some(process) })
     })
     .await
 }
@@ -121,7 +144,7 @@ async fn start_ministack(name: &str, account: &str, host: Ipv4Addr) -> Result<Em
             &state_dir()?,
         )?;
         wait_until(&process, Duration::from_secs(60), || accepts(host, port)).await?;
-        Ok(Emulator { host, port, process })
+        Ok(Emulator { host, port, pid: process.pid(), _process: Some(process) })
     })
     .await
 }
@@ -160,6 +183,11 @@ impl Emulator {
     }
 
     pub fn pid(&self) -> u32 {
-        self.process.pid()
+        self.pid
+    }
+
+    /// How the test processes reach it (a keeper's, [`crate::shared`]).
+    pub fn description(&self) -> Description {
+        Description { host: self.host, port: self.port, pid: self.pid }
     }
 }

@@ -47,7 +47,13 @@
 //!   current ones (`InvalidChangeBatch`); moto accepts a DELETE whose values matched *any* past
 //!   write of the record. The proxy reads the record set from moto first and answers as AWS
 //!   would (a change to a hosted zone that does not exist goes on to moto, which answers
-//!   `NoSuchHostedZone` as AWS does). Blockwork's ownership rule rests on this check.
+//!   `NoSuchHostedZone` as AWS does). Blockwork's ownership rule rests on this check. A call
+//!   delayed by a fault ([`Fault::Latency`], [`Fault::SlowResponse`]) is checked the same way:
+//!   it still reaches Route 53.
+//! - **IAM denying record names** ([`FaultProxy::deny_record_names`]): a policy with a condition
+//!   on `route53:ChangeResourceRecordSetsNormalizedRecordNames` refuses the *whole*
+//!   ChangeResourceRecordSets with `AccessDenied` (403) when any name in it is denied, changing
+//!   nothing; moto has no IAM evaluation on Route 53 at all.
 
 use std::collections::HashMap;
 use std::convert::Infallible;
@@ -222,6 +228,8 @@ struct State {
     accounts: AccountBook,
     /// Present keys of a known account as the account id (for MiniStack).
     present_accounts: bool,
+    /// Record names (normalized: lowercase, no trailing dot) IAM denies to change.
+    denied_names: Vec<String>,
 }
 
 /// Stops serving when dropped.
@@ -303,6 +311,13 @@ impl FaultProxy {
     /// account's id as the key: how MiniStack tells accounts apart.
     pub fn present_accounts(&self) {
         self.lock().present_accounts = true;
+    }
+
+    /// From now on, refuses every ChangeResourceRecordSets that changes any of `names` (or a
+    /// name below one: `*.`-style denial of a subtree is what such policies usually state) as
+    /// IAM does: the whole request, `AccessDenied`, nothing changed.
+    pub fn deny_record_names(&self, names: &[&str]) {
+        self.lock().denied_names.extend(names.iter().map(|name| normalized(name)));
     }
 
     /// How many requests of `operation` arrived (faulted or forwarded).
@@ -510,6 +525,9 @@ async fn handle(request: Request<Incoming>, state: &Mutex<State>, upstream: &str
             *state.throttled.entry(operation.clone()).or_default() += 1;
             fault = Some(Fault::Throttling);
         }
+        if fault.is_none() && operation == "ChangeResourceRecordSets" && denies(&state.denied_names, &body) {
+            fault = Some(Fault::Custom { status: 403, code: "AccessDenied".to_owned(), message: denial_message(&parts) });
+        }
         let statuses = (protocol == Protocol::Json && !state.certificate_statuses.is_empty()).then(|| state.certificate_statuses.clone());
         let issued = (protocol == Protocol::Json && !state.issued.is_empty()).then(|| state.issued.clone());
         (fault, statuses, issued, state.accounts.clone())
@@ -534,7 +552,7 @@ async fn handle(request: Request<Incoming>, state: &Mutex<State>, upstream: &str
         let response = forward(parts, body.clone(), upstream, client, None).await;
         return Some(issue_private(response, &body, state, upstream, client).await);
     }
-    if fault.is_none()
+    if matches!(fault, None | Some(Fault::Latency(_) | Fault::SlowResponse(_)))
         && operation == "ChangeResourceRecordSets"
         && let Some(refusal) = refused_delete(&parts, &body, upstream, client).await
     {
@@ -612,6 +630,33 @@ fn record_set(xml: &str) -> Option<RecordSet> {
         ttl: first("TTL"),
         values: elements(xml, "Value").iter().map(|v| (*v).to_owned()).collect(),
     })
+}
+
+/// A name as IAM's `route53:ChangeResourceRecordSetsNormalizedRecordNames` compares it:
+/// lowercase, without the trailing dot.
+fn normalized(name: &str) -> String {
+    name.trim().trim_end_matches('.').to_ascii_lowercase()
+}
+
+/// Whether a change batch changes a name `denied` covers (the name itself or one below it).
+fn denies(denied: &[String], body: &[u8]) -> bool {
+    if denied.is_empty() {
+        return false;
+    }
+    let text = String::from_utf8_lossy(body);
+    elements(&text, "Change")
+        .into_iter()
+        .filter_map(record_set)
+        .any(|set| denied.iter().any(|d| set.name == *d || set.name.strip_suffix(d.as_str()).is_some_and(|head| head.ends_with('.'))))
+}
+
+/// IAM's refusal of a ChangeResourceRecordSets for the zone of `parts`, as AWS words an explicit
+/// deny (the caller's ARN with an account id, as AWS sends it: the layer must sanitize it).
+fn denial_message(parts: &http::request::Parts) -> String {
+    let zone = parts.uri.path().strip_prefix("/2013-04-01/hostedzone/").and_then(|rest| rest.split('/').next()).unwrap_or("unknown");
+    format!(
+        "User: arn:aws:sts::123456789012:assumed-role/operator/blockwork is not authorized to perform: route53:ChangeResourceRecordSets on resource: arn:aws:route53:::hostedzone/{zone} with an explicit deny in an identity-based policy"
+    )
 }
 
 /// AWS's answer to a change batch whose DELETE does not match the record set as it is now;

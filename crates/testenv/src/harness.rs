@@ -1,7 +1,7 @@
 //! What every controller's integration tests share: a namespace of the test's own (deleted when
 //! dropped), the controller as a task the test starts, crashes and starts again, and waits that
 //! poll the real API server until a condition holds or fail the test with what they last saw.
-//! Each crate's `tests/support` keeps only its own fixtures on top of these.
+//! Each crate's `tests/integration/support` keeps only its own fixtures on top of these.
 
 use std::fmt::Debug;
 use std::future::Future;

@@ -1,5 +1,7 @@
 //! Blockwork's test environment, in the spirit of controller-runtime's envtest: real upstream
-//! processes on loopback, started once per test binary and killed when it exits.
+//! processes on loopback, started once per test binary and killed when it exits (under
+//! cargo-nextest, where each test is a process, kept for the binary's test processes by a keeper
+//! that goes with the last of them: [`shared`]).
 //!
 //! - [`control_plane`]: a real kube-apiserver and etcd, Blockwork's CRDs installed, one
 //!   namespace per test.
@@ -52,5 +54,6 @@ pub mod measure;
 pub mod operator;
 mod process;
 pub mod promql;
+pub mod shared;
 pub mod throttle;
 mod tools;

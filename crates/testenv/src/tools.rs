@@ -4,17 +4,38 @@ use std::path::PathBuf;
 
 use crate::process::Error;
 
-/// `$BLOCKWORK_TOOLS_DIR/bin/<name>` (default `~/.cache/blockwork-tools/bin/<name>`).
+/// `$BLOCKWORK_TOOLS_DIR/bin/<name>` (default `~/.cache/blockwork-tools/bin/<name>`); when it is
+/// missing while `scripts/install-test-tools` is installing, once that is done.
 pub fn tool(name: &str) -> Result<PathBuf, Error> {
-    let dir = match std::env::var_os("BLOCKWORK_TOOLS_DIR") {
+    let path = tools_dir().join("bin").join(name);
+    if !path.exists() {
+        wait_for_installation();
+    }
+    if path.exists() { Ok(path) } else { Err(Error::MissingTool { name: name.to_owned(), path }) }
+}
+
+/// Waits while `scripts/install-test-tools` installs tools: `scripts/test` installs the node's
+/// (for the end-to-end suite, the trace collector, kube-controller-manager) beside the build and
+/// the tests that do not need them.
+pub fn wait_for_installation() {
+    let Ok(lock) = std::fs::File::open(tools_dir().join(INSTALLING)) else { return };
+    if lock.try_lock_shared().is_err() {
+        eprintln!("testenv: waiting for scripts/install-test-tools to finish");
+        let _ = lock.lock_shared();
+    }
+}
+
+/// Held by `scripts/install-test-tools node` while it installs, when `scripts/test` runs it.
+const INSTALLING: &str = "installing.lock";
+
+fn tools_dir() -> PathBuf {
+    match std::env::var_os("BLOCKWORK_TOOLS_DIR") {
         Some(dir) => PathBuf::from(dir),
         None => {
             let home = std::env::var_os("HOME").map(PathBuf::from).unwrap_or_else(|| PathBuf::from("/root"));
             home.join(".cache/blockwork-tools")
         }
-    };
-    let path = dir.join("bin").join(name);
-    if path.exists() { Ok(path) } else { Err(Error::MissingTool { name: name.to_owned(), path }) }
+    }
 }
 
 /// A free TCP port on 127.0.0.1 (the OS picks; the listener is closed before returning).

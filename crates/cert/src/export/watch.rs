@@ -50,7 +50,7 @@ fn wake(context: &Context<CertManager>, secret: &PartialObjectMeta<Secret>) {
     let Some(uid) = secret.labels().get(LABEL_CERT_UID) else { return };
     for cert in context.cached() {
         if cert.uid().as_deref() == Some(uid.as_str()) && !written_by(&cert, secret) {
-            context.wake(&ObjectRef::from_obj(cert.as_ref()));
+            context.related_changed(&ObjectRef::from_obj(cert.as_ref()));
         }
     }
 }

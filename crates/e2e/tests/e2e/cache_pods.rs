@@ -12,7 +12,8 @@ use serde_json::Value;
 use super::{POD_TIMEOUT, Suite, apply_cache, cache_ready, endpoint, items, redis_set_get, text};
 
 /// The chart values every install of the suite carries: the node's images
-/// (scripts/node-images) as a mirror's, and the exporters on.
+/// (scripts/node-images) as a mirror's, and the exporters on, scraped from the suite's client
+/// pod's namespace as a Prometheus' would be.
 pub const NODE_IMAGES: &[&str] = &[
     "controllers.cache.registry=localhost/blockwork-node",
     "controllers.cache.images.redis.repository=redis",
@@ -24,6 +25,7 @@ pub const NODE_IMAGES: &[&str] = &[
     "controllers.cache.images.redisExporter.repository=redis-exporter",
     "controllers.cache.images.memcachedExporter.repository=memcached-exporter",
     "controllers.cache.exporter.enabled=true",
+    "controllers.cache.exporter.scrapedFrom.namespace=e2e-client",
 ];
 
 /// The values of the upgrade's install that no Cache pod can run with: a memcached image the

@@ -52,7 +52,7 @@ pub(super) const ENTRIES: &[Entry] = &[
     problem(
         "ApplyFailed",
         Cache,
-        "The API server refused one of the Cache's objects (StatefulSet, Service, ConfigMap, PodDisruptionBudget); the message quotes it.",
+        "The API server refused one of the Cache's objects (NetworkPolicy, StatefulSet, Service, ConfigMap, PodDisruptionBudget); the message quotes it.",
         "Fix what the API server names (often a quota or a policy admission webhook); refusals wait for a spec change, other errors are retried.",
     ),
     problem(
@@ -120,7 +120,7 @@ pub(super) const ENTRIES: &[Entry] = &[
         "SentinelUnreachable",
         Cache,
         "No Sentinel of the ready pods answered within 2 s; status.primary is the last one known. The reconcile itself goes on.",
-        "Check that the operator's pods reach the Cache's pods on port 26379 (a NetworkPolicy?); the operator's log has each error.",
+        "Check that the operator's pods reach the Cache's pods on port 26379: the Cache's NetworkPolicy admits the pods --cache-operator-namespace and --cache-operator-pod-labels name (the chart sets its own), another NetworkPolicy may not; the operator's log has each error.",
     ),
     problem("ReconcilePanicked", Cache, "The Cache controller panicked on this object; retried.", "Report a bug with the event's message."),
     problem(
@@ -134,6 +134,18 @@ pub(super) const ENTRIES: &[Entry] = &[
         Cache,
         "Deleting the Cache's objects took longer than 30 s; the Cache was released anyway.",
         "Delete what is left: `kubectl get statefulset,service,configmap,pdb -l app.kubernetes.io/instance=NAME`.",
+    ),
+    fine(
+        "NetworkPolicyApplied",
+        Cache,
+        "The Cache's NetworkPolicy admits only its clients (its namespace and spec.access) and Blockwork's own peers; the message says whom.",
+        "Nothing to do; `blockwork check` says whether the cluster's network plugin enforces it.",
+    ),
+    problem(
+        "NetworkPoliciesOff",
+        Cache,
+        "The installation applies no NetworkPolicy (--cache-network-policies=false): any pod that reaches the Cache's pods, in any namespace, may connect; one applied before stays until deleted.",
+        "Install a NetworkPolicy implementation and turn them on (the chart's controllers.cache.networkPolicies=true); until then isolate the Cache with a NetworkPolicy of your own.",
     ),
     fine("ReconcileSuccess", Cache, "Every object of the Cache is applied.", NOTHING),
     waiting(

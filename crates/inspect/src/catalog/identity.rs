@@ -43,7 +43,7 @@ pub(super) const ENTRIES: &[Entry] = &[
     waiting(
         "AccountBackingOff",
         Identity,
-        "AWS throttles the calls of this object's account (someone else spends its quota): while one call backs off, the others of that account are not sent, so the other accounts' objects keep the workers.",
+        "AWS throttles the calls of this object's account (someone else spends its quota), since the time the message gives: while one call backs off, the others of that account are not sent, and an object that needs the account's certificate listing while AWS throttles it waits for the listing's retries instead of making its own, so the other accounts' objects keep the workers. Said once, not at every retry; the object is looked at again when the listing answers.",
         "Nothing to do for a burst; if it lasts, find who else uses the account's quota, or ask AWS for a higher one.",
     ),
     problem(
@@ -67,7 +67,7 @@ pub(super) const ENTRIES: &[Entry] = &[
     problem(
         "AssumeRoleFailed",
         Identity,
-        "(AwsIdentity) A role the mapping names cannot be assumed: its trust policy does not trust the operator's role, wants another ExternalId, or the operator may not call sts:AssumeRole on it.",
+        "A role the namespace's AwsIdentity names cannot be assumed (on the AwsIdentity's Ready, and on its namespaces' Certs and DistributionTenants, whose message names the mapping): its trust policy does not trust the operator's role, wants another ExternalId, or the operator may not call sts:AssumeRole on it.",
         "Fix the role's trust policy (docs/multi-account.md has the one Blockwork needs) or the mapping's roleArn and externalId.",
     ),
     fine("Ready", Identity, "(AwsIdentity) The mapping is valid among the others and every role it names was assumed.", NOTHING),

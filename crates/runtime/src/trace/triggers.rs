@@ -67,6 +67,14 @@ impl Trigger {
     }
 }
 
+/// What a trigger follows from.
+enum Follows {
+    /// The work in this span (none: a watch event, which follows from no reconcile).
+    Span(Option<SpanContext>),
+    /// The object's last reconcile, which asked for it.
+    LastReconcile,
+}
+
 #[derive(Debug, Default)]
 struct Entry {
     /// The trigger waiting in the queue, when it is due, and the span it follows from.
@@ -96,31 +104,49 @@ impl<K: Eq + Hash + Clone> Triggers<K> {
 
     /// `key` was queued now for `cause`.
     pub fn note(&self, key: &K, cause: Cause) {
-        self.note_at(key, cause, Instant::now(), None);
+        self.note_at(key, cause, Instant::now(), Follows::Span(None));
     }
 
     /// `key` was queued now for `cause` by the work in `link` (a wake-up).
     pub fn note_from(&self, key: &K, cause: Cause, link: Option<SpanContext>) {
-        self.note_at(key, cause, Instant::now(), link);
+        self.note_at(key, cause, Instant::now(), Follows::Span(link));
+    }
+
+    /// `key` was queued now for `cause` by what its last reconcile left (a wake-up for work that
+    /// reconcile recorded, such as validation records listed but not yet written): it follows
+    /// from that reconcile, as a requeue does.
+    pub fn note_following(&self, key: &K, cause: Cause) {
+        self.note_at(key, cause, Instant::now(), Follows::LastReconcile);
     }
 
     /// `key` is queued to run `after` from now for `cause` (a requeue, a retry), following its
     /// last reconcile.
     pub fn note_after(&self, key: &K, cause: Cause, after: Duration) {
         let due = Instant::now().checked_add(after).unwrap_or_else(Instant::now);
-        self.note_at(key, cause, due, None);
+        self.note_at(key, cause, due, Follows::LastReconcile);
     }
 
-    fn note_at(&self, key: &K, cause: Cause, due: Instant, link: Option<SpanContext>) {
+    fn note_at(&self, key: &K, cause: Cause, due: Instant, follows: Follows) {
         if !crate::trace::enabled() {
             return;
         }
         let mut entries = self.entries();
         let entry = entries.entry(key.clone()).or_default();
-        let link = link.or_else(|| matches!(cause, Cause::Requeued | Cause::RetryAfterError).then(|| entry.last.clone()).flatten());
+        let link = match follows {
+            Follows::Span(link) => link,
+            Follows::LastReconcile => entry.last.clone(),
+        };
         if entry.pending.as_ref().is_none_or(|(_, pending, _)| due < *pending) {
             entry.pending = Some((cause, due, link));
         }
+    }
+
+    /// The span of the last reconcile of `key` (for what is logged about it after it ended).
+    pub fn last(&self, key: &K) -> Option<SpanContext> {
+        if !crate::trace::enabled() {
+            return None;
+        }
+        self.entries().get(key).and_then(|entry| entry.last.clone())
     }
 
     /// The trigger of the reconcile of `key` starting now (forgotten: a trigger noted from now
@@ -214,6 +240,16 @@ mod tests {
         assert_eq!(triggers.take(&"a").link, None, "a watch event follows from no reconcile");
         triggers.note_from(&"a", Cause::Woken, Some(span(9)));
         assert_eq!(triggers.take(&"a").link, Some(span(9)), "a wake-up follows from what woke it");
+    }
+
+    #[test]
+    fn a_wake_up_for_work_the_last_reconcile_left_follows_from_that_reconcile() {
+        let triggers = traced();
+        triggers.started(&"a", Some(span(7)));
+        triggers.note_following(&"a", Cause::Woken);
+        let trigger = triggers.take(&"a");
+        assert_eq!((trigger.cause, trigger.link), (Cause::Woken, Some(span(7))));
+        assert_eq!(triggers.last(&"a"), Some(span(7)), "kept for the log lines about it");
     }
 
     #[test]

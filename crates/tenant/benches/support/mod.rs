@@ -9,7 +9,7 @@
 // Each bench binary uses its part of this module (and of the tests' fixtures).
 #![allow(dead_code)]
 
-#[path = "../../tests/support/mod.rs"]
+#[path = "../../tests/integration/support/mod.rs"]
 pub mod fixtures;
 
 use std::collections::{BTreeMap, HashMap};
