@@ -492,16 +492,18 @@ impl Acm {
     /// A listing as fresh as asked; while the listing fails, what it waits for instead (see the
     /// module's notes).
     async fn snapshot(&self, freshness: Freshness) -> Result<Arc<Snapshot>, AwsError> {
-        self.listed(freshness, Sweeper::Reader).await
-    }
-
-    async fn listed(&self, freshness: Freshness, sweeper: Sweeper) -> Result<Arc<Snapshot>, AwsError> {
         let asked = Instant::now();
         let fresh_enough = |snapshot: &Snapshot| match freshness {
             Freshness::Recent => snapshot.taken.is_some_and(|taken| asked.saturating_duration_since(taken) <= self.config.recent),
             Freshness::Current => snapshot.taken.is_some_and(|taken| taken >= asked),
             Freshness::Listed => snapshot.taken.is_some_and(|taken| asked.saturating_duration_since(taken) <= self.config.sweep * 2),
         };
+        self.listed(fresh_enough, Sweeper::Reader).await
+    }
+
+    /// The latest snapshot if `fresh_enough`, else a new sweep's (one at a time: whoever waited
+    /// for a sweep finds the one just made).
+    async fn listed(&self, fresh_enough: impl Fn(&Snapshot) -> bool, sweeper: Sweeper) -> Result<Arc<Snapshot>, AwsError> {
         let latest = self.latest();
         if fresh_enough(&latest) {
             self.aws.metrics().cache_lookup(&self.seeds(), LISTING_CACHE, true);
@@ -580,7 +582,7 @@ impl Acm {
         }
         let mut before = previous.certificates.clone();
         before.extend(self.newer(previous));
-        let changed = changed(&before, &certificates);
+        let changed = changed(&before, &certificates, previous.taken.is_none());
         let snapshot = Arc::new(Snapshot { taken: Some(taken), certificates, span });
         *self.latest.lock().unwrap_or_else(PoisonError::into_inner) = Arc::clone(&snapshot);
         // Descriptions the sweep superseded go; one of a certificate not listed yet stays a
@@ -621,10 +623,11 @@ impl Acm {
             // the listing fails its readers wait for this loop to retry it: at once (after the
             // pause below a failure), not a sweep interval after the last success.
             let due = match self.latest().taken {
-                Some(taken) if self.listing.outage().is_none() => self.next_sweep(taken),
-                _ => Instant::now(),
+                Some(taken) if self.listing.outage().is_none() => Some(self.next_sweep(taken)),
+                Some(_) => Some(Instant::now()),
+                None => None,
             };
-            if Instant::now() < due {
+            if let Some(due) = due.filter(|due| Instant::now() < *due) {
                 tokio::select! {
                     () = tokio::time::sleep_until(due.into()) => {}
                     () = self.awaited_changed.notified() => {}
@@ -633,8 +636,11 @@ impl Acm {
                 }
                 continue;
             }
-            // The retrier of a failing listing: its readers are told meanwhile.
-            let listing = self.listed(Freshness::Current, Sweeper::Background).await;
+            // The retrier of a failing listing (its readers are told meanwhile). Any sweep taken
+            // since it came due will do, the first one of the process too: a reader's sweep under
+            // way as the process starts is not followed by a second one.
+            let since_due = |snapshot: &Snapshot| snapshot.taken.is_some_and(|taken| due.is_none_or(|due| taken >= due));
+            let listing = self.listed(since_due, Sweeper::Background).await;
             match listing {
                 Ok(snapshot) if Instant::now() >= renewal_due => {
                     renewal_due = Instant::now() + self.config.sweep;
@@ -663,9 +669,16 @@ enum Sweeper {
     Background,
 }
 
-/// The ARNs whose summary differs between two listings (new, gone or changed).
-fn changed(before: &HashMap<String, Summary>, after: &HashMap<String, Summary>) -> Vec<String> {
-    let mut arns: HashSet<&String> = after.iter().filter(|(arn, s)| before.get(*arn) != Some(*s)).map(|(arn, _)| arn).collect();
+/// The ARNs whose summary differs between two listings (new, gone or changed). In the process's
+/// `first` sweep a certificate not described before is not new, only seen for the first time:
+/// whoever follows it reads this listing at its first look anyway, so a restart does not wake
+/// every Cert a second time.
+fn changed(before: &HashMap<String, Summary>, after: &HashMap<String, Summary>, first: bool) -> Vec<String> {
+    let changed = |arn: &String, summary: &Summary| match before.get(arn) {
+        Some(known) => known != summary,
+        None => !first,
+    };
+    let mut arns: HashSet<&String> = after.iter().filter(|(arn, s)| changed(arn, s)).map(|(arn, _)| arn).collect();
     arns.extend(before.keys().filter(|arn| !after.contains_key(*arn)));
     arns.into_iter().cloned().collect()
 }
@@ -773,9 +786,12 @@ mod tests {
             .iter()
             .map(|(arn, s)| ((*arn).to_owned(), listed(arn, s.clone())))
             .collect();
-        let mut changes = changed(&before, &after);
+        let mut changes = changed(&before, &after, false);
         changes.sort();
         assert_eq!(changes, ["b", "c", "d"]);
+        let mut first = changed(&before, &after, true);
+        first.sort();
+        assert_eq!(first, ["b", "c"], "the first sweep of a process sees d for the first time");
     }
 
     #[test]

@@ -275,6 +275,10 @@ pub struct CertObservation {
     /// AWS. Sticky: to manage it here again, delete this Cert and apply it with `spec.adopt`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ownership_lost: Option<String>,
+    /// Who took `ownershipLost` over: the Blockwork object's `<namespace>/<name>`, as the
+    /// certificate's tags named it when this Cert lost it (absent when they did not say).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ownership_lost_to: Option<String>,
     /// The Secret the certificate was last exported into (`spec.export`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub export: Option<ExportStatus>,

@@ -79,8 +79,10 @@ pub struct CertArgs {
 
     /// How often a held certificate's ownership tags are read when nothing is written for it,
     /// so that a Cert whose certificate another object (another cluster) adopted notices it
-    /// (`OwnershipLost`); before any write or deletion they are always read. One
-    /// ListTagsForCertificate per certificate per interval (docs/adopting.md).
+    /// (`OwnershipLost`) within this; before any write or deletion they are always read. One
+    /// ListTagsForCertificate per certificate per interval, each Cert at its own point of the
+    /// interval (after a start: a random one), so a restart reads no tags at once
+    /// (docs/adopting.md). At least 1s.
     #[arg(id = "cert_ownership_check_interval", long = "ownership-check-interval", env = "CERT_OWNERSHIP_CHECK_INTERVAL", default_value = "6h", value_parser = parse_duration, value_name = "DURATION")]
     pub ownership_check_interval: Duration,
 }
@@ -148,6 +150,9 @@ impl CertConfig {
         }
         if args.listing_interval < Duration::from_secs(1) {
             return Err(ConfigError::Invalid("--certificate-listing-interval must be at least 1s".to_owned()));
+        }
+        if args.ownership_check_interval < Duration::from_secs(1) {
+            return Err(ConfigError::Invalid("--ownership-check-interval must be at least 1s".to_owned()));
         }
         Ok(Self {
             zones,
@@ -238,6 +243,8 @@ mod tests {
         ));
         let zero = CertArgs { dns_zones: "a.com:Z1".into(), cache_max_size: 0, ..CertArgs::default() };
         assert!(CertConfig::from_args(&zero).is_err());
+        let constant = CertArgs { ownership_check_interval: Duration::from_millis(100), ..CertArgs::default() };
+        assert!(CertConfig::from_args(&constant).unwrap_err().to_string().contains("--ownership-check-interval"));
         assert!(parse_duration("soon").is_err());
         assert!(parse_duration("-5m").is_err());
         assert_eq!(parse_duration("72h").unwrap(), Duration::from_secs(72 * 3600));

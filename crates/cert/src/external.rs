@@ -35,12 +35,10 @@ mod observe;
 mod records;
 
 use std::collections::BTreeMap;
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
-use std::time::Instant;
+use std::sync::Arc;
+use std::time::Duration;
 
 use blockwork_aws::ownership::Owner;
-use std::time::Duration;
 
 use blockwork_aws::acm::Certificate;
 use blockwork_aws::pca::Pca;
@@ -59,6 +57,7 @@ use crate::admission;
 use crate::api::{Cert, CertObservation, CertState};
 use crate::decisions::{self, Desired};
 use crate::metrics::CertMetrics;
+use crate::ownership_checks::OwnershipChecks;
 use crate::users::{User, Users};
 
 /// The Cert's intervals: seed 000's, but a minute between looks while ACM validates (a Cert
@@ -89,11 +88,8 @@ pub struct CertManager {
     /// Private CAs: the ones Certs may name, and their states (read as each namespace's principal).
     authorities: Vec<String>,
     pca: Pca,
-    /// How often a held certificate's ownership tags are read when nothing is written for it
-    /// (ADR 0017); before any write they always are.
-    ownership_interval: Duration,
-    /// When each Cert's (by UID) ownership was last confirmed.
-    ownership_checked: Mutex<HashMap<String, Instant>>,
+    /// When each Cert reads its certificate's ownership tags (ADR 0017).
+    ownership: OwnershipChecks,
     /// Who uses each Cert's certificates ([`crate::users`]): a Cert in use is not deleted, nor a
     /// certificate it replaced while a user still serves it.
     users: Arc<Users>,
@@ -132,8 +128,7 @@ impl CertManager {
             export_secrets,
             authorities,
             pca,
-            ownership_interval: OWNERSHIP_INTERVAL,
-            ownership_checked: Mutex::default(),
+            ownership: OwnershipChecks::new(OWNERSHIP_INTERVAL),
             users: Arc::default(),
         }
     }
@@ -153,7 +148,12 @@ impl CertManager {
 
     /// How often a held certificate's ownership is confirmed when nothing is written for it.
     pub fn with_ownership_interval(self, ownership_interval: Duration) -> Self {
-        Self { ownership_interval, ..self }
+        Self { ownership: OwnershipChecks::new(ownership_interval), ..self }
+    }
+
+    /// When each Cert's ownership check is due, which [`crate::wake`] follows.
+    pub fn ownership(&self) -> &OwnershipChecks {
+        &self.ownership
     }
 
     /// The accounts of this controller's Certs, whose listings [`crate::wake`] follows.
@@ -202,6 +202,7 @@ impl CertManager {
         self.report_export(object, observation, request.phase == Phase::Deleting, now);
         if request.phase == Phase::Deleting {
             self.metrics.forget_certificate(&uid);
+            self.ownership.forget(&uid);
             return;
         }
         let days = observation.expiration_date.as_ref().map(|t| t.0.duration_since(now).as_secs_f64() / 86_400.0);

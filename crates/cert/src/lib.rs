@@ -26,6 +26,7 @@ pub mod export;
 pub mod external;
 pub mod ingress;
 pub mod metrics;
+pub mod ownership_checks;
 pub mod publish;
 pub mod users;
 pub mod wake;

@@ -16,15 +16,20 @@
 //!   certificate issued while its create was still running (issue 15's fault soak, seed
 //!   12447780977098908883: the create's calls slowed by faults, the sweep saw the certificate
 //!   issued before the Cert's status held it, and the records waited past the suite's budget).
+//! - a Cert whose ownership check is due ([`crate::ownership_checks`]) is looked at (checked
+//!   every [`LISTED_CHECK`] too), so that a Ready Cert, requeued hourly, reads its certificate's
+//!   tags on time at any `--ownership-check-interval`, and an adoption's tags are read back
+//!   within a second of their write rather than at the Cert's verify interval.
 //!
 //! Which Cert holds what comes from the controller's own cache of Certs (their statuses), so
 //! nothing is kept beside them. A reconcile woken by a sweep or a batch links to its span, so its
 //! trace tells what woke it (the sweep's ListCertificates, the batch's ChangeResourceRecordSets);
-//! one woken for records listed but not queued links to the reconcile that listed them.
+//! one woken for records listed but not queued, or for its ownership check, links to the Cert's
+//! last reconcile.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use blockwork_aws::dns_name;
 use blockwork_aws::route53::Records;
@@ -39,8 +44,8 @@ use crate::account::Accounts;
 use crate::api::Cert;
 use crate::external::CertManager;
 
-/// How often the cached Certs are checked for validation records listed but not yet queued: a
-/// scan of the controller's cache, no call.
+/// How often the cached Certs are checked for validation records listed but not yet queued, and
+/// for ownership checks due: a scan of the controller's cache, no call.
 const LISTED_CHECK: Duration = Duration::from_secs(1);
 
 /// Follows the listing's and the records' changes until they end (the process stops).
@@ -54,22 +59,12 @@ pub async fn follow(context: Arc<Context<CertManager>>, accounts: Arc<Accounts>,
     // status, so a look that does not queue them (read-only access, a failed call: its own
     // requeue retries) is not repeated every second.
     let mut woken: HashSet<(String, String)> = HashSet::new();
+    // The due time of each Cert woken for its ownership check: woken once per check, so a look
+    // that does not check (paused, a failed call: its own requeue retries) is not repeated.
+    let mut woken_to_check: HashMap<String, Instant> = HashMap::new();
     loop {
         tokio::select! {
-            _ = check.tick() => {
-                let mut listed = HashSet::new();
-                for cert in context.cached() {
-                    if lists_unqueued_records(&cert, |zone_id, name| records.written(zone_id, name).is_some()) {
-                        let version = (cert.uid().unwrap_or_default(), cert.resource_version().unwrap_or_default());
-                        if !woken.contains(&version) {
-                            // The look that listed them asked for this one: its trace links there.
-                            context.wake_again(&ObjectRef::from_obj(cert.as_ref()));
-                        }
-                        listed.insert(version);
-                    }
-                }
-                woken = listed;
-            }
+            _ = check.tick() => (woken, woken_to_check) = look_over(&context, &records, &woken, &woken_to_check),
             changed = certificates.recv() => match changed {
                 Ok(Traced { value: arns, span }) => {
                     let arns: HashSet<String> = arns.into_iter().collect();
@@ -111,6 +106,40 @@ fn waits_for_users(cert: &Cert) -> bool {
         || cert.status.as_ref().is_some_and(|status| !status.observation.previous_certificate_arns.is_empty())
 }
 
+/// One scan of the cached Certs: wakes those whose status lists records not queued yet (unless
+/// woken for that status already: `woken`), and those whose ownership check is due (unless woken
+/// for that check already: `woken_to_check`); returns what is woken now, for the next scan.
+fn look_over(
+    context: &Context<CertManager>,
+    records: &Records,
+    woken: &HashSet<(String, String)>,
+    woken_to_check: &HashMap<String, Instant>,
+) -> (HashSet<(String, String)>, HashMap<String, Instant>) {
+    let mut listed = HashSet::new();
+    let mut due = HashMap::new();
+    let now = Instant::now();
+    for cert in context.cached() {
+        if lists_unqueued_records(&cert, |zone_id, name| records.written(zone_id, name).is_some()) {
+            let version = (cert.uid().unwrap_or_default(), cert.resource_version().unwrap_or_default());
+            if !woken.contains(&version) {
+                // The look that listed them asked for this one: its trace links there.
+                context.wake_again(&ObjectRef::from_obj(cert.as_ref()));
+            }
+            listed.insert(version);
+        }
+        let Some(uid) = checks_its_owner(&cert) else { continue };
+        let at = context.manager.ownership().due_at(uid);
+        if at <= now {
+            if woken_to_check.get(uid) != Some(&at) {
+                // Nothing else woke it: its trace links to its last look, as a requeue's does.
+                context.wake_again(&ObjectRef::from_obj(cert.as_ref()));
+            }
+            due.insert(uid.to_owned(), at);
+        }
+    }
+    (listed, due)
+}
+
 /// Wakes the Certs `concerned` by the work done in `span` (a sweep, a batch), their trigger
 /// linked to it.
 fn wake(context: &Context<CertManager>, span: Option<SpanContext>, concerned: impl Fn(&Cert) -> bool) {
@@ -145,6 +174,13 @@ fn waits_for_records(cert: &Cert, records: &HashSet<(String, String)>) -> bool {
             .iter()
             .any(|r| r.pending && records.contains(&(r.zone_id.clone(), dns_name::from_route53(&r.name))))
     })
+}
+
+/// The UID of a live Cert holding a certificate it has not lost: one whose tags its verify reads
+/// when the check is due.
+fn checks_its_owner(cert: &Cert) -> Option<&str> {
+    let holds = cert.status.as_ref().is_some_and(|s| s.observation.certificate_arn.is_some() && s.observation.ownership_lost.is_none());
+    (holds && cert.metadata.deletion_timestamp.is_none()).then_some(cert.metadata.uid.as_deref()).flatten()
 }
 
 /// Whether a live Cert's status lists a record still to be written (always its own) that this
@@ -225,6 +261,27 @@ mod tests {
             &cert(CertObservation { validation_records: vec![record(false)], ..CertObservation::default() }),
             &written
         ));
+    }
+
+    #[test]
+    fn only_a_live_cert_holding_a_certificate_it_has_not_lost_checks_its_owner() {
+        let holding = |lost: Option<&str>| {
+            let mut cert = cert(CertObservation {
+                certificate_arn: Some("arn:c".into()),
+                ownership_lost: lost.map(str::to_owned),
+                ..CertObservation::default()
+            });
+            cert.metadata.uid = Some("uid".into());
+            cert
+        };
+        assert_eq!(checks_its_owner(&holding(None)), Some("uid"));
+        assert_eq!(checks_its_owner(&holding(Some("arn:c"))), None, "lost: no look reads its tags");
+        let mut deleting = holding(None);
+        deleting.metadata.deletion_timestamp = Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(jiff::Timestamp::now()));
+        assert_eq!(checks_its_owner(&deleting), None, "a deletion reads the tags itself");
+        let mut empty = cert(CertObservation::default());
+        empty.metadata.uid = Some("uid".into());
+        assert_eq!(checks_its_owner(&empty), None, "nothing held");
     }
 
     #[test]

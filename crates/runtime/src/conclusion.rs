@@ -266,9 +266,12 @@ impl Conclusion {
         conditions
     }
 
-    /// The events this conclusion publishes, given the state before it: the new state's when it
-    /// changed, and the warning, unless the Failed state's own event carries it.
-    pub(crate) fn events(&self, previous: Option<ReconcileState>) -> Vec<(EventType, String, String)> {
+    /// The events this conclusion publishes, given the state before it and the failure its
+    /// status recorded: the new state's when it changed, and the warning, unless the Failed
+    /// state's own event carries it, or the object stays Failed for the failure its status
+    /// records already (the same reason and message): a failure is announced once, not again
+    /// at each retry on the Failed interval nor after each restart of the operator.
+    pub(crate) fn events(&self, previous: Option<ReconcileState>, recorded: Option<&LastError>) -> Vec<(EventType, String, String)> {
         let mut events = Vec::new();
         let state_changed = previous != Some(self.state);
         if state_changed {
@@ -276,10 +279,17 @@ impl Conclusion {
             let kind = if self.state == ReconcileState::Failed { EventType::Warning } else { EventType::Normal };
             events.push((kind, self.state.as_str().to_owned(), note));
         }
+        let failed = self.state == ReconcileState::Failed;
         // The Failed state's own event carries the failure when the object just failed.
-        let failure_announced = state_changed && self.state == ReconcileState::Failed;
+        let failure_announced = state_changed && failed;
+        let announced_before = |reason: &str, note: &str| {
+            failed
+                && !state_changed
+                && recorded.is_some_and(|last| last.class == ErrorClass::Terminal && last.reason == reason && last.message == note)
+        };
         if let Some((reason, note)) = &self.warning
             && !failure_announced
+            && !announced_before(reason, note)
         {
             events.push((EventType::Warning, reason.clone(), note.clone()));
         }
@@ -331,6 +341,10 @@ mod tests {
         assert_eq!(conditions[2].last_transition_time, dns_since, "same status: the transition time stays");
     }
 
+    fn reasons(events: Vec<(EventType, String, String)>) -> Vec<String> {
+        events.into_iter().map(|e| e.1).collect()
+    }
+
     #[test]
     fn a_wait_on_a_shared_call_is_said_once_with_no_retry_count_and_no_event_per_retry() {
         let waiting = ExternalError::retryable("SharedCallFailing", "waiting for the listing: it has been failing since 12:00").shared();
@@ -342,7 +356,7 @@ mod tests {
         let synced = first.condition(SYNCED).expect("Synced");
         assert_eq!((synced.status.as_str(), synced.reason.as_str()), ("False", "SharedCallFailing"));
         assert_eq!(first.condition(READY).map(|c| c.message.as_str()), Some(waiting.message.as_str()), "what it waits for, at once");
-        let events: Vec<String> = conclusion.events(None).into_iter().map(|e| e.1).collect();
+        let events: Vec<String> = conclusion.events(None, None).into_iter().map(|e| e.1).collect();
         assert_eq!(events, ["Pending"], "the state's event says it, once");
         let again = Conclusion::error(ReconcileState::Pending, waiting);
         let later = now.checked_add(jiff::SignedDuration::from_secs(5)).expect("in range");
@@ -352,15 +366,31 @@ mod tests {
             serde_json::to_value(&first).expect("serializes"),
             "a retry writes nothing"
         );
-        assert!(again.events(Some(ReconcileState::Pending)).is_empty(), "and publishes nothing");
+        assert!(again.events(Some(ReconcileState::Pending), second.last_error.as_ref()).is_empty(), "and publishes nothing");
     }
 
     #[test]
     fn a_failure_is_announced_once_by_the_failed_states_event() {
         let failed = Conclusion::failed("Invalid", "bad spec".to_owned());
-        let events: Vec<String> = failed.events(Some(ReconcileState::Creating)).into_iter().map(|e| e.1).collect();
-        assert_eq!(events, ["Failed"]);
-        let again: Vec<String> = failed.events(Some(ReconcileState::Failed)).into_iter().map(|e| e.1).collect();
-        assert_eq!(again, ["Invalid"], "still failing: the warning, without a state change");
+        assert_eq!(reasons(failed.events(Some(ReconcileState::Creating), None)), ["Failed"]);
+    }
+
+    #[test]
+    fn a_failure_the_status_records_already_is_not_announced_again_at_a_retry_or_after_a_restart() {
+        let now = jiff::Timestamp::now();
+        let recorded = |reason: &str, message: &str| LastError::after(None, ErrorClass::Terminal, reason, message, now, now);
+        let failed = Conclusion::failed("Invalid", "bad spec".to_owned());
+        let same = recorded("Invalid", "bad spec");
+        assert_eq!(reasons(failed.events(Some(ReconcileState::Failed), Some(&same))), Vec::<String>::new());
+        let other_words = recorded("Invalid", "another bad spec");
+        assert_eq!(reasons(failed.events(Some(ReconcileState::Failed), Some(&other_words))), ["Invalid"], "a new failure is told");
+        assert_eq!(reasons(failed.events(Some(ReconcileState::Failed), None)), ["Invalid"], "none recorded: told");
+        let retrying = Conclusion::error(ReconcileState::Creating, ExternalError::retryable("Throttling", "slow down"));
+        let recorded_retry = LastError::after(None, ErrorClass::Retryable, "Throttling", "slow down", now, now);
+        assert_eq!(
+            reasons(retrying.events(Some(ReconcileState::Creating), Some(&recorded_retry))),
+            ["Throttling"],
+            "retries keep their warnings"
+        );
     }
 }

@@ -59,7 +59,7 @@ pub(crate) async fn write_status<M: ExternalResource>(
         trace::kubernetes_write("apply", "status", &M::Object::kind(&()), api.patch_status(&name, &params, &Patch::Apply(&patch))).await?;
     }
     settle(object, context, &conclusion);
-    for (type_, reason, note) in conclusion.events(current.reconcile_state) {
+    for (type_, reason, note) in conclusion.events(current.reconcile_state, current.last_error.as_ref()) {
         record_event(context, object, type_, &reason, &note).await;
     }
 

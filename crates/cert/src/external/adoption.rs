@@ -1,7 +1,7 @@
 //! Ownership of the Cert's certificate (ADR 0017): adopting the one `spec.adopt` names — the
 //! checks before anything is written, then only the ownership tags — and confirming that a
-//! held certificate is still this Cert's before anything is written for it; a certificate
-//! another object took over is lost, for good.
+//! held certificate is still this Cert's (when, [`crate::ownership_checks`] says); a
+//! certificate another object took over is lost, for good.
 
 use std::time::Instant;
 
@@ -60,19 +60,12 @@ impl CertManager {
         observation.certificate_arn = Some(arn.to_owned());
         observation.state = Some(CertState::Created);
         observation.cert_ready = false;
-        // Confirmed at the next look, before anything is written for it.
-        self.ownership_checked.lock().unwrap_or_else(std::sync::PoisonError::into_inner).remove(&uid(request.object));
+        // Read back at once, before anything is written for it: the check is due now, and
+        // `crate::wake` has the Cert looked at within a second rather than at its verify
+        // interval (an issued certificate's listing does not change, so no sweep would wake it).
+        self.ownership.adopted(&uid(request.object), Instant::now());
         account.acm.await_issue(arn);
         Ok(())
-    }
-
-    /// Whether a held certificate's tags are due a look with no write planned: at its first
-    /// look in this process (after a restart: one call per certificate, so restarting the
-    /// operator is how to have every Cert look now), after an adoption, and then once per
-    /// ownership interval.
-    pub(super) fn ownership_due(&self, cert: &Cert) -> bool {
-        let checked = self.ownership_checked.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        checked.get(&uid(cert)).is_none_or(|at| at.elapsed() >= self.ownership_interval)
     }
 
     /// Reads `arn`'s tags: still this Cert's, or taken over by another object (then the Cert
@@ -93,10 +86,7 @@ impl CertManager {
         match ownership::claim(Approach::Held, &tags, &owner(request.object)) {
             Claim::Lost { by } => Err(self.lose(request, arn, by.as_deref(), observation).await),
             _ => {
-                self.ownership_checked
-                    .lock()
-                    .unwrap_or_else(std::sync::PoisonError::into_inner)
-                    .insert(uid(request.object), Instant::now());
+                self.ownership.confirmed(&uid(request.object), Instant::now());
                 Ok(())
             }
         }
@@ -118,6 +108,8 @@ impl CertManager {
         self.events.publish(&request.object.object_ref(&()), EventType::Warning, ownership::OWNERSHIP_LOST, "Release", &message).await;
         // Which certificate, for people: masked as every ARN a namespace user reads.
         observation.ownership_lost = Some(blockwork_aws::mask_accounts(arn));
+        // Named at every later look too, which reads no tags: the condition stays as it is.
+        observation.ownership_lost_to = by.map(str::to_owned);
         observation.certificate_arn = None;
         observation.previous_certificate_arns.clear();
         observation.validation_records.clear();

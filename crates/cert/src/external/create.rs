@@ -59,6 +59,8 @@ impl CertManager {
             authority: desired.authority.clone(),
         };
         let arn = account.acm.request(account.principal(), &certificate).await.map_err(|e| ExternalError::from(&e))?;
+        // The request wrote its ownership tags: not read back (`crate::ownership_checks`).
+        self.ownership.requested(&uid, &arn, std::time::Instant::now());
         observation.certificate_arn = Some(arn.clone());
         observation.state = Some(CertState::Created);
         observation.cert_ready = false;

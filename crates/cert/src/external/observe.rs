@@ -50,17 +50,21 @@ impl CertManager {
             return Ok(Observed::from(outcome).with_upkeep(unpublish));
         }
         if let Some(arn) = &observation.ownership_lost {
-            // Sticky: no AWS call, nothing done (ADR 0017).
-            return Err(ExternalError::terminal(ownership::OWNERSHIP_LOST, crate::adoption::lost(arn, None)));
+            // Sticky: no AWS call, nothing done (ADR 0017); the same words as when it was lost.
+            let message = crate::adoption::lost(arn, observation.ownership_lost_to.as_deref());
+            return Err(ExternalError::terminal(ownership::OWNERSHIP_LOST, message));
         }
         let account = &self.account(object, observation).await?;
         let observed = self.look(account, request, observation).await?;
-        // Before anything is written for the certificate (the upkeep), and at most once per
-        // ownership interval otherwise: is it still this Cert's?
-        if let Some(arn) = observation.certificate_arn.clone()
-            && (!observed.upkeep.is_empty() || self.ownership_due(request.object))
-        {
-            self.confirm_owner(account, request, &arn, observation).await?;
+        // Before anything is written for the certificate (the upkeep; but the writes that finish
+        // the create of one this Cert requested), and once per ownership interval otherwise: is
+        // it still this Cert's?
+        if let Some(arn) = observation.certificate_arn.clone() {
+            let uid = object.uid().unwrap_or_default();
+            let writes = observed.upkeep.iter().map(|upkeep| upkeep.purpose);
+            if self.ownership.read_needed(&uid, &arn, writes, std::time::Instant::now()) {
+                self.confirm_owner(account, request, &arn, observation).await?;
+            }
         }
         Ok(observed)
     }

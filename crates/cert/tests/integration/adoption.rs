@@ -184,3 +184,70 @@ async fn the_previous_owner_notices_it_lost_the_certificate_stops_and_on_deletio
     assert_eq!(h.cnames(&h.zones[0]).await, records, "the validation records stay for the new owner's renewals");
     assert_eq!(h.get("new").await.and_then(|c| ready_reason(&c)).as_deref(), Some("Available"));
 }
+
+/// A Cert Ready on `arn`'s certificate ("old"), then another object adopting it ("new"), Ready.
+async fn taken_over(h: &Harness) -> (String, Cert) {
+    h.create("old", spec("api", "prod")).await;
+    let old = h.wait_for_records_written("old").await;
+    let arn = status(&old).observation.certificate_arn.clone().unwrap();
+    let new = h.create("new", adopting("api", &arn)).await;
+    h.wait_for_state("new", CertState::Ready).await;
+    assert_eq!(tag(&tags(h, &arn).await, "blockwork.dev/owner-uid"), new.metadata.uid.as_deref());
+    (arn, new)
+}
+
+#[tokio::test]
+async fn a_ready_cert_notices_a_takeover_within_the_ownership_interval_with_nothing_else_waking_it() {
+    // Ready Certs are requeued hourly here, as in the operator: only the ownership check's own
+    // schedule brings the old Cert's look.
+    let h = Harness::start_with("adopt-interval", &["main"], |config, _| config.ownership_interval = Duration::from_secs(2)).await;
+    let (arn, _) = taken_over(&h).await;
+
+    let lost = wait_for_reason(&h, "old", "OwnershipLost").await;
+
+    assert_eq!(status(&lost).observation.ownership_lost, Some(blockwork_aws::mask_accounts(&arn)));
+    assert!(h.proxy.calls("ListTagsForCertificate") > 0);
+}
+
+#[tokio::test]
+async fn a_lost_certificate_is_told_once_naming_its_new_owner_through_later_looks_and_restarts() {
+    let mut h = Harness::start_with("adopt-told-once", &["main"], |config, _| config.ownership_interval = Duration::from_secs(1)).await;
+    taken_over(&h).await;
+    let lost = wait_for_reason(&h, "old", "OwnershipLost").await;
+    let told = status(&lost).condition("Ready").unwrap().message.clone();
+    assert!(told.contains(&format!("{}/new", h.namespace)), "the new owner is named: {told}");
+
+    // Later looks: a change of the object, the Failed interval's retries (a second here), and
+    // two restarts of the operator, each a new process looking at every Cert.
+    h.annotate("old", "example.com/touched", Some("1")).await;
+    for _ in 0..2 {
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        h.controller.crash();
+        h.start_controller().await;
+    }
+    tokio::time::sleep(Duration::from_secs(3)).await;
+
+    let now = h.get("old").await.unwrap();
+    assert_eq!(status(&now).condition("Ready").unwrap().message, told, "the condition says the same, the owner named");
+    assert!(status(&now).last_error.as_ref().is_some_and(|e| e.attempts > 3), "looked at again: {:?}", status(&now).last_error);
+    let warnings: Vec<String> = h.events("old").await.into_iter().filter(|e| e.type_ == "Warning").map(|e| e.reason).collect();
+    assert_eq!(warnings.iter().filter(|r| *r == "OwnershipLost").count(), 1, "one OwnershipLost event: {warnings:?}");
+    assert_eq!(warnings.iter().filter(|r| *r == "Failed").count(), 1, "one Failed event: {warnings:?}");
+}
+
+#[tokio::test]
+async fn an_adoption_is_ready_once_its_tags_are_read_back_without_waiting_for_the_verify_interval() {
+    // The operator waits a minute between looks at a Cert in progress; here an hour: only the
+    // read-back of the adoption's tags, due at once, brings the look that makes it Ready.
+    let h = Harness::start_with("adopt-at-once", &["main"], |config, _| {
+        config.timing.verifying = blockwork_runtime::RequeuePolicy::fixed(Duration::from_secs(3600));
+    })
+    .await;
+    let arn = existing_certificate(&h, &[domain(&h, "api")]).await;
+
+    h.create("api", adopting("api", &arn)).await;
+    let ready = h.wait_for_state("api", CertState::Ready).await;
+
+    assert_eq!(status(&ready).observation.certificate_arn.as_deref(), Some(arn.as_str()));
+    assert_eq!(h.proxy.calls("AddTagsToCertificate"), 1);
+}

@@ -13,6 +13,7 @@ use blockwork_cert::{CONTROLLER, CertSpec, CertState};
 use blockwork_runtime::policy::RECONCILE_REQUESTED_ANNOTATION;
 use blockwork_testenv::control_plane::control_plane;
 use blockwork_testenv::costs::{Costs, Table};
+use blockwork_testenv::harness::{TIMEOUT, eventually, metrics_text, sum};
 use blockwork_testenv::kube_proxy::KubeProxy;
 use serde_json::json;
 
@@ -45,6 +46,23 @@ async fn a_cert_costs_what_its_design_says_from_create_to_deletion() {
         })
         .await;
 
+    // A new process (a restart, a leader failover) with the Cert Ready: its first look reads
+    // the shared listing, and no tag (its ownership check comes at its point of the interval).
+    h.controller.crash();
+    let reconciles = || sum(&metrics_text(&h.runtime_registry), "blockwork_reconciles_total", &[("controller", CONTROLLER)]);
+    let before = reconciles();
+    // Started, not yet run: the test's runtime runs it once the measure awaits.
+    h.controller.start(h.controller_run(kube.client().await.unwrap()).await);
+    let restarted = table
+        .measure("restart (a new process), Ready", async {
+            eventually("the new process's look", TIMEOUT, async || {
+                let looked = reconciles();
+                if looked > before { Ok(()) } else { Err(format!("{looked} reconciles")) }
+            })
+            .await;
+        })
+        .await;
+
     let domain = format!("api-qa.{}", h.zones[0].name);
     let updated = table
         .measure("spec update (new domain → new certificate)", async {
@@ -72,7 +90,11 @@ async fn a_cert_costs_what_its_design_says_from_create_to_deletion() {
     assert_eq!(deleted.aws.get("DeleteCertificate"), Some(&1), "{deleted:?}");
     let mutating = ["RequestCertificate", "DeleteCertificate", "ChangeResourceRecordSets", "AddTagsToCertificate"];
     assert!(mutating.iter().all(|op| !resync.aws.contains_key(*op)), "a resync of a Ready Cert writes nothing to AWS: {resync:?}");
-    for costs in [&created, &resync, &updated, &deleted] {
+    assert!(mutating.iter().all(|op| !restarted.aws.contains_key(*op)), "a restart writes nothing to AWS: {restarted:?}");
+    assert_eq!(created.aws.get("ListTagsForCertificate"), None, "the tags its own request wrote are not read back: {created:?}");
+    assert_eq!(restarted.aws.get("ListTagsForCertificate"), None, "a restart reads no tags: {restarted:?}");
+    assert!(restarted.reconciles >= 1, "{restarted:?}");
+    for costs in [&created, &resync, &restarted, &updated, &deleted] {
         assert!(costs.object_writes() as u64 <= costs.reconciles, "at most one write of the object per reconcile: {costs:?}");
     }
 }

@@ -3,6 +3,7 @@
 
 #![allow(clippy::unwrap_used, clippy::panic)]
 
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 use crate::support::*;
@@ -534,6 +535,41 @@ async fn steady_state_costs_one_listing_per_sweep_whatever_the_number_of_certifi
     // Twelve sweeps an hour; on a loaded machine sweeps come late, never early.
     assert!(per_hour <= 12.0 * 1.25, "{per_hour:.1} sweeps an hour");
     assert!(per_certificate_hour_at_1000 <= 0.05);
+}
+
+#[tokio::test]
+async fn a_ready_certificate_s_ownership_tags_are_read_once_per_ownership_interval_and_nothing_else_of_its_own() {
+    // Time compressed 10,800×: the ownership interval (six hours by default) is 2 s; the Ready
+    // requeue stays the production hour, the listing's sweep five minutes.
+    const COMPRESSION: f64 = 10_800.0;
+    let h = Harness::start_with("steady-ownership", &["main"], |config, _| {
+        config.ownership_interval = Duration::from_secs(2);
+        config.acm.sweep = Duration::from_secs(300);
+    })
+    .await;
+    const CERTS: usize = 4;
+    for i in 0..CERTS {
+        h.create(&format!("c{i}"), spec(&format!("svc{i}"), "prod")).await;
+    }
+    for i in 0..CERTS {
+        h.wait_for_records_written(&format!("c{i}")).await;
+    }
+    let before = h.proxy.all_calls();
+    const HOURS: f64 = 36.0;
+    tokio::time::sleep(Duration::from_secs_f64(HOURS * 3600.0 / COMPRESSION)).await;
+    let after = h.proxy.all_calls();
+    let made: BTreeMap<&str, usize> =
+        after.iter().map(|(op, n)| (op.as_str(), n - before.get(op).copied().unwrap_or(0))).filter(|(_, n)| *n > 0).collect();
+    let reads = made.get("ListTagsForCertificate").copied().unwrap_or(0);
+    let per_certificate_hour = reads as f64 / CERTS as f64 / HOURS;
+    eprintln!(
+        "ownership checks: {reads} ListTagsForCertificate for {CERTS} Ready certificates over {HOURS} compressed hours: {per_certificate_hour:.3} per certificate-hour at a 6 h interval; all calls {made:?}"
+    );
+    assert!(made.keys().all(|op| ["ListTagsForCertificate", "ListCertificates"].contains(op)), "{made:?}");
+    // Six checks each in 36 hours, each up to the wake loop's second (a third of an interval
+    // here) late, never early: repeated, never more often than the interval.
+    assert!(reads >= 2 * CERTS, "every certificate checked again and again: {reads}");
+    assert!(per_certificate_hour <= 1.0 / 6.0 * 1.25, "{per_certificate_hour:.3} reads per certificate-hour");
 }
 
 #[tokio::test]

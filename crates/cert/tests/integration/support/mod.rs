@@ -162,22 +162,19 @@ impl Harness {
     /// Starts a controller whose Kubernetes client is `client` (one through a `KubeProxy`, to
     /// count its writes).
     pub async fn start_controller_with(&mut self, client: kube::Client) {
+        let run = self.controller_run(client).await;
+        self.controller.start(run);
+    }
+
+    /// A controller as [`Self::start_controller_with`] starts it, for `self.controller.start`
+    /// while other fields of the harness are borrowed (a costs table reading its counters).
+    pub async fn controller_run(&self, client: kube::Client) -> impl std::future::Future<Output = ()> + Send + 'static {
         let (config, aws_config) = self.config();
         let aws = Aws::with_sdk_config(aws_config, sdk_config(&self.proxy.endpoint()).await, Arc::clone(&self.aws_metrics));
         let namespaces = blockwork_runtime::Namespaces::Only(vec![self.namespace.clone()]);
         let (runtime_metrics, metrics) = (Arc::clone(&self.runtime_metrics), Arc::clone(&self.metrics));
         let identities = Arc::clone(&self.identities);
-        self.controller.start(blockwork_cert::run(
-            client,
-            config,
-            aws,
-            identities,
-            runtime_metrics,
-            metrics,
-            namespaces,
-            4,
-            std::future::pending(),
-        ));
+        blockwork_cert::run(client, config, aws, identities, runtime_metrics, metrics, namespaces, 4, std::future::pending())
     }
 
     /// The text exposition of the harness's Cert metrics.
