@@ -85,6 +85,8 @@ pub async fn scan_for_leaks(client: &Client, namespace: &str, logs: &str, metric
         // The certificates a Cert's recreate replaced, until they are deleted.
         .identifier_field("previousCertificateArns")
         .identifier_field("arn")
+        // The certificate a tenant serves: the Cert it belongs to finds its users by this ARN.
+        .identifier_field("certificateInUse")
         // Copies of the spec the user wrote (which names the tenants' certificate by ARN): the
         // spec as last applied, and the spec a create under way is for.
         .identifier_field("lastAppliedSpec")

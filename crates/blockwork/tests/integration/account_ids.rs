@@ -132,6 +132,8 @@ async fn no_status_event_log_or_metric_carries_the_account_id() {
         // tenant's names it for IAM policies and the AWS CLI.
         .identifier_field("certificateArn")
         .identifier_field("arn")
+        // The certificate a tenant serves: the Cert it belongs to finds its users by this ARN.
+        .identifier_field("certificateInUse")
         // A copy of the spec as applied, which holds the certificate ARN the user (or, for a
         // managed certificate, the operator, by seed 001's design) wrote into the spec.
         .identifier_field("lastAppliedSpec");
