@@ -63,6 +63,18 @@ impl Service {
         }
     }
 
+    /// The installed tools its keeper starts: an attach waits for them to be installed before
+    /// the keeper's start is timed (on a cold run the trace collector is built with the node's
+    /// tools, after the first tests started).
+    fn tools(&self) -> &'static [&'static str] {
+        match self {
+            Self::ControlPlane(_) => &["etcd", "kube-apiserver"],
+            Self::Moto | Self::AccountsMoto => &["moto_server"],
+            Self::Ministack => &["ministack"],
+            Self::Jaeger => &["jaeger"],
+        }
+    }
+
     pub fn parse(name: &str) -> Option<Self> {
         match name {
             "moto" => Some(Self::Moto),
@@ -129,23 +141,22 @@ fn attach_blocking<T: DeserializeOwned>(service: &Service) -> Result<T, Error> {
     if let Some(ready) = read_ready(&dir)? {
         return Ok(ready);
     }
-    let keeper = keeper_binary()?;
-    let log = File::create(dir.join("keeper.log"))?;
-    let mut child = Command::new(&keeper)
-        .arg(service.name())
-        .arg(&dir)
-        .stdin(Stdio::null())
-        .stdout(log.try_clone()?)
-        .stderr(log)
-        // Its own process group: nextest ends a test that runs too long by its process group.
-        .process_group(0)
-        .spawn()?;
+    // A keeper alive but not ready was started by a test process that stopped waiting for it
+    // (its own timeout, or killed): this one waits for that keeper rather than start a second.
+    let mut child = if keeper_alive(&dir)? { None } else { Some(spawn_keeper(service, &dir)?) };
+    for name in service.tools() {
+        crate::tools::tool(name)?;
+    }
     let deadline = Instant::now() + START_TIMEOUT;
     loop {
         if let Some(ready) = read_ready(&dir)? {
             return Ok(ready);
         }
-        if let Some(status) = child.try_wait()? {
+        let exited = match &mut child {
+            Some(child) => child.try_wait()?.map(|status| status.to_string()),
+            None => (!keeper_alive(&dir)?).then(|| "before it was ready".to_owned()),
+        };
+        if let Some(status) = exited {
             let log = std::fs::read_to_string(dir.join("keeper.log")).unwrap_or_default();
             return Err(Error::Setup(format!("the keeper of {} exited ({status}):\n{log}", service.name())));
         }
@@ -156,10 +167,29 @@ fn attach_blocking<T: DeserializeOwned>(service: &Service) -> Result<T, Error> {
     }
 }
 
+fn spawn_keeper(service: &Service, dir: &Path) -> Result<std::process::Child, Error> {
+    let keeper = keeper_binary()?;
+    let log = File::create(dir.join("keeper.log"))?;
+    Ok(Command::new(&keeper)
+        .arg(service.name())
+        .arg(dir)
+        .stdin(Stdio::null())
+        .stdout(log.try_clone()?)
+        .stderr(log)
+        // Its own process group: nextest ends a test that runs too long by its process group.
+        .process_group(0)
+        .spawn()?)
+}
+
+/// Whether a keeper lives in `dir` (it holds `keeper.lock` while it lives).
+fn keeper_alive(dir: &Path) -> Result<bool, Error> {
+    Ok(open(&dir.join("keeper.lock"))?.try_lock().is_err())
+}
+
 /// The service's description if its keeper is alive (it holds `keeper.lock` while it lives).
 fn read_ready<T: DeserializeOwned>(dir: &Path) -> Result<Option<T>, Error> {
     let Ok(text) = std::fs::read_to_string(dir.join("ready.json")) else { return Ok(None) };
-    if open(&dir.join("keeper.lock"))?.try_lock().is_ok() {
+    if !keeper_alive(dir)? {
         // A keeper that was killed: its processes died with it.
         return Ok(None);
     }
