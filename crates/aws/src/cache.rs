@@ -1,27 +1,38 @@
 //! Cached reads of AWS (moka: time to live, bounded size), counted in
 //! `blockwork_aws_cache_lookups_total{cache}`. Concurrent misses of one key wait for one call
 //! ([`Cached::get_or_load`], moka's `or_try_insert_with`), so an expiry never sends N identical
-//! requests; failures are not cached.
+//! requests; failures are not cached. A read many objects share tells them of its failures as a
+//! wait ([`Cached::get_or_load_shared`], [`crate::shared`]).
 
+use std::collections::HashMap;
 use std::future::Future;
 use std::hash::Hash;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use moka::future::Cache;
 
+use crate::error::AwsError;
 use crate::metrics::{AwsMetrics, Seed};
+use crate::shared::Shared;
+
+/// How long after a shared read failed its readers are told of it before the next one reads
+/// again: the read has no retrier of its own, so its readers' retries are its retries, at most
+/// one every five seconds however many objects wait on it.
+pub const SHARED_READ_RETRY: Duration = Duration::from_secs(5);
 
 pub struct Cached<K, V> {
     name: &'static str,
     seeds: Vec<Seed>,
     cache: Cache<K, V>,
     metrics: Arc<AwsMetrics>,
+    /// The failure streaks of the keys whose shared read is failing or under way.
+    health: Mutex<HashMap<K, Arc<Shared>>>,
 }
 
 impl<K, V> Cached<K, V>
 where
-    K: Hash + Eq + Send + Sync + 'static,
+    K: Clone + Hash + Eq + Send + Sync + 'static,
     V: Clone + Send + Sync + 'static,
 {
     /// A cache named `name` (its metric label) for the controller `caller`.
@@ -31,6 +42,7 @@ where
             seeds: Seed::of(caller).into_iter().collect(),
             cache: Cache::builder().max_capacity(capacity).time_to_live(ttl).build(),
             metrics: Arc::clone(metrics),
+            health: Mutex::default(),
         }
     }
 
@@ -60,6 +72,49 @@ where
 
     pub async fn insert(&self, key: K, value: V) {
         self.cache.insert(key, value).await;
+    }
+
+    /// [`Self::get_or_load`], for a read many objects share (a CloudFront distribution its
+    /// tenants are checked against): while it fails transiently, a reader is not made to wait
+    /// for it but told at once what it waits for (`what`), AWS's answer and since when, in the
+    /// same words for the whole streak, so that its object writes its status once
+    /// ([`crate::shared`]); the first reader [`SHARED_READ_RETRY`] after a failed read ended
+    /// reads again. Other failures (a refusal, a thing that does not exist) come back as they are.
+    pub async fn get_or_load_shared<Q>(
+        &self,
+        key: &Q,
+        what: impl FnOnce() -> String,
+        load: impl Future<Output = Result<V, AwsError>>,
+    ) -> Result<V, AwsError>
+    where
+        K: std::borrow::Borrow<Q>,
+        Q: ToOwned<Owned = K> + Hash + Eq + ?Sized,
+    {
+        let health = {
+            let mut health = self.health.lock().unwrap_or_else(PoisonError::into_inner);
+            let shared = health.entry(key.to_owned()).or_insert_with(|| Arc::new(Shared::new(what(), Some(SHARED_READ_RETRY))));
+            Arc::clone(shared)
+        };
+        if let Some(waiting) = health.outage() {
+            return Err(waiting);
+        }
+        let read = async {
+            let _flight = health.begin();
+            let read = load.await;
+            if let Err(error) = &read {
+                health.failed(error);
+            }
+            read
+        };
+        match self.get_or_load(key, read).await {
+            Ok(value) => {
+                // Answered: nothing to tell its readers any more.
+                health.succeeded();
+                self.health.lock().unwrap_or_else(PoisonError::into_inner).remove(key);
+                Ok(value)
+            }
+            Err(error) => Err(health.told(&error)),
+        }
     }
 
     pub async fn invalidate<Q>(&self, key: &Q)
@@ -99,5 +154,44 @@ mod tests {
         let cache: Cached<String, u32> = Cached::new(&metrics, "tenant", "test", Duration::from_secs(60), 10);
         assert_eq!(cache.get_or_load("k", async { Err::<u32, _>("down".to_owned()) }).await, Err("down".to_owned()));
         assert_eq!(cache.get_or_load("k", async { Ok::<u32, String>(3) }).await, Ok(3));
+    }
+
+    fn unavailable() -> AwsError {
+        AwsError {
+            operation: "GetDistribution",
+            code: Some("ServiceUnavailable".to_owned()),
+            class: crate::ErrorClass::Retryable,
+            message: "Service Unavailable".to_owned(),
+        }
+    }
+
+    #[tokio::test]
+    async fn readers_of_a_failing_shared_read_are_told_what_they_wait_for_without_reading_again() {
+        let metrics = Arc::new(AwsMetrics::unregistered());
+        let cache: Cached<String, u32> = Cached::new(&metrics, "tenant", "test", Duration::from_secs(60), 10);
+        let what = || "the CloudFront distribution E1 as the operator's own identity".to_owned();
+        let calls = AtomicUsize::new(0);
+        let failing = || async {
+            calls.fetch_add(1, Ordering::SeqCst);
+            Err::<u32, _>(unavailable())
+        };
+        let first = cache.get_or_load_shared("E1", what, failing()).await.unwrap_err();
+        let second = cache.get_or_load_shared("E1", what, failing()).await.unwrap_err();
+        assert_eq!(calls.load(Ordering::SeqCst), 1, "the second reader is told, not made to read");
+        assert_eq!(first, second, "the same words for the whole streak");
+        assert_eq!(first.code.as_deref(), Some(crate::shared::SHARED_CALL_FAILING));
+        for said in ["the CloudFront distribution E1", "ServiceUnavailable: Service Unavailable", "has been failing since"] {
+            assert!(first.message.contains(said), "{said}: {}", first.message);
+        }
+    }
+
+    #[tokio::test]
+    async fn a_refused_shared_read_is_no_wait() {
+        let metrics = Arc::new(AwsMetrics::unregistered());
+        let cache: Cached<String, u32> = Cached::new(&metrics, "tenant", "test", Duration::from_secs(60), 10);
+        let denied = AwsError { code: Some("AccessDenied".to_owned()), class: crate::ErrorClass::Terminal, ..unavailable() };
+        let told = cache.get_or_load_shared("E1", String::new, async { Err::<u32, _>(denied.clone()) }).await;
+        assert_eq!(told, Err(denied), "a person must act: told as it is");
+        assert_eq!(cache.get_or_load_shared("E1", String::new, async { Ok(3) }).await, Ok(3), "and the next reader reads");
     }
 }

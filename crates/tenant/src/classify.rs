@@ -56,6 +56,9 @@ pub struct CallContext {
 
 /// Classifies a failed CloudFront call.
 pub fn classify_cloudfront(error: &AwsError, context: CallContext) -> Classified {
+    if let Some(waiting) = shared_wait(error, "throttling", "retryable") {
+        return waiting;
+    }
     let code = error.code.as_deref().unwrap_or("");
     let message = error.message.clone();
     let reason = if code.is_empty() { "AWSError" } else { code };
@@ -110,6 +113,9 @@ pub fn classify_cloudfront(error: &AwsError, context: CallContext) -> Classified
 /// Classifies a failed Route53 (or STS, for the DNS role) call, for a [`crate::dns::DnsRecords`]
 /// implementation: every terminal DNS error sets `DNSReady=False` with reason `DNSError`.
 pub fn classify_dns(error: &AwsError) -> Classified {
+    if let Some(waiting) = shared_wait(error, "dns_throttling", "dns_retryable") {
+        return waiting;
+    }
     let code = error.code.as_deref().unwrap_or("");
     let message = error.message.clone();
     match error.class {
@@ -125,6 +131,19 @@ pub fn classify_dns(error: &AwsError) -> Classified {
             classified(Category::TerminalDns, Some(error_type), ExternalError::terminal("DNSError", message))
         }
     }
+}
+
+/// A read other objects share fails (issue 37): the tenant waits on it, saying what it waits for,
+/// AWS's answer and since when, once (`ExternalError::shared`); counted as the failure it is.
+fn shared_wait(error: &AwsError, throttling: &'static str, retryable: &'static str) -> Option<Classified> {
+    if !blockwork_aws::shared::is_shared_wait(error.code.as_deref()) {
+        return None;
+    }
+    let (category, error_type) = match error.class {
+        AwsClass::Throttled => (Category::Throttling, throttling),
+        _ => (Category::Retryable, retryable),
+    };
+    Some(classified(category, Some(error_type), ExternalError::from(error)))
 }
 
 /// A spec the operator refuses to send: not an AWS error, so not counted.
@@ -271,6 +290,17 @@ mod tests {
         for (code, status, label, category) in cases {
             let c = classify_dns(&aws(code, status, "m"));
             assert_eq!((c.category, c.error_type), (category, Some(label)), "{code}");
+        }
+    }
+
+    #[test]
+    fn a_failing_read_other_tenants_share_is_a_wait_said_once() {
+        let answer = aws("ServiceUnavailable", 503, "Service Unavailable");
+        let told = blockwork_aws::shared::waiting("the CloudFront distribution E1", jiff::Timestamp::UNIX_EPOCH, &answer);
+        for c in [classify_cloudfront(&told, CallContext::default()), classify_dns(&told)] {
+            assert!(c.error.shared, "the runtime writes it once, without a retry count");
+            assert_eq!((c.category, c.error.reason.as_str()), (Category::Retryable, "SharedCallFailing"));
+            assert!(c.error.message.contains("the CloudFront distribution E1"), "{}", c.error.message);
         }
     }
 

@@ -124,20 +124,27 @@ impl<C: CloudFront + Acm, D: DnsRecords> TenantManager<C, D> {
     }
 
     /// The distribution's rules, cached for [`DISTRIBUTION_TTL`]; concurrent reconciles of
-    /// tenants of one distribution share one read. Failures are not cached.
+    /// tenants of one distribution share one read, and while it fails they are told so at once
+    /// (`SharedCallFailing`, one status write each). Failures are not cached.
     pub(super) async fn distribution(&self, principal: &Principal, id: &str) -> Result<DistributionRules, ExternalError> {
+        let what = || format!("the CloudFront distribution {id} as {principal}");
         let read = async {
-            match self.cloudfront.distribution(principal, id).await {
-                Ok(Some(rules)) => Ok(rules),
-                // Not counted: like any invalid spec, it needs the user, not AWS.
-                Ok(None) => Err(ExternalError::terminal(
-                    DISTRIBUTION_NOT_FOUND,
-                    format!("distribution {id} does not exist: check spec.distributionId (nothing was written for it)"),
-                )),
-                Err(error) => Err(self.cloudfront_error(&error, CallContext::default()).error),
-            }
+            self.cloudfront.distribution(principal, id).await?.ok_or_else(|| AwsError {
+                operation: "GetDistribution",
+                code: Some(DISTRIBUTION_NOT_FOUND.to_owned()),
+                class: blockwork_aws::ErrorClass::NotFound,
+                message: format!("distribution {id} does not exist"),
+            })
         };
-        self.distributions.get_or_load(&(principal.identity().to_owned(), id.to_owned()), read).await
+        match self.distributions.get_or_load_shared(&(principal.identity().to_owned(), id.to_owned()), what, read).await {
+            Ok(rules) => Ok(rules),
+            // Not counted: like any invalid spec, it needs the user, not AWS.
+            Err(error) if error.class == blockwork_aws::ErrorClass::NotFound => Err(ExternalError::terminal(
+                DISTRIBUTION_NOT_FOUND,
+                format!("distribution {id} does not exist: check spec.distributionId (nothing was written for it)"),
+            )),
+            Err(error) => Err(self.cloudfront_error(&error, CallContext::default()).error),
+        }
     }
 
     /// Classifies and counts a failed CloudFront call.
@@ -236,7 +243,8 @@ impl<C: CloudFront + Acm, D: DnsRecords> TenantManager<C, D> {
             return Ok(());
         };
         let key = (principal.identity().to_owned(), arn.to_owned());
-        let names = match self.certificate_names.get_or_load(&key, self.cloudfront.certificate_names(principal, arn)).await {
+        let what = || format!("the ACM certificate {} as {principal}", blockwork_aws::mask_accounts(arn));
+        let names = match self.certificate_names.get_or_load_shared(&key, what, self.cloudfront.certificate_names(principal, arn)).await {
             Ok(names) => names,
             // A certificate that does not exist will not start to by retrying.
             Err(error) if error.class == blockwork_aws::ErrorClass::NotFound => {
@@ -344,10 +352,15 @@ impl<C: CloudFront + Acm, D: DnsRecords> TenantManager<C, D> {
     }
 
     /// The connection group's routing endpoint (`None`: the account's default group), cached
-    /// for [`ROUTING_ENDPOINT_TTL`]; concurrent lookups of one group share one call.
+    /// for [`ROUTING_ENDPOINT_TTL`]; concurrent lookups of one group share one call, and are
+    /// told at once while it fails.
     pub(super) async fn routing_endpoint(&self, principal: &Principal, connection_group_id: Option<&str>) -> Result<String, AwsError> {
         let key = (principal.identity().to_owned(), connection_group_id.unwrap_or_default().to_owned());
-        self.routing_endpoints.get_or_load(&key, self.cloudfront.routing_endpoint(principal, connection_group_id)).await
+        let what = || match connection_group_id {
+            Some(group) => format!("the routing endpoint of connection group {group} as {principal}"),
+            None => format!("the routing endpoint of the default connection group of {principal}"),
+        };
+        self.routing_endpoints.get_or_load_shared(&key, what, self.cloudfront.routing_endpoint(principal, connection_group_id)).await
     }
 
     /// Best effort: the CNAME target users (or the DNS step) point the domains at.

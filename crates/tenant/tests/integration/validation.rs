@@ -12,6 +12,7 @@ use blockwork_tenant::api::{CertificateRef, Customizations, DomainName, Paramete
 use blockwork_tenant::{DistributionTenant, DistributionTenantSpec, Timing};
 use blockwork_testenv::aws::cnames;
 use blockwork_testenv::fault_proxy::{Fault, Operation};
+use kube::ResourceExt as _;
 
 fn failed(tenant: &DistributionTenant) -> bool {
     state(tenant) == Some(ReconcileState::Failed)
@@ -106,6 +107,42 @@ async fn distribution_is_read_once_for_the_dns_first_creates_of_two_tenants() {
     // followed until in sync), each checking the spec before writing.
     assert!(h.dns_proxy.calls("GetChange") >= 1, "{:?}", h.dns_proxy.all_calls());
     assert_eq!(h.proxy.calls("GetDistribution"), 1, "{:?}", h.proxy.all_calls());
+}
+
+/// Issue 37: tenants created while the distribution read they share fails (a 503 outage of
+/// GetDistribution) say from their first look what they wait for, AWS's answer and since when —
+/// in one status write, not one per retry — and are made once it answers.
+#[tokio::test]
+async fn tenants_created_while_their_distribution_read_fails_say_what_they_wait_for_in_one_status_write() {
+    let h = Harness::start("dt-v-dist-outage").await;
+    h.proxy.inject(Operation::named("GetDistribution"), Fault::ServerError(503), usize::MAX);
+    let names = ["shop-outage-a", "shop-outage-b", "shop-outage-c"];
+    for (name, label) in names.iter().zip(["a", "b", "c"]) {
+        h.create(name, h.spec(&[label])).await;
+    }
+    let waiting = |tenant: &DistributionTenant| condition(tenant, "Synced").is_some_and(|(_, reason, _)| reason == "SharedCallFailing");
+    let mut written = Vec::new();
+    for name in names {
+        let tenant = h.wait_for(name, "waiting on the distribution read", waiting).await;
+        let (_, _, message) = condition(&tenant, "Synced").unwrap();
+        let distribution = format!("the CloudFront distribution {}", h.distribution_id);
+        for said in [distribution.as_str(), "ServiceUnavailable", "has been failing since"] {
+            assert!(message.contains(said), "{said}: {message}");
+        }
+        assert_eq!(condition(&tenant, "Ready").map(|c| c.1), Some("SharedCallFailing".to_owned()));
+        assert_eq!(tenant.status.as_ref().and_then(|s| s.last_error.clone()), None, "no retry count: the wait is the read's");
+        written.push(tenant.resource_version());
+    }
+    // The outage goes on through several retries of every tenant: none is written again.
+    tokio::time::sleep(Duration::from_secs(6)).await;
+    for (name, version) in names.iter().zip(&written) {
+        assert_eq!(&h.get(name).await.unwrap().resource_version(), version, "{name} was written again while it waited");
+    }
+    h.proxy.clear();
+    for name in names {
+        h.wait_ready(name).await;
+    }
+    assert_eq!(h.proxy.calls("CreateDistributionTenant"), names.len(), "each tenant made once, after the read answered");
 }
 
 #[tokio::test]
