@@ -26,7 +26,7 @@ pub struct Cached<K, V> {
     seeds: Vec<Seed>,
     cache: Cache<K, V>,
     metrics: Arc<AwsMetrics>,
-    /// The failure streaks of the keys whose shared read is failing or under way.
+    /// The failure streaks of the keys whose shared read is under way or failing.
     health: Mutex<HashMap<K, Arc<Shared>>>,
 }
 
@@ -90,31 +90,39 @@ where
         K: std::borrow::Borrow<Q>,
         Q: ToOwned<Owned = K> + Hash + Eq + ?Sized,
     {
-        let health = {
-            let mut health = self.health.lock().unwrap_or_else(PoisonError::into_inner);
-            let shared = health.entry(key.to_owned()).or_insert_with(|| Arc::new(Shared::new(what(), Some(SHARED_READ_RETRY))));
-            Arc::clone(shared)
-        };
-        if let Some(waiting) = health.outage() {
+        if let Some(waiting) = self.health_of(key).and_then(|health| health.outage()) {
             return Err(waiting);
         }
+        // A streak is kept only while the read is under way or failing: a cached value costs a
+        // lookup, no allocation.
         let read = async {
-            let _flight = health.begin();
-            let read = load.await;
-            if let Err(error) = &read {
-                health.failed(error);
+            let health = {
+                let mut health = self.health.lock().unwrap_or_else(PoisonError::into_inner);
+                let shared = health.entry(key.to_owned()).or_insert_with(|| Arc::new(Shared::new(what(), Some(SHARED_READ_RETRY))));
+                Arc::clone(shared)
+            };
+            let read = {
+                let _flight = health.begin();
+                load.await.inspect_err(|error| health.failed(error))
+            };
+            if !read.as_ref().is_err_and(AwsError::is_transient) {
+                // AWS answered (a value, or a refusal told as it is): nothing to tell its readers.
+                self.health.lock().unwrap_or_else(PoisonError::into_inner).remove(key);
             }
             read
         };
-        match self.get_or_load(key, read).await {
-            Ok(value) => {
-                // Answered: nothing to tell its readers any more.
-                health.succeeded();
-                self.health.lock().unwrap_or_else(PoisonError::into_inner).remove(key);
-                Ok(value)
-            }
-            Err(error) => Err(health.told(&error)),
-        }
+        self.get_or_load(key, read).await.map_err(|error| match self.health_of(key) {
+            Some(health) => health.told(&error),
+            None => error,
+        })
+    }
+
+    fn health_of<Q>(&self, key: &Q) -> Option<Arc<Shared>>
+    where
+        K: std::borrow::Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
+        self.health.lock().unwrap_or_else(PoisonError::into_inner).get(key).cloned()
     }
 
     pub async fn invalidate<Q>(&self, key: &Q)
