@@ -125,7 +125,7 @@ mod tests {
     use k8s_openapi::api::core::v1::{PodSpec, PodTemplateSpec, Volume};
 
     fn cache(engine: Engine, auth: Option<Auth>) -> Cache {
-        let mut cache = state::tests::cache(engine);
+        let mut cache = crate::fixtures::cache(engine);
         cache.spec.auth = auth;
         cache
     }

@@ -133,26 +133,14 @@ pub fn desired(cache: &Cache, settings: &Settings, auth: Option<PodAuth<'_>>) ->
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::api::{CacheSpec, Engine, EvictionPolicy, HighAvailability};
+    use crate::api::{Engine, HighAvailability};
     use crate::settings::CacheArgs;
     use blockwork_runtime::labels::{MANAGED_BY, MANAGED_BY_LABEL};
 
     fn cache(engine: Engine, memory: &str, replicas: i32) -> Cache {
-        let mut cache = Cache::new(
-            "c",
-            CacheSpec {
-                engine,
-                memory: memory.into(),
-                replicas,
-                eviction_policy: EvictionPolicy::AllkeysLru,
-                access: None,
-                tls: None,
-                high_availability: None,
-                auth: None,
-            },
-        );
-        cache.metadata.namespace = Some("ns".into());
-        cache.metadata.uid = Some("uid-1".into());
+        let mut cache = crate::fixtures::cache(engine);
+        cache.spec.memory = memory.into();
+        cache.spec.replicas = replicas;
         cache
     }
 

@@ -11,6 +11,8 @@ pub mod children;
 pub mod controller;
 pub mod conversion;
 pub mod crd;
+#[cfg(test)]
+mod fixtures;
 pub mod metrics;
 pub mod pod;
 pub mod refs;

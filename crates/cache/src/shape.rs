@@ -137,25 +137,7 @@ pub const INSTANCE_LABEL: &str = "app.kubernetes.io/instance";
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::api::{CacheSpec, EvictionPolicy};
-
-    fn cache(engine: Engine) -> Cache {
-        let mut cache = Cache::new(
-            "c",
-            CacheSpec {
-                engine,
-                memory: "64Mi".into(),
-                replicas: 1,
-                eviction_policy: EvictionPolicy::AllkeysLru,
-                access: None,
-                tls: None,
-                high_availability: None,
-                auth: None,
-            },
-        );
-        cache.metadata.namespace = Some("ns".into());
-        cache
-    }
+    use crate::fixtures::cache;
 
     #[test]
     fn memory_units_are_binary() {

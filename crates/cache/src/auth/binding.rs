@@ -100,7 +100,7 @@ mod tests {
     }
 
     fn cache(engine: Engine) -> Cache {
-        crate::auth::state::tests::cache(engine)
+        crate::fixtures::cache(engine)
     }
 
     #[test]

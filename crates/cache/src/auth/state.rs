@@ -241,28 +241,9 @@ fn seconds(time: Timestamp) -> String {
 }
 
 #[cfg(test)]
-pub(crate) mod tests {
+mod tests {
     use super::*;
-    use crate::api::{CacheSpec, EvictionPolicy};
-
-    pub(crate) fn cache(engine: Engine) -> Cache {
-        let mut cache = Cache::new(
-            "c",
-            CacheSpec {
-                engine,
-                memory: "64Mi".into(),
-                replicas: 1,
-                eviction_policy: EvictionPolicy::AllkeysLru,
-                access: None,
-                tls: None,
-                high_availability: None,
-                auth: None,
-            },
-        );
-        cache.metadata.namespace = Some("ns".into());
-        cache.metadata.uid = Some("uid-1".into());
-        cache
-    }
+    use crate::fixtures::cache;
 
     fn at(second: i64) -> Timestamp {
         Timestamp::from_second(second).expect("a time")

@@ -149,7 +149,7 @@ mod tests {
     use crate::api::Engine;
 
     fn cache() -> Cache {
-        crate::auth::state::tests::cache(Engine::Redis)
+        crate::fixtures::cache(Engine::Redis)
     }
 
     #[test]

@@ -64,14 +64,14 @@ mod tests {
 
     #[test]
     fn a_standalone_server_mounts_its_users_and_the_monitor_password_and_memcached_its_auth_file() {
-        let redis = all(&state::tests::cache(Engine::Redis), true);
+        let redis = all(&crate::fixtures::cache(Engine::Redis), true);
         assert_eq!(redis.iter().map(|v| v.name.as_str()).collect::<Vec<_>>(), [SERVER, EXPORTER], "no Sentinel, no replication");
         assert_eq!(
             files(&redis, SERVER),
             [("users.acl".into(), "users.acl".into()), ("monitor-password".into(), "monitor.password".into())]
         );
-        let memcached = all(&state::tests::cache(Engine::Memcached), false);
+        let memcached = all(&crate::fixtures::cache(Engine::Memcached), false);
         assert_eq!(files(&memcached, SERVER)[0], ("memcached.auth".into(), "memcached.auth".into()));
-        assert_eq!(all(&state::tests::cache(Engine::Redis), false).len(), 1, "no exporter, no exporter's volume");
+        assert_eq!(all(&crate::fixtures::cache(Engine::Redis), false).len(), 1, "no exporter, no exporter's volume");
     }
 }

@@ -16,7 +16,7 @@ fn at(second: i64) -> Timestamp {
 }
 
 fn cache(auth: Auth) -> Cache {
-    let mut cache = crate::auth::state::tests::cache(Engine::Redis);
+    let mut cache = crate::fixtures::cache(Engine::Redis);
     cache.spec.auth = Some(auth);
     cache
 }
