@@ -302,6 +302,10 @@ mod tests {
             assert_eq!((c.category, c.error.reason.as_str()), (Category::Retryable, "SharedCallFailing"));
             assert!(c.error.message.contains("the CloudFront distribution E1"), "{}", c.error.message);
         }
+        let certificate = "the ACM certificate arn:aws:acm:us-east-1:123456789012:certificate/abc";
+        let told = blockwork_aws::shared::waiting(certificate, jiff::Timestamp::UNIX_EPOCH, &answer);
+        let said = classify_cloudfront(&told, CallContext::default()).error.message;
+        assert!(!said.contains("123456789012"), "no account id in what a user reads: {said}");
     }
 
     #[test]
