@@ -604,6 +604,18 @@ impl Workload {
         Ok(())
     }
 
+    /// The statuses of the workload's custom objects, keyed as `resource_versions` keys them: what
+    /// a quiet-period failure shows of an object written again.
+    pub async fn statuses(&self) -> anyhow::Result<BTreeMap<String, Value>> {
+        let mut statuses = BTreeMap::new();
+        for kind in [Kind::Cert, Kind::Tenant, Kind::Cache] {
+            for object in self.api(kind).list(&Default::default()).await? {
+                statuses.insert(format!("{kind:?} {}", object.name_any()), object.data["status"].clone());
+            }
+        }
+        Ok(statuses)
+    }
+
     /// The workload's objects that are still present (for the quiet-period checks): kind, name,
     /// resourceVersion.
     pub async fn resource_versions(&self) -> anyhow::Result<BTreeMap<String, String>> {

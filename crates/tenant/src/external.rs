@@ -50,7 +50,7 @@ use crate::api::{CERTIFICATE_READY, DistributionTenant, DistributionTenantSpec, 
 use crate::classify::{CallContext, validation};
 use crate::cloudfront::{Acm, CloudFront, ObservedTenant, TenantWrite};
 use crate::diff::{Change, change};
-use crate::dns::DnsRecords;
+use crate::dns::{DnsRecords, DnsStatus};
 use crate::lifecycle::{CertificateStep, DEPLOYED};
 use crate::ownership::Claim;
 use crate::validate::validate;
@@ -138,10 +138,12 @@ impl<C: CloudFront + Acm, D: DnsRecords> TenantManager<C, D> {
         };
         let change = change(desired.config.differences(&tenant.config), request.spec_change.changed);
         let mut upkeep = Vec::new();
+        let mut records = DnsStatus::InSync;
         if let Some(dns) = &desired.dns {
-            if let Err(error) = self.follow_dns(dns, object, observation, conditions).await {
-                return Observed { spec_patch, ..VerifyOutcome::Error(error).into() };
-            }
+            records = match self.follow_dns(dns, object, observation, conditions).await {
+                Ok(status) => status,
+                Err(error) => return Observed { spec_patch, ..VerifyOutcome::Error(error).into() },
+            };
             // Once the tenant matches the spec (CloudFront no longer serves a removed domain),
             // the records of domains that left the spec go: they finish the update that removed
             // them.
@@ -153,7 +155,7 @@ impl<C: CloudFront + Acm, D: DnsRecords> TenantManager<C, D> {
                 upkeep.push(Upkeep { purpose: Purpose::FinishUpdate, work: TenantUpkeep::DeleteRecords { domains: removed, target } });
             }
         }
-        Observed { upkeep, spec_patch, ..self.outcome(&tenant, &certificate, change).into() }
+        Observed { upkeep, spec_patch, ..self.outcome(&tenant, &certificate, records, change).into() }
     }
 
     async fn maintaining(
@@ -206,7 +208,8 @@ impl<C: CloudFront + Acm, D: DnsRecords> TenantManager<C, D> {
                 certificate_progress(spec, observation, conditions, tenant.config.certificate_arn.as_deref(), object.meta().generation);
                 // A Deployed tenant is Ready at once: the target must be in this status write.
                 self.resolve_dns_target(principal, tenant.config.connection_group_id.as_deref(), observation).await;
-                settled(&tenant, spec, &desired.config, observation)
+                // DNS-first: the records were in sync before the tenant was created.
+                settled(&tenant, spec, &desired.config, observation, DnsStatus::InSync)
             }
             // The tenant name is taken: by our own create that crashed before its status write
             // (verify missed it only if it landed after the read), so adopt it by name.
@@ -243,6 +246,8 @@ impl<C: CloudFront + Acm, D: DnsRecords> TenantManager<C, D> {
         let Some(id) = observation.id.clone() else {
             return MutateOutcome::Error(ExternalError::retryable("NotObserved", "the tenant's id is not known yet"));
         };
+        // The records' change this update submits, followed by `verify` until it is in sync.
+        let mut records = DnsStatus::InSync;
         if let Some(dns) = &desired.dns {
             // Seed 001: upsert the records of the current domains, then push the tenant; records
             // of removed domains go once the tenant no longer has them (`TenantUpkeep`).
@@ -255,6 +260,9 @@ impl<C: CloudFront + Acm, D: DnsRecords> TenantManager<C, D> {
             let domains = desired.domains();
             match dns.records.upsert(&dns.zone, &domains, &target).await {
                 Ok(change) => {
+                    if change.change_id.is_some() {
+                        records = DnsStatus::Pending;
+                    }
                     upserted(observation, change, &domains);
                     dns_condition(conditions, false, "DNSRecordCreating", "the CNAME records were submitted", generation);
                 }
@@ -273,15 +281,15 @@ impl<C: CloudFront + Acm, D: DnsRecords> TenantManager<C, D> {
                 }
                 record(observation, &tenant);
                 certificate_progress(spec, observation, conditions, tenant.config.certificate_arn.as_deref(), object.meta().generation);
-                settled(&tenant, spec, &desired.config, observation)
+                settled(&tenant, spec, &desired.config, observation, records)
             }
             Err(error) => MutateOutcome::Error(error),
         }
     }
 
-    /// What `verify` reports of a tenant it found, once its certificate and the spec's
-    /// differences are known.
-    fn outcome(&self, tenant: &ObservedTenant, certificate: &CertificateStep, change: Change) -> VerifyOutcome {
+    /// What `verify` reports of a tenant it found, once its certificate, its records' last change
+    /// and the spec's differences are known.
+    fn outcome(&self, tenant: &ObservedTenant, certificate: &CertificateStep, records: DnsStatus, change: Change) -> VerifyOutcome {
         // Not Ready before its certificate is: looked at again at the short interval (the
         // Verifying state's), so the issued ARN is attached within one interval of issuance.
         if let CertificateStep::Pending { status } = certificate
@@ -290,6 +298,11 @@ impl<C: CloudFront + Acm, D: DnsRecords> TenantManager<C, D> {
             return VerifyOutcome::InProgress(format!("the tenant waits for its managed certificate, which is {status}"));
         }
         match change {
+            // An update's records are followed like CloudFront's deployment: Ready with its
+            // domains resolving, and DNSReady never left saying "submitted" until the next look.
+            Change::InSync if tenant.status.as_deref() == Some(DEPLOYED) && records == DnsStatus::Pending => {
+                VerifyOutcome::InProgress("the tenant waits for its CNAME records' change to be in sync".to_owned())
+            }
             Change::InSync if tenant.status.as_deref() == Some(DEPLOYED) => VerifyOutcome::Ready,
             Change::InSync => VerifyOutcome::InProgress(format!(
                 "the tenant is {}; waiting for Deployed",

@@ -11,17 +11,19 @@ use crate::api::{
 };
 use crate::cloudfront::ObservedTenant;
 use crate::diff::TenantConfig;
-use crate::dns::DnsChange;
+use crate::dns::{DnsChange, DnsStatus};
 use crate::lifecycle::{self, CertificateStep, DEPLOYED, certificate_step};
 
-/// Done once CloudFront deployed the tenant and, when it manages the certificate, the tenant
-/// uses the one named in the spec; otherwise `verify` follows up at the short interval (a
-/// managed certificate is requested by the write, and issued minutes later).
+/// Done once CloudFront deployed the tenant, the write's record change (`records`) is in sync
+/// and, when it manages the certificate, the tenant uses the one named in the spec; otherwise
+/// `verify` follows up at the short interval (a managed certificate is requested by the write,
+/// and issued minutes later; Route 53 takes about a minute).
 pub(super) fn settled(
     tenant: &ObservedTenant,
     spec: &DistributionTenantSpec,
     desired: &TenantConfig,
     observation: &TenantObservation,
+    records: DnsStatus,
 ) -> MutateOutcome {
     let spec_certificate = spec.certificate_arn();
     let certificate_settled = spec.managed_certificate_request.is_none()
@@ -30,7 +32,7 @@ pub(super) fn settled(
     // interval while not Ready; Ready at once, they would wait for the Ready interval, an hour
     // (found by the reliability campaign, issue 15).
     let records_settled = spec.dns.is_none() || observation.dns_records.iter().all(|d| desired.domains.contains(d));
-    if tenant.status.as_deref() == Some(DEPLOYED) && certificate_settled && records_settled {
+    if tenant.status.as_deref() == Some(DEPLOYED) && certificate_settled && records_settled && records == DnsStatus::InSync {
         MutateOutcome::Succeeded
     } else {
         MutateOutcome::AwaitingVerification
@@ -177,9 +179,28 @@ mod tests {
             dns_records: vec!["api.example.com".to_owned(), "www.example.com".to_owned()],
             ..TenantObservation::default()
         };
-        assert_eq!(settled(&tenant, &spec, &tenant.config, &observation), MutateOutcome::AwaitingVerification);
+        assert_eq!(settled(&tenant, &spec, &tenant.config, &observation, DnsStatus::InSync), MutateOutcome::AwaitingVerification);
         observation.dns_records = vec!["www.example.com".to_owned()];
-        assert_eq!(settled(&tenant, &spec, &tenant.config, &observation), MutateOutcome::Succeeded);
+        assert_eq!(settled(&tenant, &spec, &tenant.config, &observation, DnsStatus::InSync), MutateOutcome::Succeeded);
+    }
+
+    /// Found by the leader-failover suite: an update's record change left `DNSReady` saying
+    /// "submitted" beside `Ready` until the next look, an hour later (or a new leader's).
+    #[test]
+    fn a_deployed_tenant_is_not_settled_while_its_record_change_is_pending() {
+        let spec = with_request(None);
+        let tenant = ObservedTenant {
+            id: "T1".to_owned(),
+            name: None,
+            tags: Vec::new(),
+            arn: None,
+            e_tag: None,
+            status: Some(DEPLOYED.to_owned()),
+            config: TenantConfig::desired(&spec),
+        };
+        let observation = TenantObservation::default();
+        assert_eq!(settled(&tenant, &spec, &tenant.config, &observation, DnsStatus::Pending), MutateOutcome::AwaitingVerification);
+        assert_eq!(settled(&tenant, &spec, &tenant.config, &observation, DnsStatus::InSync), MutateOutcome::Succeeded);
     }
 
     fn with_request(request: Option<ManagedCertificateRequest>) -> DistributionTenantSpec {

@@ -77,26 +77,27 @@ impl<C: CloudFront + Acm, D: DnsRecords> TenantManager<C, D> {
         }
     }
 
-    /// Steady state of the records: follows the last change until it is in sync.
+    /// Steady state of the records: follows the last change until it is in sync; whether it is
+    /// (`InSync` too when there is no change to follow).
     pub(super) async fn follow_dns(
         &self,
         dns: &ManagedDns<D>,
         object: &DistributionTenant,
         observation: &mut TenantObservation,
         conditions: &mut Conditions,
-    ) -> Result<(), ExternalError> {
+    ) -> Result<DnsStatus, ExternalError> {
         let generation = object.meta().generation;
-        if let Some(change_id) = observation.dns_change_id.clone()
-            && !dns_in_sync(object)
-        {
-            match dns.records.status(&dns.zone, &change_id).await.map_err(|e| self.dns_error(&e, conditions, generation))? {
-                DnsStatus::InSync => dns_condition(conditions, true, "DNSReady", "the CNAME records are propagated", generation),
-                DnsStatus::Pending => {
-                    dns_condition(conditions, false, "DNSPropagating", "waiting for the record change to be in sync", generation);
-                }
+        let Some(change_id) = observation.dns_change_id.clone().filter(|_| !dns_in_sync(object)) else {
+            return Ok(DnsStatus::InSync);
+        };
+        let status = dns.records.status(&dns.zone, &change_id).await.map_err(|e| self.dns_error(&e, conditions, generation))?;
+        match status {
+            DnsStatus::InSync => dns_condition(conditions, true, "DNSReady", "the CNAME records are propagated", generation),
+            DnsStatus::Pending => {
+                dns_condition(conditions, false, "DNSPropagating", "waiting for the record change to be in sync", generation);
             }
         }
-        Ok(())
+        Ok(status)
     }
 
     /// The CNAME target the tenant's records point at: as recorded, else resolved again.
