@@ -170,6 +170,10 @@ struct Queue {
     arrived: Notify,
     /// Batches sent and answered so far: a listing made before the latest is out of date.
     batches: AtomicU64,
+    /// The zone's batches as a call its objects share (issue 37): while they fail transiently,
+    /// every object with a change in them is told the same wait (AWS's answer, since when) at
+    /// every retry, one status write, not a retry count of its own.
+    health: Shared,
 }
 
 /// The process's Route 53 records: a queue per hosted zone, the zones' CNAMEs as last listed,
@@ -467,6 +471,7 @@ impl Records {
                     state: Mutex::default(),
                     arrived: Notify::new(),
                     batches: AtomicU64::new(0),
+                    health: Shared::new(format!("the Route 53 record changes of hosted zone {}", zone.id), None),
                 })
             });
             Arc::clone(queue)
@@ -718,14 +723,24 @@ impl Worker {
             operation: OP,
             changes: size.tokens,
         };
-        let output = self
+        let sent = self
             .aws
             .call(call, || {
                 let request = client.change_resource_record_sets().hosted_zone_id(zone_id).change_batch(batch.clone());
                 async move { request.send().await.map_err(|e| classify_sdk_error(OP, &e)) }
             })
-            .await?;
-        Ok(output.change_info().map(|c| c.id().to_owned()).unwrap_or_default())
+            .await;
+        match sent {
+            Ok(output) => {
+                self.queue.health.succeeded();
+                Ok(output.change_info().map(|c| c.id().to_owned()).unwrap_or_default())
+            }
+            // A refusal (of a change, of the caller) is told as it is, and searched for by halves.
+            Err(error) => {
+                self.queue.health.failed(&error);
+                Err(self.queue.health.told(&error))
+            }
+        }
     }
 }
 

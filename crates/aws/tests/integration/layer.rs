@@ -163,6 +163,46 @@ async fn a_change_whose_name_iam_denies_fails_alone_and_its_batch_neighbours_are
     assert!(requests <= 1 + 4, "the batch of 8 and at most log2(8) + 1 more: {requests}");
 }
 
+/// Issue 37: a zone's batches are a call its objects share. While they fail (a 503 past the
+/// layer's retries), every object with a change in them is told the same wait — the zone, AWS's
+/// answer, since when — at each retry, so none writes a retry count of its own; the first batch
+/// that goes through ends it.
+#[tokio::test]
+async fn objects_whose_batch_keeps_failing_are_told_one_wait_for_the_whole_outage() {
+    let proxy = FaultProxy::start(&moto().await.unwrap().endpoint()).await.unwrap();
+    let aws = layer(&proxy, generous(), BatchPolicy { gather: Duration::from_millis(300), interval: Duration::from_secs(60) }).await;
+    let (id, route53) = zone("outage").await;
+    let name = zone_name(&route53, &id).await;
+    proxy.inject(Operation::named("ChangeResourceRecordSets"), Fault::ServerError(503), usize::MAX);
+    let records = aws.records();
+    let zone = Zone::new(&id, Principal::operator());
+    let attempt = || {
+        futures::future::join_all((0..3).map(|i| {
+            let (records, zone) = (Arc::clone(&records), zone.clone());
+            let record = cname(&format!("o{i}.{name}"), "target.example.net");
+            async move { records.upsert("cert", &zone, vec![record]).await.unwrap_err() }
+        }))
+    };
+    let first = attempt().await;
+    let told = &first[0];
+    assert_eq!(told.code.as_deref(), Some(blockwork_aws::shared::SHARED_CALL_FAILING), "{told}");
+    for said in [format!("hosted zone {id}"), "ServiceUnavailable".to_owned(), "has been failing since".to_owned()] {
+        assert!(told.message.contains(&said), "{said}: {told}");
+    }
+    assert!(first.iter().all(|error| error == told), "every object is told the same: {first:?}");
+    let again = attempt().await;
+    assert!(again.iter().all(|error| error == told), "a retry during the outage, the same words (no new status write): {again:?}");
+    proxy.clear();
+    let written = records.upsert("cert", &zone, vec![cname(&format!("o0.{name}"), "target.example.net")]).await;
+    assert!(written.as_ref().is_ok_and(Option::is_some), "the outage over, the changes go through: {written:?}");
+    // A second later (the wait names its start to the second), a new outage is a new wait.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    proxy.inject(Operation::named("ChangeResourceRecordSets"), Fault::ServerError(503), usize::MAX);
+    let later = attempt().await;
+    assert_eq!(later[0].code, told.code);
+    assert_ne!(later[0].message, told.message, "told since the new outage's start, not the old one's");
+}
+
 /// Issue 37: a record the status lists but that was never written (its write was lost with a
 /// killed process) is not there to delete: no DELETE is sent for it, and it counts as gone.
 #[tokio::test]

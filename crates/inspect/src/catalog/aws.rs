@@ -18,7 +18,7 @@ pub(super) const ENTRIES: &[Entry] = &[
     waiting(
         "SharedCallFailing",
         Aws,
-        "A call this object shares with others of its AwsIdentity fails (the account's ACM certificate listing, a hosted zone's records, the CloudFront distribution, certificate or connection group tenants are checked against): the message says which, AWS's answer (a 5xx, a timeout) and since when. The object does not retry it on its own: it says so once, the call is retried for all of them, and the object is looked at again when it answers.",
+        "A call this object shares with others of its AwsIdentity fails (the account's ACM certificate listing, a hosted zone's records or its batched record changes, the CloudFront distribution, certificate or connection group tenants are checked against): the message says which, AWS's answer (a 5xx, a timeout) and since when. The object does not retry it on its own: it says so once, the call is retried for all of them, and the object is looked at again when it answers.",
         "Nothing to do unless it lasts; then check the AWS Health Dashboard and the operator's network path to AWS (`blockwork check`).",
     ),
     problem(
