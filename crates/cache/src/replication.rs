@@ -45,6 +45,10 @@ const FAILOVER_TIMEOUT_MILLISECONDS: u32 = 60_000;
 pub const FAILOVER_WAIT_SECONDS: u32 = (DOWN_AFTER_MILLISECONDS + 2 * FAILOVER_TIMEOUT_MILLISECONDS) / 1000 + 15;
 /// How long one Sentinel is given to answer a starting pod.
 const ASK_SECONDS: u32 = 2;
+/// How long a starting pod asks again while no Sentinel answered but one did not answer in time
+/// (a loaded node): taken for a new Cache, pod 0 would start as an empty primary beside
+/// replicas holding the data, and the Sentinels, seeing it up, would never promote one.
+const ASK_AGAIN_SECONDS: u32 = 30;
 
 /// `prefix` (say, a `timeout`) running the engine's CLI as `monitor`: its password from its
 /// file, through the environment (`REDISCLI_AUTH`), never an argument.
@@ -69,11 +73,23 @@ field() {{ while read -r key && read -r value; do [ "$key" != "$1" ] || {{ echo 
 # said it) from the answer of the other pods' Sentinels with the latest configuration: every
 # failover raises its epoch. Each is given {ASK_SECONDS} s: a pod that is gone has no DNS name, a
 # hung one no answer.
+# While none answered but one timed out (exit 124: there, but slow), asked again for up to
+# {ASK_AGAIN_SECONDS} s: only Sentinels that do not exist (a new Cache) make an empty answer.
 latest_primary() {{
-  primary="" epoch=-1 asked=""
+  deadline_asking=$(( $(date +%s) + {ASK_AGAIN_SECONDS} ))
+  while :; do
+    ask_sentinels_once
+    if [ -n "$primary" ] || [ -z "$slow" ] || [ "$(date +%s)" -ge "$deadline_asking" ]; then
+      return 0
+    fi
+    echo "a Sentinel did not answer within {ASK_SECONDS} s: asking again"
+  done
+}}
+ask_sentinels_once() {{
+  primary="" epoch=-1 asked="" slow=""
   for sentinel in $CACHE_SENTINELS; do
     [ "$sentinel" != "$CACHE_ANNOUNCE_HOST:$CACHE_SENTINEL_PORT" ] || continue
-    answer=$({ask} -h "${{sentinel%:*}}" -p "${{sentinel##*:}}" --raw sentinel master "$CACHE_NAME" 2>/dev/null) || continue
+    answer=$({ask} -h "${{sentinel%:*}}" -p "${{sentinel##*:}}" --raw sentinel master "$CACHE_NAME" 2>/dev/null) || {{ [ $? -ne 124 ] || slow=1; continue; }}
     host=$(printf '%s\n' "$answer" | field ip)
     port=$(printf '%s\n' "$answer" | field port)
     its_epoch=$(printf '%s\n' "$answer" | field config-epoch)
@@ -268,6 +284,17 @@ mod tests {
         assert_eq!(FAILOVER_WAIT_SECONDS, 140);
         assert!(script.contains("deadline=$(( $(date +%s) + 140 ))"), "{script}");
         assert!(script.contains("serving as the primary, without data"), "{script}");
+    }
+
+    /// Found by the e2e failover scenario under a loaded CI: the other Sentinels' answers timed
+    /// out, the restarted pod 0 took the empty answer for a new Cache and served as an empty
+    /// primary, and the Sentinels never promoted a replica.
+    #[test]
+    fn a_sentinel_that_answers_too_late_is_asked_again_rather_than_taken_for_none() {
+        for script in [start_script(&ha(3, true), true), sentinel_script(&ha(3, true), true)] {
+            assert!(script.contains("|| { [ $? -ne 124 ] || slow=1; continue; }"), "{script}");
+            assert!(script.contains("deadline_asking=$(( $(date +%s) + 30 ))"), "{script}");
+        }
     }
 
     #[test]
