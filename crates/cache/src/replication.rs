@@ -66,14 +66,13 @@ fn ask(authenticated: bool) -> String {
 /// (`$CACHE_SENTINELS`: `HOST:PORT` of every pod's Sentinel).
 fn ask_sentinels(authenticated: bool) -> String {
     let ask = ask(authenticated);
-    format!(
-        r#"# The value of field $1 in a Sentinel's answer (names and values, one a line) on stdin.
-field() {{ while read -r key && read -r value; do [ "$key" != "$1" ] || {{ echo "$value"; return; }}; done; }}
-# Sets primary ("HOST PORT"; empty when no Sentinel answers), epoch and asked (the Sentinel that
-# said it) from the answer of the other pods' Sentinels with the latest configuration: every
-# failover raises its epoch. Each is given {ASK_SECONDS} s: a pod that is gone has no DNS name, a
-# hung one no answer.
-# While none answered but one timed out (exit 124: there, but slow), asked again for up to
+    // An open Cache keeps the script the release before rendered (ADR 0020: upgrading rolls none
+    // of its pods), with one round of asking; an authenticating one asks a slow Sentinel again.
+    let (once, again) = if authenticated {
+        (
+            "ask_sentinels_once",
+            format!(
+                r#"# While none answered but one timed out (exit 124: there, but slow), asked again for up to
 # {ASK_AGAIN_SECONDS} s: only Sentinels that do not exist (a new Cache) make an empty answer.
 latest_primary() {{
   deadline_asking=$(( $(date +%s) + {ASK_AGAIN_SECONDS} ))
@@ -85,11 +84,26 @@ latest_primary() {{
     echo "a Sentinel did not answer within {ASK_SECONDS} s: asking again"
   done
 }}
-ask_sentinels_once() {{
-  primary="" epoch=-1 asked="" slow=""
+"#
+            ),
+        )
+    } else {
+        ("latest_primary", String::new())
+    };
+    let unanswered = if authenticated { "|| { [ $? -ne 124 ] || slow=1; continue; }" } else { "|| continue" };
+    let reset = if authenticated { r#"primary="" epoch=-1 asked="" slow="""# } else { r#"primary="" epoch=-1 asked="""# };
+    format!(
+        r#"# The value of field $1 in a Sentinel's answer (names and values, one a line) on stdin.
+field() {{ while read -r key && read -r value; do [ "$key" != "$1" ] || {{ echo "$value"; return; }}; done; }}
+# Sets primary ("HOST PORT"; empty when no Sentinel answers), epoch and asked (the Sentinel that
+# said it) from the answer of the other pods' Sentinels with the latest configuration: every
+# failover raises its epoch. Each is given {ASK_SECONDS} s: a pod that is gone has no DNS name, a
+# hung one no answer.
+{again}{once}() {{
+  {reset}
   for sentinel in $CACHE_SENTINELS; do
     [ "$sentinel" != "$CACHE_ANNOUNCE_HOST:$CACHE_SENTINEL_PORT" ] || continue
-    answer=$({ask} -h "${{sentinel%:*}}" -p "${{sentinel##*:}}" --raw sentinel master "$CACHE_NAME" 2>/dev/null) || {{ [ $? -ne 124 ] || slow=1; continue; }}
+    answer=$({ask} -h "${{sentinel%:*}}" -p "${{sentinel##*:}}" --raw sentinel master "$CACHE_NAME" 2>/dev/null) {unanswered}
     host=$(printf '%s\n' "$answer" | field ip)
     port=$(printf '%s\n' "$answer" | field port)
     its_epoch=$(printf '%s\n' "$answer" | field config-epoch)
@@ -294,6 +308,10 @@ mod tests {
         for script in [start_script(&ha(3, true), true), sentinel_script(&ha(3, true), true)] {
             assert!(script.contains("|| { [ $? -ne 124 ] || slow=1; continue; }"), "{script}");
             assert!(script.contains("deadline_asking=$(( $(date +%s) + 30 ))"), "{script}");
+        }
+        // An open Cache is rendered as the release before rendered it (ADR 0020).
+        for script in [start_script(&ha(3, true), false), sentinel_script(&ha(3, true), false)] {
+            assert!(!script.contains("slow") && script.contains("2>/dev/null) || continue"), "{script}");
         }
     }
 

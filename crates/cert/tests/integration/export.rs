@@ -182,8 +182,11 @@ async fn a_deleted_or_edited_secret_is_written_again_at_once_under_enforce() {
 async fn under_drift_policy_report_a_changed_secret_is_reported_and_left_as_it_is() {
     let h = Harness::start("export-report", &["main"]).await;
     h.create("api", exporting(spec("api", "prod"), "api-tls")).await;
-    wait_exported(&h, "api").await;
+    // Set before the first export (which the policy does not hold back), so the controller has
+    // seen it long before the Secret is edited: annotated just before the edit, a loaded CI's
+    // controller saw the edit first and repaired it under enforce.
     h.annotate("api", "blockwork.dev/drift-policy", Some("report")).await;
+    wait_exported(&h, "api").await;
     let secrets = h.api_of::<Secret>();
     secrets
         .patch("api-tls", &Default::default(), &kube::api::Patch::Merge(serde_json::json!({"stringData": {"tls.crt": "edited"}})))

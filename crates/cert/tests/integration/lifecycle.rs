@@ -468,9 +468,11 @@ async fn the_validation_records_a_slow_create_lists_are_written_without_waiting_
 
 #[tokio::test]
 async fn validation_timeout_fails_the_cert_and_the_failed_retry_recovers_it() {
-    // moto keeps a certificate pending for a second: with no time allowed, the first look at
-    // it times out; once ACM has issued it, the Failed retry finds it Ready.
+    // With no time allowed, a look at a pending certificate times out; once ACM has issued it,
+    // the Failed retry finds it Ready. The first descriptions say PENDING_VALIDATION whatever
+    // the time (moto issues after a second, which a loaded machine's first look may come after).
     let h = Harness::start_with("timeout", &["main"], |config, _| config.validation_timeout = Duration::ZERO).await;
+    h.proxy.inject(Operation::named("DescribeCertificate"), Fault::PendingValidation, 3);
     h.create("api", spec("api", "slow")).await;
     let failed = h.wait_for_state("api", CertState::Failed).await;
     let synced = status(&failed).condition("Synced").unwrap();
