@@ -222,7 +222,7 @@ mod tests {
 #[cfg(test)]
 mod open_caches_as_before {
     use super::*;
-    use crate::api::{CacheSpec, Engine, EvictionPolicy, HighAvailability, Tls};
+    use crate::api::{Engine, HighAvailability, Tls};
     use crate::settings::CacheArgs;
 
     fn fingerprint(desired: &Desired) -> String {
@@ -233,21 +233,12 @@ mod open_caches_as_before {
     }
 
     fn cache(engine: Engine, replicas: i32) -> Cache {
-        let mut cache = Cache::new(
-            "sessions",
-            CacheSpec {
-                engine,
-                memory: "256Mi".into(),
-                replicas,
-                eviction_policy: EvictionPolicy::AllkeysLru,
-                access: None,
-                tls: None,
-                high_availability: None,
-                auth: None,
-            },
-        );
+        let mut cache = crate::fixtures::cache(engine);
+        cache.metadata.name = Some("sessions".into());
         cache.metadata.namespace = Some("team-a".into());
         cache.metadata.uid = Some("7d1c1d36-7b76-4a63-9b51-8a3d5c1e2f00".into());
+        cache.spec.memory = "256Mi".into();
+        cache.spec.replicas = replicas;
         cache
     }
 

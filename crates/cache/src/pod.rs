@@ -352,24 +352,13 @@ fn spread(cache: &Cache, nodes: Spread) -> Vec<TopologySpreadConstraint> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::api::{CacheSpec, EvictionPolicy, HighAvailability, Tls};
+    use crate::api::{HighAvailability, Tls};
     use crate::settings::CacheArgs;
 
     fn cache(engine: Engine, replicas: i32) -> Cache {
-        let mut cache = Cache::new(
-            "c",
-            CacheSpec {
-                engine,
-                memory: "512Mi".into(),
-                replicas,
-                eviction_policy: EvictionPolicy::AllkeysLru,
-                access: None,
-                tls: None,
-                high_availability: None,
-                auth: None,
-            },
-        );
-        cache.metadata.namespace = Some("ns".into());
+        let mut cache = crate::fixtures::cache(engine);
+        cache.spec.memory = "512Mi".into();
+        cache.spec.replicas = replicas;
         cache
     }
 

@@ -214,23 +214,11 @@ exec memcached $(cat "$CACHE_CONFIG_DIR/memcached.args") --auth-file="$auth"
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::api::{CacheSpec, HighAvailability, Tls};
+    use crate::api::{HighAvailability, Tls};
 
     fn cache(engine: Engine, memory: &str) -> Cache {
-        let mut cache = Cache::new(
-            "c",
-            CacheSpec {
-                engine,
-                memory: memory.into(),
-                replicas: 1,
-                eviction_policy: EvictionPolicy::AllkeysLru,
-                access: None,
-                tls: None,
-                high_availability: None,
-                auth: None,
-            },
-        );
-        cache.metadata.namespace = Some("ns".into());
+        let mut cache = crate::fixtures::cache(engine);
+        cache.spec.memory = memory.into();
         cache
     }
 

@@ -68,11 +68,9 @@ fn ask_sentinels(authenticated: bool) -> String {
     let ask = ask(authenticated);
     // An open Cache keeps the script the release before rendered (ADR 0020: upgrading rolls none
     // of its pods), with one round of asking; an authenticating one asks a slow Sentinel again.
-    let (once, again) = if authenticated {
-        (
-            "ask_sentinels_once",
-            format!(
-                r#"# While none answered but one timed out (exit 124: there, but slow), asked again for up to
+    let (again, once, reset, unanswered) = if authenticated {
+        let again = format!(
+            r#"# While none answered but one timed out (exit 124: there, but slow), asked again for up to
 # {ASK_AGAIN_SECONDS} s: only Sentinels that do not exist (a new Cache) make an empty answer.
 latest_primary() {{
   deadline_asking=$(( $(date +%s) + {ASK_AGAIN_SECONDS} ))
@@ -85,13 +83,11 @@ latest_primary() {{
   done
 }}
 "#
-            ),
-        )
+        );
+        (again, "ask_sentinels_once", r#"primary="" epoch=-1 asked="" slow="""#, "|| { [ $? -ne 124 ] || slow=1; continue; }")
     } else {
-        ("latest_primary", String::new())
+        (String::new(), "latest_primary", r#"primary="" epoch=-1 asked="""#, "|| continue")
     };
-    let unanswered = if authenticated { "|| { [ $? -ne 124 ] || slow=1; continue; }" } else { "|| continue" };
-    let reset = if authenticated { r#"primary="" epoch=-1 asked="" slow="""# } else { r#"primary="" epoch=-1 asked="""# };
     format!(
         r#"# The value of field $1 in a Sentinel's answer (names and values, one a line) on stdin.
 field() {{ while read -r key && read -r value; do [ "$key" != "$1" ] || {{ echo "$value"; return; }}; done; }}

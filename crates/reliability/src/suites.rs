@@ -230,8 +230,7 @@ pub async fn api_trouble(binary: &Path, suite: ApiTrouble) -> anyhow::Result<Rep
     }
 
     // Quiet: nothing changes, the API server misbehaves. Nothing may be written.
-    let before = workload.resource_versions().await?;
-    let statuses_before = workload.statuses().await?;
+    let before = workload.snapshot().await?;
     let writes_before = proxy.writes().len();
     let faults = RandomApiFaults {
         requests: Requests::Any,
@@ -250,17 +249,14 @@ pub async fn api_trouble(binary: &Path, suite: ApiTrouble) -> anyhow::Result<Rep
     proxy.stop_random();
     // Long enough for every controller to have listed again after the last cut.
     sleep(Duration::from_secs(15)).await;
-    let after = workload.resource_versions().await?;
-    let statuses_after = workload.statuses().await?;
-    let changed: Vec<&String> = before.iter().filter(|(key, version)| after.get(*key) != Some(*version)).map(|(key, _)| key).collect();
+    let after = workload.snapshot().await?;
+    let changed = after.written_since(&before);
     let quiet_writes = object_writes(&proxy.writes()[writes_before..], &namespace);
     report.figure("objects", describe(&scale.counts));
-    report.figure("quiet phase", format!("{} of trouble, {} objects watched for writes", seconds(suite.trouble), before.len()));
+    report.figure("quiet phase", format!("{} of trouble, {} objects watched for writes", seconds(suite.trouble), before.versions.len()));
     report.figure("objects written while nothing changed", changed.len());
     report.figure("write requests while nothing changed", quiet_writes.len());
-    report.expect(changed.is_empty(), || {
-        format!("written while nothing changed: {}", describe_changes(&changed, &statuses_before, &statuses_after))
-    });
+    report.expect(changed.is_empty(), || format!("written while nothing changed: {}", after.describe(&before, &changed)));
     report.expect(quiet_writes.is_empty(), || format!("write requests while nothing changed: {}", render_writes(&quiet_writes)));
 
     // Changes under trouble: every object changed once more while the API server misbehaves.
@@ -371,24 +367,20 @@ pub async fn leader_failover(binary: &Path, suite: LeaderFailover) -> anyhow::Re
     report_findings(&mut report, &findings);
 
     // Quiet failovers: a new leader must not write what its predecessor already wrote.
-    let before = workload.resource_versions().await?;
-    let statuses_before = workload.statuses().await?;
+    let before = workload.snapshot().await?;
     let writes_before = proxy.writes().len();
     for _ in 0..suite.quiet_kills {
         takeovers.push(fail_over(&mut replicas, &leases).await?);
         // The new leader lists everything and reconciles it.
         sleep(Duration::from_secs(10)).await;
     }
-    let after = workload.resource_versions().await?;
-    let statuses_after = workload.statuses().await?;
-    let changed: Vec<&String> = before.iter().filter(|(key, version)| after.get(*key) != Some(*version)).map(|(key, _)| key).collect();
+    let after = workload.snapshot().await?;
+    let changed = after.written_since(&before);
     let quiet_writes = object_writes(&proxy.writes()[writes_before..], &namespace);
     report.figure("kills of the leader while nothing changed", suite.quiet_kills);
     report.figure("objects written again by a new leader", changed.len());
     report.figure("write requests by new leaders while nothing changed", quiet_writes.len());
-    report.expect(changed.is_empty(), || {
-        format!("a new leader wrote again: {}", describe_changes(&changed, &statuses_before, &statuses_after))
-    });
+    report.expect(changed.is_empty(), || format!("a new leader wrote again: {}", after.describe(&before, &changed)));
     report.expect(quiet_writes.is_empty(), || format!("write requests while nothing changed: {}", render_writes(&quiet_writes)));
 
     let longest = takeovers.iter().max().copied().unwrap_or_default();
@@ -409,36 +401,6 @@ pub async fn leader_failover(binary: &Path, suite: LeaderFailover) -> anyhow::Re
     report_leaks(&mut report, &leaks);
     keep_logs_of_a_failure(&mut report, &logs);
     Ok(report)
-}
-
-/// The objects written while nothing changed, each with what its status gained or lost.
-fn describe_changes(
-    changed: &[&String],
-    before: &BTreeMap<String, serde_json::Value>,
-    after: &BTreeMap<String, serde_json::Value>,
-) -> String {
-    let lines: Vec<String> =
-        changed.iter().map(|key| format!("\n  {key}: {}", status_differences(before.get(*key), after.get(*key)))).collect();
-    lines.concat()
-}
-
-/// The status fields that differ between two reads of one object (`field: before -> after`), or
-/// why there is nothing to compare.
-fn status_differences(before: Option<&serde_json::Value>, after: Option<&serde_json::Value>) -> String {
-    let (Some(serde_json::Value::Object(before)), Some(serde_json::Value::Object(after))) = (before, after) else {
-        return "no status to compare (not a custom object, or created or deleted meanwhile)".to_owned();
-    };
-    let fields: std::collections::BTreeSet<&String> = before.keys().chain(after.keys()).collect();
-    let differences: Vec<String> = fields
-        .into_iter()
-        .filter(|field| before.get(*field) != after.get(*field))
-        .map(|field| format!("status.{field}: {} -> {}", shown(before.get(field)), shown(after.get(field))))
-        .collect();
-    if differences.is_empty() { "the status is unchanged (metadata or spec written)".to_owned() } else { differences.join("; ") }
-}
-
-fn shown(value: Option<&serde_json::Value>) -> String {
-    value.map_or_else(|| "(absent)".to_owned(), ToString::to_string)
 }
 
 /// Kills the leader, waits for the other replica to hold the Lease, starts the killed one again

@@ -604,25 +604,14 @@ impl Workload {
         Ok(())
     }
 
-    /// The statuses of the workload's custom objects, keyed as `resource_versions` keys them: what
-    /// a quiet-period failure shows of an object written again.
-    pub async fn statuses(&self) -> anyhow::Result<BTreeMap<String, Value>> {
+    pub async fn snapshot(&self) -> anyhow::Result<Snapshot> {
+        let mut versions = BTreeMap::new();
         let mut statuses = BTreeMap::new();
         for kind in [Kind::Cert, Kind::Tenant, Kind::Cache] {
             for object in self.api(kind).list(&Default::default()).await? {
-                statuses.insert(format!("{kind:?} {}", object.name_any()), object.data["status"].clone());
-            }
-        }
-        Ok(statuses)
-    }
-
-    /// The workload's objects that are still present (for the quiet-period checks): kind, name,
-    /// resourceVersion.
-    pub async fn resource_versions(&self) -> anyhow::Result<BTreeMap<String, String>> {
-        let mut versions = BTreeMap::new();
-        for kind in [Kind::Cert, Kind::Tenant, Kind::Cache] {
-            for object in self.api(kind).list(&Default::default()).await? {
-                versions.insert(format!("{kind:?} {}", object.name_any()), object.resource_version().unwrap_or_default());
+                let key = format!("{kind:?} {}", object.name_any());
+                versions.insert(key.clone(), object.resource_version().unwrap_or_default());
+                statuses.insert(key, object.data["status"].clone());
             }
         }
         let secrets: Api<Secret> = Api::namespaced(self.client.clone(), &self.namespace);
@@ -644,8 +633,43 @@ impl Workload {
         for service in services.list(&Default::default()).await? {
             versions.insert(format!("Service {}", service.name_any()), service.resource_version().unwrap_or_default());
         }
-        Ok(versions)
+        Ok(Snapshot { versions, statuses })
     }
+}
+
+/// The workload's objects at one moment, for the quiet-period checks: each object's
+/// resourceVersion (kind and name as the key), and the custom objects' statuses.
+pub struct Snapshot {
+    pub versions: BTreeMap<String, String>,
+    statuses: BTreeMap<String, Value>,
+}
+
+impl Snapshot {
+    /// The objects of `before` written (or gone) since.
+    pub fn written_since(&self, before: &Snapshot) -> Vec<String> {
+        before.versions.iter().filter(|(key, version)| self.versions.get(*key) != Some(*version)).map(|(key, _)| key.clone()).collect()
+    }
+
+    /// Each of `written`, with what its status gained or lost since `before`.
+    pub fn describe(&self, before: &Snapshot, written: &[String]) -> String {
+        written.iter().map(|key| format!("\n  {key}: {}", status_differences(before.statuses.get(key), self.statuses.get(key)))).collect()
+    }
+}
+
+/// The status fields that differ between two reads of one object (`field: before -> after`), or
+/// why there is nothing to compare.
+fn status_differences(before: Option<&Value>, after: Option<&Value>) -> String {
+    let (Some(Value::Object(before)), Some(Value::Object(after))) = (before, after) else {
+        return "no status to compare (not a custom object, or created or deleted meanwhile)".to_owned();
+    };
+    let shown = |value: Option<&Value>| value.map_or_else(|| "(absent)".to_owned(), ToString::to_string);
+    let fields: BTreeSet<&String> = before.keys().chain(after.keys()).collect();
+    let differences: Vec<String> = fields
+        .into_iter()
+        .filter(|field| before.get(*field) != after.get(*field))
+        .map(|field| format!("status.{field}: {} -> {}", shown(before.get(field)), shown(after.get(field))))
+        .collect();
+    if differences.is_empty() { "the status is unchanged (metadata or spec written)".to_owned() } else { differences.join("; ") }
 }
 
 /// The seeded plan: every object created once (in a shuffled order), about half of them updated

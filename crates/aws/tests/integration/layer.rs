@@ -47,6 +47,24 @@ async fn zone_name(route53: &aws_sdk_route53::Client, id: &str) -> String {
     route53.get_hosted_zone().id(id).send().await.unwrap().hosted_zone.unwrap().name.trim_end_matches('.').to_owned()
 }
 
+/// A zone of its own behind a fault proxy, and a layer batching its changes (300 ms to gather,
+/// no background interval to speak of).
+struct Batched {
+    proxy: FaultProxy,
+    aws: Arc<Aws>,
+    id: String,
+    route53: aws_sdk_route53::Client,
+    name: String,
+}
+
+async fn batched(zone_prefix: &str) -> Batched {
+    let proxy = FaultProxy::start(&moto().await.unwrap().endpoint()).await.unwrap();
+    let aws = layer(&proxy, generous(), BatchPolicy { gather: Duration::from_millis(300), interval: Duration::from_secs(60) }).await;
+    let (id, route53) = zone(zone_prefix).await;
+    let name = zone_name(&route53, &id).await;
+    Batched { proxy, aws, id, route53, name }
+}
+
 fn cname(name: &str, value: &str) -> Record {
     Record { name: name.to_owned(), value: value.to_owned(), ttl: 300 }
 }
@@ -65,10 +83,7 @@ async fn cnames(route53: &aws_sdk_route53::Client, zone: &str) -> Vec<(String, S
 
 #[tokio::test]
 async fn concurrent_changes_to_one_zone_go_in_one_request_and_share_its_status() {
-    let proxy = FaultProxy::start(&moto().await.unwrap().endpoint()).await.unwrap();
-    let aws = layer(&proxy, generous(), BatchPolicy { gather: Duration::from_millis(300), interval: Duration::from_secs(60) }).await;
-    let (id, route53) = zone("batch").await;
-    let name = zone_name(&route53, &id).await;
+    let Batched { proxy, aws, id, route53, name } = batched("batch").await;
     let records = aws.records();
     let zone = Zone::new(&id, Principal::operator());
     let writes = (0..10).map(|i| {
@@ -90,10 +105,7 @@ async fn concurrent_changes_to_one_zone_go_in_one_request_and_share_its_status()
 /// two requests (CloudTrail attributes each to its namespace), one at a time.
 #[tokio::test]
 async fn changes_made_as_two_principals_go_in_a_request_each() {
-    let proxy = FaultProxy::start(&moto().await.unwrap().endpoint()).await.unwrap();
-    let aws = layer(&proxy, generous(), BatchPolicy { gather: Duration::from_millis(300), interval: Duration::from_secs(60) }).await;
-    let (id, route53) = zone("principals").await;
-    let name = zone_name(&route53, &id).await;
+    let Batched { proxy, aws, id, route53, name } = batched("principals").await;
     let records = aws.records();
     let writes = (0..6).map(|i| {
         let principal = Principal::new(if i % 2 == 0 { "team-a" } else { "team-b" }, None);
@@ -109,10 +121,7 @@ async fn changes_made_as_two_principals_go_in_a_request_each() {
 
 #[tokio::test]
 async fn a_refused_change_fails_only_its_own_request() {
-    let proxy = FaultProxy::start(&moto().await.unwrap().endpoint()).await.unwrap();
-    let aws = layer(&proxy, generous(), BatchPolicy { gather: Duration::from_millis(300), interval: Duration::from_secs(60) }).await;
-    let (id, route53) = zone("split").await;
-    let name = zone_name(&route53, &id).await;
+    let Batched { proxy, aws, id, route53, name } = batched("split").await;
     let records = aws.records();
     let zone = Zone::new(&id, Principal::operator());
     let write = |record: Record| {
@@ -134,10 +143,7 @@ async fn a_refused_change_fails_only_its_own_request() {
 /// written at once and only the denied change fails (terminally, for its own object).
 #[tokio::test]
 async fn a_change_whose_name_iam_denies_fails_alone_and_its_batch_neighbours_are_written() {
-    let proxy = FaultProxy::start(&moto().await.unwrap().endpoint()).await.unwrap();
-    let aws = layer(&proxy, generous(), BatchPolicy { gather: Duration::from_millis(300), interval: Duration::from_secs(60) }).await;
-    let (id, route53) = zone("denied").await;
-    let name = zone_name(&route53, &id).await;
+    let Batched { proxy, aws, id, route53, name } = batched("denied").await;
     proxy.deny_record_names(&[&format!("secret.{name}")]);
     let records = aws.records();
     let zone = Zone::new(&id, Principal::operator());
@@ -169,10 +175,7 @@ async fn a_change_whose_name_iam_denies_fails_alone_and_its_batch_neighbours_are
 /// that goes through ends it.
 #[tokio::test]
 async fn objects_whose_batch_keeps_failing_are_told_one_wait_for_the_whole_outage() {
-    let proxy = FaultProxy::start(&moto().await.unwrap().endpoint()).await.unwrap();
-    let aws = layer(&proxy, generous(), BatchPolicy { gather: Duration::from_millis(300), interval: Duration::from_secs(60) }).await;
-    let (id, route53) = zone("outage").await;
-    let name = zone_name(&route53, &id).await;
+    let Batched { proxy, aws, id, name, .. } = batched("outage").await;
     proxy.inject(Operation::named("ChangeResourceRecordSets"), Fault::ServerError(503), usize::MAX);
     let records = aws.records();
     let zone = Zone::new(&id, Principal::operator());

@@ -166,15 +166,7 @@ mod tests {
             }),
             ..with_request(None)
         };
-        let tenant = ObservedTenant {
-            id: "T1".to_owned(),
-            name: None,
-            tags: Vec::new(),
-            arn: None,
-            e_tag: None,
-            status: Some(DEPLOYED.to_owned()),
-            config: TenantConfig::desired(&spec),
-        };
+        let tenant = deployed(&spec);
         let mut observation = TenantObservation {
             dns_records: vec!["api.example.com".to_owned(), "www.example.com".to_owned()],
             ..TenantObservation::default()
@@ -185,22 +177,27 @@ mod tests {
     }
 
     /// Found by the leader-failover suite: an update's record change left `DNSReady` saying
-    /// "submitted" beside `Ready` until the next look, an hour later (or a new leader's).
+    /// "submitted" beside `Ready` until the next look, 5 minutes later (or a new leader's).
     #[test]
     fn a_deployed_tenant_is_not_settled_while_its_record_change_is_pending() {
         let spec = with_request(None);
-        let tenant = ObservedTenant {
+        let tenant = deployed(&spec);
+        let observation = TenantObservation::default();
+        assert_eq!(settled(&tenant, &spec, &tenant.config, &observation, DnsStatus::Pending), MutateOutcome::AwaitingVerification);
+        assert_eq!(settled(&tenant, &spec, &tenant.config, &observation, DnsStatus::InSync), MutateOutcome::Succeeded);
+    }
+
+    /// CloudFront's tenant as `spec` says, Deployed.
+    fn deployed(spec: &DistributionTenantSpec) -> ObservedTenant {
+        ObservedTenant {
             id: "T1".to_owned(),
             name: None,
             tags: Vec::new(),
             arn: None,
             e_tag: None,
             status: Some(DEPLOYED.to_owned()),
-            config: TenantConfig::desired(&spec),
-        };
-        let observation = TenantObservation::default();
-        assert_eq!(settled(&tenant, &spec, &tenant.config, &observation, DnsStatus::Pending), MutateOutcome::AwaitingVerification);
-        assert_eq!(settled(&tenant, &spec, &tenant.config, &observation, DnsStatus::InSync), MutateOutcome::Succeeded);
+            config: TenantConfig::desired(spec),
+        }
     }
 
     fn with_request(request: Option<ManagedCertificateRequest>) -> DistributionTenantSpec {
