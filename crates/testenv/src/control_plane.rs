@@ -325,7 +325,9 @@ impl ControlPlane {
             .map_err(Error::Io)
     }
 
-    /// Server-side-applies CRDs and waits until each is Established. Idempotent.
+    /// Server-side-applies CRDs and waits until each is Established and its resources are served
+    /// (a loaded API server answered "404 page not found" to a create just after Established).
+    /// Idempotent.
     pub async fn install_crds(&self, crds: &[CustomResourceDefinition]) -> Result<(), Error> {
         let api: Api<CustomResourceDefinition> = Api::all(self.client());
         let params = PatchParams::apply("blockwork-testenv").force();
@@ -337,6 +339,34 @@ impl ControlPlane {
                 .await
                 .map_err(|_| Error::Setup(format!("CRD {name} was not Established within 30 s")))?
                 .map_err(|e| Error::Setup(format!("waiting for CRD {name}: {e}")))?;
+            tokio::time::timeout(Duration::from_secs(30), self.served(crd))
+                .await
+                .map_err(|_| Error::Setup(format!("CRD {name}'s resources were not served within 30 s")))?
+                .map_err(|e| Error::Setup(format!("listing CRD {name}'s resources: {e}")))?;
+        }
+        Ok(())
+    }
+
+    /// Resolves once a list of `crd`'s resources is answered, not 404: in the storage version,
+    /// which needs no conversion webhook.
+    async fn served(&self, crd: &CustomResourceDefinition) -> Result<(), kube::Error> {
+        let spec = &crd.spec;
+        for version in spec.versions.iter().filter(|v| v.served && v.storage) {
+            let resource = kube::api::ApiResource {
+                group: spec.group.clone(),
+                version: version.name.clone(),
+                api_version: format!("{}/{}", spec.group, version.name),
+                kind: spec.names.kind.clone(),
+                plural: spec.names.plural.clone(),
+            };
+            let objects: Api<kube::api::DynamicObject> = Api::all_with(self.client(), &resource);
+            loop {
+                match objects.list(&kube::api::ListParams::default().limit(1)).await {
+                    Ok(_) => break,
+                    Err(kube::Error::Api(status)) if status.code == 404 => tokio::time::sleep(Duration::from_millis(100)).await,
+                    Err(error) => return Err(error),
+                }
+            }
         }
         Ok(())
     }

@@ -27,8 +27,12 @@ fn text(output: &Output) -> String {
     format!("{}{}", String::from_utf8_lossy(&output.stdout), String::from_utf8_lossy(&output.stderr))
 }
 
+/// The control plane these tests share, with the Cert CRD (installed by whichever test comes
+/// first: each runs in a process of its own, in any order).
 async fn plane() -> &'static blockwork_testenv::control_plane::ControlPlane {
-    blockwork_testenv::control_plane::of("why_stuck").await.unwrap()
+    let plane = blockwork_testenv::control_plane::of("why_stuck").await.unwrap();
+    plane.install_crds(&[blockwork_cert::crd()]).await.unwrap();
+    plane
 }
 
 /// A Cert whose status says what the cert controller writes after ACM refused the request: no
@@ -67,7 +71,6 @@ fn kubectl(plugins: &Path, kubeconfig: &Path, args: &[&str]) -> Output {
 async fn kubectl_runs_blockwork_as_its_plugin() {
     let _webhook = webhook().await;
     let plane = plane().await;
-    plane.install_crds(&[blockwork_cert::crd()]).await.unwrap();
     let namespace = plane.namespace("plugin").await.unwrap();
     failed_cert(&plane.client(), &namespace).await;
     let plugins = tempfile::tempdir().unwrap();
